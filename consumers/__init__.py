@@ -1,0 +1,1 @@
+"""Stateless command workers: load state, decide, append atomically."""

@@ -1,0 +1,257 @@
+"""The event store: read and append session streams on Redis/Valkey.
+
+The one place that knows the Lua scripts and the key layout of a session. An
+append is one atomic script call: expected-version check, events, the state
+and pending-mail snapshots, and the idempotency record, all on one hash slot.
+"""
+
+import hashlib
+import json
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import NoScriptError, ResponseError
+
+from treemail import keys
+from treemail.config import ServiceConfig
+from treemail.mail import events as ev
+from treemail.mail.decider import SessionRecord
+from treemail.mail.state import MailItem, SessionState, evolve, evolve_mail
+
+COMMIT_LUA = resources.files(__package__).joinpath("commit.lua").read_text()
+COMMIT_SHA = hashlib.sha1(COMMIT_LUA.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Loaded:
+    state: SessionState
+    version: int
+
+
+@dataclass(frozen=True)
+class PreparedAppend:
+    keys: list[str]
+    args: list[Any]
+    state: SessionState
+    version: int
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    status: str  # "ok", "dup", "conflict", "handle_taken"
+    version: int = 0
+    record: dict | None = None
+
+
+def parse_append(reply: list) -> AppendResult:
+    status = reply[0].decode() if isinstance(reply[0], bytes) else reply[0]
+    value = reply[1]
+    if status == "dup":
+        return AppendResult("dup", record=json.loads(value))
+    if status in ("ok", "conflict"):
+        return AppendResult(status, version=int(value))
+    return AppendResult(status)
+
+
+class EventStore:
+    def __init__(self, redis: Redis, config: ServiceConfig) -> None:
+        self.redis = redis
+        self.config = config
+        # Directory entries never change after registration, so caching them
+        # cannot make a decision wrong; it only saves a round trip.
+        self._directory_cache: dict[str, SessionRecord] = {}
+
+    # ---- directory ---------------------------------------------------------------------------
+
+    async def put_directory(self, record: SessionRecord) -> None:
+        await self.redis.set(keys.directory(record.session_id), record.to_json())
+
+    async def directory_many(self, session_ids: list[str]) -> dict[str, SessionRecord | None]:
+        found: dict[str, SessionRecord | None] = {}
+        missing = []
+        for sid in session_ids:
+            if sid in self._directory_cache:
+                found[sid] = self._directory_cache[sid]
+            elif sid not in found:
+                missing.append(sid)
+                found[sid] = None
+        if missing:
+            values = await self.redis.mget([keys.directory(sid) for sid in missing])
+            for sid, value in zip(missing, values):
+                if value is not None:
+                    record = SessionRecord.from_json(value)
+                    self._cache(record)
+                    found[sid] = record
+        return found
+
+    async def directory(self, session_id: str) -> SessionRecord | None:
+        return (await self.directory_many([session_id]))[session_id]
+
+    def _cache(self, record: SessionRecord) -> None:
+        if len(self._directory_cache) > 100_000:
+            self._directory_cache.clear()
+        self._directory_cache[record.session_id] = record
+
+    async def handle_owner(self, partition: int, root_session_id: str, handle: str) -> str | None:
+        value = await self.redis.hget(keys.tree_handles(partition, root_session_id), handle)
+        return value.decode() if value is not None else None
+
+    async def tree_members(self, partition: int, root_session_id: str) -> list[str]:
+        members = await self.redis.smembers(keys.tree_members(partition, root_session_id))
+        return sorted(m.decode() for m in members)
+
+    # ---- command streams --------------------------------------------------------------------
+
+    async def ensure_command_group(self, streams: int) -> None:
+        """Create the workers' group at the start of every command stream.
+
+        Producers and workers both call this before their first command, so a
+        command published before any worker ever ran is still read (a group
+        created at ``$`` later would skip it).
+        """
+        for index in range(streams):
+            try:
+                await self.redis.xgroup_create(keys.command_stream(index), keys.COMMAND_GROUP, id="0", mkstream=True)
+            except ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
+
+    # ---- state -------------------------------------------------------------------------------
+
+    @staticmethod
+    def state_key(record: SessionRecord) -> str:
+        return keys.session_snapshot(record.partition, record.session_id)
+
+    @staticmethod
+    def parse_loaded(values: list) -> Loaded:
+        version, snapshot = values
+        return Loaded(SessionState.from_json(snapshot), int(version or 0))
+
+    async def load(self, record: SessionRecord) -> Loaded:
+        return self.parse_loaded(await self.redis.hmget(self.state_key(record), "version", "snapshot"))
+
+    async def load_mail(self, record: SessionRecord) -> dict[str, MailItem]:
+        raw = await self.redis.hgetall(keys.session_mail(record.partition, record.session_id))
+        return {k.decode(): MailItem.from_json(v) for k, v in raw.items()}
+
+    async def idempotency_record(self, partition: int, digest: str) -> dict | None:
+        value = await self.redis.get(keys.idempotency(partition, digest))
+        return json.loads(value) if value else None
+
+    # ---- append ------------------------------------------------------------------------------
+
+    def prepare(
+        self,
+        record: SessionRecord,
+        loaded: Loaded,
+        new_events: list[ev.Event],
+        *,
+        mail: dict[str, MailItem] | None = None,
+        idempotency_digest: str | None = None,
+        idempotency_record: dict | None = None,
+        reserve_handle: bool = False,
+    ) -> PreparedAppend:
+        p, sid = record.partition, record.session_id
+        state = loaded.state
+        mail = dict(mail or {})
+        touched: list[str] = []
+        encoded: list[str] = []
+        for offset, event in enumerate(new_events, start=1):
+            state = evolve(state, event)
+            mail = evolve_mail(mail, event, loaded.version + offset)
+            if isinstance(event, (ev.ProducerMessageAccepted, ev.MessageEvent)):
+                touched.append(event.message_id)
+            encoded.extend(ev.encode(event))
+        changes: list[str] = []
+        for message_id in dict.fromkeys(touched):
+            item = mail.get(message_id)
+            changes.extend((message_id, item.to_json() if item else ""))
+        idem_key = keys.idempotency(p, idempotency_digest) if idempotency_digest else self.state_key(record)
+        key_list = [
+            keys.session_stream(p, sid),
+            self.state_key(record),
+            keys.session_mail(p, sid),
+            idem_key,
+            keys.tree_handles(p, record.root_session_id),
+            keys.tree_members(p, record.root_session_id),
+        ]
+        args: list[Any] = [
+            loaded.version,
+            state.to_json(),
+            json.dumps(idempotency_record, separators=(",", ":")) if idempotency_record else "",
+            self.config.idempotency_ttl_s,
+            record.handle if reserve_handle else "",
+            sid,
+            len(new_events),
+            *encoded,
+            len(changes) // 2,
+            *changes,
+        ]
+        return PreparedAppend(key_list, args, state, loaded.version + len(new_events))
+
+    def commit_call(self, prepared: PreparedAppend, pipe) -> None:
+        pipe.evalsha(COMMIT_SHA, len(prepared.keys), *prepared.keys, *prepared.args)
+
+    async def load_scripts(self) -> None:
+        await self.redis.script_load(COMMIT_LUA)
+
+    async def run_pipeline(self, build) -> list:
+        """Run the commands ``build(pipe)`` adds, in one round trip, ending with the durability wait.
+
+        A server that lost its script cache (it restarted) answers NOSCRIPT and
+        changes nothing; the scripts are loaded and the same commands run again.
+        """
+        for attempt in range(2):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                build(pipe)
+                self.add_durability_wait(pipe)
+                replies = await pipe.execute(raise_on_error=False)
+            if attempt == 0 and any(isinstance(r, NoScriptError) for r in replies):
+                await self.load_scripts()
+                continue
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
+            return replies
+        raise AssertionError("unreachable")
+
+    async def append(self, prepared: PreparedAppend) -> AppendResult:
+        replies = await self.run_pipeline(lambda pipe: self.commit_call(prepared, pipe))
+        return parse_append(replies[0])
+
+    def add_durability_wait(self, pipe) -> None:
+        """Under the durable profile, the pipeline ends with WAITAOF: success only after the local fsync."""
+        if self.config.profile == "durable":
+            pipe.execute_command("WAITAOF", 1, 0, 0)
+
+    # ---- read --------------------------------------------------------------------------------
+
+    async def read(
+        self, record: SessionRecord, after: int = 0, count: int | None = None
+    ) -> list[tuple[int, ev.Event]]:
+        """Events after position ``after``, in order; unknown types are skipped."""
+        entries = await self.redis.xrange(
+            keys.session_stream(record.partition, record.session_id), min=f"({after}-0", count=count
+        )
+        out = []
+        for entry_id, fields in entries:
+            event = ev.decode(fields[b"type"].decode(), fields[b"data"])
+            if event is not None:
+                out.append((int(entry_id.split(b"-")[0]), event))
+        return out
+
+    async def read_at(self, record: SessionRecord, seqs: list[int]) -> dict[int, ev.Event]:
+        stream = keys.session_stream(record.partition, record.session_id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for seq in seqs:
+                pipe.xrange(stream, min=f"{seq}-0", max=f"{seq}-0")
+            replies = await pipe.execute()
+        out = {}
+        for seq, entries in zip(seqs, replies):
+            for _, fields in entries:
+                event = ev.decode(fields[b"type"].decode(), fields[b"data"])
+                if event is not None:
+                    out[seq] = event
+        return out

@@ -1,0 +1,186 @@
+"""Deciding a batch of SendMessage commands: load, decide, append atomically, answer.
+
+Commands of one batch are decided in order against an in-memory copy of each
+recipient's state, so several sends to one recipient chain their expected
+versions in one pipeline. A version conflict (another worker appended first)
+sends the command round again with freshly loaded state; nothing here is
+trusted across rounds, so any number of workers may race.
+"""
+
+import json
+import time
+from dataclasses import dataclass
+
+from treemail import ids, keys
+from treemail.config import MessagingConfig
+from treemail.mail import decider as d
+from treemail.mail.commands import SendArguments, SendContext, SendMessage
+from treemail.mail.state import SessionState
+
+from .approvals import ApprovalStore
+from .eventstore import EventStore, Loaded, parse_append
+
+UNREGISTERED = Loaded(SessionState(), 0)
+
+
+def parse_command(fields: dict) -> SendMessage:
+    data = json.loads(fields)
+    sid, run, call = data["ctx"]
+    to, body, mode = data["args"]
+    return SendMessage(data["id"], SendContext(sid, run, call), SendArguments(to, body, mode), data["reply_to"])
+
+
+def encode_command(command: SendMessage) -> str:
+    c, a = command.context, command.arguments
+    return json.dumps(
+        {
+            "id": command.command_id,
+            "ctx": [c.session_id, c.run_id, c.tool_call_id],
+            "args": [a.to, a.body, a.mode],
+            "reply_to": command.reply_to,
+        },
+        separators=(",", ":"),
+    )
+
+
+@dataclass
+class _Work:
+    command: SendMessage
+    sender: d.SessionRecord | None = None
+    target: d.Target | None = None
+    digest: str = ""
+
+
+class SendDecider:
+    def __init__(self, store: EventStore, approvals: ApprovalStore, config: MessagingConfig) -> None:
+        self.store = store
+        self.approvals = approvals
+        self.config = config
+
+    async def decide(self, commands: list[SendMessage]) -> dict[str, dict]:
+        """Decide every command; returns command id -> outcome. Appends are durable on return."""
+        outcomes: dict[str, dict] = {}
+        work = [_Work(c, digest=d.idempotency_digest(c.context)) for c in commands]
+        while work:
+            work = await self._round(work, outcomes)
+        return outcomes
+
+    async def _resolve(self, work: list[_Work]) -> None:
+        senders = await self.store.directory_many([w.command.context.session_id for w in work])
+        uuid_targets = [w.command.arguments.to for w in work if ids.is_uuid(w.command.arguments.to)]
+        by_uuid = await self.store.directory_many([t.lower() for t in uuid_targets])
+        handle_ids: dict[tuple, str | None] = {}
+        for w in work:
+            w.sender = senders[w.command.context.session_id]
+            to = w.command.arguments.to
+            if ids.is_uuid(to):
+                record = by_uuid[to.lower()]
+                w.target = d.NoSuchSession(to) if record is None else record
+            elif w.sender is not None and ids.HANDLE_PATTERN.match(to):
+                key = (w.sender.partition, w.sender.root_session_id, to)
+                if key not in handle_ids:
+                    handle_ids[key] = await self.store.handle_owner(*key)
+                w.target = handle_ids[key]
+            else:
+                w.target = d.NoSuchHandle(to)
+        resolved = await self.store.directory_many([t for w in work if isinstance(t := w.target, str)])
+        for w in work:
+            if isinstance(w.target, str):
+                w.target = resolved[w.target] or d.NoSuchHandle(w.command.arguments.to)
+            elif w.target is None:
+                w.target = d.NoSuchHandle(w.command.arguments.to)
+            if isinstance(w.target, d.NoSuchHandle) and w.sender is not None:
+                # The error repairs itself: it lists who the sender can address.
+                w.target = d.NoSuchHandle(w.target.reference, await self._peers(w.sender))
+
+    async def _load(self, work: list[_Work]) -> tuple[dict[str, Loaded], dict[str, dict | None]]:
+        records: dict[str, d.SessionRecord] = {}
+        for w in work:
+            if w.sender is not None:
+                records[w.sender.session_id] = w.sender
+            if isinstance(w.target, d.SessionRecord):
+                records[w.target.session_id] = w.target
+        async with self.store.redis.pipeline(transaction=False) as pipe:
+            for record in records.values():
+                pipe.hmget(self.store.state_key(record), "version", "snapshot")
+            for w in work:
+                pipe.get(keys.idempotency(w.sender.partition if w.sender else 0, w.digest))
+            replies = await pipe.execute()
+        loaded = {sid: self.store.parse_loaded(r) for sid, r in zip(records, replies)}
+        idem = {w.command.command_id: (json.loads(r) if r else None) for w, r in zip(work, replies[len(records):])}
+        return loaded, idem
+
+    async def _peers(self, sender: d.SessionRecord) -> list[d.Peer]:
+        members = await self.store.tree_members(sender.partition, sender.root_session_id)
+        records = await self.store.directory_many([m for m in members if m != sender.session_id])
+        present = [r for r in records.values() if r is not None]
+        states = [await self.store.load(r) for r in present]
+        return [d.Peer(r, s.state.status) for r, s in zip(present, states)]
+
+    def _decide_one(self, w: _Work, loaded: dict[str, Loaded], idem: dict, approval: d.Approval) -> d.Decision:
+        c = w.command
+        sender_state = loaded[w.sender.session_id].state if w.sender else SessionState()
+        target = w.target
+        if isinstance(target, d.SessionRecord):
+            target = d.Found(target, loaded[target.session_id].state)
+        return d.decide_send(
+            c.context,
+            c.arguments,
+            w.sender,
+            sender_state,
+            target,
+            self.config,
+            idempotency_record=idem[c.command_id],
+            approval=approval,
+            message_id=ids.uuid7(),
+            now=time.time(),
+        )
+
+    async def _round(self, work: list[_Work], outcomes: dict[str, dict]) -> list[_Work]:
+        await self._resolve(work)
+        loaded, idem = await self._load(work)
+        committing: list[tuple[_Work, d.Accepted | d.Refused]] = []
+        prepared_appends = []
+        for w in work:
+            decision = self._decide_one(w, loaded, idem, d.Approval())
+            if isinstance(decision, d.NeedsApproval):
+                approval = await self.approvals.status_for(w.sender, w.digest, decision.label)
+                decision = self._decide_one(w, loaded, idem, approval)
+                if isinstance(decision, d.NeedsApproval):
+                    outcomes[w.command.command_id] = await self.approvals.request(w.command, w.sender, w.target, decision.label, w.digest)
+                    continue
+            match decision:
+                case d.Replayed() | d.Refused(recorded=False):
+                    outcomes[w.command.command_id] = d.outcome_of(decision)
+                case d.Refused() | d.Accepted():
+                    recipient = w.target
+                    events = decision.events if isinstance(decision, d.Accepted) else []
+                    record = {"fp": d.fingerprint(w.command.arguments), "outcome": d.outcome_of(decision)}
+                    prepared = self.store.prepare(
+                        recipient,
+                        loaded[recipient.session_id],
+                        events,
+                        idempotency_digest=w.digest,
+                        idempotency_record=record,
+                    )
+                    prepared_appends.append(prepared)
+                    loaded[recipient.session_id] = Loaded(prepared.state, prepared.version)
+                    committing.append((w, decision))
+        if not committing:
+            return []
+
+        def build(pipe) -> None:
+            for prepared in prepared_appends:
+                self.store.commit_call(prepared, pipe)
+
+        replies = await self.store.run_pipeline(build)
+        retry: list[_Work] = []
+        for (w, decision), reply in zip(committing, replies):
+            result = parse_append(reply)
+            if result.status == "ok":
+                outcomes[w.command.command_id] = d.outcome_of(decision)
+            elif result.status == "dup":
+                outcomes[w.command.command_id] = d.outcome_of(d.replay(result.record, w.command.arguments))
+            else:
+                retry.append(w)
+        return retry

@@ -1,0 +1,1 @@
+"""What publishes commands: the send_message tool adapter and the command client."""

@@ -1,0 +1,83 @@
+"""The command client: publish a SendMessage to a command stream and wait for its decision.
+
+Each client owns a reply list; one background task BLPOPs it and hands each
+answer to the send waiting for it. A send that gets no answer before its
+deadline, or that is still waiting when the client closes, is answered with
+send_message:engine_shutdown: the command may still be decided, and because
+the idempotency key is the tool call, retrying that tool call is safe.
+"""
+
+import asyncio
+import contextlib
+import json
+import zlib
+
+from redis.asyncio import Redis
+
+from treemail import ids, keys
+from treemail.config import ServiceConfig
+from treemail.mail.commands import SendArguments, SendContext, SendMessage
+
+from consumers.sends import encode_command
+
+from .send_message import engine_shutdown
+
+
+class CommandClient:
+    def __init__(self, redis: Redis, listener: Redis, config: ServiceConfig) -> None:
+        self.redis = redis
+        self._listener = listener
+        self.config = config
+        self.client_id = ids.uuid7()
+        self._waiting: dict[str, asyncio.Future] = {}
+        self._closing = False
+        self._task = asyncio.create_task(self._listen())
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    def stream_for(self, context: SendContext) -> str:
+        # One sender's commands always use one stream: they are decided in order.
+        index = zlib.crc32(context.session_id.encode()) % self.config.command_streams
+        return keys.command_stream(index)
+
+    async def request(self, context: SendContext, arguments: SendArguments) -> dict:
+        if self._closing:
+            return engine_shutdown("the engine is shutting down")
+        command = SendMessage(ids.uuid7(), context, arguments, self.client_id)
+        future = asyncio.get_running_loop().create_future()
+        self._waiting[command.command_id] = future
+        try:
+            await self.redis.xadd(self.stream_for(context), {"__data__": encode_command(command)})
+            return await asyncio.wait_for(future, self.config.decision_timeout_s)
+        except asyncio.TimeoutError:
+            return engine_shutdown(f"no decision within {self.config.decision_timeout_s:g} s")
+        finally:
+            self._waiting.pop(command.command_id, None)
+
+    async def _listen(self) -> None:
+        reply_key = keys.reply_list(self.client_id)
+        while not self._closing:
+            try:
+                item = await self._listener.blpop([reply_key], timeout=1)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - a dropped connection: retry, the deadline covers the sender
+                await asyncio.sleep(0.2)
+                continue
+            if item is None:
+                continue
+            answer = json.loads(item[1])
+            future = self._waiting.get(answer.pop("command_id"))
+            if future is not None and not future.done():
+                future.set_result(answer)
+
+    async def close(self) -> None:
+        self._closing = True
+        for future in self._waiting.values():
+            if not future.done():
+                future.set_result(engine_shutdown("the engine is shutting down"))
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task

@@ -1,0 +1,10 @@
+async def test_parent_sends_to_child(stack, calls):
+    root = await stack.register_root("planner", "plans", rules={"child": "allow"})
+    child = await stack.register_child(root.session_id, "explore", "reads code", rules={"parent": "allow"})
+    result = await stack.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "hello"})
+    assert set(result) == {"message_id", "mode", "recipient_state"}, result
+    assert result["recipient_state"] == "queued"
+    history = await stack.history(child.session_id)
+    assert [type(e).__name__ for _, e in history] == [
+        "SessionRegistered", "ProducerRegistered", "ProducerMessageAccepted"
+    ]

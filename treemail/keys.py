@@ -1,0 +1,83 @@
+"""Every Redis key treemail uses, in one place.
+
+A tree's keys share the hash tag of the tree's partition, ``{p<N>}``: a send, a
+lifecycle transition and its idempotency record are one atomic step on one
+hash slot, on a single server and on a Redis/Valkey Cluster alike. The
+directory (session id -> origin) is written once at registration and only read
+afterwards, so it may live in any slot.
+"""
+
+import zlib
+
+PREFIX = "tm"
+
+
+def partition_of(root_session_id: str, partitions: int) -> int:
+    return zlib.crc32(root_session_id.encode()) % partitions
+
+
+def tag(partition: int) -> str:
+    return f"{{p{partition}}}"
+
+
+def session_stream(partition: int, session_id: str) -> str:
+    return f"{PREFIX}:{tag(partition)}:s:{session_id}:events"
+
+
+def session_snapshot(partition: int, session_id: str) -> str:
+    return f"{PREFIX}:{tag(partition)}:s:{session_id}:state"
+
+
+def session_mail(partition: int, session_id: str) -> str:
+    return f"{PREFIX}:{tag(partition)}:s:{session_id}:mail"
+
+
+def tree_handles(partition: int, root_session_id: str) -> str:
+    return f"{PREFIX}:{tag(partition)}:t:{root_session_id}:handles"
+
+
+def tree_members(partition: int, root_session_id: str) -> str:
+    return f"{PREFIX}:{tag(partition)}:t:{root_session_id}:members"
+
+
+def tree_grants(partition: int, root_session_id: str) -> str:
+    return f"{PREFIX}:{tag(partition)}:t:{root_session_id}:grants"
+
+
+def idempotency(partition: int, key_digest: str) -> str:
+    return f"{PREFIX}:{tag(partition)}:idem:{key_digest}"
+
+
+def approval(partition: int, request_id: str) -> str:
+    return f"{PREFIX}:{tag(partition)}:approval:{request_id}"
+
+
+def approval_by_key(partition: int, key_digest: str) -> str:
+    return f"{PREFIX}:{tag(partition)}:approval-key:{key_digest}"
+
+
+def directory(session_id: str) -> str:
+    return f"{PREFIX}:dir:{session_id}"
+
+
+def approvals_pending() -> str:
+    return f"{PREFIX}:approvals:pending"
+
+
+def approval_partition(request_id: str) -> str:
+    return f"{PREFIX}:approval-partition:{request_id}"
+
+
+def command_stream(index: int) -> str:
+    return f"{PREFIX}:cmd:{{c{index}}}"
+
+
+def reply_list(client_id: str) -> str:
+    return f"{PREFIX}:reply:{client_id}"
+
+
+COMMAND_GROUP = "treemail-workers"
+
+
+def approval_notify(request_id: str) -> str:
+    return f"{PREFIX}:approval-notify:{request_id}"

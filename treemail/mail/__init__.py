@@ -1,0 +1,1 @@
+"""The session stream category: events, commands, state and the pure decider."""

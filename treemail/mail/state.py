@@ -1,0 +1,154 @@
+"""Fold of a session stream: ``initial``, ``evolve``. Pure.
+
+Two read models come out of one stream and are kept beside it as snapshots:
+``SessionState`` (small counters every send decision needs) and the session's
+pending mail (one ``MailItem`` per message not yet consumed or discarded).
+Both can be rebuilt by folding the stream from the start.
+"""
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+
+from . import events as ev
+
+PENDING_STATES = ("accepted", "admitted", "claimed", "released")
+
+
+@dataclass(frozen=True)
+class SessionState:
+    registered: bool = False
+    status: str = "queued"
+    current_run: str | None = None
+    # Pending agent mail addressed to this session (the inbox cap counts these).
+    pending_agent: int = 0
+    # sender session id -> unacknowledged agent mail from it (the pair window).
+    pair_inflight: dict[str, int] = field(default_factory=dict)
+    # Producer ids already registered on this session (one per sending agent).
+    producers: frozenset[str] = frozenset()
+    # run id -> highest hop of agent mail that run observed (admitted, claimed, consumed).
+    run_hops: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["producers"] = sorted(self.producers)
+        return json.dumps(data, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str | bytes | None) -> "SessionState":
+        if not text:
+            return INITIAL
+        data = json.loads(text)
+        data["producers"] = frozenset(data.get("producers", ()))
+        return cls(**data)
+
+
+INITIAL = SessionState()
+
+
+@dataclass(frozen=True)
+class MailItem:
+    message_id: str
+    owner: str
+    sender_session_id: str | None
+    agent_hop: int
+    mode: str
+    state: str
+    run_id: str | None
+    # Position of the ProducerMessageAccepted event in the stream (the body lives there).
+    seq: int
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> "MailItem":
+        return cls(**json.loads(text))
+
+
+def _counted(owner: str) -> bool:
+    return owner == "agent"
+
+
+def _observe(state: SessionState, event: ev.MessageEvent) -> dict[str, int]:
+    if not _counted(event.owner) or event.run_id is None:
+        return state.run_hops
+    hops = dict(state.run_hops)
+    hops[event.run_id] = max(hops.get(event.run_id, -1), event.agent_hop)
+    return hops
+
+
+def _drain(state: SessionState, event: ev.MessageEvent) -> SessionState:
+    """Done mail frees its inbox slot and its pair-window slot."""
+    if not _counted(event.owner):
+        return state
+    pairs = dict(state.pair_inflight)
+    left = pairs.get(event.sender_session_id, 0) - 1
+    if left > 0:
+        pairs[event.sender_session_id] = left
+    else:
+        pairs.pop(event.sender_session_id, None)
+    return replace(state, pending_agent=max(0, state.pending_agent - 1), pair_inflight=pairs)
+
+
+def evolve(state: SessionState, event: ev.Event) -> SessionState:
+    match event:
+        case ev.SessionRegistered(status=status):
+            return replace(state, registered=True, status=status)
+        case ev.SessionStatusChanged(status=status):
+            return replace(state, status=status)
+        case ev.SessionRunStarted(run_id=run_id):
+            return replace(state, status="running", current_run=run_id)
+        case ev.SessionRunFinished(run_id=run_id):
+            hops = {k: v for k, v in state.run_hops.items() if k != run_id}
+            current = None if state.current_run == run_id else state.current_run
+            return replace(state, current_run=current, run_hops=hops)
+        case ev.ProducerRegistered(producer_id=producer_id):
+            return replace(state, producers=state.producers | {producer_id})
+        case ev.ProducerMessageAccepted(owner=owner, sender_session_id=sender) if _counted(owner):
+            pairs = dict(state.pair_inflight)
+            pairs[sender] = pairs.get(sender, 0) + 1
+            return replace(state, pending_agent=state.pending_agent + 1, pair_inflight=pairs)
+        case ev.ProducerMessageConsumed():
+            return _drain(replace(state, run_hops=_observe(state, event)), event)
+        case ev.ProducerMessageDiscarded():
+            return _drain(state, event)
+        case ev.ProducerMessageAdmitted() | ev.ProducerMessageClaimed():
+            return replace(state, run_hops=_observe(state, event))
+        case _:
+            return state
+
+
+def fold(events, state: SessionState = INITIAL) -> SessionState:
+    for event in events:
+        state = evolve(state, event)
+    return state
+
+
+def evolve_mail(mail: dict[str, MailItem], event: ev.Event, seq: int) -> dict[str, MailItem]:
+    """The pending-mail view after one event at stream position ``seq``; mutates and returns ``mail``."""
+    match event:
+        case ev.ProducerMessageAccepted():
+            mail[event.message_id] = MailItem(
+                message_id=event.message_id,
+                owner=event.owner,
+                sender_session_id=event.sender_session_id,
+                agent_hop=event.agent_hop,
+                mode=event.mode,
+                state="accepted",
+                run_id=None,
+                seq=seq,
+            )
+        case ev.ProducerMessageAdmitted() | ev.ProducerMessageClaimed() | ev.ProducerMessageReleased():
+            item = mail.get(event.message_id)
+            if item is not None:
+                new_state = {
+                    ev.ProducerMessageAdmitted: "admitted",
+                    ev.ProducerMessageClaimed: "claimed",
+                    ev.ProducerMessageReleased: "released",
+                }[type(event)]
+                mail[event.message_id] = replace(item, state=new_state, run_id=event.run_id)
+        case ev.ProducerMessageConsumed() | ev.ProducerMessageDiscarded():
+            mail.pop(event.message_id, None)
+        case _:
+            pass
+    return mail

@@ -1,0 +1,81 @@
+"""Relationship-labelled message permissions: label, match, visibility. Pure.
+
+Rules come from the agent document: ``{"child": "allow", "sibling": "ask",
+"*": "deny"}``, or a bare effect meaning ``{"*": effect}``. The label is the
+recipient's relationship to the sender.
+"""
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+Effect = Literal["allow", "ask", "deny"]
+EFFECTS = ("allow", "ask", "deny")
+Label = Literal["parent", "child", "sibling", "*"]
+
+Rules = list[tuple[str, str]]
+
+
+class InvalidRules(ValueError):
+    pass
+
+
+def normalize_rules(rules: str | Mapping[str, str] | Sequence[Sequence[str]] | None) -> Rules:
+    """Rules as an ordered list of (pattern, effect); declaration order is the last tie-break."""
+    if rules is None:
+        return []
+    if isinstance(rules, str):
+        pairs: list[tuple[str, str]] = [("*", rules)]
+    elif isinstance(rules, Mapping):
+        pairs = [(str(k), v) for k, v in rules.items()]
+    else:
+        pairs = [tuple(pair) for pair in rules]  # type: ignore[misc]
+    for pattern, effect in pairs:
+        if effect not in EFFECTS:
+            raise InvalidRules(f"message rule {pattern!r}: effect must be one of {EFFECTS}, got {effect!r}")
+        if not pattern:
+            raise InvalidRules("message rule pattern must not be empty")
+    return [(p, e) for p, e in pairs]
+
+
+@dataclass(frozen=True)
+class Origin:
+    session_id: str
+    parent_session_id: str | None
+
+
+def relationship(sender: Origin, recipient: Origin) -> Label:
+    if sender.parent_session_id is not None and recipient.session_id == sender.parent_session_id:
+        return "parent"
+    if recipient.parent_session_id == sender.session_id:
+        return "child"
+    if sender.parent_session_id is not None and recipient.parent_session_id == sender.parent_session_id:
+        return "sibling"
+    return "*"
+
+
+def _matches(pattern: str, label: str) -> bool:
+    regex = "".join(".*" if ch == "*" else ("." if ch == "?" else re.escape(ch)) for ch in pattern)
+    return re.fullmatch(regex, label) is not None
+
+
+def _specificity(pattern: str) -> tuple[int, int]:
+    wildcards = sum(1 for ch in pattern if ch in "*?")
+    return len(pattern) - wildcards, -wildcards
+
+
+def evaluate(rules: Rules, label: str) -> Effect:
+    """More literal characters win, then fewer wildcards, then the later declaration; default deny."""
+    best: tuple[tuple[int, int, int], str] | None = None
+    for index, (pattern, effect) in enumerate(rules):
+        if _matches(pattern, label):
+            rank = (*_specificity(pattern), index)
+            if best is None or rank > best[0]:
+                best = (rank, effect)
+    return best[1] if best else "deny"  # type: ignore[return-value]
+
+
+def tool_visible(rules: Rules) -> bool:
+    """Deny by default: the tool exists for a session only if some rule can let a send through."""
+    return any(effect in ("allow", "ask") for _, effect in rules)
