@@ -13,6 +13,7 @@ import json
 import zlib
 
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from treemail import ids, keys
 from treemail.config import ServiceConfig
@@ -53,6 +54,8 @@ class CommandClient:
             return await asyncio.wait_for(future, self.config.decision_timeout_s)
         except asyncio.TimeoutError:
             return engine_shutdown(f"no decision within {self.config.decision_timeout_s:g} s")
+        except RedisError as exc:
+            return engine_shutdown(f"the message service is unreachable ({type(exc).__name__})")
         finally:
             self._waiting.pop(command.command_id, None)
 

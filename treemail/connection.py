@@ -9,7 +9,11 @@ from .errors import RedisUnavailable
 
 
 async def connect(url: str, config: ServiceConfig) -> aioredis.Redis:
-    client = aioredis.Redis.from_url(url, socket_connect_timeout=2, health_check_interval=30)
+    # A blocking pool: a burst of concurrent sends waits for a connection instead of failing.
+    pool = aioredis.BlockingConnectionPool.from_url(
+        url, max_connections=64, timeout=None, socket_connect_timeout=2, health_check_interval=30
+    )
+    client = aioredis.Redis(connection_pool=pool)
     try:
         async for attempt in AsyncRetrying(
             stop=stop_after_attempt(config.connect_attempts),

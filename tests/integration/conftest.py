@@ -62,3 +62,63 @@ class Calls:
 @pytest.fixture
 def calls() -> Calls:
     return Calls()
+
+
+WORKER_ENV = {
+    "TREEMAIL_SERVICE_COMMAND_STREAMS": "2",
+    "TREEMAIL_SERVICE_RECLAIM_IDLE_MS": "500",
+}
+
+
+def messaging_env(**messaging) -> dict[str, str]:
+    return {f"TREEMAIL_MESSAGING_{k.upper()}": str(v).lower() if isinstance(v, bool) else str(v)
+            for k, v in messaging.items()}
+
+
+async def wait_for_consumers(url: str, count: int, timeout: float = 20.0) -> None:
+    import time
+
+    from treemail import keys
+
+    client = aioredis.Redis.from_url(url)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                consumers = await client.xinfo_consumers(keys.command_stream(0), keys.COMMAND_GROUP)
+            except Exception:  # noqa: BLE001 - the group does not exist yet
+                consumers = []
+            if len(consumers) >= count:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"only {len(consumers)} of {count} workers came up")
+            await asyncio.sleep(0.05)
+    finally:
+        await client.aclose()
+
+
+@contextlib.asynccontextmanager
+async def worker_processes(url: str, count: int, **messaging):
+    """Real `treemail worker` processes, as operators run them."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "REDIS_URL": url, **WORKER_ENV, **messaging_env(**messaging)}
+    pool = [
+        subprocess.Popen([sys.executable, "-m", "treemail.cli", "worker"], env=env, start_new_session=True)
+        for _ in range(count)
+    ]
+    try:
+        await wait_for_consumers(url, count)
+        yield pool
+    finally:
+        for process in pool:
+            if process.poll() is None:
+                process.terminate()
+        for process in pool:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
