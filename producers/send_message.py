@@ -50,12 +50,20 @@ def _invalid(message: str) -> Rejected:
     return Rejected(Code.INVALID_ARGUMENTS, message)
 
 
+def _is_unicode_text(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def parse_arguments(raw: Any) -> SendArguments:
     """Strict: the model's JSON object (or its text) with exactly to, body and optionally mode."""
     if isinstance(raw, (str, bytes, bytearray)):
         try:
             raw = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             raise _invalid("arguments are not a JSON object") from None
     if not isinstance(raw, Mapping):
         raise _invalid("arguments must be a JSON object with `to`, `body` and optional `mode`")
@@ -69,6 +77,9 @@ def parse_arguments(raw: Any) -> SendArguments:
             raise _invalid(f"missing required argument `{name}`")
         if not isinstance(raw[name], str):
             raise _invalid(f"`{name}` must be a string")
+        if not _is_unicode_text(raw[name]):
+            # A JSON "\ud800" escape decodes to a lone surrogate, which no UTF-8 store or byte count accepts.
+            raise _invalid(f"`{name}` is not valid Unicode text (it contains a lone surrogate)")
     mode = raw.get("mode", "steer")
     if mode not in MODES:
         raise _invalid("`mode` must be \"steer\" or \"queue\"")

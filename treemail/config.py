@@ -86,13 +86,18 @@ def load_config(path: str | Path | None = None, environ: dict[str, str] | None =
     raw: dict[str, Any] = {}
     if path:
         try:
-            raw = tomllib.loads(Path(path).read_text())
+            # TOML is UTF-8 by definition, whatever the locale.
+            raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ConfigError(f"config file {path} does not exist") from None
-        except tomllib.TOMLDecodeError as exc:
+        except OSError as exc:
+            raise ConfigError(f"config file {path} cannot be read: {exc.strerror or exc}") from None
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
     for table, values in _env_overrides(environ).items():
         if values:
+            if not isinstance(raw.get(table, {}), dict):
+                raise ConfigError(f"config file {path}: `{table}` must be a table ([{table}])")
             merged = dict(raw.get(table) or {})
             merged.update(values)
             raw[table] = merged

@@ -1,0 +1,482 @@
+"""decide_send: every refusal code, the guards at their boundaries, idempotency, approvals. Pure."""
+
+from dataclasses import replace
+
+import pytest
+
+from treemail.errors import Code
+from treemail.mail import events as ev
+from treemail.mail import state as st
+from treemail.mail.commands import SendArguments
+from treemail.mail.decider import (
+    Accepted,
+    Approval,
+    Found,
+    NeedsApproval,
+    NoSuchHandle,
+    NoSuchSession,
+    Peer,
+    Refused,
+    Replayed,
+    decide_inject,
+    fingerprint,
+    outcome_of,
+)
+
+from .builders import (
+    NOBODY_ID,
+    accepted,
+    admitted,
+    claimed,
+    config,
+    consumed,
+    discarded,
+    found,
+    registered,
+    released,
+    run_finished,
+    run_started,
+    send,
+    status_changed,
+    tree,
+)
+
+
+def refused_code(decision) -> Code:
+    assert isinstance(decision, Refused), decision
+    return decision.code
+
+
+# ---- happy path ------------------------------------------------------------------------------
+
+
+def test_an_allowed_send_to_a_child_is_accepted_with_its_events_and_result():
+    t = tree()
+    decision = send(t.root, found(t.child), body="look at src/", mode="queue", message_id="m-42")
+
+    assert isinstance(decision, Accepted)
+    registered_producer, message = decision.events
+    assert registered_producer == ev.ProducerRegistered(
+        at=1.0, producer_id=f"agent:{t.root.session_id}", owner="agent", sender_session_id=t.root.session_id
+    )
+    assert isinstance(message, ev.ProducerMessageAccepted)
+    assert message.message_id == "m-42"
+    assert message.sender_session_id == t.root.session_id
+    assert message.sender_handle == t.root.handle
+    assert (message.body, message.mode, message.agent_hop) == ("look at src/", "queue", 0)
+    assert (message.run_id, message.tool_call_id) == ("run-1", "call-1")
+    assert decision.result == {"message_id": "m-42", "mode": "queue", "recipient_state": "running"}
+    assert outcome_of(decision) == {"ok": decision.result}
+
+
+# ---- disabled --------------------------------------------------------------------------------
+
+
+def test_disabled_refuses_even_when_rules_allow():
+    t = tree(rules=[("*", "allow")])
+    decision = send(t.root, found(t.child), cfg=config(enabled=False))
+    assert refused_code(decision) is Code.DISABLED
+    assert outcome_of(decision)["error"]["code"] == "send_message:disabled"
+
+
+# ---- body ------------------------------------------------------------------------------------
+
+
+def test_empty_body_is_invalid():
+    t = tree()
+    assert refused_code(send(t.root, found(t.child), body="")) is Code.INVALID_BODY
+
+
+@pytest.mark.parametrize(
+    "body, limit, ok",
+    [
+        ("a" * 10, 10, True),
+        ("a" * 11, 10, False),
+        ("é" * 5, 10, True),  # 5 characters, 10 UTF-8 bytes
+        ("é" * 5 + "a", 10, False),  # 6 characters, 11 bytes
+        ("é" * 6, 11, False),  # 12 bytes though only 6 characters
+        ("🙂", 4, True),
+        ("🙂", 3, False),
+    ],
+)
+def test_body_limit_counts_utf8_bytes_and_is_inclusive(body, limit, ok):
+    t = tree()
+    decision = send(t.root, found(t.child), body=body, cfg=config(max_body_bytes=limit))
+    if ok:
+        assert isinstance(decision, Accepted)
+    else:
+        assert refused_code(decision) is Code.INVALID_BODY
+        assert f"{len(body.encode())} bytes" in decision.message
+
+
+@pytest.mark.parametrize("body", ["", "a", "é", "x" * 1000])
+def test_max_body_bytes_zero_rejects_every_send(body):
+    t = tree()
+    assert refused_code(send(t.root, found(t.child), body=body, cfg=config(max_body_bytes=0))) is Code.INVALID_BODY
+
+
+# ---- addressing ------------------------------------------------------------------------------
+
+
+def test_a_uuid_naming_no_session_is_unknown_session():
+    t = tree()
+    decision = send(t.root, NoSuchSession(NOBODY_ID), to=NOBODY_ID)
+    assert refused_code(decision) is Code.UNKNOWN_SESSION
+    assert NOBODY_ID in decision.message
+
+
+def test_a_found_record_whose_stream_is_not_registered_is_unknown_session():
+    t = tree()
+    decision = send(t.root, Found(t.child, st.INITIAL))
+    assert refused_code(decision) is Code.UNKNOWN_SESSION
+
+
+def test_an_unregistered_sender_is_unknown_session():
+    t = tree()
+    assert refused_code(send(None, found(t.child))) is Code.UNKNOWN_SESSION
+    assert refused_code(send(t.root, found(t.child), sender_events=())) is Code.UNKNOWN_SESSION
+
+
+def test_an_unknown_handle_lists_the_addressable_peers_for_self_repair():
+    t = tree()
+    peers = [Peer(t.child, "running"), Peer(t.sibling, "idle")]
+    decision = send(t.root, NoSuchHandle("explore_deadbeef", peers), to="explore_deadbeef")
+
+    assert refused_code(decision) is Code.UNKNOWN_SESSION
+    assert "unknown subagent reference `explore_deadbeef`" in decision.message
+    for peer in peers:
+        line = (
+            f"{peer.record.handle} — {peer.record.description} — {peer.status} "
+            f"(session_id {peer.record.session_id})"
+        )
+        assert f"- {line}" in decision.message.splitlines()
+
+
+def test_an_unknown_handle_with_no_peers_says_so():
+    t = tree()
+    decision = send(t.root, NoSuchHandle("nobody_00000000", []), to="nobody_00000000")
+    assert refused_code(decision) is Code.UNKNOWN_SESSION
+    assert "no addressable peers" in decision.message
+
+
+def test_a_session_of_another_tree_is_not_a_tree_peer():
+    t = tree()
+    assert refused_code(send(t.root, found(t.stranger))) is Code.NOT_TREE_PEER
+
+
+def test_sending_to_yourself_is_refused():
+    t = tree()
+    assert refused_code(send(t.child, found(t.child))) is Code.SELF_SEND
+
+
+# ---- inbox cap -------------------------------------------------------------------------------
+
+
+def test_inbox_full_at_the_pending_cap():
+    t = tree()
+    senders = [t.root, t.sibling, t.grandchild]
+    history = [accepted(f"m-{i}", senders[i % 3]) for i in range(3)]
+    cfg = config(max_pending_per_session=3, max_inflight_per_pair=0)
+
+    decision = send(t.root, found(t.child, registered(t.child), *history), cfg=cfg)
+
+    assert refused_code(decision) is Code.INBOX_FULL
+    assert decision.recorded is True
+
+
+def test_inbox_cap_admits_up_to_the_cap():
+    t = tree()
+    history = [accepted(f"m-{i}", t.sibling) for i in range(2)]
+    cfg = config(max_pending_per_session=3, max_inflight_per_pair=0)
+    assert isinstance(send(t.root, found(t.child, registered(t.child), *history), cfg=cfg), Accepted)
+
+
+def test_injected_plugin_delegation_and_goal_mail_does_not_count_toward_the_inbox_cap():
+    t = tree()
+    cfg = config(max_pending_per_session=1)
+    recipient = [registered(t.child)]
+    for i, owner in enumerate(["plugin", "delegation", "goal", "plugin"]):
+        state = st.fold(recipient)
+        recipient += decide_inject(state, owner, f"note {i}", "queue", cfg, message_id=f"inj-{i}")
+
+    assert st.fold(recipient).pending_agent == 0
+    assert isinstance(send(t.root, found(t.child, *recipient), cfg=cfg), Accepted)
+
+
+@pytest.mark.parametrize("done", [consumed, discarded])
+def test_consumed_or_discarded_mail_frees_an_inbox_slot(done):
+    t = tree()
+    cfg = config(max_pending_per_session=1, max_inflight_per_pair=0)
+    full = [registered(t.child), accepted("m-0", t.sibling), claimed("m-0", t.sibling)]
+    assert refused_code(send(t.root, found(t.child, *full), cfg=cfg)) is Code.INBOX_FULL
+
+    freed = [*full, done("m-0", t.sibling)]
+    assert isinstance(send(t.root, found(t.child, *freed), cfg=cfg), Accepted)
+
+
+def test_released_mail_still_holds_its_inbox_slot():
+    t = tree()
+    cfg = config(max_pending_per_session=1, max_inflight_per_pair=0)
+    history = [registered(t.child), accepted("m-0", t.sibling), claimed("m-0", t.sibling), released("m-0", t.sibling)]
+    assert refused_code(send(t.root, found(t.child, *history), cfg=cfg)) is Code.INBOX_FULL
+
+
+# ---- pair window -----------------------------------------------------------------------------
+
+
+def test_a_window_of_four_admits_four_and_refuses_the_fifth():
+    t = tree()
+    cfg = config(max_inflight_per_pair=4)
+    recipient = [registered(t.child)]
+    for i in range(4):
+        decision = send(t.root, found(t.child, *recipient), cfg=cfg, message_id=f"m-{i}", tool_call_id=f"c-{i}")
+        assert isinstance(decision, Accepted), (i, decision)
+        recipient += decision.events
+
+    fifth = send(t.root, found(t.child, *recipient), cfg=cfg, message_id="m-4", tool_call_id="c-4")
+    assert refused_code(fifth) is Code.INFLIGHT_FULL
+    assert fifth.recorded is True
+
+
+def test_the_window_is_per_directed_pair():
+    t = tree()
+    cfg = config(max_inflight_per_pair=1)
+    recipient = [registered(t.child), accepted("m-0", t.root)]
+    assert refused_code(send(t.root, found(t.child, *recipient), cfg=cfg)) is Code.INFLIGHT_FULL
+    assert isinstance(send(t.grandchild, found(t.child, *recipient), cfg=cfg), Accepted)
+
+
+def test_a_window_of_zero_disables_the_pair_guard():
+    t = tree()
+    cfg = config(max_inflight_per_pair=0, max_pending_per_session=100)
+    recipient = [registered(t.child), *(accepted(f"m-{i}", t.root) for i in range(50))]
+    assert isinstance(send(t.root, found(t.child, *recipient), cfg=cfg), Accepted)
+
+
+@pytest.mark.parametrize("done", [consumed, discarded])
+def test_consumed_or_discarded_mail_frees_a_pair_window_slot(done):
+    t = tree()
+    cfg = config(max_inflight_per_pair=1)
+    full = [registered(t.child), accepted("m-0", t.root), claimed("m-0", t.root)]
+    assert refused_code(send(t.root, found(t.child, *full), cfg=cfg)) is Code.INFLIGHT_FULL
+    assert isinstance(send(t.root, found(t.child, *full, done("m-0", t.root)), cfg=cfg), Accepted)
+
+
+def test_released_mail_still_holds_its_pair_window_slot():
+    t = tree()
+    cfg = config(max_inflight_per_pair=1)
+    history = [registered(t.child), accepted("m-0", t.root), claimed("m-0", t.root), released("m-0", t.root)]
+    assert refused_code(send(t.root, found(t.child, *history), cfg=cfg)) is Code.INFLIGHT_FULL
+
+
+# ---- hops ------------------------------------------------------------------------------------
+
+
+def sender_with(record, *events):
+    return (registered(record), run_started("run-1"), *events)
+
+
+@pytest.mark.parametrize(
+    "observed, max_hops, ok",
+    [
+        ((), 1, True),  # hop 0
+        ((admitted("x", hop=2),), 3, True),  # hop 3 == max
+        ((admitted("x", hop=3),), 3, False),  # hop 4 > max
+        ((claimed("x", hop=3),), 3, False),
+        ((consumed("x", hop=3),), 3, False),
+        ((admitted("x", hop=50),), 0, True),  # disabled
+        ((admitted("x", hop=50),), -1, True),  # disabled
+    ],
+)
+def test_hop_limit_is_inclusive_and_non_positive_disables_it(observed, max_hops, ok):
+    t = tree()
+    observed = tuple(e.model_copy(update={"sender_session_id": t.sibling.session_id}) for e in observed)
+    decision = send(t.child, found(t.root), sender_events=sender_with(t.child, *observed), cfg=config(max_hops=max_hops))
+    if ok:
+        assert isinstance(decision, Accepted), decision
+    else:
+        assert refused_code(decision) is Code.MAX_HOPS_EXCEEDED
+        assert decision.recorded is True
+
+
+def hop_of(t, *sender_events, run_id="run-1"):
+    decision = send(t.child, found(t.root), sender_events=sender_with(t.child, *sender_events), run_id=run_id)
+    assert isinstance(decision, Accepted), decision
+    return decision.events[-1].agent_hop
+
+
+def test_a_run_that_observed_no_agent_mail_sends_hop_zero():
+    assert hop_of(tree()) == 0
+
+
+def test_hop_is_one_more_than_the_highest_hop_the_run_observed():
+    t = tree()
+    s = t.sibling
+    assert hop_of(t, admitted("a", s, hop=1), claimed("b", s, hop=4), consumed("c", s, hop=2)) == 5
+
+
+def test_releasing_observed_mail_does_not_lower_the_hop():
+    t = tree()
+    s = t.sibling
+    assert hop_of(t, accepted("a", s, hop=3), claimed("a", s, hop=3), released("a", s, hop=3)) == 4
+
+
+def test_discarded_mail_never_raises_the_hop():
+    t = tree()
+    s = t.sibling
+    assert hop_of(t, accepted("a", s, hop=7), discarded("a", s, hop=7)) == 0
+
+
+@pytest.mark.parametrize("owner", ["plugin", "delegation", "goal"])
+def test_non_agent_mail_never_raises_the_hop(owner):
+    t = tree()
+    assert hop_of(t, admitted("a", owner=owner, hop=9), claimed("a", owner=owner, hop=9)) == 0
+
+
+def test_hops_observed_by_another_run_do_not_count():
+    t = tree()
+    s = t.sibling
+    events = (admitted("a", s, "run-0", hop=5), claimed("a", s, "run-0", hop=5))
+    assert hop_of(t, *events, run_id="run-1") == 0
+
+
+def test_a_finished_run_forgets_its_hops():
+    t = tree()
+    s = t.sibling
+    assert hop_of(t, claimed("a", s, hop=5), run_finished("run-1")) == 0
+
+
+# ---- permissions -----------------------------------------------------------------------------
+
+
+def test_a_deny_rule_refuses_with_permission_denied():
+    t = tree().with_rules("child", [("parent", "deny"), ("*", "allow")])
+    decision = send(t.child, found(t.root))
+    assert refused_code(decision) is Code.PERMISSION_DENIED
+    assert "parent" in decision.message
+
+
+def test_no_matching_rule_is_deny():
+    t = tree().with_rules("child", [("sibling", "allow")])
+    assert refused_code(send(t.child, found(t.root))) is Code.PERMISSION_DENIED
+
+
+def test_a_sender_without_the_tool_is_denied():
+    t = tree()
+    assert refused_code(send(replace(t.root, send_message_tool=False), found(t.child))) is Code.PERMISSION_DENIED
+    assert refused_code(send(replace(t.root, rules=[("*", "deny")]), found(t.child))) is Code.PERMISSION_DENIED
+
+
+def test_ask_needs_approval_and_appends_nothing():
+    t = tree().with_rules("child", [("sibling", "ask")])
+    decision = send(t.child, found(t.sibling))
+    assert decision == NeedsApproval("sibling")
+
+
+def test_ask_with_a_pending_approval_still_needs_approval():
+    t = tree().with_rules("child", [("sibling", "ask")])
+    assert isinstance(send(t.child, found(t.sibling), approval=Approval(status="pending")), NeedsApproval)
+
+
+def test_ask_approved_once_is_accepted():
+    t = tree().with_rules("child", [("sibling", "ask")])
+    assert isinstance(send(t.child, found(t.sibling), approval=Approval(status="approved")), Accepted)
+
+
+def test_ask_denied_is_permission_denied():
+    t = tree().with_rules("child", [("sibling", "ask")])
+    assert refused_code(send(t.child, found(t.sibling), approval=Approval(status="denied"))) is Code.PERMISSION_DENIED
+
+
+def test_ask_with_a_tree_grant_is_accepted():
+    t = tree().with_rules("child", [("sibling", "ask")])
+    assert isinstance(send(t.child, found(t.sibling), approval=Approval(tree_granted=True)), Accepted)
+
+
+def test_a_tree_grant_does_not_override_deny():
+    t = tree().with_rules("child", [("sibling", "deny"), ("parent", "allow")])
+    decision = send(t.child, found(t.sibling), approval=Approval(status="approved", tree_granted=True))
+    assert refused_code(decision) is Code.PERMISSION_DENIED
+
+
+def test_guards_are_checked_after_approval():
+    t = tree().with_rules("child", [("sibling", "ask")])
+    full = [registered(t.sibling), accepted("m-0", t.child)]
+    decision = send(t.child, found(t.sibling, *full), cfg=config(max_inflight_per_pair=1), approval=Approval("approved"))
+    assert refused_code(decision) is Code.INFLIGHT_FULL
+
+
+# ---- idempotency -----------------------------------------------------------------------------
+
+
+def test_a_retried_tool_call_replays_the_recorded_outcome_and_appends_nothing():
+    t = tree()
+    first = send(t.root, found(t.child), body="hi", message_id="m-1")
+    record = {"fp": fingerprint(SendArguments(to="explore_00000002", body="hi")), "outcome": outcome_of(first)}
+
+    again = send(t.root, found(t.child), body="hi", message_id="m-2", idempotency_record=record)
+
+    assert again == Replayed(outcome_of(first))
+    assert outcome_of(again)["ok"]["message_id"] == "m-1"
+
+
+def test_a_recorded_refusal_is_replayed_even_after_room_frees_up():
+    t = tree()
+    refusal = send(t.root, found(t.child), cfg=config(enabled=False))
+    record = {"fp": fingerprint(SendArguments(to="explore_00000002", body="hello")), "outcome": outcome_of(refusal)}
+    again = send(t.root, found(t.child), idempotency_record=record)
+    assert outcome_of(again)["error"]["code"] == "send_message:disabled"
+
+
+@pytest.mark.parametrize("change", [{"body": "other"}, {"mode": "queue"}, {"to": "review_00000003"}])
+def test_the_same_tool_call_with_different_arguments_is_an_idempotency_conflict(change):
+    t = tree()
+    record = {"fp": fingerprint(SendArguments(to="explore_00000002", body="hello")), "outcome": {"ok": {}}}
+    decision = send(t.root, found(t.child), idempotency_record=record, **change)
+    assert refused_code(decision) is Code.IDEMPOTENCY_CONFLICT
+    assert decision.recorded is False
+
+
+# ---- producers and recipient state -----------------------------------------------------------
+
+
+def test_producer_registered_only_on_the_first_send_of_a_pair():
+    t = tree()
+    recipient = [registered(t.child)]
+    first = send(t.root, found(t.child, *recipient), message_id="m-1")
+    recipient += first.events
+    second = send(t.root, found(t.child, *recipient), message_id="m-2", tool_call_id="call-2")
+    other_sender = send(t.grandchild, found(t.child, *recipient), message_id="m-3")
+
+    assert [type(e) for e in first.events] == [ev.ProducerRegistered, ev.ProducerMessageAccepted]
+    assert [type(e) for e in second.events] == [ev.ProducerMessageAccepted]
+    assert [type(e) for e in other_sender.events] == [ev.ProducerRegistered, ev.ProducerMessageAccepted]
+
+
+@pytest.mark.parametrize(
+    "status, label",
+    [("running", "running"), ("queued", "queued"), ("idle", "waking_finished"), ("finished", "waking_finished")],
+)
+def test_recipient_state_label(status, label):
+    t = tree()
+    decision = send(t.root, found(t.child, registered(t.child, status=status)))
+    assert decision.result["recipient_state"] == label
+
+
+def test_recipient_state_follows_status_changes_in_the_stream():
+    t = tree()
+    history = [registered(t.child, status="queued"), run_started("r"), status_changed("finished")]
+    assert send(t.root, found(t.child, *history)).result["recipient_state"] == "waking_finished"
+    history = [registered(t.child, status="idle"), run_started("r")]
+    assert send(t.root, found(t.child, *history)).result["recipient_state"] == "running"
+
+
+def test_a_refusal_renders_its_stable_code_and_message():
+    t = tree()
+    decision = send(t.child, found(t.child))
+    assert outcome_of(decision) == {"error": {"code": "send_message:self_send", "message": decision.message}}
+
+
+def test_the_permission_message_names_a_non_family_peer_as_tree_peer():
+    t = tree().with_rules("grandchild", [("parent", "allow")])
+    assert "tree peer" in send(t.grandchild, found(t.root)).message

@@ -1,0 +1,277 @@
+"""Host-side lifecycle deciders: start run, claim, consume, release, discard, finish run, status, inject."""
+
+import pytest
+
+from treemail.errors import Code, LifecycleError, Rejected
+from treemail.mail import events as ev
+from treemail.mail import state as st
+from treemail.mail.decider import (
+    decide_claim,
+    decide_consume,
+    decide_discard,
+    decide_finish_run,
+    decide_inject,
+    decide_release,
+    decide_start_run,
+    decide_status,
+)
+
+from .builders import (
+    History,
+    accepted,
+    claimed,
+    config,
+    registered,
+    run_finished,
+    run_started,
+    status_changed,
+    tree,
+)
+
+T = tree()
+
+
+def session(*events, status="idle") -> History:
+    return History(registered(T.child, status=status), *events)
+
+
+def ids(events, cls) -> list[str]:
+    return [e.message_id for e in events if isinstance(e, cls)]
+
+
+def lifecycle_code(call) -> str:
+    with pytest.raises(LifecycleError) as caught:
+        call()
+    return caught.value.code
+
+
+# ---- start run -------------------------------------------------------------------------------
+
+
+def test_start_run_admits_pending_unclaimed_mail_in_acceptance_order():
+    h = session(
+        accepted("m-b", T.root, mode="queue"),
+        accepted("m-a", T.sibling, mode="steer"),
+        accepted("m-c", owner="plugin", mode="queue"),
+    )
+
+    events = h.then(decide_start_run(h.state, h.mail, "run-1"))
+
+    assert events[0] == ev.SessionRunStarted(run_id="run-1")
+    assert ids(events, ev.ProducerMessageAdmitted) == ["m-b", "m-a", "m-c"]
+    assert all(e.run_id == "run-1" for e in events[1:])
+    assert h.state.status == "running" and h.state.current_run == "run-1"
+    assert {m.state for m in h.mail.values()} == {"admitted"}
+
+
+def test_start_run_is_idempotent_for_the_current_run():
+    h = session(run_started("run-1"))
+    assert decide_start_run(h.state, h.mail, "run-1") == []
+
+
+def test_start_run_while_another_run_is_active_is_refused():
+    h = session(run_started("run-1"))
+    assert lifecycle_code(lambda: decide_start_run(h.state, h.mail, "run-2")) == "lifecycle:run_active"
+
+
+def test_lifecycle_on_an_unregistered_session_is_refused():
+    state, mail = st.INITIAL, {}
+    assert lifecycle_code(lambda: decide_start_run(state, mail, "r")) == "lifecycle:unknown_session"
+    assert lifecycle_code(lambda: decide_claim(state, mail, "r")) == "lifecycle:unknown_session"
+    assert lifecycle_code(lambda: decide_status(state, "idle")) == "lifecycle:unknown_session"
+    assert lifecycle_code(lambda: decide_inject(state, "plugin", "x", "queue", config(), message_id="i")) == (
+        "lifecycle:unknown_session"
+    )
+
+
+# ---- claim -----------------------------------------------------------------------------------
+
+
+def test_claim_returns_admitted_mail_in_acceptance_order():
+    h = session(accepted("m-1", T.root, mode="queue"), accepted("m-2", T.sibling, mode="queue"))
+    h.then(decide_start_run(h.state, h.mail, "run-1"))
+
+    events = h.then(decide_claim(h.state, h.mail, "run-1"))
+
+    assert ids(events, ev.ProducerMessageClaimed) == ["m-1", "m-2"]
+    assert all(m.state == "claimed" and m.run_id == "run-1" for m in h.mail.values())
+    assert decide_claim(h.state, h.mail, "run-1") == []  # nothing due twice
+
+
+def test_steer_mail_joins_the_current_run_but_queue_mail_waits_for_the_next():
+    h = session()
+    h.then(decide_start_run(h.state, h.mail, "run-1"))
+    h.then([accepted("m-queue", T.root, mode="queue"), accepted("m-steer", T.root, mode="steer")])
+
+    claimed_now = h.then(decide_claim(h.state, h.mail, "run-1"))
+    assert ids(claimed_now, ev.ProducerMessageClaimed) == ["m-steer"]
+    h.then(decide_consume(h.state, h.mail, "m-steer"))
+
+    h.then(decide_finish_run(h.state, h.mail, "run-1"))
+    h.then(decide_start_run(h.state, h.mail, "run-2"))
+    assert ids(h.then(decide_claim(h.state, h.mail, "run-2")), ev.ProducerMessageClaimed) == ["m-queue"]
+
+
+def test_released_mail_is_due_again():
+    h = session()
+    h.then(decide_start_run(h.state, h.mail, "run-1"))
+    h.then([accepted("m-1", T.root)])
+    h.then(decide_claim(h.state, h.mail, "run-1"))
+    h.then(decide_release(h.state, h.mail, "m-1"))
+
+    assert ids(decide_claim(h.state, h.mail, "run-1"), ev.ProducerMessageClaimed) == ["m-1"]
+
+
+def test_claim_on_a_run_that_is_not_current_is_refused():
+    h = session(run_started("run-1"))
+    assert lifecycle_code(lambda: decide_claim(h.state, h.mail, "run-0")) == "lifecycle:not_current_run"
+    idle = session()
+    assert lifecycle_code(lambda: decide_claim(idle.state, idle.mail, "run-1")) == "lifecycle:not_current_run"
+
+
+def test_mail_admitted_to_another_run_is_not_claimed_by_this_one():
+    h = session(accepted("m-1", T.root, mode="queue"))
+    h.then(decide_start_run(h.state, h.mail, "run-1"))
+    h.then(decide_finish_run(h.state, h.mail, "run-1"))  # admitted to run-1, never claimed
+    h.then([run_started("run-2")])
+    assert decide_claim(h.state, h.mail, "run-2") == []
+
+
+# ---- consume / release / discard -------------------------------------------------------------
+
+
+@pytest.fixture
+def claimed_mail() -> History:
+    h = session(accepted("m-1", T.root, hop=2))
+    h.then(decide_start_run(h.state, h.mail, "run-1"))
+    h.then(decide_claim(h.state, h.mail, "run-1"))
+    return h
+
+
+def test_consume_acknowledges_claimed_mail_and_frees_its_slots(claimed_mail):
+    h = claimed_mail
+    events = h.then(decide_consume(h.state, h.mail, "m-1"))
+
+    assert events == [
+        ev.ProducerMessageConsumed(
+            message_id="m-1", owner="agent", sender_session_id=T.root.session_id, agent_hop=2, run_id="run-1"
+        )
+    ]
+    assert h.mail == {}
+    assert h.state.pending_agent == 0 and h.state.pair_inflight == {}
+    assert h.state.run_hops == {"run-1": 2}
+
+
+def test_release_keeps_the_slots(claimed_mail):
+    h = claimed_mail
+    h.then(decide_release(h.state, h.mail, "m-1"))
+    assert h.mail["m-1"].state == "released"
+    assert h.state.pending_agent == 1 and h.state.pair_inflight == {T.root.session_id: 1}
+
+
+@pytest.mark.parametrize("decide", [decide_consume, decide_release])
+@pytest.mark.parametrize("stage", ["accepted", "admitted", "released"])
+def test_consume_and_release_require_claimed_mail(decide, stage):
+    h = session(accepted("m-1", T.root, mode="queue"))
+    if stage != "accepted":
+        h.then(decide_start_run(h.state, h.mail, "run-1"))
+    if stage == "released":
+        h.then(decide_claim(h.state, h.mail, "run-1"))
+        h.then(decide_release(h.state, h.mail, "m-1"))
+    assert h.mail["m-1"].state == stage
+    assert lifecycle_code(lambda: decide(h.state, h.mail, "m-1")) == "lifecycle:not_claimed"
+
+
+@pytest.mark.parametrize(
+    "decide",
+    [
+        lambda s, m: decide_consume(s, m, "m-404"),
+        lambda s, m: decide_release(s, m, "m-404"),
+        lambda s, m: decide_discard(s, m, "m-404", "gone"),
+    ],
+)
+def test_an_unknown_message_is_refused(decide):
+    h = session(accepted("m-1", T.root))
+    assert lifecycle_code(lambda: decide(h.state, h.mail)) == "lifecycle:unknown_message"
+
+
+def test_consumed_mail_is_no_longer_known(claimed_mail):
+    h = claimed_mail
+    h.then(decide_consume(h.state, h.mail, "m-1"))
+    assert lifecycle_code(lambda: decide_consume(h.state, h.mail, "m-1")) == "lifecycle:unknown_message"
+
+
+def test_discard_works_in_any_pending_state_and_frees_the_slots():
+    h = session(accepted("m-1", T.root))
+    events = h.then(decide_discard(h.state, h.mail, "m-1", "recipient finished"))
+    assert [type(e) for e in events] == [ev.ProducerMessageDiscarded]
+    assert events[0].reason == "recipient finished"
+    assert h.mail == {} and h.state.pending_agent == 0 and h.state.pair_inflight == {}
+
+
+# ---- finish run ------------------------------------------------------------------------------
+
+
+def test_finish_run_releases_mail_that_run_claimed_but_never_acknowledged():
+    h = session(accepted("m-1", T.root), accepted("m-2", T.sibling), accepted("m-3", T.root))
+    h.then(decide_start_run(h.state, h.mail, "run-1"))
+    h.then(decide_claim(h.state, h.mail, "run-1"))
+    h.then(decide_consume(h.state, h.mail, "m-2"))
+
+    events = h.then(decide_finish_run(h.state, h.mail, "run-1"))
+
+    assert ids(events, ev.ProducerMessageReleased) == ["m-1", "m-3"]
+    assert events[-1] == ev.SessionRunFinished(run_id="run-1")
+    assert h.state.current_run is None
+    assert {m.state for m in h.mail.values()} == {"released"}
+
+
+def test_finish_run_of_a_run_that_is_not_current_is_refused():
+    h = session(run_started("run-1"))
+    assert lifecycle_code(lambda: decide_finish_run(h.state, h.mail, "run-0")) == "lifecycle:not_current_run"
+
+
+def test_released_mail_from_a_finished_run_is_admitted_to_the_next():
+    h = session(accepted("m-1", T.root))
+    h.then(decide_start_run(h.state, h.mail, "run-1"))
+    h.then(decide_claim(h.state, h.mail, "run-1"))
+    h.then(decide_finish_run(h.state, h.mail, "run-1"))
+
+    events = h.then(decide_start_run(h.state, h.mail, "run-2"))
+
+    assert ids(events, ev.ProducerMessageAdmitted) == ["m-1"]
+    assert ids(decide_claim(h.state, h.mail, "run-2"), ev.ProducerMessageClaimed) == ["m-1"]
+
+
+# ---- status and inject -----------------------------------------------------------------------
+
+
+def test_status_change_is_emitted_only_when_it_changes():
+    h = session(status="idle")
+    assert decide_status(h.state, "idle") == []
+    assert h.then(decide_status(h.state, "finished")) == [ev.SessionStatusChanged(status="finished")]
+    assert h.state.status == "finished"
+
+
+@pytest.mark.parametrize("owner", ["plugin", "delegation", "goal"])
+def test_inject_registers_its_host_producer_once_and_is_never_counted(owner):
+    h = session(status="running")  # a running session needs no wake: only the mail events follow
+    first = h.then(decide_inject(h.state, owner, "note", "queue", config(), message_id="i-1"))
+    second = h.then(decide_inject(h.state, owner, "note", "steer", config(), message_id="i-2"))
+
+    assert [type(e) for e in first] == [ev.ProducerRegistered, ev.ProducerMessageAccepted]
+    assert [type(e) for e in second] == [ev.ProducerMessageAccepted]
+    assert first[0].producer_id == f"{owner}:host"
+    assert h.state.pending_agent == 0 and h.state.pair_inflight == {}
+    assert set(h.mail) == {"i-1", "i-2"}
+
+
+def test_inject_has_its_own_body_cap():
+    h = session()
+    cfg = config(max_body_bytes=1, max_injected_body_bytes=4)
+    assert decide_inject(h.state, "plugin", "abcd", "queue", cfg, message_id="i-1")
+    with pytest.raises(Rejected) as caught:
+        decide_inject(h.state, "plugin", "abcde", "queue", cfg, message_id="i-2")
+    assert caught.value.code is Code.INVALID_BODY
+    with pytest.raises(Rejected):
+        decide_inject(h.state, "plugin", "", "queue", cfg, message_id="i-3")

@@ -1,0 +1,103 @@
+"""The fold: counters, snapshots, and tolerance of events it does not know."""
+
+from treemail.mail import events as ev
+from treemail.mail import state as st
+
+from .builders import (
+    accepted,
+    admitted,
+    claimed,
+    consumed,
+    discarded,
+    given,
+    given_mail,
+    registered,
+    released,
+    run_finished,
+    run_started,
+    tree,
+)
+
+T = tree()
+
+
+def test_initial_state_is_unregistered_and_empty():
+    assert given() == st.INITIAL
+    assert not st.INITIAL.registered and st.INITIAL.pending_agent == 0
+
+
+def test_pending_and_pair_counts_follow_the_lifecycle():
+    state = given(
+        registered(T.child),
+        accepted("a", T.root),
+        accepted("b", T.root),
+        accepted("c", T.sibling),
+        accepted("p", owner="plugin"),
+        claimed("a", T.root),
+        released("a", T.root),
+        consumed("b", T.root),
+        discarded("p", owner="plugin"),
+    )
+    assert state.pending_agent == 2
+    assert state.pair_inflight == {T.root.session_id: 1, T.sibling.session_id: 1}
+
+
+def test_counts_never_go_negative():
+    state = given(registered(T.child), consumed("ghost", T.root), discarded("ghost2", T.root))
+    assert state.pending_agent == 0 and state.pair_inflight == {}
+
+
+def test_run_hops_track_the_highest_observed_agent_hop_per_run():
+    state = given(
+        registered(T.child),
+        run_started("r1"),
+        admitted("a", T.root, "r1", hop=3),
+        claimed("b", T.root, "r1", hop=1),
+        claimed("p", None, "r1", owner="goal", hop=99),
+        released("a", T.root, "r1", hop=3),
+        admitted("c", T.root, "r2", hop=7),
+    )
+    assert state.run_hops == {"r1": 3, "r2": 7}
+    assert given(*[registered(T.child), admitted("a", T.root, "r1", hop=3), run_finished("r1")]).run_hops == {}
+
+
+def test_an_event_type_the_fold_does_not_know_keeps_the_state():
+    class FutureEvent(ev.Event):
+        whatever: int = 1
+
+    before = given(registered(T.child), accepted("a", T.root))
+    assert st.evolve(before, FutureEvent()) == before
+    assert st.evolve_mail({"x": 1}, FutureEvent(), 9) == {"x": 1}
+
+
+def test_lifecycle_events_for_unknown_mail_leave_the_mail_view_alone():
+    assert given_mail(claimed("ghost", T.root), released("ghost", T.root)) == {}
+
+
+def test_state_and_mail_snapshots_round_trip_through_json():
+    events = [registered(T.child), run_started("r1"), accepted("a", T.root, hop=2), claimed("a", T.root, "r1", hop=2)]
+    state = given(*events)
+    mail = given_mail(*events)
+    assert st.SessionState.from_json(state.to_json()) == state
+    assert st.SessionState.from_json(None) == st.INITIAL
+    assert {k: st.MailItem.from_json(v.to_json()) for k, v in mail.items()} == mail
+
+
+def test_events_round_trip_through_their_stream_encoding():
+    for event in [registered(T.child), accepted("a", T.root, hop=2), discarded("a", T.root, reason="x")]:
+        assert ev.decode(*ev.encode(event)) == event
+    assert ev.decode("SomethingNewer", "{}") is None
+
+
+def test_a_snapshot_from_a_newer_version_with_unknown_fields_still_loads():
+    import json
+
+    data = json.loads(given(registered(T.child)).to_json())
+    data["field_from_the_future"] = 1
+    assert st.SessionState.from_json(json.dumps(data)).registered
+
+
+def test_a_session_record_round_trips_through_json():
+    from treemail.mail.decider import SessionRecord
+
+    assert SessionRecord.from_json(T.grandchild.to_json()) == T.grandchild
