@@ -1,23 +1,35 @@
 -- Append a session's events atomically, if and only if nobody appended since
--- the state the caller decided on (expected version), and the idempotency key
--- of the command was not already used.
+-- the state the caller decided on, and the idempotency key of the command was
+-- not already used.
+--
+-- "Since the state the caller decided on" is checked with an etag, a value
+-- unique to each append, not with the version number: a worker that chains
+-- several appends in one pipeline must fail the later ones if an earlier one
+-- did not apply, even when another worker's append brought the version to
+-- the number it expected.
 --
 -- KEYS: 1 stream, 2 state hash (version, snapshot), 3 pending-mail hash,
---       4 idempotency key, 5 tree handles hash, 6 tree members set
+--       4 idempotency key, 5 tree handles hash, 6 tree members set,
+--       7 partition wake stream, 8 partition sessions set
 --       (all in one hash slot: the tree's partition tag)
--- ARGV: 1 expected version, 2 snapshot json, 3 idempotency record ('' none),
+-- ARGV: 1 expected etag ('' for a new session) and new etag as "old new", 2 snapshot json, 3 idempotency record ('' none),
 --       4 idempotency ttl seconds, 5 handle to reserve ('' none), 6 session id,
 --       7 event count, then (type, data) per event,
---       then mail change count, then (message id, item json or '' to delete)
+--       then mail change count, then (message id, item json or '' to delete),
+--       then wake count, then one wake trigger json each
 if ARGV[3] ~= '' then
   local existing = redis.call('GET', KEYS[4])
   if existing then return {'dup', existing} end
 end
-local current = tonumber(redis.call('HGET', KEYS[2], 'version') or '0')
-if current ~= tonumber(ARGV[1]) then return {'conflict', tostring(current)} end
+local state = redis.call('HMGET', KEYS[2], 'version', 'etag')
+local current = tonumber(state[1] or '0')
+local space = string.find(ARGV[1], ' ', 1, true)
+local expected_etag = string.sub(ARGV[1], 1, space - 1)
+if (state[2] or '') ~= expected_etag then return {'conflict', tostring(current)} end
 if ARGV[5] ~= '' then
   if redis.call('HSETNX', KEYS[5], ARGV[5], ARGV[6]) == 0 then return {'handle_taken', ''} end
   redis.call('SADD', KEYS[6], ARGV[6])
+  redis.call('SADD', KEYS[8], ARGV[6])
 end
 local i = 8
 local version = current
@@ -27,7 +39,7 @@ for _ = 1, tonumber(ARGV[7]) do
   redis.call('XADD', KEYS[1], version .. '-0', 'type', ARGV[i], 'data', ARGV[i + 1])
   i = i + 2
 end
-redis.call('HSET', KEYS[2], 'version', version, 'snapshot', ARGV[2])
+redis.call('HSET', KEYS[2], 'version', version, 'snapshot', ARGV[2], 'etag', string.sub(ARGV[1], space + 1))
 local changes = tonumber(ARGV[i])
 i = i + 1
 for _ = 1, changes do
@@ -37,6 +49,13 @@ for _ = 1, changes do
     redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
   end
   i = i + 2
+end
+local wakes = tonumber(ARGV[i])
+i = i + 1
+for _ = 1, wakes do
+  -- In the same step as the event: a wake is never requested without its trigger.
+  redis.call('XADD', KEYS[7], '*', 'session', ARGV[6], 'data', ARGV[i])
+  i = i + 1
 end
 if ARGV[3] ~= '' then redis.call('SET', KEYS[4], ARGV[3], 'EX', ARGV[4]) end
 return {'ok', tostring(version)}

@@ -7,6 +7,7 @@ and pending-mail snapshots, and the idempotency record, all on one hash slot.
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -28,6 +29,8 @@ COMMIT_SHA = hashlib.sha1(COMMIT_LUA.encode()).hexdigest()
 class Loaded:
     state: SessionState
     version: int
+    # Unique to the append that produced this state; what the next append must find.
+    etag: str = ""
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,12 @@ class PreparedAppend:
     args: list[Any]
     state: SessionState
     version: int
+    etag: str
+
+    @property
+    def loaded(self) -> Loaded:
+        """The state this append leaves, for deciding the next command in the same pipeline."""
+        return Loaded(self.state, self.version, self.etag)
 
 
 @dataclass(frozen=True)
@@ -43,6 +52,14 @@ class AppendResult:
     status: str  # "ok", "dup", "conflict", "handle_taken"
     version: int = 0
     record: dict | None = None
+
+
+def wake_trigger(record: SessionRecord, message_id: str | None, seq: int) -> str:
+    return json.dumps(
+        {"session_id": record.session_id, "root_session_id": record.root_session_id,
+         "message_id": message_id, "seq": seq},
+        separators=(",", ":"),
+    )
 
 
 def parse_append(reply: list) -> AppendResult:
@@ -112,11 +129,25 @@ class EventStore:
         created at ``$`` later would skip it).
         """
         for index in range(streams):
-            try:
-                await self.redis.xgroup_create(keys.command_stream(index), keys.COMMAND_GROUP, id="0", mkstream=True)
-            except ResponseError as exc:
-                if "BUSYGROUP" not in str(exc):
-                    raise
+            await self._ensure_group(keys.command_stream(index), keys.COMMAND_GROUP)
+
+    async def ensure_wake_groups(self, partitions: int) -> None:
+        for partition in range(partitions):
+            await self._ensure_group(keys.wake_stream(partition), keys.WAKE_GROUP)
+
+    async def _ensure_group(self, stream: str, group: str) -> None:
+        try:
+            await self.redis.xgroup_create(stream, group, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    async def add_wake(self, record: SessionRecord, seq: int) -> None:
+        """A wake trigger outside an append: the reconcile pass re-deriving one from the streams."""
+        await self.redis.xadd(
+            keys.wake_stream(record.partition),
+            {"session": record.session_id, "data": wake_trigger(record, None, seq)},
+        )
 
     # ---- state -------------------------------------------------------------------------------
 
@@ -124,13 +155,15 @@ class EventStore:
     def state_key(record: SessionRecord) -> str:
         return keys.session_snapshot(record.partition, record.session_id)
 
+    STATE_FIELDS = ("version", "snapshot", "etag")
+
     @staticmethod
     def parse_loaded(values: list) -> Loaded:
-        version, snapshot = values
-        return Loaded(SessionState.from_json(snapshot), int(version or 0))
+        version, snapshot, etag = values
+        return Loaded(SessionState.from_json(snapshot), int(version or 0), etag.decode() if etag else "")
 
     async def load(self, record: SessionRecord) -> Loaded:
-        return self.parse_loaded(await self.redis.hmget(self.state_key(record), "version", "snapshot"))
+        return self.parse_loaded(await self.redis.hmget(self.state_key(record), *self.STATE_FIELDS))
 
     async def load_mail(self, record: SessionRecord) -> dict[str, MailItem]:
         raw = await self.redis.hgetall(keys.session_mail(record.partition, record.session_id))
@@ -158,11 +191,14 @@ class EventStore:
         mail = dict(mail or {})
         touched: list[str] = []
         encoded: list[str] = []
+        wakes: list[str] = []
         for offset, event in enumerate(new_events, start=1):
             state = evolve(state, event)
             mail = evolve_mail(mail, event, loaded.version + offset)
             if isinstance(event, (ev.ProducerMessageAccepted, ev.MessageEvent)):
                 touched.append(event.message_id)
+            elif isinstance(event, ev.SessionWakeRequested):
+                wakes.append(wake_trigger(record, event.message_id, loaded.version + offset))
             encoded.extend(ev.encode(event))
         changes: list[str] = []
         for message_id in dict.fromkeys(touched):
@@ -176,9 +212,12 @@ class EventStore:
             idem_key,
             keys.tree_handles(p, record.root_session_id),
             keys.tree_members(p, record.root_session_id),
+            keys.wake_stream(p),
+            keys.partition_sessions(p),
         ]
+        etag = os.urandom(8).hex()
         args: list[Any] = [
-            loaded.version,
+            f"{loaded.etag} {etag}",
             state.to_json(),
             json.dumps(idempotency_record, separators=(",", ":")) if idempotency_record else "",
             self.config.idempotency_ttl_s,
@@ -188,8 +227,10 @@ class EventStore:
             *encoded,
             len(changes) // 2,
             *changes,
+            len(wakes),
+            *wakes,
         ]
-        return PreparedAppend(key_list, args, state, loaded.version + len(new_events))
+        return PreparedAppend(key_list, args, state, loaded.version + len(new_events), etag)
 
     def commit_call(self, prepared: PreparedAppend, pipe) -> None:
         pipe.evalsha(COMMIT_SHA, len(prepared.keys), *prepared.keys, *prepared.args)

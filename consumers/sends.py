@@ -20,7 +20,6 @@ from treemail.mail.state import SessionState
 from .approvals import ApprovalStore
 from .eventstore import EventStore, Loaded, parse_append
 
-UNREGISTERED = Loaded(SessionState(), 0)
 
 
 def parse_command(fields: dict) -> SendMessage:
@@ -102,7 +101,7 @@ class SendDecider:
                 records[w.target.session_id] = w.target
         async with self.store.redis.pipeline(transaction=False) as pipe:
             for record in records.values():
-                pipe.hmget(self.store.state_key(record), "version", "snapshot")
+                pipe.hmget(self.store.state_key(record), *self.store.STATE_FIELDS)
             for w in work:
                 pipe.get(keys.idempotency(w.sender.partition if w.sender else 0, w.digest))
             replies = await pipe.execute()
@@ -164,7 +163,7 @@ class SendDecider:
                         idempotency_record=record,
                     )
                     prepared_appends.append(prepared)
-                    loaded[recipient.session_id] = Loaded(prepared.state, prepared.version)
+                    loaded[recipient.session_id] = prepared.loaded
                     committing.append((w, decision))
         if not committing:
             return []

@@ -9,7 +9,7 @@
 success result or ``{"error": {"code": ..., "message": ...}}``.
 """
 
-import asyncio
+import json
 import time
 from dataclasses import dataclass
 
@@ -21,16 +21,41 @@ from consumers.eventstore import EventStore
 from producers import send_message as tool
 from producers.client import CommandClient
 
-from . import ids, keys
+from . import envelope, ids, keys
 from .config import Config, load_config
 from .connection import connect
-from .errors import Code, Rejected
+from .errors import LifecycleError, Rejected
 from .mail import decider as d
 from .mail import events as ev
 from .mail.commands import SendContext
 from .mail.state import MailItem
 
-__all__ = ["Treemail", "SendContext", "Registration"]
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+__all__ = ["Treemail", "SendContext", "Registration", "Delivery", "Wake"]
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One claimed message, rendered for the recipient's prompt."""
+
+    message_id: str
+    owner: str
+    mode: str
+    sender_session_id: str | None
+    text: str
+
+
+@dataclass(frozen=True)
+class Wake:
+    """A wake trigger: start a run on this session with its due mail as input, then ack."""
+
+    session_id: str
+    message_id: str | None
+    stream: str
+    entry_id: str
 
 
 @dataclass(frozen=True)
@@ -49,6 +74,7 @@ class Treemail:
         self.approvals = ApprovalStore(self.store)
         self.commands = CommandClient(redis, listener, config.service)
         self._listener = listener
+        self._last_wake_reclaim = 0.0
 
     @classmethod
     async def connect(cls, config: Config | None = None, url: str | None = None) -> "Treemail":
@@ -60,6 +86,7 @@ class Treemail:
         listener = await connect(url, config.service)
         host = cls(redis, listener, config)
         await host.store.ensure_command_group(config.service.command_streams)
+        await host.store.ensure_wake_groups(config.service.partitions)
         return host
 
     async def close(self) -> None:
@@ -121,12 +148,106 @@ class Treemail:
     async def finish_run(self, session_id: str, run_id: str) -> None:
         await self.sessions.execute(session_id, lambda s, m: d.decide_finish_run(s, m, run_id, time.time()))
 
-    async def claim(self, session_id: str, run_id: str) -> list[ev.ProducerMessageClaimed]:
-        """Mark the mail due at this safe boundary as claimed by the run; returns the claims in order."""
-        claimed = await self.sessions.execute(
-            session_id, lambda s, m: d.decide_claim(s, m, run_id, time.time())
-        )
-        return [e for e in claimed if isinstance(e, ev.ProducerMessageClaimed)]
+    async def claim(self, session_id: str, run_id: str) -> list[Delivery]:
+        """At a safe model-request boundary: the mail due in this run, claimed by it, in acceptance order."""
+        seen: dict[str, MailItem] = {}
+
+        def decide(state, mail):
+            seen.clear()
+            seen.update(mail)
+            return d.decide_claim(state, mail, run_id, time.time())
+
+        claimed = await self.sessions.execute(session_id, decide)
+        if not claimed:
+            return []
+        record = await self.sessions.record(session_id)
+        accepted = await self.store.read_at(record, [seen[e.message_id].seq for e in claimed])
+        reply_hint = tool.tool_definition(record.rules, record.send_message_tool) is not None
+        return [self._deliver(accepted[seen[e.message_id].seq], reply_hint) for e in claimed]
+
+    @staticmethod
+    def _deliver(event: ev.ProducerMessageAccepted, reply_hint: bool) -> Delivery:
+        if event.owner == "agent":
+            sender = event.sender_handle or event.sender_session_id
+            text = envelope.render_agent_message(sender, event.body, reply_hint)
+        else:
+            text = event.body
+        return Delivery(event.message_id, event.owner, event.mode, event.sender_session_id, text)
+
+    # ---- wake and reconcile --------------------------------------------------------------------------
+
+    async def wakes(self, consumer: str, count: int = 10, block_ms: int = 1000) -> list[Wake]:
+        """Wake triggers for this host runner (one consumer group shared by all runners).
+
+        Triggers another runner read but never acknowledged (it died) are
+        reclaimed once they have been idle for ``reclaim_idle_ms``.
+        """
+        reclaimed = await self._reclaim_wakes(consumer, count)
+        if reclaimed:
+            return reclaimed
+        streams = {keys.wake_stream(p): ">" for p in range(self.config.service.partitions)}
+        replies = await self.redis.xreadgroup(keys.WAKE_GROUP, consumer, streams, count=count, block=block_ms)
+        return [self._wake(stream, entry_id, fields) for stream, entries in replies or [] for entry_id, fields in entries]
+
+    async def _reclaim_wakes(self, consumer: str, count: int) -> list[Wake]:
+        now = time.monotonic()
+        if now - self._last_wake_reclaim < self.config.service.reclaim_idle_ms / 1000:
+            return []
+        self._last_wake_reclaim = now
+        out = []
+        for p in range(self.config.service.partitions):
+            stream = keys.wake_stream(p)
+            _, entries, *_ = await self.redis.xautoclaim(
+                stream, keys.WAKE_GROUP, consumer, self.config.service.reclaim_idle_ms, count=count
+            )
+            out.extend(self._wake(stream, entry_id, fields) for entry_id, fields in entries if fields)
+        return out
+
+    @staticmethod
+    def _wake(stream, entry_id, fields) -> Wake:
+        data = json.loads(fields[b"data"])
+        return Wake(data["session_id"], data.get("message_id"), _text(stream), _text(entry_id))
+
+    async def wake_run(self, wake: Wake, run_id: str) -> bool:
+        """Start the woken run (its due mail is admitted into it) and acknowledge the trigger.
+
+        Returns False when the session is already running: its mail reaches
+        the current run at the next boundary, so the trigger is simply acknowledged.
+        """
+        try:
+            await self.start_run(wake.session_id, run_id)
+            started = True
+        except LifecycleError as error:
+            if error.code != "lifecycle:run_active":
+                raise
+            started = False
+        await self.redis.xack(wake.stream, keys.WAKE_GROUP, wake.entry_id)
+        return started
+
+    async def reconcile(self, interrupted_runs: bool = False) -> int:
+        """After a restart: make sure every session with mail due will be delivered to.
+
+        With ``interrupted_runs`` (the host restarted, so no run survived),
+        runs still open in the streams are finished, which releases the mail
+        they had claimed, and their sessions become idle. Then every idle or
+        finished session with pending mail gets a wake trigger. Returns the
+        number of triggers written; a duplicate trigger is harmless.
+        """
+        written = 0
+        for p in range(self.config.service.partitions):
+            for raw in await self.redis.smembers(keys.partition_sessions(p)):
+                session_id = _text(raw)
+                record = await self.sessions.record(session_id)
+                loaded = await self.store.load(record)
+                if interrupted_runs and loaded.state.current_run is not None:
+                    await self.finish_run(session_id, loaded.state.current_run)
+                    await self.set_status(session_id, "idle")
+                    loaded = await self.store.load(record)
+                state = loaded.state
+                if state.status in ("idle", "finished") and state.current_run is None and state.pending_all > 0:
+                    await self.store.add_wake(record, loaded.version)
+                    written += 1
+        return written
 
     async def pending_mail(self, session_id: str) -> list[MailItem]:
         record = await self.sessions.record(session_id)

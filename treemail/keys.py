@@ -32,6 +32,14 @@ def session_mail(partition: int, session_id: str) -> str:
     return f"{PREFIX}:{tag(partition)}:s:{session_id}:mail"
 
 
+def wake_stream(partition: int) -> str:
+    return f"{PREFIX}:{tag(partition)}:wakes"
+
+
+def partition_sessions(partition: int) -> str:
+    return f"{PREFIX}:{tag(partition)}:sessions"
+
+
 def tree_handles(partition: int, root_session_id: str) -> str:
     return f"{PREFIX}:{tag(partition)}:t:{root_session_id}:handles"
 
@@ -77,6 +85,7 @@ def reply_list(client_id: str) -> str:
 
 
 COMMAND_GROUP = "treemail-workers"
+WAKE_GROUP = "treemail-hosts"
 
 
 def approval_notify(request_id: str) -> str:

@@ -3,6 +3,8 @@
 import asyncio
 import collections
 
+import pytest
+
 from treemail.host import SendContext, Treemail
 
 from .conftest import make_config, worker_processes
@@ -35,7 +37,12 @@ def accepted_in(history):
     return [e for _, e in history if type(e).__name__ == "ProducerMessageAccepted"]
 
 
-async def test_concurrent_senders_admit_exactly_max_pending_per_session(redis_url):
+# Races are probabilistic: each guard is raced several times.
+ROUNDS = pytest.mark.parametrize("round_", range(3))
+
+
+@ROUNDS
+async def test_concurrent_senders_admit_exactly_max_pending_per_session(redis_url, round_):
     jobs, results, history = await race(
         redis_url, senders=12, sends_each=5, duplicates=2, max_pending_per_session=7, max_inflight_per_pair=0
     )
@@ -53,7 +60,8 @@ async def test_concurrent_senders_admit_exactly_max_pending_per_session(redis_ur
     assert accepted_ids == {e.message_id for e in accepted}
 
 
-async def test_concurrent_senders_admit_exactly_max_inflight_per_pair(redis_url):
+@ROUNDS
+async def test_concurrent_senders_admit_exactly_max_inflight_per_pair(redis_url, round_):
     jobs, results, history = await race(
         redis_url, senders=4, sends_each=10, duplicates=2, max_pending_per_session=1000, max_inflight_per_pair=3
     )

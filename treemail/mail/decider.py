@@ -14,7 +14,7 @@ from ..config import MessagingConfig
 from ..errors import Code, LifecycleError, Rejected
 from . import events as ev
 from .commands import SendArguments, SendContext
-from .state import MailItem, SessionState
+from .state import MailItem, SessionState, fold
 
 
 @dataclass(frozen=True)
@@ -293,7 +293,21 @@ def decide_send(
         "mode": arguments.mode,
         "recipient_state": recipient_state_label(found.state.status),
     }
-    return Accepted(events, result)
+    return Accepted(with_wake(found.state, events, now), result)
+
+
+def with_wake(state: SessionState, events: list[ev.Event], now: float = 0.0) -> list[ev.Event]:
+    """Add a wake request when these events leave an idle or finished session with mail due.
+
+    At most one wake is outstanding per session: more mail before the woken
+    run starts rides on the same wake.
+    """
+    after = fold(events, state)
+    if after.status in ("idle", "finished") and after.current_run is None and after.pending_all > 0 \
+            and not after.wake_pending:
+        reason = next((e.message_id for e in reversed(events) if isinstance(e, ev.ProducerMessageAccepted)), None)
+        return [*events, ev.SessionWakeRequested(at=now, message_id=reason)]
+    return events
 
 
 def label_text(label: str) -> str:
@@ -316,7 +330,7 @@ def decide_inject(
             at=now, message_id=message_id, producer_id=producer_id, owner=owner, body=body, mode=mode
         )
     )
-    return events
+    return with_wake(state, events, now)
 
 
 # ---- lifecycle (host side) ----------------------------------------------------------------------
@@ -356,7 +370,9 @@ def _message_event(cls, item: MailItem, run_id: str | None, now: float, **extra)
 
 def decide_status(state: SessionState, status: str, now: float = 0.0) -> list[ev.Event]:
     require_registered(state)
-    return [] if state.status == status else [ev.SessionStatusChanged(at=now, status=status)]
+    if state.status == status:
+        return []
+    return with_wake(state, [ev.SessionStatusChanged(at=now, status=status)], now)
 
 
 def decide_start_run(state: SessionState, mail: dict[str, MailItem], run_id: str, now: float = 0.0) -> list[ev.Event]:
@@ -426,4 +442,4 @@ def decide_finish_run(
         for item in sorted(mail.values(), key=lambda m: m.seq)
         if item.state == "claimed" and item.run_id == run_id
     ]
-    return [*released, ev.SessionRunFinished(at=now, run_id=run_id)]
+    return with_wake(state, [*released, ev.SessionRunFinished(at=now, run_id=run_id)], now)

@@ -65,6 +65,12 @@ class SessionRunFinished(Event):
     run_id: str
 
 
+class SessionWakeRequested(Event):
+    """The session is idle or finished and has mail due: a host runner must start a run."""
+
+    message_id: str | None = None
+
+
 class MessageEvent(Event):
     """A lifecycle step of one message; denormalized so every fold needs only the event."""
 
@@ -104,6 +110,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ProducerMessageAccepted,
         SessionRunStarted,
         SessionRunFinished,
+        SessionWakeRequested,
         ProducerMessageAdmitted,
         ProducerMessageClaimed,
         ProducerMessageReleased,

@@ -21,6 +21,10 @@ class SessionState:
     current_run: str | None = None
     # Pending agent mail addressed to this session (the inbox cap counts these).
     pending_agent: int = 0
+    # Pending mail of every owner: an idle session with any of it needs a wake.
+    pending_all: int = 0
+    # A wake was requested and no run has started since: one wake, however much mail arrives.
+    wake_pending: bool = False
     # sender session id -> unacknowledged agent mail from it (the pair window).
     pair_inflight: dict[str, int] = field(default_factory=dict)
     # Producer ids already registered on this session (one per sending agent).
@@ -39,10 +43,12 @@ class SessionState:
             return INITIAL
         data = json.loads(text)
         data["producers"] = frozenset(data.get("producers", ()))
-        return cls(**data)
+        # A snapshot written by a newer version may carry fields this one does not know.
+        return cls(**{k: v for k, v in data.items() if k in _STATE_FIELDS})
 
 
 INITIAL = SessionState()
+_STATE_FIELDS = frozenset(SessionState.__dataclass_fields__)
 
 
 @dataclass(frozen=True)
@@ -79,6 +85,7 @@ def _observe(state: SessionState, event: ev.MessageEvent) -> dict[str, int]:
 
 def _drain(state: SessionState, event: ev.MessageEvent) -> SessionState:
     """Done mail frees its inbox slot and its pair-window slot."""
+    state = replace(state, pending_all=max(0, state.pending_all - 1))
     if not _counted(event.owner):
         return state
     pairs = dict(state.pair_inflight)
@@ -97,14 +104,19 @@ def evolve(state: SessionState, event: ev.Event) -> SessionState:
         case ev.SessionStatusChanged(status=status):
             return replace(state, status=status)
         case ev.SessionRunStarted(run_id=run_id):
-            return replace(state, status="running", current_run=run_id)
+            return replace(state, status="running", current_run=run_id, wake_pending=False)
+        case ev.SessionWakeRequested():
+            return replace(state, wake_pending=True)
         case ev.SessionRunFinished(run_id=run_id):
             hops = {k: v for k, v in state.run_hops.items() if k != run_id}
             current = None if state.current_run == run_id else state.current_run
             return replace(state, current_run=current, run_hops=hops)
         case ev.ProducerRegistered(producer_id=producer_id):
             return replace(state, producers=state.producers | {producer_id})
-        case ev.ProducerMessageAccepted(owner=owner, sender_session_id=sender) if _counted(owner):
+        case ev.ProducerMessageAccepted(owner=owner, sender_session_id=sender):
+            state = replace(state, pending_all=state.pending_all + 1)
+            if not _counted(owner):
+                return state
             pairs = dict(state.pair_inflight)
             pairs[sender] = pairs.get(sender, 0) + 1
             return replace(state, pending_agent=state.pending_agent + 1, pair_inflight=pairs)
