@@ -12,10 +12,12 @@ from treemail.host import SendContext, Treemail
 _db = itertools.count(1)
 
 
-def make_config(url: str, **messaging) -> Config:
+def make_config(url: str, profile: str = "fast", **messaging) -> Config:
     return Config(
         messaging=MessagingConfig(**messaging),
-        service=ServiceConfig(redis_url=url, command_streams=2, reclaim_idle_ms=500, decision_timeout_s=10),
+        service=ServiceConfig(
+            redis_url=url, command_streams=2, reclaim_idle_ms=500, decision_timeout_s=10, profile=profile
+        ),
     )
 
 
@@ -29,8 +31,8 @@ async def redis_url(valkey):
 
 
 @contextlib.asynccontextmanager
-async def running_stack(url: str, workers: int = 1, **messaging):
-    config = make_config(url, **messaging)
+async def running_stack(url: str, workers: int = 1, profile: str = "fast", **messaging):
+    config = make_config(url, profile, **messaging)
     pool = [Worker(config, url, consumer=f"test-worker-{i}") for i in range(workers)]
     for worker in pool:
         await worker.start()

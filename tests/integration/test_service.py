@@ -16,8 +16,7 @@ from .conftest import Calls, make_config
 
 
 async def test_durable_profile_waits_for_fsync_and_succeeds(redis_url):
-    base = make_config(redis_url)
-    config = base.model_copy(update={"service": base.service.model_copy(update={"profile": "durable"})})
+    config = make_config(redis_url, profile="durable")
     worker = Worker(config, redis_url, consumer="durable-worker")
     await worker.start()
     host = await Treemail.connect(config, redis_url)

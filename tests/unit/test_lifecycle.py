@@ -221,8 +221,10 @@ def test_finish_run_releases_mail_that_run_claimed_but_never_acknowledged():
     events = h.then(decide_finish_run(h.state, h.mail, "run-1"))
 
     assert ids(events, ev.ProducerMessageReleased) == ["m-1", "m-3"]
-    assert events[-1] == ev.SessionRunFinished(run_id="run-1")
-    assert h.state.current_run is None
+    assert events[-2] == ev.SessionRunFinished(run_id="run-1")
+    # The session is idle with released mail due: it must be woken to deliver it.
+    assert isinstance(events[-1], ev.SessionWakeRequested)
+    assert h.state.current_run is None and h.state.status == "idle" and h.state.wake_pending
     assert {m.state for m in h.mail.values()} == {"released"}
 
 

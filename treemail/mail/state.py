@@ -109,8 +109,10 @@ def evolve(state: SessionState, event: ev.Event) -> SessionState:
             return replace(state, wake_pending=True)
         case ev.SessionRunFinished(run_id=run_id):
             hops = {k: v for k, v in state.run_hops.items() if k != run_id}
-            current = None if state.current_run == run_id else state.current_run
-            return replace(state, current_run=current, run_hops=hops)
+            if state.current_run != run_id:
+                return replace(state, run_hops=hops)
+            # A session whose run ended is idle until its host says it finished or a new run starts.
+            return replace(state, status="idle", current_run=None, run_hops=hops)
         case ev.ProducerRegistered(producer_id=producer_id):
             return replace(state, producers=state.producers | {producer_id})
         case ev.ProducerMessageAccepted(owner=owner, sender_session_id=sender):
