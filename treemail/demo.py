@@ -1,9 +1,10 @@
 """`treemail demo` (what `make run` starts): the whole stack and a scripted delegation tree.
 
 Starts an embedded Valkey unless REDIS_URL names a server, starts worker
-processes, then plays a short delegation: a planner delegates two children,
-they report and talk through send_message, a guard refuses a storm. Ctrl-C
-stops everything it started.
+processes, then plays a delegation through the real stack: a child reports
+mid-run (steer), the parent queues a follow-up, siblings talk after an
+introduction, a finished child is woken by mail, and the hop guard stops a
+ping-pong storm. Ctrl-C stops everything it started.
 """
 
 import asyncio
@@ -15,49 +16,105 @@ import sys
 from .config import Config
 from .embedded import LocalValkey
 from .host import SendContext, Treemail
+from .render import history_row
 
 
 def _print(line: str) -> None:
     print(line, flush=True)
 
 
-async def _script(host: Treemail) -> None:
-    calls = iter(range(1_000_000))
+class ScriptedEngine:
+    """A toy host: agents are scripted, but every send, claim, wake and ack goes through treemail."""
 
-    def ctx(session_id: str, run_id: str) -> SendContext:
-        return SendContext(session_id, run_id, f"call-{next(calls)}")
+    def __init__(self, host: Treemail) -> None:
+        self.host = host
+        self.calls = 0
+        self.runs: dict[str, str] = {}
 
-    root = await host.register_root("planner", "splits the task", rules={"child": "allow"})
-    a = await host.register_child(root.session_id, "explore", "reads the code", rules={"parent": "allow", "sibling": "allow"}, status="running")
-    b = await host.register_child(root.session_id, "review", "reviews changes", rules={"parent": "allow", "sibling": "allow"}, status="running")
-    _print(f"registered {root.handle} with children {a.handle} and {b.handle}")
-    await host.start_run(a.session_id, "a-run-1")
-    await host.start_run(root.session_id, "root-run-1")
+    def ctx(self, session) -> SendContext:
+        self.calls += 1
+        return SendContext(session.session_id, self.runs.get(session.session_id, "no-run"), f"call-{self.calls}")
 
-    async def send(sender, run, to, body, mode="steer"):
-        result = await host.send_message(ctx(sender.session_id, run), {"to": to, "body": body, "mode": mode})
-        outcome = result.get("error", {}).get("code") or f"accepted ({result['recipient_state']})"
-        _print(f"  {sender.handle} -> {to}: {body!r}  => {outcome}")
+    async def start(self, session) -> None:
+        self.runs[session.session_id] = f"run-{session.handle}-{self.calls}"
+        await self.host.start_run(session.session_id, self.runs[session.session_id])
+
+    async def finish(self, session, status: str = "idle") -> None:
+        await self.host.finish_run(session.session_id, self.runs.pop(session.session_id))
+        if status != "idle":
+            await self.host.set_status(session.session_id, status)
+        _print(f"  [{session.handle} is {status}]")
+
+    async def send(self, sender, to: str, body: str, mode: str = "steer") -> dict:
+        result = await self.host.send_message(self.ctx(sender), {"to": to, "body": body, "mode": mode})
+        outcome = result["error"]["code"] if "error" in result else f"accepted, recipient {result['recipient_state']}"
+        _print(f"  {sender.handle} -> {to} ({mode}): {body!r}\n      => {outcome}")
         return result
 
-    _print("parent steers a running child:")
-    await send(root, "root-run-1", a.handle, "Look at the storage layer first.")
-    for claim in await host.claim(a.session_id, "a-run-1"):
-        _print(f"  {a.handle} claims {claim.message_id} at a safe boundary and consumes it")
-        await host.consume(a.session_id, claim.message_id)
-    _print("child reports mid-run to its parent:")
-    await send(a, "a-run-1", root.handle, "Found the bug: the cache is never invalidated.")
-    _print("parent introduces siblings; one writes the other:")
-    await send(a, "a-run-1", b.session_id, "Please review the cache fix when it lands.", mode="queue")
-    _print("a model addresses someone who is not there:")
-    result = await send(a, "a-run-1", "reviewer_00000000", "hello?")
-    _print("  " + result["error"]["message"].replace("\n", "\n  "))
-    _print("a ping-pong storm meets the per-pair window:")
-    for i in range(6):
-        await send(b, "b-run-1", a.handle, f"ping {i}")
-    _print(f"history of {a.handle}:")
+    async def boundary(self, session) -> list:
+        """A safe model-request boundary: claim, show, consume."""
+        deliveries = await self.host.claim(session.session_id, self.runs[session.session_id])
+        for delivery in deliveries:
+            _print(f"  [{session.handle} sees at its next model request]")
+            _print("    " + delivery.text.replace("\n", "\n    "))
+            await self.host.consume(session.session_id, delivery.message_id)
+        return deliveries
+
+    async def serve_one_wake(self, by_id: dict) -> None:
+        for wake in await self.host.wakes("demo-runner", block_ms=2000):
+            session = by_id[wake.session_id]
+            self.runs[session.session_id] = f"run-{session.handle}-{self.calls}"
+            if await self.host.wake_run(wake, self.runs[session.session_id]):
+                _print(f"  [wake: {session.handle} starts a new run with its mail as input]")
+
+
+async def _script(host: Treemail) -> None:
+    engine = ScriptedEngine(host)
+    root = await host.register_root("planner", "splits the task", rules={"child": "allow"})
+    await engine.start(root)
+    peers = {"parent": "allow", "sibling": "allow"}
+    a = await host.register_child(root.session_id, "explore", "reads the code", rules=peers)
+    b = await host.register_child(root.session_id, "review", "reviews changes", rules=peers)
+    by_id = {s.session_id: s for s in (root, a, b)}
+    _print(f"{root.handle} delegates {a.handle} and {b.handle}")
+    await engine.start(a)
+    await engine.start(b)
+
+    _print("\n1. a child reports mid-run; the parent sees it at its next boundary (steer)")
+    await engine.send(a, root.handle, "Found it: the cache is never invalidated.")
+    await engine.boundary(root)
+
+    _print("\n2. the parent queues a follow-up; it waits for the child's next turn")
+    await engine.send(root, a.handle, "When you are done, write the fix up as a patch.", mode="queue")
+    assert await engine.boundary(a) == []
+    await engine.finish(a)
+    await engine.serve_one_wake(by_id)
+    await engine.boundary(a)
+
+    _print("\n3. the parent introduces the siblings; they talk directly")
+    await engine.send(root, b.handle, f"{a.handle} has a patch for you to review.")
+    await engine.boundary(b)
+    await engine.send(b, a.handle, "Send me the patch, please.")
+    await engine.boundary(a)
+
+    _print("\n4. a finished child is woken by mail")
+    await engine.finish(a, status="finished")
+    await engine.send(root, a.handle, "One more thing: add a test for the fix.")
+    await engine.serve_one_wake(by_id)
+    await engine.boundary(a)
+
+    _print("\n5. two agents start a ping-pong storm; the hop guard stops it")
+    sender, receiver = a, b
+    for turn in range(10):
+        result = await engine.send(sender, receiver.handle, f"ping {turn}, your turn")
+        if "error" in result:
+            break
+        await engine.boundary(receiver)
+        sender, receiver = receiver, sender
+
+    _print("\n6. the recipient's durable history")
     for seq, event in await host.history(a.session_id):
-        _print(f"  {seq:>3} {type(event).__name__}")
+        _print(f"  {history_row(seq, event)}")
 
 
 def _spawn_workers(count: int, env: dict) -> list[subprocess.Popen]:
@@ -74,7 +131,8 @@ def run_demo(config: Config, workers: int = 2, once: bool = False) -> None:
         server = LocalValkey(durable=config.service.profile == "durable").start()
         url = server.url
         _print(f"started embedded Valkey at {url}")
-    env = {**os.environ, "REDIS_URL": url}
+    # The storm in the script needs a hop limit; an explicit setting wins.
+    env = {"TREEMAIL_MESSAGING_MAX_HOPS": "4", **os.environ, "REDIS_URL": url}
     pool = _spawn_workers(workers, env)
     _print(f"started {workers} worker processes")
     try:

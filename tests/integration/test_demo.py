@@ -13,8 +13,38 @@ def test_demo_runs_the_scripted_tree_and_stops_cleanly():
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "started embedded Valkey" in out
-    assert "accepted (running)" in out
-    assert "send_message:inflight_full" in out
-    assert "unknown subagent reference" in out
+    assert "accepted, recipient running" in out
+    assert "accepted, recipient waking_finished" in out
+    assert "starts a new run with its mail as input" in out
+    assert '<agent_message from="planner_' in out
+    assert "send_message:max_hops_exceeded" in out
     assert out.rstrip().endswith("stopped")
     assert "Traceback" not in done.stderr
+
+
+def test_ctrl_c_stops_everything_the_demo_started():
+    import re
+    import signal
+    import socket
+    import time
+
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "treemail.cli", "demo"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        lines.append(line)
+        if "stack is up" in line:
+            break
+    port = int(re.search(r"127\.0\.0\.1:(\d+)", "".join(lines)).group(1))
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    assert out.rstrip().endswith("stopped")
+    assert "Traceback" not in err
+    with socket.socket() as sock:
+        assert sock.connect_ex(("127.0.0.1", port)) != 0  # the embedded Valkey is gone
