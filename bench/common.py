@@ -1,0 +1,187 @@
+"""Shared helpers: the machine, worker subprocesses, prefills, percentiles."""
+
+import asyncio
+import os
+import platform
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
+
+from consumers.sends import encode_command
+from treemail import keys
+from treemail.config import Config, MessagingConfig, ServiceConfig
+from treemail.mail.commands import SendArguments, SendContext, SendMessage
+
+REPLY_TO = "bench-dummy-client"
+STREAM = keys.command_stream(0)
+
+
+def bench_config(url: str) -> Config:
+    """Inbox never fills, no pair window, one command stream."""
+    return Config(
+        messaging=MessagingConfig(max_pending_per_session=1_000_000_000, max_inflight_per_pair=0),
+        service=ServiceConfig(redis_url=url, command_streams=1),
+    )
+
+
+def worker_env(url: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        REDIS_URL=url,
+        TREEMAIL_SERVICE_COMMAND_STREAMS="1",
+        TREEMAIL_MESSAGING_MAX_PENDING_PER_SESSION="1000000000",
+        TREEMAIL_MESSAGING_MAX_INFLIGHT_PER_PAIR="0",
+        TREEMAIL_LOG="WARNING",
+    )
+    return env
+
+
+class Workers:
+    """`treemail worker` subprocesses; always killed, even on errors."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.procs: list[subprocess.Popen] = []
+        self.logs: list[Path] = []
+
+    def start(self, count: int) -> None:
+        exe = str(Path(sys.executable).parent / "treemail")
+        for _ in range(count):
+            log = Path(tempfile.mkstemp(prefix="bench-worker-", suffix=".log")[1])
+            self.logs.append(log)
+            with open(log, "wb") as out:
+                self.procs.append(
+                    subprocess.Popen([exe, "worker"], env=worker_env(self.url), stdout=out, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+                )
+
+    def check_alive(self) -> None:
+        for proc, log in zip(self.procs, self.logs):
+            if proc.poll() is not None:
+                raise RuntimeError(f"worker {proc.pid} exited with {proc.returncode}: {log.read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for log in self.logs:
+            log.unlink(missing_ok=True)
+        self.procs.clear()
+        self.logs.clear()
+
+
+async def register_trees(host, trees: int, children: int) -> list[tuple[str, list[str]]]:
+    """`trees` roots, each with `children` children; returns (root id, [child ids])."""
+    out = []
+    for t in range(trees):
+        root = await host.register_root("planner", f"root {t}", rules={"child": "allow", "parent": "allow"},
+                                        status="running")
+        kids = await asyncio.gather(*[
+            host.register_child(root.session_id, "worker", f"child {t}.{c}", rules={"parent": "allow"},
+                                status="running")
+            for c in range(children)
+        ])
+        out.append((root.session_id, [k.session_id for k in kids]))
+    return out
+
+
+async def prefill_commands(redis: aioredis.Redis, trees: list[tuple[str, list[str]]], total: int,
+                           seed: int = 42) -> None:
+    """`total` SendMessage commands (root -> random child of its tree) on command stream 0.
+
+    The consumer group is created at id 0 first: FastStream creates it at `$`
+    when it does not exist, which would skip everything written before.
+    """
+    pairs = [(root, child) for root, kids in trees for child in kids]
+    rng = random.Random(seed)
+    try:  # the host may already have created it (EventStore.ensure_command_group)
+        await redis.xgroup_create(STREAM, keys.COMMAND_GROUP, id="0", mkstream=True)
+    except ResponseError as exc:
+        if "BUSYGROUP" not in str(exc):
+            raise
+    chunk = 5000
+    for start in range(0, total, chunk):
+        async with redis.pipeline(transaction=False) as pipe:
+            for i in range(start, min(total, start + chunk)):
+                root, child = pairs[rng.randrange(len(pairs))]
+                command = SendMessage(
+                    f"cmd-{i}", SendContext(root, "run-1", f"call-{i}"),
+                    SendArguments(child, f"benchmark message {i}: please look at item {i}", "steer"), REPLY_TO,
+                )
+                pipe.xadd(STREAM, {"__data__": encode_command(command)})
+            await pipe.execute()
+
+
+async def group_progress(redis: aioredis.Redis, stream: str, group: str) -> tuple[int, int]:
+    """(pending, lag) of the group; lag is what nobody has read yet."""
+    for info in await redis.xinfo_groups(stream):
+        name = info["name"].decode() if isinstance(info["name"], bytes) else info["name"]
+        if name == group:
+            lag = info.get("lag")
+            return int(info["pending"]), int(lag if lag is not None else 1)
+    raise RuntimeError(f"no group {group} on {stream}")
+
+
+async def wait_drained(redis, stream: str, group: str, total: int, timeout: float, alive=None) -> float:
+    """Seconds from the first command read by the group until pending + lag is zero (polls every 10 ms)."""
+    deadline = time.perf_counter() + timeout
+    first = None
+    while True:
+        pending, lag = await group_progress(redis, stream, group)
+        now = time.perf_counter()
+        if first is None and lag < total:
+            first = now
+        if first is not None and pending == 0 and lag == 0:
+            return now - first
+        if now > deadline:
+            raise TimeoutError(f"not drained after {timeout:.0f} s: pending={pending} lag={lag}")
+        if alive:
+            alive()
+        await asyncio.sleep(0.01)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def machine() -> dict[str, str]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cores": str(os.cpu_count()),
+        "python": platform.python_version(),
+        "os": f"{platform.system()} {platform.release()}",
+    }
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of one process so far (0 if it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0

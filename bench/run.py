@@ -1,0 +1,456 @@
+"""`make bench`: one Valkey, one run, treemail next to a raw Redis baseline.
+
+    python -m bench.run            # full run (about 100 s on 2 cores)
+    python -m bench.run --quick    # smoke run (or BENCH_QUICK=1)
+
+Phases (the Valkey is flushed between the throughput phases):
+  1. one `treemail worker` process deciding a prefilled backlog of SendMessage commands
+  2. the raw baseline: XREADGROUP + pipelined HMGET + Lua CAS XADD + XACK, same backlog shape
+  3. two worker processes on the same backlog
+  4. host round-trip latency at a steady send rate, one worker running
+  5. send latency to a recipient whose stream holds ~1M events vs a fresh one
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis.asyncio as aioredis
+
+from treemail import keys
+from treemail.embedded import LocalValkey
+from treemail.host import SendContext, Treemail
+from treemail.mail import events as ev
+from treemail.mail.state import evolve
+
+from . import raw
+from .common import (REPLY_TO, cpu_seconds, STREAM, Workers, bench_config, machine, percentile, prefill_commands,
+                     register_trees, wait_drained)
+
+ROOT = Path(__file__).resolve().parent.parent
+VALKEY_PID = 0  # set in main: its CPU time is read around each throughput phase
+
+
+@dataclass
+class Sizes:
+    trees: int
+    children: int
+    commands: int
+    latency_rate: int
+    latency_seconds: float
+    big_events: int
+    probe_sends: int
+
+
+FULL = Sizes(trees=10, children=100, commands=100_000, latency_rate=2000, latency_seconds=5.0,
+             big_events=1_000_000, probe_sends=1000)
+QUICK = Sizes(trees=2, children=50, commands=5_000, latency_rate=500, latency_seconds=1.0,
+              big_events=20_000, probe_sends=100)
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+async def flush(url: str) -> None:
+    r = aioredis.Redis.from_url(url)
+    await r.flushall()
+    await r.aclose()
+
+
+async def setup_backlog(url: str, sizes: Sizes) -> None:
+    host = await Treemail.connect(bench_config(url), url)
+    try:
+        trees = await register_trees(host, sizes.trees, sizes.children)
+        await prefill_commands(host.redis, trees, sizes.commands)
+    finally:
+        await host.close()
+
+
+async def check_replies(url: str, total: int) -> dict[str, int]:
+    """Every command answered once; count outcomes by kind."""
+    r = aioredis.Redis.from_url(url)
+    try:
+        counts: dict[str, int] = {}
+        step = 20000
+        length = await r.llen(keys.reply_list(REPLY_TO))
+        for start in range(0, length, step):
+            for item in await r.lrange(keys.reply_list(REPLY_TO), start, start + step - 1):
+                answer = json.loads(item)
+                kind = "ok" if "ok" in answer else answer.get("error", {}).get("code", "other")
+                counts[kind] = counts.get(kind, 0) + 1
+        if length != total:
+            counts["missing_replies"] = total - length
+        return counts
+    finally:
+        await r.aclose()
+
+
+async def phase_workers(url: str, sizes: Sizes, count: int) -> dict:
+    await flush(url)
+    t = time.perf_counter()
+    await setup_backlog(url, sizes)
+    log(f"  registered {sizes.trees * (sizes.children + 1)} sessions, prefilled {sizes.commands} commands "
+        f"in {time.perf_counter() - t:.1f} s; starting {count} worker process(es)")
+    workers = Workers(url)
+    r = aioredis.Redis.from_url(url)
+    try:
+        # Hold the backlog back (group cursor at the end) until every worker has started and
+        # joined the group, then rewind the cursor: start-up is not timed, all workers start together.
+        await r.xgroup_setid(STREAM, keys.COMMAND_GROUP, "$")
+        workers.start(count)
+        deadline = time.perf_counter() + 60
+        while len(await r.xinfo_consumers(STREAM, keys.COMMAND_GROUP)) < count:
+            workers.check_alive()
+            if time.perf_counter() > deadline:
+                raise TimeoutError("workers did not join the consumer group within 60 s")
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)
+        valkey_cpu = cpu_seconds(VALKEY_PID)
+        start_cpu = sum(cpu_seconds(p.pid) for p in workers.procs)
+        await r.xgroup_setid(STREAM, keys.COMMAND_GROUP, "0", entries_read=0)
+        seconds = await wait_drained(r, STREAM, keys.COMMAND_GROUP, sizes.commands, timeout=600,
+                                     alive=workers.check_alive)
+        valkey_cpu = cpu_seconds(VALKEY_PID) - valkey_cpu
+        worker_cpu = sum(cpu_seconds(p.pid) for p in workers.procs) - start_cpu
+    finally:
+        workers.stop()
+        await r.aclose()
+    outcomes = await check_replies(url, sizes.commands)
+    rate = sizes.commands / seconds
+    log(f"  {count} worker(s): {sizes.commands} commands in {seconds:.2f} s = {rate:,.0f} commands/s; "
+        f"outcomes {outcomes}; CPU: valkey {valkey_cpu:.1f} s, worker(s) {worker_cpu:.1f} s")
+    return {"seconds": seconds, "rate": rate, "outcomes": outcomes, "valkey_cpu_s": valkey_cpu,
+            "worker_cpu_s": worker_cpu}
+
+
+async def phase_raw(url: str, sizes: Sizes) -> dict:
+    await flush(url)
+    import random
+
+    recipients = [f"r{i}" for i in range(sizes.trees * sizes.children)]
+    rng = random.Random(42)
+    order = [rng.randrange(len(recipients)) for _ in range(sizes.commands)]
+    r = aioredis.Redis.from_url(url)
+    try:
+        await raw.prefill(r, recipients, sizes.commands, order)
+    finally:
+        await r.aclose()
+    valkey_cpu, own_cpu = cpu_seconds(VALKEY_PID), time.process_time()
+    seconds, decided = await raw.run_worker(url, sizes.commands)
+    valkey_cpu, own_cpu = cpu_seconds(VALKEY_PID) - valkey_cpu, time.process_time() - own_cpu
+    rate = decided / seconds
+    log(f"  raw: {decided} commands in {seconds:.2f} s = {rate:,.0f} commands/s; CPU: valkey {valkey_cpu:.1f} s, "
+        f"worker {own_cpu:.1f} s")
+    return {"seconds": seconds, "rate": rate, "valkey_cpu_s": valkey_cpu, "worker_cpu_s": own_cpu}
+
+
+async def timed_send(host: Treemail, ctx: SendContext, to: str, body: str) -> tuple[float, dict]:
+    start = time.perf_counter()
+    result = await host.send_message(ctx, {"to": to, "body": body})
+    return time.perf_counter() - start, result
+
+
+async def phase_latency(url: str, sizes: Sizes, rate: int) -> dict:
+    """Paced sends from many concurrent tool calls; one worker decides them."""
+    await flush(url)
+    workers = Workers(url)
+    host = await Treemail.connect(bench_config(url), url)
+    try:
+        trees = await register_trees(host, 1, 100)
+        root, kids = trees[0]
+        workers.start(1)
+        # Warm up: the worker has started and created its group; connections are open.
+        for i in range(200):
+            _, result = await timed_send(host, SendContext(root, "run-w", f"w{i}"), kids[i % len(kids)], "warm up")
+            if "message_id" not in result:
+                raise RuntimeError(f"warm-up send failed: {result}")
+        total = int(rate * sizes.latency_seconds)
+        latencies: list[float] = []
+        lateness: list[float] = []
+        failures: list[dict] = []
+
+        async def one(i: int, scheduled: float) -> None:
+            start = time.perf_counter()
+            lateness.append(start - scheduled)
+            seconds, result = await timed_send(
+                host, SendContext(root, "run-1", f"call-{i}"), kids[i % len(kids)], f"steady message {i}"
+            )
+            if "message_id" in result:
+                latencies.append(seconds)
+            else:
+                failures.append(result)
+
+        tasks = []
+        host_cpu, worker_cpu = time.process_time(), cpu_seconds(workers.procs[0].pid)
+        t0 = time.perf_counter() + 0.05
+        for i in range(total):
+            scheduled = t0 + i / rate
+            delay = scheduled - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(i, scheduled)))
+        await asyncio.gather(*tasks)
+        elapsed = time.perf_counter() - t0
+        host_cpu, worker_cpu = time.process_time() - host_cpu, cpu_seconds(workers.procs[0].pid) - worker_cpu
+        workers.check_alive()
+    finally:
+        await host.close()
+        workers.stop()
+    out = {
+        "target_rate": rate, "sends": total, "ok": len(latencies), "failed": len(failures), "achieved_rate": total / elapsed,
+        "p50_ms": percentile(latencies, 50) * 1000, "p99_ms": percentile(latencies, 99) * 1000,
+        "max_ms": max(latencies) * 1000 if latencies else float("nan"),
+        "start_lateness_p99_ms": percentile(lateness, 99) * 1000,
+        "host_cpu_us_per_send": host_cpu / total * 1e6, "worker_cpu_us_per_send": worker_cpu / total * 1e6,
+    }
+    log(f"  latency: {out['ok']}/{total} ok at {out['achieved_rate']:,.0f} sends/s: p50 {out['p50_ms']:.2f} ms, "
+        f"p99 {out['p99_ms']:.2f} ms, max {out['max_ms']:.2f} ms (pacer lateness p99 "
+        f"{out['start_lateness_p99_ms']:.2f} ms); CPU per send: host {out['host_cpu_us_per_send']:.0f} us, "
+        f"worker {out['worker_cpu_us_per_send']:.0f} us" + (f"; first failure {failures[0]}" if failures else ""))
+    return out
+
+
+FILL_LUA = """
+local n = tonumber(ARGV[1])
+for _ = 1, tonumber(ARGV[2]) do
+  local mid = ARGV[7] .. n
+  redis.call('XADD', KEYS[1], n .. '-0', 'type', 'ProducerMessageAccepted', 'data', ARGV[3] .. mid .. ARGV[4])
+  redis.call('XADD', KEYS[1], (n + 1) .. '-0', 'type', 'ProducerMessageConsumed', 'data', ARGV[5] .. mid .. ARGV[6])
+  n = n + 2
+end
+return n - 1
+"""
+
+
+async def fill_history(host: Treemail, sender_id: str, recipient_id: str, events: int) -> int:
+    """Give the recipient a stream of ~`events` events as if that much mail had come and gone.
+
+    Version 2 is the sender's ProducerRegistered, then (Accepted, Consumed) pairs
+    with entry ids "<n>-0". The snapshot is the real fold (evolve) of these
+    events: every pair leaves the state unchanged, so folding one pair is the
+    fold of all of them. No mail is pending, so the pending-mail hash stays empty.
+    """
+    record = await host.sessions.record(recipient_id)
+    sender = await host.sessions.record(sender_id)
+    stream = keys.session_stream(record.partition, record.session_id)
+    loaded = await host.store.load(record)
+    assert loaded.version == 1, loaded
+    producer = f"agent:{sender_id}"
+    registered = ev.ProducerRegistered(at=time.time(), producer_id=producer, owner="agent", sender_session_id=sender_id)
+    accepted = ev.ProducerMessageAccepted(
+        at=time.time(), message_id="__MID__", producer_id=producer, owner="agent", sender_session_id=sender_id,
+        sender_handle=sender.handle, body="an old message " * 8, mode="steer", agent_hop=0, run_id="run-old",
+        tool_call_id="call-old",
+    )
+    consumed = ev.ProducerMessageConsumed(at=time.time(), message_id="__MID__", owner="agent",
+                                          sender_session_id=sender_id, agent_hop=0, run_id=None)
+    state = loaded.state
+    for event in (registered, accepted, consumed):
+        state = evolve(state, event)
+    await host.redis.xadd(stream, dict(zip(("type", "data"), ev.encode(registered))), id="2-0")
+    acc_pre, acc_post = ev.encode(accepted)[1].split("__MID__")
+    con_pre, con_post = ev.encode(consumed)[1].split("__MID__")
+    script = host.redis.register_script(FILL_LUA)
+    pairs = max(1, (events - 2) // 2)
+    n, step = 3, 50_000
+    last = 2
+    for start in range(0, pairs, step):
+        count = min(step, pairs - start)
+        last = int(await script(keys=[stream], args=[n, count, acc_pre, acc_post, con_pre, con_post, "old-"]))
+        n = last + 1
+    await host.redis.hset(keys.session_snapshot(record.partition, record.session_id),
+                          mapping={"version": last, "snapshot": state.to_json()})
+    return last
+
+
+async def phase_history(url: str, sizes: Sizes) -> dict:
+    await flush(url)
+    workers = Workers(url)
+    host = await Treemail.connect(bench_config(url), url)
+    try:
+        trees = await register_trees(host, 1, 2)
+        root, (big, fresh) = trees[0]
+        t = time.perf_counter()
+        last = await fill_history(host, root, big, sizes.big_events)
+        length = await host.redis.xlen(keys.session_stream((await host.sessions.record(big)).partition, big))
+        info = await host.redis.info("memory")
+        log(f"  filled the big recipient's stream: {length:,} events (version {last:,}) in "
+            f"{time.perf_counter() - t:.1f} s; Valkey used_memory {info['used_memory_human']}")
+        workers.start(1)
+        for i in range(50):  # warm up both recipients (the fresh one registers its producer here)
+            for to in (big, fresh):
+                _, result = await timed_send(host, SendContext(root, "run-w", f"w{i}-{to}"), to, "warm up")
+                if "message_id" not in result:
+                    raise RuntimeError(f"warm-up send failed: {result}")
+        timings = {big: [], fresh: []}
+        for i in range(sizes.probe_sends):
+            for to in ((big, fresh) if i % 2 else (fresh, big)):
+                seconds, result = await timed_send(host, SendContext(root, "run-1", f"p{i}-{to}"), to,
+                                                   f"probe {i}")
+                if "message_id" not in result:
+                    raise RuntimeError(f"probe send failed: {result}")
+                timings[to].append(seconds)
+        workers.check_alive()
+        big_record = await host.sessions.record(big)
+        version_after = int(await host.redis.hget(keys.session_snapshot(big_record.partition, big), "version"))
+    finally:
+        await host.close()
+        workers.stop()
+    out = {
+        "events": length, "version_after": version_after,
+        "big_p50_ms": percentile(timings[big], 50) * 1000, "big_p99_ms": percentile(timings[big], 99) * 1000,
+        "fresh_p50_ms": percentile(timings[fresh], 50) * 1000,
+        "fresh_p99_ms": percentile(timings[fresh], 99) * 1000,
+    }
+    out["ratio_p50"] = out["big_p50_ms"] / out["fresh_p50_ms"]
+    log(f"  1M-event recipient: p50 {out['big_p50_ms']:.2f} ms p99 {out['big_p99_ms']:.2f} ms; fresh: p50 "
+        f"{out['fresh_p50_ms']:.2f} ms p99 {out['fresh_p99_ms']:.2f} ms; ratio p50 {out['ratio_p50']:.2f}")
+    return out
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def report(results: dict, env: dict, sizes: Sizes, quick: bool, wall: float) -> str:
+    one, two, rawr = results["one"], results["two"], results["raw"]
+    lat, hist, low = results["latency"], results["history"], results["latency_low"]
+    ratio_raw = one["rate"] / rawr["rate"]
+    ratio_two = two["rate"] / one["rate"]
+    rows = [
+        ("treemail, 1 worker process", f"{one['rate']:,.0f} commands/s", f"{sizes.commands:,} sends in {one['seconds']:.2f} s", ""),
+        ("raw Redis baseline, 1 process", f"{rawr['rate']:,.0f} commands/s", f"{sizes.commands:,} sends in {rawr['seconds']:.2f} s", ""),
+        ("treemail / raw", f"{ratio_raw:.2f}", "target >= 0.7", verdict(ratio_raw >= 0.7)),
+        ("treemail, 2 worker processes", f"{two['rate']:,.0f} commands/s", f"{sizes.commands:,} sends in {two['seconds']:.2f} s", ""),
+        ("2 workers / 1 worker", f"{ratio_two:.2f}", "target >= 1.3", verdict(ratio_two >= 1.3)),
+        (f"send round trip p50 at {lat['target_rate']:,}/s", f"{lat['p50_ms']:.2f} ms", f"achieved {lat['achieved_rate']:,.0f} sends/s, target <= 1 ms", verdict(lat["p50_ms"] <= 1.0)),
+        (f"send round trip p99 at {lat['target_rate']:,}/s", f"{lat['p99_ms']:.2f} ms", f"{lat['ok']:,} sends ({lat['failed']} failed), target <= 5 ms", verdict(lat["p99_ms"] <= 5.0)),
+        (f"send round trip at {low['target_rate']:,}/s", f"p50 {low['p50_ms']:.2f} ms", f"p99 {low['p99_ms']:.2f} ms, {low['ok']:,} sends ({low['failed']} failed)", ""),
+        (f"send p50, {hist['events']:,}-event recipient", f"{hist['big_p50_ms']:.2f} ms", f"p99 {hist['big_p99_ms']:.2f} ms, {hist['events']:,} events", ""),
+        ("send p50, fresh recipient", f"{hist['fresh_p50_ms']:.2f} ms", f"p99 {hist['fresh_p99_ms']:.2f} ms", ""),
+        ("long / fresh stream (p50)", f"{hist['ratio_p50']:.2f}", "target <= 1.2", verdict(hist["ratio_p50"] <= 1.2)),
+    ]
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+    header = (f"{'QUICK smoke run (not the reference figures); ' if quick else ''}"
+              f"CPU {env['cpu']}, {env['cores']} cores, Python {env['python']}, {env['valkey']}, {env['os']}; "
+              f"`make bench` took {wall:.0f} s")
+    return header + "\n\n" + "\n".join(lines)
+
+
+# Everything after this marker in BENCHMARKS.md is hand-written analysis; a new run keeps it.
+NOTES_MARKER = "<!-- notes: kept across runs -->"
+
+
+def write_markdown(table: str, results: dict, env: dict, sizes: Sizes, quick: bool) -> None:
+    path = ROOT / "BENCHMARKS.md"
+    outcomes = results["one"]["outcomes"]
+    text = f"""# Benchmarks
+
+Produced by `make bench` (`python -m bench.run{' --quick' if quick else ''}`) on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.
+Everything below was measured in one run against one local Valkey started by the
+benchmark (`LocalValkey(durable=False)`, profile `fast`), flushed between phases.
+
+Machine: {env['cpu']}, {env['cores']} cores, Python {env['python']}, {env['valkey']}, {env['os']}.
+Valkey, the worker process(es) and the benchmark process share these cores.
+
+```
+{table}
+```
+
+## What each row measures
+
+- **treemail, 1 worker process**: {sizes.trees} trees of 1 root + {sizes.children} children registered
+  through the host API ({sizes.trees * sizes.children:,} recipients, `max_pending_per_session` 1e9,
+  `max_inflight_per_pair` 0, one command stream); {sizes.commands:,} `SendMessage` commands
+  (root -> a random child of its tree, by session id, unique tool-call ids, a dummy reply list)
+  XADDed to the command stream; the group cursor is held at the end (`XGROUP SETID $`) until
+  the worker process(es) have started and joined the group, then rewound to 0, so start-up is
+  not timed. Time runs from the group's first read until `XINFO GROUPS` shows pending = 0 and
+  lag = 0; CPU seconds of Valkey and the workers are read from /proc over the same span. Outcomes of the
+  1-worker run: {outcomes}.
+- **raw Redis baseline**: the same backlog shape decided by a plain `redis.asyncio` loop in the
+  benchmark process: `XREADGROUP COUNT 100`, pipelined `HMGET` of each recipient's state hash,
+  accept, one pipelined Lua compare-and-set per command (check `version`, `XADD`, `HSET version`),
+  one `XACK` per batch. No idempotency record, no snapshot JSON, no reply.
+- **2 worker processes**: as the first row, with two `treemail worker` processes in one group.
+- **send round trip**: one worker process; a host (`Treemail.connect`, same config) paced at
+  {sizes.latency_rate:,} sends/s (and again at {sizes.latency_rate // 4:,} sends/s) for {sizes.latency_seconds:g} s
+  each, with every send its own task
+  (many in flight); `send_message` call to result, root -> 100 children.
+- **~1M-event recipient**: one child's stream pre-filled with ProducerRegistered + (Accepted,
+  Consumed) pairs at entry ids `<n>-0` and its state hash set to version n and the real fold's
+  snapshot; {sizes.probe_sends:,} sequential sends to it interleaved with {sizes.probe_sends:,} to a
+  fresh child, one worker.
+
+Raw figures of this run (JSON):
+
+```
+{json.dumps(results, indent=1, default=str)}
+```
+"""
+    notes = ""
+    if path.exists() and NOTES_MARKER in path.read_text():
+        notes = path.read_text().split(NOTES_MARKER, 1)[1]
+    path.write_text(text + "\n" + NOTES_MARKER + notes)
+
+
+async def valkey_version(url: str) -> str:
+    r = aioredis.Redis.from_url(url)
+    try:
+        info = await r.info("server")
+        return f"valkey {info.get('valkey_version') or info.get('redis_version')}"
+    finally:
+        await r.aclose()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench.run")
+    parser.add_argument("--quick", action="store_true", help="shrink every phase for a smoke run")
+    parser.add_argument("--no-write", action="store_true", help="print only, leave BENCHMARKS.md alone")
+    args = parser.parse_args(argv)
+    quick = args.quick or os.environ.get("BENCH_QUICK", "") not in ("", "0")
+    sizes = QUICK if quick else FULL
+    started = time.perf_counter()
+    server = LocalValkey(durable=False)
+    try:
+        server.start()
+        global VALKEY_PID
+        VALKEY_PID = server.process.pid
+        url = server.url
+        env = machine()
+        env["valkey"] = asyncio.run(valkey_version(url))
+        log(f"Valkey at {url}; {env['cpu']}, {env['cores']} cores, Python {env['python']}, {env['valkey']}")
+        results = {}
+        log("phase 1: one treemail worker process")
+        results["one"] = asyncio.run(phase_workers(url, sizes, 1))
+        log("phase 2: raw Redis baseline")
+        results["raw"] = asyncio.run(phase_raw(url, sizes))
+        log("phase 3: two treemail worker processes")
+        results["two"] = asyncio.run(phase_workers(url, sizes, 2))
+        log("phase 4: producer round-trip latency")
+        results["latency"] = asyncio.run(phase_latency(url, sizes, sizes.latency_rate))
+        log("phase 4b: the same at a quarter of the rate")
+        results["latency_low"] = asyncio.run(phase_latency(url, sizes, sizes.latency_rate // 4))
+        log("phase 5: decision latency on a long stream")
+        results["history"] = asyncio.run(phase_history(url, sizes))
+    finally:
+        server.cleanup()
+    wall = time.perf_counter() - started
+    table = report(results, env, sizes, quick, wall)
+    print()
+    print(table)
+    if not args.no_write:
+        write_markdown(table, results, env, sizes, quick)
+        print(f"\nwrote {ROOT / 'BENCHMARKS.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
