@@ -10,13 +10,13 @@
 --
 -- KEYS: 1 stream, 2 state hash (version, snapshot), 3 pending-mail hash,
 --       4 idempotency key, 5 tree handles hash, 6 tree members set,
---       7 partition wake stream, 8 partition sessions set
+--       7 partition wake stream, 8 partition sessions set, 9 partition feed
 --       (all in one hash slot: the tree's partition tag)
 -- ARGV: 1 expected etag ('' for a new session) and new etag as "old new", 2 snapshot json, 3 idempotency record ('' none),
 --       4 idempotency ttl seconds, 5 handle to reserve ('' none), 6 session id,
 --       7 event count, then (type, data) per event,
 --       then mail change count, then (message id, item json or '' to delete),
---       then wake count, then one wake trigger json each
+--       then wake count, then one wake trigger json each, then the feed's approximate max length
 if ARGV[3] ~= '' then
   local existing = redis.call('GET', KEYS[4])
   if existing then return {'dup', existing} end
@@ -33,6 +33,7 @@ if ARGV[5] ~= '' then
 end
 local i = 8
 local version = current
+local events_start = i
 for _ = 1, tonumber(ARGV[7]) do
   version = version + 1
   -- The entry id is the event's position: readers address events by version.
@@ -56,6 +57,15 @@ for _ = 1, wakes do
   -- In the same step as the event: a wake is never requested without its trigger.
   redis.call('XADD', KEYS[7], '*', 'session', ARGV[6], 'data', ARGV[i])
   i = i + 1
+end
+-- The partition feed lets projections follow every session of the partition
+-- through one stream; it is a trimmed copy, the session streams stay the truth.
+local feed_maxlen = ARGV[i]
+local seq = current
+for j = events_start, events_start + 2 * tonumber(ARGV[7]) - 1, 2 do
+  seq = seq + 1
+  redis.call('XADD', KEYS[9], 'MAXLEN', '~', feed_maxlen, '*',
+    'session', ARGV[6], 'seq', seq, 'type', ARGV[j], 'data', ARGV[j + 1])
 end
 if ARGV[3] ~= '' then redis.call('SET', KEYS[4], ARGV[3], 'EX', ARGV[4]) end
 return {'ok', tostring(version)}

@@ -214,6 +214,7 @@ class EventStore:
             keys.tree_members(p, record.root_session_id),
             keys.wake_stream(p),
             keys.partition_sessions(p),
+            keys.feed(p),
         ]
         etag = os.urandom(8).hex()
         args: list[Any] = [
@@ -229,6 +230,7 @@ class EventStore:
             *changes,
             len(wakes),
             *wakes,
+            self.config.feed_maxlen,
         ]
         return PreparedAppend(key_list, args, state, loaded.version + len(new_events), etag)
 
@@ -273,15 +275,19 @@ class EventStore:
         self, record: SessionRecord, after: int = 0, count: int | None = None
     ) -> list[tuple[int, ev.Event]]:
         """Events after position ``after``, in order; unknown types are skipped."""
+        return [(seq, event) for seq, event in await self.read_raw(record, after, count) if event is not None]
+
+    async def read_raw(
+        self, record: SessionRecord, after: int = 0, count: int | None = None
+    ) -> list[tuple[int, ev.Event | None]]:
+        """Like ``read``, but an event of a type this version does not know is kept as None at its position."""
         entries = await self.redis.xrange(
             keys.session_stream(record.partition, record.session_id), min=f"({after}-0", count=count
         )
-        out = []
-        for entry_id, fields in entries:
-            event = ev.decode(fields[b"type"].decode(), fields[b"data"])
-            if event is not None:
-                out.append((int(entry_id.split(b"-")[0]), event))
-        return out
+        return [
+            (int(entry_id.split(b"-")[0]), ev.decode(fields[b"type"].decode(), fields[b"data"]))
+            for entry_id, fields in entries
+        ]
 
     async def read_at(self, record: SessionRecord, seqs: list[int]) -> dict[int, ev.Event]:
         stream = keys.session_stream(record.partition, record.session_id)

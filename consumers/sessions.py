@@ -5,6 +5,9 @@ mail are decided here, in the host's process, with the same pure decider and
 the same atomic append as sends; only sends travel through the worker pool.
 """
 
+import asyncio
+import itertools
+import random
 import time
 from collections.abc import Callable
 
@@ -89,7 +92,10 @@ class SessionService:
     async def execute(self, session_id: str, decide: Decide, *, with_mail: bool = True) -> list[ev.Event]:
         """Decide on fresh state and append; on a version conflict decide again on newer state."""
         record = await self.record(session_id)
-        while True:
+        for attempt in itertools.count():
+            if attempt:
+                # Many writers on one session: spread the retries so they stop colliding in lockstep.
+                await asyncio.sleep(random.uniform(0, 0.001 * min(attempt, 20)))
             loaded = await self.store.load(record)
             if not loaded.state.registered:
                 raise LifecycleError("lifecycle:unknown_session", f"session {session_id} is not registered")
@@ -100,3 +106,4 @@ class SessionService:
             result = await self.store.append(self.store.prepare(record, loaded, new_events, mail=mail))
             if result.status == "ok":
                 return new_events
+        raise AssertionError("unreachable")

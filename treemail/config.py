@@ -45,6 +45,9 @@ class ServiceConfig(BaseModel):
     decision_timeout_s: float = Field(default=30.0, gt=0)
     idempotency_ttl_s: int = Field(default=7 * 24 * 3600, ge=60)
     connect_attempts: int = Field(default=5, ge=1)
+    # The partition feeds projections follow are trimmed to about this many
+    # entries; a projection that falls further behind rebuilds from the streams.
+    feed_maxlen: int = Field(default=1_000_000, ge=1000)
 
 
 class Config(BaseModel):

@@ -36,6 +36,18 @@ def wake_stream(partition: int) -> str:
     return f"{PREFIX}:{tag(partition)}:wakes"
 
 
+def feed(partition: int) -> str:
+    return f"{PREFIX}:{tag(partition)}:feed"
+
+
+def projection_view(partition: int, name: str) -> str:
+    return f"{PREFIX}:{tag(partition)}:proj:{name}:view"
+
+
+def projection_checkpoint(partition: int, name: str) -> str:
+    return f"{PREFIX}:{tag(partition)}:proj:{name}:checkpoint"
+
+
 def partition_sessions(partition: int) -> str:
     return f"{PREFIX}:{tag(partition)}:sessions"
 

@@ -1,0 +1,1 @@
+"""Projection workers: fold the session streams into read models, checkpointed, replayable."""

@@ -1,0 +1,148 @@
+"""The projection worker: follow the partition feeds, fold, write view and checkpoint atomically.
+
+One process follows any set of partitions with one blocking XREAD. On start
+each (projection, partition) resumes from its checkpoint; one with no
+checkpoint (a projection added later) or whose checkpoint the trimmed feed
+has already dropped is rebuilt from the session streams first.
+"""
+
+import asyncio
+import logging
+import time
+
+from consumers.eventstore import EventStore
+from treemail import keys, metrics
+from treemail.config import Config
+from treemail.mail import events as ev
+
+from .replay import rebuild
+from .store import Checkpoint, TrackedView, feed_position, id_tuple, load_view, queue_changes
+from .views import PROJECTIONS, fold_event
+
+log = logging.getLogger("treemail.projections")
+
+
+class ProjectionRunner:
+    def __init__(
+        self, store: EventStore, config: Config, partitions: list[int] | None = None, names: list[str] | None = None,
+        batch: int = 1000,
+    ) -> None:
+        self.store = store
+        self.redis = store.redis
+        self.config = config
+        self.partitions = partitions if partitions is not None else list(range(config.service.partitions))
+        self.names = names or list(PROJECTIONS)
+        self.batch = batch
+        self.views: dict[tuple[str, int], TrackedView] = {}
+        self.checkpoints: dict[tuple[str, int], Checkpoint] = {}
+
+    async def start(self) -> None:
+        for partition in self.partitions:
+            _, first_kept = await feed_position(self.redis, partition)
+            stale = []
+            for name in self.names:
+                view, checkpoint = await load_view(self.redis, partition, name)
+                if checkpoint is None or (
+                    first_kept is not None and checkpoint.entries and id_tuple(first_kept) > id_tuple(checkpoint.entry_id)
+                    and not await self._covers(partition, checkpoint)
+                ):
+                    stale.append(name)
+                else:
+                    self.views[(name, partition)] = view
+                    self.checkpoints[(name, partition)] = checkpoint
+            if stale:
+                log.warning("rebuilding %s of partition %d from the streams", ", ".join(stale), partition)
+                rebuilt = await rebuild(self.store, [partition], stale)
+                for (name, p), view in rebuilt.items():
+                    self.views[(name, p)] = view
+                    self.checkpoints[(name, p)] = (await load_view(self.redis, p, name))[1]
+
+    async def _covers(self, partition: int, checkpoint: Checkpoint) -> bool:
+        """True when the feed still holds the entry right after the checkpoint."""
+        entries = await self.redis.xrange(keys.feed(partition), min=checkpoint.entry_id, count=1)
+        return bool(entries) and entries[0][0].decode() == checkpoint.entry_id
+
+    def _position(self, partition: int) -> str:
+        return min((self.checkpoints[(n, partition)] for n in self.names),
+                   key=lambda c: id_tuple(c.entry_id)).entry_id
+
+    async def step(self, block_ms: int | None = 1000) -> int:
+        """Read one batch from every followed feed, fold it, write it. Returns the entries folded."""
+        streams = {keys.feed(p): self._position(p) for p in self.partitions}
+        replies = await self.redis.xread(streams, count=self.batch, block=block_ms)
+        folded = 0
+        for stream, entries in replies or []:
+            partition = self.partitions[list(streams).index(stream.decode() if isinstance(stream, bytes) else stream)]
+            folded += await self._fold(partition, entries)
+        await self._report_lag()
+        return folded
+
+    async def _fold(self, partition: int, entries: list) -> int:
+        decoded = []
+        for entry_id, fields in entries:
+            event = ev.decode(fields[b"type"].decode(), fields[b"data"])
+            decoded.append((entry_id.decode(), fields[b"session"].decode(), int(fields[b"seq"]), event))
+        async with self.redis.pipeline(transaction=True) as pipe:
+            for name in self.names:
+                key = (name, partition)
+                view, checkpoint = self.views[key], self.checkpoints[key]
+                apply = PROJECTIONS[name]
+                applied = 0
+                for entry_id, session_id, seq, event in decoded:
+                    if id_tuple(entry_id) <= id_tuple(checkpoint.entry_id):
+                        continue
+                    if fold_event(view, apply, session_id, seq, event) and name == "wakes" and isinstance(
+                        event, ev.SessionWakeRequested
+                    ):
+                        metrics.WAKES.inc()
+                    applied += 1
+                if applied:
+                    new_checkpoint = Checkpoint(decoded[-1][0], checkpoint.entries + applied)
+                    queue_changes(pipe, partition, name, view, new_checkpoint)
+                    self.checkpoints[key] = new_checkpoint
+                    metrics.PROJECTION_EVENTS.labels(name).inc(applied)
+            await pipe.execute()
+        return len(decoded)
+
+    def report_views(self) -> None:
+        """Aggregate gauges over this runner's partitions: bounded cardinality, never one series per session."""
+        messaging = self.config.messaging
+
+        def values(name: str) -> list[int]:
+            return [int(v) for p in self.partitions for f, v in self.views[(name, p)].items()
+                    if not f.startswith("seq:")] if name in self.names else []
+
+        inbox, pairs = values("inbox"), values("pairs")
+        metrics.PENDING_INBOX.set(sum(inbox))
+        metrics.FULL_INBOXES.set(sum(1 for v in inbox if v >= messaging.max_pending_per_session))
+        metrics.INFLIGHT_PAIRS.set(len(pairs))
+        window = messaging.max_inflight_per_pair
+        metrics.FULL_WINDOWS.set(sum(1 for v in pairs if window and v >= window))
+        if "wakes" in self.names:
+            metrics.WAKES_OUTSTANDING.set(sum(
+                1 for p in self.partitions for f in self.views[("wakes", p)] if not f.startswith("seq:")
+            ))
+
+    async def _report_lag(self) -> None:
+        now = time.time()
+        for partition in self.partitions:
+            end, _ = await feed_position(self.redis, partition)
+            for name in self.names:
+                checkpoint = self.checkpoints[(name, partition)]
+                behind = max(0, end.entries - checkpoint.entries)
+                metrics.PROJECTION_LAG_EVENTS.labels(name, str(partition)).set(behind)
+                seconds = 0.0
+                if behind:
+                    nxt = await self.redis.xrange(keys.feed(partition), min=f"({checkpoint.entry_id}", count=1)
+                    if nxt:
+                        seconds = max(0.0, now - id_tuple(nxt[0][0].decode())[0] / 1000)
+                metrics.PROJECTION_LAG_SECONDS.labels(name, str(partition)).set(seconds)
+
+    async def run(self, stopping: asyncio.Event, report_every_s: float = 5.0) -> None:
+        await self.start()
+        reported = 0.0
+        while not stopping.is_set():
+            await self.step()
+            if time.monotonic() - reported > report_every_s:
+                self.report_views()
+                reported = time.monotonic()

@@ -1,0 +1,101 @@
+"""The read models and how each event changes them. Pure.
+
+A view is a flat mapping of field -> value, stored as one Redis hash per
+partition. Every view also remembers, per session, the position of the last
+event it folded (``seq:<session>``): folding is then idempotent, so a live
+runner may start from a feed position that a rebuild already covered and the
+result is the same.
+
+Adding a projection: one class here with a ``name`` and an ``apply``, and an
+entry in PROJECTIONS. Its first runner finds no checkpoint and rebuilds it from
+the beginning of history.
+"""
+
+from collections.abc import Callable
+
+from treemail.mail import events as ev
+
+View = dict[str, str]
+Apply = Callable[[View, str, ev.Event], None]
+
+
+def _add(view: View, field: str, delta: int) -> None:
+    value = int(view.get(field, 0)) + delta
+    if value > 0:
+        view[field] = str(value)
+    else:
+        view.pop(field, None)
+
+
+def _counted(event) -> bool:
+    return getattr(event, "owner", None) == "agent"
+
+
+def inbox(view: View, session_id: str, event: ev.Event) -> None:
+    """Pending agent mail per recipient session."""
+    match event:
+        case ev.ProducerMessageAccepted() if _counted(event):
+            _add(view, session_id, 1)
+        case ev.ProducerMessageConsumed() | ev.ProducerMessageDiscarded() if _counted(event):
+            _add(view, session_id, -1)
+
+
+def pairs(view: View, session_id: str, event: ev.Event) -> None:
+    """Unacknowledged agent mail per directed pair, ``sender>recipient``."""
+    match event:
+        case ev.ProducerMessageAccepted() if _counted(event):
+            _add(view, f"{event.sender_session_id}>{session_id}", 1)
+        case ev.ProducerMessageConsumed() | ev.ProducerMessageDiscarded() if _counted(event):
+            _add(view, f"{event.sender_session_id}>{session_id}", -1)
+
+
+def wakes(view: View, session_id: str, event: ev.Event) -> None:
+    """Sessions with a wake requested and no run started since: what host runners still owe."""
+    match event:
+        case ev.SessionWakeRequested():
+            view[session_id] = event.message_id or "-"
+        case ev.SessionRunStarted():
+            view.pop(session_id, None)
+
+
+def trees(view: View, session_id: str, event: ev.Event) -> None:
+    """Per delegation tree: sessions, pending mail of every owner, mail accepted and done."""
+    match event:
+        case ev.SessionRegistered(root_session_id=root):
+            view[f"root:{session_id}"] = root
+            _add(view, f"{root}:sessions", 1)
+            return
+    root = view.get(f"root:{session_id}")
+    if root is None:
+        return
+    match event:
+        case ev.ProducerMessageAccepted():
+            _add(view, f"{root}:accepted", 1)
+            _add(view, f"{root}:pending", 1)
+        case ev.ProducerMessageConsumed() | ev.ProducerMessageDiscarded():
+            _add(view, f"{root}:done", 1)
+            _add(view, f"{root}:pending", -1)
+
+
+PROJECTIONS: dict[str, Apply] = {"inbox": inbox, "pairs": pairs, "wakes": wakes, "trees": trees}
+
+
+def fold_event(view: View, apply: Apply, session_id: str, seq: int, event: ev.Event | None) -> bool:
+    """Fold one event unless the view already holds it; returns whether it was new."""
+    marker = f"seq:{session_id}"
+    if int(view.get(marker, 0)) >= seq:
+        return False
+    view[marker] = str(seq)
+    if event is not None:
+        apply(view, session_id, event)
+    return True
+
+
+def tree_summaries(view: View) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for field, value in view.items():
+        if field.startswith(("root:", "seq:")):
+            continue
+        root, metric = field.rsplit(":", 1)
+        out.setdefault(root, {"sessions": 0, "pending": 0, "accepted": 0, "done": 0})[metric] = int(value)
+    return out

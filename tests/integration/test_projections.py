@@ -1,0 +1,233 @@
+"""Projection workers against a real Valkey: live views equal a rebuild from the streams."""
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+import redis.asyncio as aioredis
+
+from consumers.eventstore import EventStore
+from projections.replay import rebuild
+from projections.runner import ProjectionRunner
+from projections.store import load_view
+from projections.views import PROJECTIONS
+from treemail.config import Config
+from treemail.tail import tail
+
+from .conftest import Calls, make_config, running_stack
+
+
+async def traffic(host, calls, senders=4, sends=6):
+    """A little of everything: sends, consumes, discards, injected mail, wakes, runs."""
+    root = await host.register_root("planner", "x", rules={"*": "allow"}, status="running")
+    kids = [await host.register_child(root.session_id, "explore", "x", rules={"*": "allow"}, status="running")
+            for _ in range(senders)]
+    await host.set_status(kids[0].session_id, "idle")
+    for i in range(sends):
+        for kid in kids:
+            await host.send_message(calls.ctx(kid.session_id), {"to": root.handle, "body": f"{i}"})
+        await host.send_message(calls.ctx(root.session_id), {"to": kids[i % senders].handle, "body": "x"})
+    await host.inject(kids[1].session_id, "plugin", "build done")
+    await host.start_run(root.session_id, "run-root")
+    for n, delivery in enumerate(await host.claim(root.session_id, "run-root")):
+        if n % 3 == 0:
+            await host.consume(root.session_id, delivery.message_id)
+        elif n % 3 == 1:
+            await host.discard(root.session_id, delivery.message_id, "stale")
+    return root, kids
+
+
+async def live_views(redis, config):
+    out = {}
+    for p in range(config.service.partitions):
+        for name in PROJECTIONS:
+            view, _ = await load_view(redis, p, name)
+            out[(name, p)] = dict(view)
+    return out
+
+
+def as_dicts(views):
+    return {key: dict(view) for key, view in views.items()}
+
+
+async def catch_up(runner):
+    while await runner.step(block_ms=50):
+        pass
+
+
+async def test_live_projection_equals_full_rebuild(redis_url):
+    calls = Calls()
+    async with running_stack(redis_url, max_pending_per_session=1000, max_inflight_per_pair=0) as host:
+        config = host.config
+        runner = ProjectionRunner(EventStore(host.redis, config.service), config)
+        await runner.start()
+        root, kids = await traffic(host, calls)
+        await catch_up(runner)
+        live = await live_views(host.redis, config)
+        rebuilt = as_dicts(await rebuild(host.store, list(range(config.service.partitions)), write=False))
+        assert live == rebuilt
+        inbox = sum(int(v) for (name, _), view in live.items() if name == "inbox" for f, v in view.items()
+                    if not f.startswith("seq:"))
+        assert inbox > 0  # the comparison is not between two empty views
+
+
+async def test_projection_added_later_starts_from_the_beginning(redis_url):
+    calls = Calls()
+    async with running_stack(redis_url, max_pending_per_session=1000, max_inflight_per_pair=0) as host:
+        config = host.config
+        only_inbox = ProjectionRunner(EventStore(host.redis, config.service), config, names=["inbox"])
+        await only_inbox.start()
+        await traffic(host, calls)
+        await catch_up(only_inbox)
+        # "pairs", "wakes", "trees" never ran: a runner with them must fold all history, not start at now.
+        everything = ProjectionRunner(EventStore(host.redis, config.service), config)
+        await everything.start()
+        await catch_up(everything)
+        live = await live_views(host.redis, config)
+        rebuilt = as_dicts(await rebuild(host.store, list(range(config.service.partitions)), write=False))
+        assert live == rebuilt
+
+
+async def test_runner_whose_checkpoint_was_trimmed_from_the_feed_rebuilds(redis_url):
+    calls = Calls()
+    base = make_config(redis_url)
+    config = base.model_copy(update={"service": base.service.model_copy(update={"feed_maxlen": 1000,
+                                                                                   "partitions": 1})})
+    from consumers.app import Worker
+    from treemail.host import Treemail
+
+    worker = Worker(config.model_copy(update={"messaging": config.messaging.model_copy(
+        update={"max_pending_per_session": 10000, "max_inflight_per_pair": 0})}), redis_url, consumer="w")
+    await worker.start()
+    host = await Treemail.connect(config, redis_url)
+    try:
+        runner = ProjectionRunner(EventStore(host.redis, config.service), config)
+        await runner.start()
+        await traffic(host, calls, senders=2, sends=2)
+        await catch_up(runner)
+        # The projection worker is down while far more events than the feed keeps are appended.
+        busy = await host.register_root("planner", "busy", status="running")
+        for i in range(1300):
+            await host.inject(busy.session_id, "plugin", f"{i}")
+        first = (await host.redis.xrange("tm:{p0}:feed", count=1))[0][0]
+        assert first != b"0-1"  # the feed was trimmed
+        restarted = ProjectionRunner(EventStore(host.redis, config.service), config)
+        await restarted.start()
+        await catch_up(restarted)
+        live = await live_views(host.redis, config)
+        rebuilt = as_dicts(await rebuild(host.store, [0], write=False))
+        assert live == rebuilt
+    finally:
+        await host.close()
+        await worker.stop()
+
+
+@pytest.mark.slow
+async def test_projection_worker_killed_mid_stream_resumes_to_equal_a_rebuild(redis_url):
+    calls = Calls()
+    env = {**os.environ, "REDIS_URL": redis_url, "TREEMAIL_SERVICE_COMMAND_STREAMS": "2"}
+    spawn = lambda: subprocess.Popen(  # noqa: E731
+        [sys.executable, "-m", "treemail.cli", "projections", "--metrics-port", "-1"], env=env,
+        start_new_session=True,
+    )
+    async with running_stack(redis_url, max_pending_per_session=10000, max_inflight_per_pair=0) as host:
+        projection = spawn()
+        try:
+            load = asyncio.ensure_future(traffic(host, calls, senders=6, sends=60))
+            await asyncio.sleep(1.0)
+            os.kill(projection.pid, signal.SIGKILL)
+            projection.wait()
+            await load
+            projection = spawn()
+            config = host.config
+            rebuilt = as_dicts(await rebuild(host.store, list(range(config.service.partitions)), write=False))
+            for _ in range(200):
+                if await live_views(host.redis, config) == rebuilt:
+                    break
+                await asyncio.sleep(0.1)
+            assert await live_views(host.redis, config) == rebuilt
+        finally:
+            projection.terminate()
+            projection.wait(timeout=30)
+
+
+async def test_replay_cli_rebuilds_every_projection(redis_url):
+    calls = Calls()
+    async with running_stack(redis_url, max_pending_per_session=1000, max_inflight_per_pair=0) as host:
+        await traffic(host, calls)
+        env = {**os.environ, "REDIS_URL": redis_url}
+        done = subprocess.run([sys.executable, "-m", "treemail.cli", "replay"], env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert "rebuilt inbox, pairs, trees, wakes over 16 partitions" in done.stdout
+        assert "replay [##############################]" in done.stderr
+        live = await live_views(host.redis, host.config)
+        rebuilt = as_dicts(await rebuild(host.store, list(range(host.config.service.partitions)), write=False))
+        assert live == rebuilt
+        trees = subprocess.run([sys.executable, "-m", "treemail.cli", "trees"], env=env, capture_output=True,
+                               text=True, timeout=60)
+        assert trees.returncode == 0 and " 5 " in trees.stdout  # root + 4 children
+
+
+async def test_tail_live_rows_equal_rows_replayed_from_start(redis_url):
+    calls = Calls()
+    async with running_stack(redis_url, max_pending_per_session=1000, max_inflight_per_pair=0) as host:
+        root = await host.register_root("planner", "x", rules={"*": "allow"}, status="running")
+        kid = await host.register_child(root.session_id, "explore", "x", rules={"*": "allow"}, status="running")
+        record = await host.sessions.record(root.session_id)
+        live_rows: list[str] = []
+
+        async def follow():
+            async for row in tail(host.store, record):
+                live_rows.append(row)
+
+        follower = asyncio.ensure_future(follow())
+        await asyncio.sleep(0.2)
+        await host.start_run(root.session_id, "r")
+        for i in range(5):
+            await host.send_message(calls.ctx(kid.session_id), {"to": root.handle, "body": f"finding {i}"})
+        for delivery in await host.claim(root.session_id, "r"):
+            await host.consume(root.session_id, delivery.message_id)
+        for _ in range(50):
+            if len(live_rows) >= 15:
+                break
+            await asyncio.sleep(0.05)
+        follower.cancel()
+        replayed = []
+        async for row in tail(host.store, record, from_start=True, block_ms=100):
+            replayed.append(row)
+            if len(replayed) == len(live_rows):
+                break
+        assert len(live_rows) == 15  # 5 accepted, 5 claimed, 5 consumed
+        assert replayed == live_rows
+        assert all("ProducerMessage" in row for row in live_rows)
+
+
+async def test_projection_gauges_aggregate_the_views(redis_url):
+    from treemail import metrics
+
+    calls = Calls()
+    async with running_stack(redis_url, max_pending_per_session=2, max_inflight_per_pair=1) as host:
+        config = host.config
+        runner = ProjectionRunner(EventStore(host.redis, config.service), config)
+        await runner.start()
+        root = await host.register_root("planner", "x", rules={"*": "allow"}, status="running")
+        kids = [await host.register_child(root.session_id, "explore", "x", rules={"*": "allow"}) for _ in range(3)]
+        idle = await host.register_child(root.session_id, "idle", "x", rules={"*": "allow"}, status="idle")
+        for kid in kids:
+            await host.send_message(calls.ctx(kid.session_id), {"to": root.handle, "body": "x"})
+        await host.send_message(calls.ctx(root.session_id), {"to": idle.handle, "body": "wake"})
+        wakes_before = metrics.WAKES._value.get()
+        await catch_up(runner)
+        runner.report_views()
+        assert metrics.PENDING_INBOX._value.get() == 3  # the inbox cap refused the third child
+        assert metrics.FULL_INBOXES._value.get() == 1
+        assert metrics.INFLIGHT_PAIRS._value.get() == 3
+        assert metrics.FULL_WINDOWS._value.get() == 3
+        assert metrics.WAKES_OUTSTANDING._value.get() == 1
+        assert metrics.WAKES._value.get() == wakes_before + 1
+        lag = metrics.PROJECTION_LAG_EVENTS.labels("inbox", str(runner.partitions[0]))._value.get()
+        assert lag == 0
