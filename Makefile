@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-unit test-integration test-slow bench install clean
+.PHONY: run test test-unit test-integration test-slow bench install clean prometheus
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,8 +19,28 @@ run: $(STAMP)
 	$(BIN)/treemail demo
 
 ## test: the whole suite, slow fault tests included; starts its own Valkey
-test: $(STAMP)
+test: $(STAMP) prometheus
 	$(BIN)/pytest -q
+
+## prometheus: Debian's prometheus package (server + promtool) for tests/integration/test_prometheus.py.
+## Installs only as root; otherwise (or offline) it says why, writes the reason for the
+## test's skip message to $(PROM_SKIP) and lets `make test` go on.
+PROM_SKIP := $(VENV)/prometheus-unavailable
+prometheus: $(STAMP)
+	@rm -f $(PROM_SKIP)
+	@if command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; then \
+		exit 0; \
+	elif [ "$$(id -u)" != 0 ]; then \
+		reason="prometheus/promtool are not installed and installing Debian's prometheus package needs root"; \
+	elif ! command -v apt-get >/dev/null 2>&1; then \
+		reason="prometheus/promtool are not installed and there is no apt-get to install them"; \
+	elif ! (apt-get update && apt-get install -y --no-install-recommends prometheus); then \
+		reason="installing Debian's prometheus package failed (offline?)"; \
+	else \
+		exit 0; \
+	fi; \
+	echo "make: $$reason: the Prometheus test will be skipped"; \
+	echo "$$reason" > $(PROM_SKIP)
 
 test-unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit

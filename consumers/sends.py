@@ -11,7 +11,7 @@ import json
 import time
 from dataclasses import dataclass
 
-from treemail import ids, keys
+from treemail import ids, keys, metrics
 from treemail.config import MessagingConfig
 from treemail.mail import decider as d
 from treemail.mail.commands import SendArguments, SendContext, SendMessage
@@ -182,4 +182,5 @@ class SendDecider:
                 outcomes[w.command.command_id] = d.outcome_of(d.replay(result.record, w.command.arguments))
             else:
                 retry.append(w)
+        metrics.CONFLICT_ROUNDS.inc(len(retry))
         return retry

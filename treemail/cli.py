@@ -20,11 +20,31 @@ def _url(config) -> str:
     return url
 
 
+DEFAULT_WORKER_METRICS_PORT = 9464
+
+
+def _resolve_metrics_port(args) -> None:
+    """Flag, else TREEMAIL_METRICS_PORT, else the default; only the default may move if taken."""
+    args.metrics_port_is_default = False
+    if args.metrics_port is not None:
+        return
+    raw = os.environ.get("TREEMAIL_METRICS_PORT", "").strip()
+    if not raw:
+        args.metrics_port, args.metrics_port_is_default = DEFAULT_WORKER_METRICS_PORT, True
+        return
+    try:
+        args.metrics_port = int(raw)
+    except ValueError:
+        raise ConfigError(f"TREEMAIL_METRICS_PORT must be a port number, 0 or -1, not {raw!r}") from None
+
+
 def cmd_worker(args) -> None:
     from consumers.app import serve
 
     config = load_config(args.config)
-    asyncio.run(serve(config, _url(config)))
+    _resolve_metrics_port(args)
+    port = None if args.metrics_port < 0 else args.metrics_port
+    asyncio.run(serve(config, _url(config), port, metrics_port_is_default=args.metrics_port_is_default))
 
 
 def cmd_demo(args) -> None:
@@ -36,6 +56,8 @@ def cmd_demo(args) -> None:
 def cmd_server(args) -> None:
     from .embedded import LocalValkey
 
+    # Blocked first, so sigwait (not the default action) receives them and the cleanup below runs.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     server = LocalValkey(durable=args.durable, port=args.port).start()
     print(f"REDIS_URL={server.url}", flush=True)
     try:
@@ -89,6 +111,62 @@ def cmd_history(args) -> None:
     asyncio.run(_with_host(config, action))
 
 
+def cmd_tail(args) -> None:
+    from .tail import tail
+
+    config = load_config(args.config)
+
+    async def action(host):
+        record = await host.sessions.record(args.session)
+        async for row in tail(host.store, record, from_start=args.from_start):
+            print(row, flush=True)
+
+    asyncio.run(_with_host(config, action))
+
+
+def cmd_projections(args) -> None:
+    from projections.service import serve
+
+    config = load_config(args.config)
+    asyncio.run(serve(config, _url(config), metrics_port=args.metrics_port))
+
+
+def cmd_replay(args) -> None:
+    from projections.replay import progress_bar, rebuild
+
+    config = load_config(args.config)
+
+    async def action(host):
+        partitions = list(range(config.service.partitions))
+        views = await rebuild(host.store, partitions, progress=progress_bar())
+        names = sorted({name for name, _ in views})
+        print(f"rebuilt {', '.join(names)} over {len(partitions)} partitions")
+
+    asyncio.run(_with_host(config, action))
+
+
+def cmd_trees(args) -> None:
+    from projections.store import load_view
+    from projections.views import tree_summaries
+
+    config = load_config(args.config)
+
+    async def action(host):
+        print(f"{'root session':<38} {'sessions':>8} {'pending':>8} {'accepted':>9} {'done':>8}")
+        for p in range(config.service.partitions):
+            view, _ = await load_view(host.redis, p, "trees")
+            for root, s in sorted(tree_summaries(view).items()):
+                print(f"{root:<38} {s['sessions']:>8} {s['pending']:>8} {s['accepted']:>9} {s['done']:>8}")
+
+    asyncio.run(_with_host(config, action))
+
+
+def cmd_schema(args) -> None:
+    from .schema import render
+
+    sys.stdout.write(render())
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="treemail", description="durable agent-to-agent mail")
     parser.add_argument("--config", help="TOML file with [messaging] and [service] tables (or TREEMAIL_CONFIG)")
@@ -100,6 +178,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=cmd_demo)
 
     worker = sub.add_parser("worker", help="run one worker process deciding send commands")
+    worker.add_argument(
+        "--metrics-port", type=int, default=None,
+        help=f"Prometheus /metrics port (default TREEMAIL_METRICS_PORT, else {DEFAULT_WORKER_METRICS_PORT}); "
+        "0 picks a free port and logs it, -1 serves none",
+    )
     worker.set_defaults(func=cmd_worker)
 
     server = sub.add_parser("server", help="run an embedded Valkey on loopback and print its URL")
@@ -117,6 +200,25 @@ def build_parser() -> argparse.ArgumentParser:
     history.add_argument("session")
     history.add_argument("--json", action="store_true")
     history.set_defaults(func=cmd_history)
+    tail = sub.add_parser("tail", help="print a session's ProducerMessage* rows live")
+    tail.add_argument("session")
+    tail.add_argument("--from-start", action="store_true", help="replay the session's mail first")
+    tail.set_defaults(func=cmd_tail)
+
+    projections = sub.add_parser("projections", help="run a projection worker over every partition")
+    projections.add_argument("--metrics-port", type=int,
+                             default=int(os.environ.get("TREEMAIL_PROJECTION_METRICS_PORT", "9465")),
+                             help="Prometheus port (0: a free one, -1: none)")
+    projections.set_defaults(func=cmd_projections)
+
+    replay = sub.add_parser("replay", help="rebuild every projection from the session streams")
+    replay.set_defaults(func=cmd_replay)
+
+    trees = sub.add_parser("trees", help="per-tree summary from the projections")
+    trees.set_defaults(func=cmd_trees)
+
+    schema = sub.add_parser("schema", help="print the JSON Schema of every event type")
+    schema.set_defaults(func=cmd_schema)
     return parser
 
 

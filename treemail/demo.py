@@ -145,6 +145,8 @@ def run_demo(config: Config, workers: int = 2, once: bool = False) -> None:
 
         asyncio.run(main())
         if not once:
+            # Blocked first, so sigwait (not the default action) receives them and the cleanup below runs.
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
             _print("stack is up; Ctrl-C stops it")
             signal.sigwait({signal.SIGINT, signal.SIGTERM})
     except KeyboardInterrupt:

@@ -48,3 +48,16 @@ def test_ctrl_c_stops_everything_the_demo_started():
     assert "Traceback" not in err
     with socket.socket() as sock:
         assert sock.connect_ex(("127.0.0.1", port)) != 0  # the embedded Valkey is gone
+
+
+def test_server_command_stops_its_valkey_on_sigterm():
+    import re
+    import signal
+    import socket
+
+    process = subprocess.Popen([sys.executable, "-m", "treemail.cli", "server"], stdout=subprocess.PIPE, text=True)
+    port = int(re.search(r":(\d+)/", process.stdout.readline()).group(1))
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=30) == 0
+    with socket.socket() as sock:
+        assert sock.connect_ex(("127.0.0.1", port)) != 0

@@ -7,7 +7,7 @@ Both can be rebuilt by folding the stream from the start.
 """
 
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 
 from . import events as ev
 
@@ -33,9 +33,21 @@ class SessionState:
     run_hops: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> str:
-        data = asdict(self)
-        data["producers"] = sorted(self.producers)
-        return json.dumps(data, separators=(",", ":"))
+        # Written for every append: spelled out, because dataclasses.asdict deep-copies.
+        return json.dumps(
+            {
+                "registered": self.registered,
+                "status": self.status,
+                "current_run": self.current_run,
+                "pending_agent": self.pending_agent,
+                "pending_all": self.pending_all,
+                "wake_pending": self.wake_pending,
+                "pair_inflight": self.pair_inflight,
+                "producers": sorted(self.producers),
+                "run_hops": self.run_hops,
+            },
+            separators=(",", ":"),
+        )
 
     @classmethod
     def from_json(cls, text: str | bytes | None) -> "SessionState":
@@ -64,11 +76,15 @@ class MailItem:
     seq: int
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"))
+        return json.dumps(
+            [self.message_id, self.owner, self.sender_session_id, self.agent_hop, self.mode, self.state,
+             self.run_id, self.seq],
+            separators=(",", ":"),
+        )
 
     @classmethod
     def from_json(cls, text: str | bytes) -> "MailItem":
-        return cls(**json.loads(text))
+        return cls(*json.loads(text))
 
 
 def _counted(owner: str) -> bool:
