@@ -2,10 +2,9 @@
 
 Each worker reads batches with XREADGROUP from every command stream in one
 consumer group, decides them (consumers.sends), answers each producer, and
-only then lets FastStream XACK the batch. A second subscriber per stream
-XAUTOCLAIMs commands left pending by a dead worker for ``reclaim_idle_ms``
-and decides them again; idempotency makes that second decision return the
-first one's result.
+only then lets FastStream XACK the batch. A reclaim task XAUTOCLAIMs commands
+left pending by a dead worker for ``reclaim_idle_ms`` and decides them
+again; idempotency makes that second decision return the first one's result.
 
 Metrics: outcomes, latency and batch sizes are recorded per batch in
 ``handle``; stream and group statistics (backlog, pending, live consumers,
@@ -31,6 +30,8 @@ from treemail.connection import connect, require_durable_server
 
 from .approvals import ApprovalStore
 from .eventstore import EventStore
+from producers.send_message import engine_shutdown
+
 from .sends import SendDecider, parse_command
 
 log = logging.getLogger("treemail.worker")
@@ -73,38 +74,119 @@ class Worker:
         self._metrics_port_is_default = metrics_port_is_default
         self._metrics_server = None
         self._stats_task: asyncio.Task | None = None
+        self._reclaim_task: asyncio.Task | None = None
         self._subscribe()
 
     def _subscribe(self) -> None:
         service = self.config.service
         for index in range(service.command_streams):
-            stream = keys.command_stream(index)
             live = StreamSub(
-                stream, group=keys.COMMAND_GROUP, consumer=self.consumer, batch=True,
+                keys.command_stream(index), group=keys.COMMAND_GROUP, consumer=self.consumer, batch=True,
                 max_records=service.batch_size, polling_interval=100,
             )
-            reclaim = StreamSub(
-                stream, group=keys.COMMAND_GROUP, consumer=self.consumer, batch=True,
-                max_records=service.batch_size, min_idle_time=service.reclaim_idle_ms,
-                polling_interval=max(100, service.reclaim_idle_ms // 4),
-            )
-            self.broker.subscriber(stream=live)(self.handle)
-            self.broker.subscriber(stream=reclaim)(self.handle)
+            self.broker.subscriber(stream=live, parser=raw_batch, decoder=no_body)(self.handle)
 
     async def handle(self, message: RedisBatchStreamMessage) -> None:
+        """A batch read by XREADGROUP; returning lets FastStream XACK it, raising leaves it pending."""
+        await self.decide_entries(message.raw_message["data"])
+
+    async def decide_entries(self, entries: list[dict]) -> None:
+        """Decide, make durable, answer. Only after this returns may the entries be acknowledged."""
         started = time.perf_counter()
-        entries = message.raw_message["data"]
         commands = [parse_command(entry[b"__data__"]) for entry in entries]
         outcomes = await self.decider.decide(commands)
+        answers: dict[str, list[str]] = {}
+        for command in commands:
+            answer = json.dumps({"command_id": command.command_id, **outcomes[command.command_id]})
+            answers.setdefault(command.reply_to, []).append(answer)
         async with self.redis.pipeline(transaction=False) as pipe:
-            for command in commands:
-                reply = keys.reply_list(command.reply_to)
-                pipe.lpush(reply, json.dumps({"command_id": command.command_id, **outcomes[command.command_id]}))
-                pipe.expire(reply, REPLY_TTL_S)
+            for reply_to, values in answers.items():
+                pipe.lpush(keys.reply_list(reply_to), *values)
+                pipe.expire(keys.reply_list(reply_to), REPLY_TTL_S)
             await pipe.execute()
         self.decided += len(commands)
         self._record(commands, outcomes, time.perf_counter() - started)
-        # Returning lets FastStream XACK the whole batch: every decision above is durable.
+
+    async def reclaim(self) -> int:
+        """Take over commands idle in a dead (or stuck) consumer's pending list and decide them.
+
+        FastStream's own XAUTOCLAIM subscriber claims one entry per round trip;
+        this claims a batch at a time. A command delivered more than
+        ``max_deliveries`` times is poison (its decision keeps failing): it
+        moves to the dead-letter stream with the reason, and its producer is
+        told, instead of blocking the stream forever.
+        """
+        service = self.config.service
+        taken = 0
+        for index in range(service.command_streams):
+            stream = keys.command_stream(index)
+            start = "0-0"
+            while True:
+                start, entries, *_ = await self.redis.xautoclaim(
+                    stream, keys.COMMAND_GROUP, self.consumer, service.reclaim_idle_ms, start_id=start,
+                    count=service.batch_size,
+                )
+                live = [(entry_id, fields) for entry_id, fields in entries if fields]
+                if live:
+                    taken += await self._decide_reclaimed(stream, live)
+                if start in (b"0-0", "0-0"):
+                    break
+        return taken
+
+    async def _decide_reclaimed(self, stream: str, entries: list) -> int:
+        ids = [entry_id for entry_id, _ in entries]
+        pending = await self.redis.xpending_range(
+            stream, keys.COMMAND_GROUP, min=ids[0], max=ids[-1], count=len(ids) * 2, consumername=self.consumer
+        )
+        deliveries = {p["message_id"]: p["times_delivered"] for p in pending}
+        poison = [(i, f) for i, f in entries if deliveries.get(i, 0) > self.config.service.max_deliveries]
+        good = [(i, f) for i, f in entries if deliveries.get(i, 0) <= self.config.service.max_deliveries]
+        if poison:
+            await self._dead_letter(stream, poison, "max_deliveries")
+        if not good:
+            return len(entries)
+        try:
+            await self.decide_entries([fields for _, fields in good])
+            await self.redis.xack(stream, keys.COMMAND_GROUP, *[entry_id for entry_id, _ in good])
+        except Exception:  # noqa: BLE001 - isolate the command that fails; the others go through
+            log.warning("a reclaimed batch failed; deciding its commands one by one", exc_info=True)
+            for entry_id, fields in good:
+                try:
+                    await self.decide_entries([fields])
+                    await self.redis.xack(stream, keys.COMMAND_GROUP, entry_id)
+                except Exception:  # noqa: BLE001 - stays pending; its delivery count grows
+                    log.warning("command %s failed again", _text(entry_id), exc_info=True)
+        return len(entries)
+
+    async def _dead_letter(self, stream: str, entries: list, reason: str) -> None:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for entry_id, fields in entries:
+                pipe.xadd(keys.dead_letters(), {
+                    "stream": stream, "entry_id": entry_id, "reason": reason,
+                    "consumer": self.consumer, "data": fields.get(b"__data__", b""),
+                })
+                metrics.DEAD_LETTERS.labels(reason).inc()
+                try:
+                    command = parse_command(fields[b"__data__"])
+                except Exception:  # noqa: BLE001 - an unparsable command has nobody to answer
+                    continue
+                answer = engine_shutdown(
+                    f"the command could not be decided after {self.config.service.max_deliveries} attempts "
+                    "and was set aside for an operator"
+                )
+                pipe.lpush(keys.reply_list(command.reply_to), json.dumps({"command_id": command.command_id, **answer}))
+            pipe.xack(stream, keys.COMMAND_GROUP, *[entry_id for entry_id, _ in entries])
+            await pipe.execute()
+
+    async def _reclaim_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.service.reclaim_idle_ms / 2000)
+            try:
+                await self.reclaim()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - a failed pass is retried at the next interval
+                log.warning("reclaim pass failed", exc_info=True)
 
     @staticmethod
     def _record(commands, outcomes: dict[str, dict], elapsed: float) -> None:
@@ -154,14 +236,16 @@ class Worker:
             )
             self.metrics_port = self._metrics_server.server_address[1]
         await self.broker.start()
+        self._reclaim_task = asyncio.create_task(self._reclaim_loop(), name="treemail-worker-reclaim")
         if self._metrics_server is not None:  # nobody would read the gauges otherwise
             self._stats_task = asyncio.create_task(self._stats_loop(), name="treemail-worker-stats")
 
     async def stop(self) -> None:
         """Finish the batch in hand, take no new commands, close."""
-        if self._stats_task is not None:
-            self._stats_task.cancel()
-            await asyncio.gather(self._stats_task, return_exceptions=True)
+        for task in (self._stats_task, self._reclaim_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         await self.broker.stop()
         if self._metrics_server is not None:
             # A thread join, off the loop: shutdown waits for serve_forever's next poll.
@@ -169,6 +253,25 @@ class Worker:
             self._metrics_server = None
         if self.redis is not None:
             await self.redis.aclose()
+
+
+async def raw_batch(message, original_parser):
+    """Parse a batch without touching the bodies: ``handle`` decodes each command once.
+
+    FastStream's default batch parser decodes every body, re-encodes the list
+    and decodes it again, which costs more than deciding the command.
+    """
+    parser = getattr(original_parser, "__self__", None)
+    if parser is None:
+        return await original_parser(message)
+    return parser._build_message(
+        raw_message=message, body=b"", path={}, headers={}, batch_headers=[], reply_to="",
+        content_type=None, message_id="", correlation_id="",
+    )
+
+
+async def no_body(message, original_decoder):
+    return None
 
 
 def _text(value) -> str:

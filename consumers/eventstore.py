@@ -79,6 +79,7 @@ class EventStore:
         # Directory entries never change after registration, so caching them
         # cannot make a decision wrong; it only saves a round trip.
         self._directory_cache: dict[str, SessionRecord] = {}
+        self._handle_cache: dict[tuple[int, str, str], str] = {}
 
     # ---- directory ---------------------------------------------------------------------------
 
@@ -109,11 +110,23 @@ class EventStore:
     def _cache(self, record: SessionRecord) -> None:
         if len(self._directory_cache) > 100_000:
             self._directory_cache.clear()
+            self._handle_cache.clear()
         self._directory_cache[record.session_id] = record
 
-    async def handle_owner(self, partition: int, root_session_id: str, handle: str) -> str | None:
-        value = await self.redis.hget(keys.tree_handles(partition, root_session_id), handle)
-        return value.decode() if value is not None else None
+    async def handle_owners(self, lookups: list[tuple[int, str, str]]) -> dict[tuple[int, str, str], str | None]:
+        """(partition, root, handle) -> session id, in one round trip. A handle never changes owner: cached."""
+        found = {key: self._handle_cache[key] for key in lookups if key in self._handle_cache}
+        missing = list(dict.fromkeys(key for key in lookups if key not in found))
+        if missing:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for partition, root, handle in missing:
+                    pipe.hget(keys.tree_handles(partition, root), handle)
+                values = await pipe.execute()
+            for key, value in zip(missing, values):
+                found[key] = value.decode() if value is not None else None
+                if value is not None:
+                    self._handle_cache[key] = found[key]
+        return found
 
     async def tree_members(self, partition: int, root_session_id: str) -> list[str]:
         members = await self.redis.smembers(keys.tree_members(partition, root_session_id))

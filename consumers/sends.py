@@ -65,34 +65,35 @@ class SendDecider:
         return outcomes
 
     async def _resolve(self, work: list[_Work]) -> None:
+        """Sender and recipient records; handles are looked up in the sender's tree only."""
         senders = await self.store.directory_many([w.command.context.session_id for w in work])
-        uuid_targets = [w.command.arguments.to for w in work if ids.is_uuid(w.command.arguments.to)]
-        by_uuid = await self.store.directory_many([t.lower() for t in uuid_targets])
-        handle_ids: dict[tuple, str | None] = {}
         for w in work:
             w.sender = senders[w.command.context.session_id]
+        by_uuid = await self.store.directory_many(
+            [w.command.arguments.to.lower() for w in work if ids.is_uuid(w.command.arguments.to)]
+        )
+        handles = await self.store.handle_owners(
+            [(w.sender.partition, w.sender.root_session_id, w.command.arguments.to) for w in work
+             if w.sender is not None and ids.HANDLE_PATTERN.match(w.command.arguments.to)]
+        )
+        by_handle = await self.store.directory_many([sid for sid in handles.values() if sid is not None])
+        for w in work:
             to = w.command.arguments.to
             if ids.is_uuid(to):
-                record = by_uuid[to.lower()]
-                w.target = d.NoSuchSession(to) if record is None else record
-            elif w.sender is not None and ids.HANDLE_PATTERN.match(to):
-                key = (w.sender.partition, w.sender.root_session_id, to)
-                if key not in handle_ids:
-                    handle_ids[key] = await self.store.handle_owner(*key)
-                w.target = handle_ids[key]
-            else:
-                w.target = d.NoSuchHandle(to)
-        resolved = await self.store.directory_many([t for w in work if isinstance(t := w.target, str)])
-        for w in work:
-            if isinstance(w.target, str):
-                w.target = resolved[w.target] or d.NoSuchHandle(w.command.arguments.to)
-            elif w.target is None:
-                w.target = d.NoSuchHandle(w.command.arguments.to)
+                w.target = by_uuid[to.lower()] or d.NoSuchSession(to)
+                continue
+            owner = handles.get((w.sender.partition, w.sender.root_session_id, to)) if w.sender else None
+            w.target = (by_handle[owner] if owner else None) or d.NoSuchHandle(to)
             if isinstance(w.target, d.NoSuchHandle) and w.sender is not None:
                 # The error repairs itself: it lists who the sender can address.
-                w.target = d.NoSuchHandle(w.target.reference, await self._peers(w.sender))
+                w.target = d.NoSuchHandle(to, await self._peers(w.sender))
 
-    async def _load(self, work: list[_Work]) -> tuple[dict[str, Loaded], dict[str, dict | None]]:
+    async def _load(self, work: list[_Work]) -> dict[str, Loaded]:
+        """Every sender's and recipient's state in one round trip.
+
+        The idempotency record is not read here: the commit script checks it
+        atomically and answers a duplicate with the recorded outcome.
+        """
         records: dict[str, d.SessionRecord] = {}
         for w in work:
             if w.sender is not None:
@@ -102,12 +103,8 @@ class SendDecider:
         async with self.store.redis.pipeline(transaction=False) as pipe:
             for record in records.values():
                 pipe.hmget(self.store.state_key(record), *self.store.STATE_FIELDS)
-            for w in work:
-                pipe.get(keys.idempotency(w.sender.partition if w.sender else 0, w.digest))
             replies = await pipe.execute()
-        loaded = {sid: self.store.parse_loaded(r) for sid, r in zip(records, replies)}
-        idem = {w.command.command_id: (json.loads(r) if r else None) for w, r in zip(work, replies[len(records):])}
-        return loaded, idem
+        return {sid: self.store.parse_loaded(r) for sid, r in zip(records, replies)}
 
     async def _peers(self, sender: d.SessionRecord) -> list[d.Peer]:
         members = await self.store.tree_members(sender.partition, sender.root_session_id)
@@ -116,7 +113,7 @@ class SendDecider:
         states = [await self.store.load(r) for r in present]
         return [d.Peer(r, s.state.status) for r, s in zip(present, states)]
 
-    def _decide_one(self, w: _Work, loaded: dict[str, Loaded], idem: dict, approval: d.Approval) -> d.Decision:
+    def _decide_one(self, w: _Work, loaded: dict[str, Loaded], approval: d.Approval) -> d.Decision:
         c = w.command
         sender_state = loaded[w.sender.session_id].state if w.sender else SessionState()
         target = w.target
@@ -129,7 +126,6 @@ class SendDecider:
             sender_state,
             target,
             self.config,
-            idempotency_record=idem[c.command_id],
             approval=approval,
             message_id=ids.uuid7(),
             now=time.time(),
@@ -137,14 +133,14 @@ class SendDecider:
 
     async def _round(self, work: list[_Work], outcomes: dict[str, dict]) -> list[_Work]:
         await self._resolve(work)
-        loaded, idem = await self._load(work)
+        loaded = await self._load(work)
         committing: list[tuple[_Work, d.Accepted | d.Refused]] = []
         prepared_appends = []
         for w in work:
-            decision = self._decide_one(w, loaded, idem, d.Approval())
+            decision = self._decide_one(w, loaded, d.Approval())
             if isinstance(decision, d.NeedsApproval):
                 approval = await self.approvals.status_for(w.sender, w.digest, decision.label)
-                decision = self._decide_one(w, loaded, idem, approval)
+                decision = self._decide_one(w, loaded, approval)
                 if isinstance(decision, d.NeedsApproval):
                     outcomes[w.command.command_id] = await self.approvals.request(w.command, w.sender, w.target, decision.label, w.digest)
                     continue

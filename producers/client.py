@@ -63,18 +63,21 @@ class CommandClient:
         reply_key = keys.reply_list(self.client_id)
         while not self._closing:
             try:
-                item = await self._listener.blpop([reply_key], timeout=1)
+                first = await self._listener.blpop([reply_key], timeout=1)
+                # Answers arrive in bursts (a worker answers a whole batch): take the rest in one call.
+                rest = await self._listener.lpop(reply_key, 1000) if first is not None else None
             except asyncio.CancelledError:
                 raise
             except Exception:  # noqa: BLE001 - a dropped connection: retry, the deadline covers the sender
                 await asyncio.sleep(0.2)
                 continue
-            if item is None:
+            if first is None:
                 continue
-            answer = json.loads(item[1])
-            future = self._waiting.get(answer.pop("command_id"))
-            if future is not None and not future.done():
-                future.set_result(answer)
+            for raw in [first[1], *(rest or [])]:
+                answer = json.loads(raw)
+                future = self._waiting.get(answer.pop("command_id"))
+                if future is not None and not future.done():
+                    future.set_result(answer)
 
     async def close(self) -> None:
         self._closing = True

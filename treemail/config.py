@@ -41,6 +41,8 @@ class ServiceConfig(BaseModel):
     batch_size: int = Field(default=100, ge=1, le=10000)
     # A command pending this long in a consumer's list is reclaimed by another worker.
     reclaim_idle_ms: int = Field(default=15000, ge=10)
+    # A command delivered more often than this is set aside in the dead-letter stream.
+    max_deliveries: int = Field(default=5, ge=1)
     # A producer waits this long for a decision before answering engine_shutdown.
     decision_timeout_s: float = Field(default=30.0, gt=0)
     idempotency_ttl_s: int = Field(default=7 * 24 * 3600, ge=60)

@@ -92,6 +92,10 @@ def command_stream(index: int) -> str:
     return f"{PREFIX}:cmd:{{c{index}}}"
 
 
+def dead_letters() -> str:
+    return f"{PREFIX}:cmd:dead"
+
+
 def reply_list(client_id: str) -> str:
     return f"{PREFIX}:reply:{client_id}"
 

@@ -5,6 +5,7 @@ Rules come from the agent document: ``{"child": "allow", "sibling": "ask",
 recipient's relationship to the sender.
 """
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -55,9 +56,13 @@ def relationship(sender: Origin, recipient: Origin) -> Label:
     return "*"
 
 
+@functools.lru_cache(maxsize=4096)
+def _compiled(pattern: str) -> re.Pattern:
+    return re.compile("".join(".*" if ch == "*" else ("." if ch == "?" else re.escape(ch)) for ch in pattern))
+
+
 def _matches(pattern: str, label: str) -> bool:
-    regex = "".join(".*" if ch == "*" else ("." if ch == "?" else re.escape(ch)) for ch in pattern)
-    return re.fullmatch(regex, label) is not None
+    return _compiled(pattern).fullmatch(label) is not None
 
 
 def _specificity(pattern: str) -> tuple[int, int]:
