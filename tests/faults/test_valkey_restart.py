@@ -1,0 +1,182 @@
+"""Scale-out and faults: the server itself is killed (SIGKILL) and restarted while senders run."""
+
+import asyncio
+import random
+import time
+
+import pytest
+
+from treemail.embedded import LocalValkey
+from treemail.host import SendContext, Treemail
+
+from .helpers import WorkerPool, build_tree, check_streams, code, config_for, consumer_idle_ms, histories
+
+MESSAGING = {"max_pending_per_session": 100000, "max_inflight_per_pair": 0}
+DURABLE = {"TREEMAIL_SERVICE_PROFILE": "durable"}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+async def test_valkey_restart_mid_load_with_durable_profile_loses_no_acknowledged_send():
+    server = LocalValkey(durable=True).start()
+    try:
+        config = config_for(server.url, profile="durable", decision_timeout_s=5, **MESSAGING)
+        async with WorkerPool(server.url, extra_env=DURABLE, **MESSAGING) as pool:
+            await pool.start(2)
+            workers = list(pool.started)
+            host = await Treemail.connect(config, server.url)
+            try:
+                tree = await build_tree(host, [10])  # a root and 10 children, all running
+                successes = {}  # (sender, tool_call_id) -> (recipient, result, first sent at)
+                failures = []  # (tool call, code) of every failed attempt
+                restarted_at = None
+                new_decided = []  # seconds after the restart at which each send first made after it was decided
+                loading = asyncio.Event()
+                loading.set()
+
+                async def sender(n: int) -> None:
+                    local = random.Random(n)
+                    retries = []  # tool calls answered engine_shutdown: the SAME call is sent again later
+                    count = 0
+                    give_up = None
+                    while loading.is_set() or retries:
+                        if not loading.is_set():
+                            give_up = give_up or time.monotonic() + 30
+                            assert time.monotonic() < give_up, f"sender {n}: {len(retries)} sends never succeeded"
+                        if retries and (retries[0][3] <= time.monotonic() or not loading.is_set()):
+                            ctx, args, to, _, first_at = retries.pop(0)
+                        elif loading.is_set():
+                            me = local.choice(tree.sessions)
+                            to = local.choice(tree.neighbours[me])
+                            ctx = SendContext(me, "run-1", f"sender{n}-{count}")
+                            args = {"to": tree.handles[to], "body": f"#{count} from {n}"}
+                            first_at = time.monotonic()
+                            count += 1
+                        else:
+                            await asyncio.sleep(0.1)
+                            continue
+                        result = await host.send_message(ctx, args)
+                        if "message_id" in result:
+                            successes[(ctx.session_id, ctx.tool_call_id)] = (to, result, first_at)
+                            if restarted_at is not None and first_at > restarted_at:
+                                new_decided.append(time.monotonic() - restarted_at)
+                        else:
+                            failures.append((ctx.tool_call_id, code(result), time.monotonic() - first_at,
+                                             result["error"]["message"]))
+                            assert code(result) == "send_message:engine_shutdown", result
+                            retries.append((ctx, args, to, time.monotonic() + 0.3, first_at))
+                            await asyncio.sleep(0.05)
+
+                async def outage() -> None:
+                    nonlocal restarted_at
+                    await asyncio.sleep(2.5)
+                    before = len(successes)
+                    await asyncio.to_thread(server.stop, True)  # SIGKILL: no shutdown, no final fsync
+                    await asyncio.sleep(1.0)
+                    await asyncio.to_thread(server.start)  # same port, same directory: the AOF is loaded
+                    restarted_at = time.monotonic()
+                    assert before > 0
+                    # The load goes on until 100 sends first made after the restart were decided (bounded).
+                    while time.monotonic() < restarted_at + 20:
+                        await asyncio.sleep(0.1)
+                        if len(new_decided) >= 100 and time.monotonic() > restarted_at + 2:
+                            break
+                    loading.clear()
+
+                await asyncio.gather(outage(), *(sender(n) for n in range(6)))
+                all_histories = await histories(host, tree.sessions)
+                # The worker processes reconnected by themselves: still alive, still reading commands.
+                assert [p.poll() for p in workers] == [None, None], [pool.output(p) for p in workers]
+                idle = await consumer_idle_ms(server.url, config.service.command_streams)
+                names = [name for name in idle if any(name.endswith(f"-{p.pid}") for p in workers)]
+                assert len(names) == 2 and all(idle[name] < 2000 for name in names), idle
+            finally:
+                await host.close()
+            assert pool.started == workers  # nobody restarted a worker
+    finally:
+        server.cleanup()
+
+    results = [(sender, "run-1", call, to, result) for (sender, call), (to, result, _) in successes.items()]
+    check_streams(all_histories, results, MESSAGING, set())
+    after_restart = [k for k, (_, _, at) in successes.items() if at > restarted_at]
+    print(f"\nvalkey kill -9 + restart: {len(successes)} sends acknowledged, {len(failures)} attempts answered "
+          f"engine_shutdown and retried, {len(after_restart)} new sends decided after the restart")
+    print(f"first send made after the restart decided {new_decided[0]:.2f} s after it; "
+          f"the 100th {new_decided[min(99, len(new_decided) - 1)]:.2f} s after it")
+    # Sends first made after the restart were decided (only the worker processes decide).
+    assert len(after_restart) >= 100
+    assert failures  # the outage hit sends in flight
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+async def test_workers_decide_new_sends_promptly_after_a_short_server_outage():
+    server = LocalValkey(durable=True).start()  # AOF: the command streams and their group survive the restart
+    try:
+        config = config_for(server.url, decision_timeout_s=15, **MESSAGING)
+        async with WorkerPool(server.url, **MESSAGING) as pool:
+            await pool.start(1)
+            host = await Treemail.connect(config, server.url)
+            try:
+                tree = await build_tree(host, [1])
+                root, child = tree.sessions
+                sent = await host.send_message(SendContext(root, "run-1", "before"), {"to": tree.handles[child],
+                                                                                     "body": "x"})
+                assert "message_id" in sent
+                await asyncio.sleep(1.5)  # everysec: the group and streams are in the append-only file
+                await asyncio.to_thread(server.stop, True)
+                await asyncio.sleep(0.3)  # the worker's blocking read fails
+                await asyncio.to_thread(server.start)
+                await asyncio.sleep(0.5)  # the server is back and answers
+                for _ in range(20):  # the host's pooled connections died with the server: the same call again
+                    started = time.monotonic()
+                    after = await host.send_message(SendContext(root, "run-1", "after"),
+                                                    {"to": tree.handles[child], "body": "y"})
+                    latency = time.monotonic() - started
+                    if "unreachable" not in after.get("error", {}).get("message", ""):
+                        break
+                assert [p.poll() for p in pool.started] == [None]
+            finally:
+                await host.close()
+    finally:
+        server.cleanup()
+    assert "message_id" in after, after
+    print(f"\nfirst send after a 0.3 s outage decided in {latency:.2f} s")
+    assert latency < 2.0, f"a send made 0.5 s after the server came back waited {latency:.2f} s for a decision"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+async def test_worker_recovers_when_the_server_comes_back_empty():
+    """No persistence: the consumer group is gone after the restart; the worker recreates it and reads again."""
+    from consumers.app import Worker
+    from tests.integration.conftest import Calls, make_config
+
+    server = LocalValkey(durable=False).start()
+    try:
+        config = make_config(server.url)
+        worker = Worker(config, server.url, consumer="survivor")
+        await worker.start()
+        try:
+            server.stop(kill=True)
+            server.start()
+            # Let the worker's next read meet the empty server: NOGROUP, which stops a FastStream subscriber.
+            await asyncio.sleep(1.0)
+            host = await Treemail.connect(config, server.url)
+            try:
+                root = await host.register_root("planner", "x", rules={"child": "allow"})
+                child = await host.register_child(root.session_id, "explore", "x")
+                ctx = Calls().ctx(root.session_id)
+                result = {}
+                for _ in range(20):  # the first sends may meet connections that died with the server
+                    result = await host.send_message(ctx, {"to": child.handle, "body": "after the flood"})
+                    if "message_id" in result:
+                        break
+                assert "message_id" in result, result
+                assert worker.revived >= 1  # the subscribers had stopped on NOGROUP and were restarted
+            finally:
+                await host.close()
+        finally:
+            await worker.stop()
+    finally:
+        server.cleanup()
