@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-unit test-integration test-slow bench install clean prometheus
+.PHONY: run test test-unit test-integration test-slow test-cluster cluster bench install clean prometheus
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,9 +18,18 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/treemail demo
 
-## test: the whole suite, slow fault tests included; starts its own Valkey
+## test: the whole suite, slow fault tests included, on one Valkey; then every decision and
+## delivery path again on a 3-master Valkey Cluster. Starts its own servers.
 test: $(STAMP) prometheus
 	$(BIN)/pytest -q
+	TREEMAIL_TEST_BACKEND=cluster $(BIN)/pytest -q -m cluster tests/integration
+
+test-cluster: $(STAMP)
+	TREEMAIL_TEST_BACKEND=cluster $(BIN)/pytest -q -m cluster tests/integration
+
+## cluster: a local 3-master Valkey Cluster with 3 workers and a projection worker, until Ctrl-C
+cluster: $(STAMP)
+	$(BIN)/treemail cluster
 
 ## prometheus: Debian's prometheus package (server + promtool) for tests/integration/test_prometheus.py.
 ## Installs only as root; otherwise (or offline) it says why, writes the reason for the

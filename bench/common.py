@@ -31,7 +31,7 @@ def bench_config(url: str) -> Config:
     )
 
 
-def worker_env(url: str) -> dict[str, str]:
+def worker_env(url: str, extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
         REDIS_URL=url,
@@ -40,14 +40,16 @@ def worker_env(url: str) -> dict[str, str]:
         TREEMAIL_MESSAGING_MAX_INFLIGHT_PER_PAIR="0",
         TREEMAIL_LOG="WARNING",
     )
+    env.update(extra or {})
     return env
 
 
 class Workers:
     """`treemail worker` subprocesses; always killed, even on errors."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, extra_env: dict[str, str] | None = None) -> None:
         self.url = url
+        self.extra_env = extra_env
         self.procs: list[subprocess.Popen] = []
         self.logs: list[Path] = []
 
@@ -58,7 +60,7 @@ class Workers:
             self.logs.append(log)
             with open(log, "wb") as out:
                 self.procs.append(
-                    subprocess.Popen([exe, "worker"], env=worker_env(self.url), stdout=out, stderr=subprocess.STDOUT,
+                    subprocess.Popen([exe, "worker"], env=worker_env(self.url, self.extra_env), stdout=out, stderr=subprocess.STDOUT,
                                      start_new_session=True)
                 )
 

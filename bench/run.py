@@ -1,7 +1,8 @@
 """`make bench`: one Valkey, one run, treemail next to a raw Redis baseline.
 
-    python -m bench.run            # full run (about 100 s on 2 cores)
+    python -m bench.run            # full run (about 4 min on 2 cores)
     python -m bench.run --quick    # smoke run (or BENCH_QUICK=1)
+    python -m bench.run --only replay,scale_cluster   # some phases, print only (for profiling)
 
 Phases (the Valkey is flushed between the throughput phases):
   1. one `treemail worker` process deciding a prefilled backlog of SendMessage commands
@@ -9,6 +10,9 @@ Phases (the Valkey is flushed between the throughput phases):
   3. two worker processes on the same backlog
   4. host round-trip latency at a steady send rate, one worker running
   5. send latency to a recipient whose stream holds ~1M events vs a fresh one
+  6. replay rate: projections.replay.rebuild(write=False) vs raw XRANGE + json.loads, ~500k events
+  7. scale-out: 1, 2, 4 worker processes, 4 command streams, on the same Valkey
+  8. the same on a local 3-master Valkey Cluster started for this phase
 """
 
 import argparse
@@ -28,7 +32,7 @@ from treemail.host import SendContext, Treemail
 from treemail.mail import events as ev
 from treemail.mail.state import evolve
 
-from . import raw
+from . import raw, replay, scale
 from .common import (REPLY_TO, cpu_seconds, STREAM, Workers, bench_config, machine, percentile, prefill_commands,
                      register_trees, wait_drained)
 
@@ -45,12 +49,21 @@ class Sizes:
     latency_seconds: float
     big_events: int
     probe_sends: int
+    replay_trees: int = 20  # x (1 root + replay_children) sessions
+    replay_children: int = 9
+    replay_events: int = 2500  # per session
+    scale_trees: int = 16
+    scale_children: int = 50
+    scale_commands: int = 60_000
+    scale_streams: int = 4
 
 
 FULL = Sizes(trees=10, children=100, commands=100_000, latency_rate=2000, latency_seconds=5.0,
              big_events=1_000_000, probe_sends=1000)
 QUICK = Sizes(trees=2, children=50, commands=5_000, latency_rate=500, latency_seconds=1.0,
-              big_events=20_000, probe_sends=100)
+              big_events=20_000, probe_sends=100, replay_trees=4, replay_children=4, replay_events=2000,
+              scale_trees=8, scale_children=20, scale_commands=3_000)
+SCALE_WORKERS = (1, 2, 4)
 
 
 def log(message: str) -> None:
@@ -314,6 +327,59 @@ async def phase_history(url: str, sizes: Sizes) -> dict:
     return out
 
 
+async def phase_replay(url: str, sizes: Sizes) -> dict:
+    await flush(url)
+    t = time.perf_counter()
+    sessions, written = await replay.fill(url, sizes.replay_trees, sizes.replay_children, sizes.replay_events,
+                                          fill_history)
+    r = aioredis.Redis.from_url(url)
+    try:
+        info = await r.info("memory")
+    finally:
+        await r.aclose()
+    log(f"  filled {sessions} session streams, {written:,} events in {time.perf_counter() - t:.1f} s; "
+        f"Valkey used_memory {info['used_memory_human']}")
+    partitions = list(range(bench_config(url).service.partitions))
+    raws, replays = [], []
+    for attempt in range(2):  # alternate, best of two each: the machine is shared
+        seconds, events = await replay.raw_loop(url, partitions)
+        raws.append((seconds, events))
+        log(f"  raw XRANGE + json.loads: {events:,} events in {seconds:.2f} s = {events / seconds:,.0f} events/s")
+        seconds, events, views = await replay.replay(url, partitions)
+        replays.append((seconds, events))
+        log(f"  rebuild(write=False): {events:,} events in {seconds:.2f} s = {events / seconds:,.0f} events/s")
+    check = replay.check_views(views, sessions, written)
+    raw_s, raw_n = min(raws)
+    rep_s, rep_n = min(replays)
+    out = {"sessions": sessions, "events": rep_n, "raw_events": raw_n, "raw_seconds": raw_s, "raw_rate": raw_n / raw_s,
+           "replay_seconds": rep_s, "replay_rate": rep_n / rep_s, "all_raw_seconds": [x[0] for x in raws],
+           "all_replay_seconds": [x[0] for x in replays], "views_check": check}
+    out["ratio"] = out["replay_rate"] / out["raw_rate"]
+    log(f"  replay/raw {out['ratio']:.2f}; views {check}")
+    return out
+
+
+async def phase_scale(url: str, sizes: Sizes, cluster: bool, server_pids: list[int]) -> list[dict]:
+    rows = []
+    for count in SCALE_WORKERS:
+        rows.append(await scale.run_one(url, cluster, server_pids, count, sizes.scale_trees, sizes.scale_children,
+                                        sizes.scale_commands, sizes.scale_streams, log))
+    return rows
+
+
+def run_cluster_phase(sizes: Sizes) -> list[dict]:
+    from treemail.embedded import LocalValkeyCluster
+
+    cluster = LocalValkeyCluster(masters=3)
+    try:
+        cluster.start()
+        pids = [node.process.pid for node in cluster.nodes]
+        log(f"  local cluster of {len(pids)} masters at {cluster.url}")
+        return asyncio.run(phase_scale(cluster.url, sizes, True, pids))
+    finally:
+        cluster.cleanup()
+
+
 def verdict(ok: bool) -> str:
     return "met" if ok else "NOT met"
 
@@ -336,6 +402,21 @@ def report(results: dict, env: dict, sizes: Sizes, quick: bool, wall: float) -> 
         ("send p50, fresh recipient", f"{hist['fresh_p50_ms']:.2f} ms", f"p99 {hist['fresh_p99_ms']:.2f} ms", ""),
         ("long / fresh stream (p50)", f"{hist['ratio_p50']:.2f}", "target <= 1.2", verdict(hist["ratio_p50"] <= 1.2)),
     ]
+    rep = results["replay"]
+    rows += [
+        ("replay: rebuild(write=False), 1 process", f"{rep['replay_rate']:,.0f} events/s",
+         f"{rep['events']:,} events, {rep['sessions']} sessions, in {rep['replay_seconds']:.2f} s", ""),
+        ("replay: raw XRANGE + json.loads", f"{rep['raw_rate']:,.0f} events/s",
+         f"{rep['raw_events']:,} events in {rep['raw_seconds']:.2f} s", ""),
+        ("replay / raw", f"{rep['ratio']:.2f}", "target >= 0.7", verdict(rep["ratio"] >= 0.7)),
+    ]
+    for key, where in (("scale_single", "one Valkey"), ("scale_cluster", "3-master cluster")):
+        base = results[key][0]["rate"]
+        for row in results[key]:
+            rows.append((f"{where}, {row['workers']} worker(s), {sizes.scale_streams} cmd streams",
+                         f"{row['rate']:,.0f} commands/s",
+                         f"{sizes.scale_commands:,} sends in {row['seconds']:.2f} s, x{row['rate'] / base:.2f} vs 1 worker",
+                         ""))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
     header = (f"{'QUICK smoke run (not the reference figures); ' if quick else ''}"
@@ -355,7 +436,8 @@ def write_markdown(table: str, results: dict, env: dict, sizes: Sizes, quick: bo
 
 Produced by `make bench` (`python -m bench.run{' --quick' if quick else ''}`) on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.
 Everything below was measured in one run against one local Valkey started by the
-benchmark (`LocalValkey(durable=False)`, profile `fast`), flushed between phases.
+benchmark (`LocalValkey(durable=False)`, profile `fast`), flushed between phases, except the
+cluster rows: a local 3-master `LocalValkeyCluster(masters=3)` started by the same run.
 
 Machine: {env['cpu']}, {env['cores']} cores, Python {env['python']}, {env['valkey']}, {env['os']}.
 Valkey, the worker process(es) and the benchmark process share these cores.
@@ -384,6 +466,25 @@ Valkey, the worker process(es) and the benchmark process share these cores.
   {sizes.latency_rate:,} sends/s (and again at {sizes.latency_rate // 4:,} sends/s) for {sizes.latency_seconds:g} s
   each, with every send its own task
   (many in flight); `send_message` call to result, root -> 100 children.
+- **replay**: {results['replay']['sessions']} sessions ({sizes.replay_trees} trees of 1 root + {sizes.replay_children} children)
+  registered through the host API (directory entry, partition session set, SessionRegistered at
+  version 1), then each stream filled by a server-side Lua loop with ProducerRegistered +
+  (ProducerMessageAccepted, ProducerMessageConsumed) pairs of real event JSON at ids `<n>-0`, about
+  {sizes.replay_events:,} events per session. `projections.replay.rebuild(store, all {bench_config('').service.partitions} partitions,
+  write=False)` with a fresh `EventStore` (empty directory cache), all four projections, in the
+  benchmark process; the raw loop in the same process and run: `SMEMBERS` of each partition's
+  session set, `XRANGE` in chunks of 10,000 and `json.loads` of every `data` field over the same
+  streams. Raw and rebuild alternate twice; the best of two of each is shown. The folded views are
+  checked: {results['replay']['views_check']}.
+- **scale-out**: {sizes.scale_trees} trees of 1 root + {sizes.scale_children} children, roots chosen so that each of
+  {sizes.scale_streams} command streams gets the same number of senders; {sizes.scale_commands:,} `SendMessage`
+  commands (root -> random child of its tree), each XADDed to `keys.command_stream(crc32(sender) % {sizes.scale_streams})`
+  as `producers/client.py` routes them; then 1, 2 and 4 `treemail worker` processes
+  (`TREEMAIL_SERVICE_COMMAND_STREAMS={sizes.scale_streams}`), timed as the first row over all streams. Each row
+  re-registers and re-fills a flushed server. Once on the benchmark's single Valkey, once on a
+  local 3-master `LocalValkeyCluster` (no replicas, same 2 cores; workers with
+  `TREEMAIL_SERVICE_CLUSTER=true`, prefill and progress through a `RedisCluster` client). The backlog
+  is {sizes.scale_commands:,} commands, smaller than the first rows', to keep `make bench` short.
 - **~1M-event recipient**: one child's stream pre-filled with ProducerRegistered + (Accepted,
   Consumed) pairs at entry ids `<n>-0` and its state hash set to version n and the real fold's
   snapshot; {sizes.probe_sends:,} sequential sends to it interleaved with {sizes.probe_sends:,} to a
@@ -414,7 +515,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench.run")
     parser.add_argument("--quick", action="store_true", help="shrink every phase for a smoke run")
     parser.add_argument("--no-write", action="store_true", help="print only, leave BENCHMARKS.md alone")
+    parser.add_argument("--only", default="", help="comma-separated phases (one,raw,two,latency,latency_low,history,"
+                        "replay,scale_single,scale_cluster); implies --no-write")
     args = parser.parse_args(argv)
+    only = [p for p in args.only.split(",") if p]
     quick = args.quick or os.environ.get("BENCH_QUICK", "") not in ("", "0")
     sizes = QUICK if quick else FULL
     started = time.perf_counter()
@@ -428,21 +532,35 @@ def main(argv: list[str] | None = None) -> int:
         env["valkey"] = asyncio.run(valkey_version(url))
         log(f"Valkey at {url}; {env['cpu']}, {env['cores']} cores, Python {env['python']}, {env['valkey']}")
         results = {}
-        log("phase 1: one treemail worker process")
-        results["one"] = asyncio.run(phase_workers(url, sizes, 1))
-        log("phase 2: raw Redis baseline")
-        results["raw"] = asyncio.run(phase_raw(url, sizes))
-        log("phase 3: two treemail worker processes")
-        results["two"] = asyncio.run(phase_workers(url, sizes, 2))
-        log("phase 4: producer round-trip latency")
-        results["latency"] = asyncio.run(phase_latency(url, sizes, sizes.latency_rate))
-        log("phase 4b: the same at a quarter of the rate")
-        results["latency_low"] = asyncio.run(phase_latency(url, sizes, sizes.latency_rate // 4))
-        log("phase 5: decision latency on a long stream")
-        results["history"] = asyncio.run(phase_history(url, sizes))
+        phases = [
+            ("one", "phase 1: one treemail worker process", lambda: asyncio.run(phase_workers(url, sizes, 1))),
+            ("raw", "phase 2: raw Redis baseline", lambda: asyncio.run(phase_raw(url, sizes))),
+            ("two", "phase 3: two treemail worker processes", lambda: asyncio.run(phase_workers(url, sizes, 2))),
+            ("latency", "phase 4: producer round-trip latency",
+             lambda: asyncio.run(phase_latency(url, sizes, sizes.latency_rate))),
+            ("latency_low", "phase 4b: the same at a quarter of the rate",
+             lambda: asyncio.run(phase_latency(url, sizes, sizes.latency_rate // 4))),
+            ("history", "phase 5: decision latency on a long stream", lambda: asyncio.run(phase_history(url, sizes))),
+            ("replay", "phase 6: projection replay rate vs raw XRANGE + json.loads",
+             lambda: asyncio.run(phase_replay(url, sizes))),
+            ("scale_single", f"phase 7: scale-out, {SCALE_WORKERS} worker processes, one Valkey, "
+                             f"{sizes.scale_streams} command streams",
+             lambda: asyncio.run(phase_scale(url, sizes, False, [VALKEY_PID]))),
+            ("scale_cluster", f"phase 8: scale-out, {SCALE_WORKERS} worker processes, local 3-master Valkey Cluster, "
+                              f"{sizes.scale_streams} command streams",
+             lambda: run_cluster_phase(sizes)),
+        ]
+        for key, label, run in phases:
+            if only and key not in only:
+                continue
+            log(label)
+            results[key] = run()
     finally:
         server.cleanup()
     wall = time.perf_counter() - started
+    if only:
+        print(json.dumps(results, indent=1, default=str))
+        return 0
     table = report(results, env, sizes, quick, wall)
     print()
     print(table)

@@ -21,8 +21,9 @@ import signal
 import socket
 import time
 
-from faststream.redis import RedisBroker, StreamSub
+from faststream.redis import RedisBroker, RedisClusterBroker, StreamSub
 from faststream.redis.annotations import RedisBatchStreamMessage
+from faststream.redis.subscriber.usecases import stream_subscriber
 
 from treemail import keys, metrics
 from treemail.config import Config
@@ -35,6 +36,11 @@ from producers.send_message import engine_shutdown
 from .sends import SendDecider, parse_command
 
 log = logging.getLogger("treemail.worker")
+
+# FastStream sleeps this long after a failed read (5 s by default): every send
+# made during that time waits, long after the server is back. A worker should
+# retry within a fraction of a second; the constant is read at each failure.
+stream_subscriber.CONSUME_ERROR_BACKOFF_SECONDS = 0.25
 REPLY_TTL_S = 120
 STATS_INTERVAL_S = 5.0
 # A consumer idle longer than this is not counted as a live worker: a live one
@@ -66,7 +72,8 @@ class Worker:
         self.config = config
         self.url = url
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
-        self.broker = RedisBroker(url, logger=None, graceful_timeout=30)
+        broker_class = RedisClusterBroker if config.service.cluster else RedisBroker
+        self.broker = broker_class(url, logger=None, graceful_timeout=30)
         self.decider: SendDecider | None = None
         self.redis = None
         self.decided = 0
@@ -75,6 +82,9 @@ class Worker:
         self._metrics_server = None
         self._stats_task: asyncio.Task | None = None
         self._reclaim_task: asyncio.Task | None = None
+        self._subscribers: list = []
+        self._stopping = False
+        self.revived = 0
         self._subscribe()
 
     def _subscribe(self) -> None:
@@ -84,7 +94,9 @@ class Worker:
                 keys.command_stream(index), group=keys.COMMAND_GROUP, consumer=self.consumer, batch=True,
                 max_records=service.batch_size, polling_interval=100,
             )
-            self.broker.subscriber(stream=live, parser=raw_batch, decoder=no_body)(self.handle)
+            subscriber = self.broker.subscriber(stream=live, parser=raw_batch, decoder=no_body)
+            subscriber(self.handle)
+            self._subscribers.append(subscriber)
 
     async def handle(self, message: RedisBatchStreamMessage) -> None:
         """A batch read by XREADGROUP; returning lets FastStream XACK it, raising leaves it pending."""
@@ -178,10 +190,28 @@ class Worker:
             pipe.xack(stream, keys.COMMAND_GROUP, *[entry_id for entry_id, _ in entries])
             await pipe.execute()
 
+    async def revive(self) -> int:
+        """Restart subscribers FastStream stopped for good, after recreating the group they lost.
+
+        A server that came back without its data (no AOF, a flush) has no
+        consumer group; FastStream then stops the subscriber (NOGROUP) and
+        would never read again.
+        """
+        stopped = [s for s in self._subscribers if not s.running]
+        if stopped:
+            log.warning("%d subscriber(s) stopped; recreating the consumer group and restarting", len(stopped))
+            await self.decider.store.ensure_command_group(self.config.service.command_streams)
+            for subscriber in stopped:
+                await subscriber.start()
+            self.revived += len(stopped)
+        return len(stopped)
+
     async def _reclaim_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.service.reclaim_idle_ms / 2000)
             try:
+                if not self._stopping:
+                    await self.revive()
                 await self.reclaim()
             except asyncio.CancelledError:
                 raise
@@ -225,7 +255,7 @@ class Worker:
     async def start(self) -> None:
         self.redis = await connect(self.url, self.config.service)
         if self.config.service.profile == "durable":
-            await require_durable_server(self.redis)
+            await require_durable_server(self.redis, self.config.service.cluster)
         store = EventStore(self.redis, self.config.service)
         await store.ensure_command_group(self.config.service.command_streams)
         await store.load_scripts()
@@ -242,6 +272,7 @@ class Worker:
 
     async def stop(self) -> None:
         """Finish the batch in hand, take no new commands, close."""
+        self._stopping = True
         for task in (self._stats_task, self._reclaim_task):
             if task is not None:
                 task.cancel()

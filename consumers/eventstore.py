@@ -96,7 +96,11 @@ class EventStore:
                 missing.append(sid)
                 found[sid] = None
         if missing:
-            values = await self.redis.mget([keys.directory(sid) for sid in missing])
+            # GETs in a pipeline, not MGET: directory keys live in every slot of a cluster.
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for sid in missing:
+                    pipe.get(keys.directory(sid))
+                values = await pipe.execute()
             for sid, value in zip(missing, values):
                 if value is not None:
                     record = SessionRecord.from_json(value)
@@ -248,7 +252,9 @@ class EventStore:
         return PreparedAppend(key_list, args, state, loaded.version + len(new_events), etag)
 
     def commit_call(self, prepared: PreparedAppend, pipe) -> None:
-        pipe.evalsha(COMMIT_SHA, len(prepared.keys), *prepared.keys, *prepared.args)
+        # execute_command, not pipe.evalsha: redis-py refuses the latter in cluster pipelines,
+        # though EVALSHA routes by its first key like any keyed command.
+        pipe.execute_command("EVALSHA", COMMIT_SHA, len(prepared.keys), *prepared.keys, *prepared.args)
 
     async def load_scripts(self) -> None:
         await self.redis.script_load(COMMIT_LUA)
@@ -278,8 +284,11 @@ class EventStore:
         return parse_append(replies[0])
 
     def add_durability_wait(self, pipe) -> None:
-        """Under the durable profile, the pipeline ends with WAITAOF: success only after the local fsync."""
-        if self.config.profile == "durable":
+        """Under the durable profile, the pipeline ends with WAITAOF: success only after the local fsync.
+
+        (A cluster's primaries fsync every write themselves, appendfsync always, checked at start.)
+        """
+        if self.config.profile == "durable" and not self.config.cluster:
             pipe.execute_command("WAITAOF", 1, 0, 0)
 
     # ---- read --------------------------------------------------------------------------------

@@ -32,6 +32,9 @@ class CommandClient:
         self.client_id = ids.uuid7()
         self._waiting: dict[str, asyncio.Future] = {}
         self._closing = False
+        # Bursts of sends queue here rather than open a connection each (a cluster client refuses
+        # past its per-node limit instead of waiting).
+        self._publishing = asyncio.Semaphore(32)
         self._task = asyncio.create_task(self._listen())
 
     @property
@@ -50,7 +53,8 @@ class CommandClient:
         future = asyncio.get_running_loop().create_future()
         self._waiting[command.command_id] = future
         try:
-            await self.redis.xadd(self.stream_for(context), {"__data__": encode_command(command)})
+            async with self._publishing:
+                await self.redis.xadd(self.stream_for(context), {"__data__": encode_command(command)})
             return await asyncio.wait_for(future, self.config.decision_timeout_s)
         except asyncio.TimeoutError:
             return engine_shutdown(f"no decision within {self.config.decision_timeout_s:g} s")

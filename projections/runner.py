@@ -69,7 +69,14 @@ class ProjectionRunner:
     async def step(self, block_ms: int | None = 1000) -> int:
         """Read one batch from every followed feed, fold it, write it. Returns the entries folded."""
         streams = {keys.feed(p): self._position(p) for p in self.partitions}
-        replies = await self.redis.xread(streams, count=self.batch, block=block_ms)
+        if self.config.service.cluster:
+            # One stream per read: the partitions' feeds live in different slots.
+            replies = [r for reply in await asyncio.gather(*(
+                self.redis.xread({stream: position}, count=self.batch, block=block_ms)
+                for stream, position in streams.items()
+            )) for r in reply or []]
+        else:
+            replies = await self.redis.xread(streams, count=self.batch, block=block_ms)
         folded = 0
         for stream, entries in replies or []:
             partition = self.partitions[list(streams).index(stream.decode() if isinstance(stream, bytes) else stream)]

@@ -53,6 +53,12 @@ def cmd_demo(args) -> None:
     run_demo(load_config(args.config), workers=args.workers, once=args.once)
 
 
+def cmd_cluster(args) -> None:
+    from .demo import run_cluster
+
+    run_cluster(masters=args.masters, workers=args.workers)
+
+
 def cmd_server(args) -> None:
     from .embedded import LocalValkey
 
@@ -189,6 +195,11 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--port", type=int, default=0)
     server.add_argument("--durable", action="store_true", help="append-only file on (for the durable profile)")
     server.set_defaults(func=cmd_server)
+
+    cluster = sub.add_parser("cluster", help="a local Valkey Cluster with workers and a projection worker")
+    cluster.add_argument("--masters", type=int, default=3)
+    cluster.add_argument("--workers", type=int, default=3)
+    cluster.set_defaults(func=cmd_cluster)
 
     approvals = sub.add_parser("approvals", help="list, approve or deny sends waiting on an `ask` rule")
     approvals.add_argument("action", choices=["list", "approve", "deny"])

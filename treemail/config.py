@@ -32,6 +32,10 @@ class ServiceConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     redis_url: str | None = None
+    # A Redis/Valkey Cluster: redis_url names any one node. Every atomic step
+    # already touches one hash slot; this switches the clients and the reads
+    # that would span slots.
+    cluster: bool = False
     # "fast": success once the event is in the server's memory (and its AOF
     # buffer). "durable": success only after WAITAOF confirms the local fsync.
     profile: Literal["fast", "durable"] = "fast"

@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 from .config import Config
-from .embedded import LocalValkey
+from .embedded import LocalValkey, LocalValkeyCluster
 from .host import SendContext, Treemail
 from .render import history_row
 
@@ -117,11 +117,47 @@ async def _script(host: Treemail) -> None:
         _print(f"  {history_row(seq, event)}")
 
 
-def _spawn_workers(count: int, env: dict) -> list[subprocess.Popen]:
+def _spawn(command: list[str], count: int, env: dict) -> list[subprocess.Popen]:
     return [
-        subprocess.Popen([sys.executable, "-m", "treemail.cli", "worker"], env=env, start_new_session=True)
+        subprocess.Popen([sys.executable, "-m", "treemail.cli", *command], env=env, start_new_session=True)
         for _ in range(count)
     ]
+
+
+def _stop(pool: list[subprocess.Popen]) -> None:
+    for process in pool:
+        process.send_signal(signal.SIGTERM)
+    for process in pool:
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def _wait_for_ctrl_c() -> None:
+    # Blocked first, so sigwait (not the default action) receives them and the cleanup after runs.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    signal.sigwait({signal.SIGINT, signal.SIGTERM})
+
+
+def run_cluster(masters: int = 3, workers: int = 3) -> None:
+    """`treemail cluster` (`make cluster`): a local Valkey Cluster with workers and a projection worker."""
+    cluster = LocalValkeyCluster(masters=masters).start()
+    _print(f"started a {masters}-master Valkey Cluster: " + ", ".join(f"127.0.0.1:{n.port}" for n in cluster.nodes))
+    env = {**os.environ, "REDIS_URL": cluster.url, "TREEMAIL_SERVICE_CLUSTER": "true", "TREEMAIL_METRICS_PORT": "0",
+           "TREEMAIL_PROJECTION_METRICS_PORT": "0"}
+    pool = _spawn(["worker"], workers, env) + _spawn(["projections"], 1, env)
+    _print(f"started {workers} workers and 1 projection worker; use it with:")
+    _print(f"  REDIS_URL={cluster.url} TREEMAIL_SERVICE_CLUSTER=true")
+    _print("Ctrl-C stops everything")
+    try:
+        _wait_for_ctrl_c()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        _stop(pool)
+        cluster.cleanup()
+        _print("stopped")
 
 
 def run_demo(config: Config, workers: int = 2, once: bool = False) -> None:
@@ -133,7 +169,7 @@ def run_demo(config: Config, workers: int = 2, once: bool = False) -> None:
         _print(f"started embedded Valkey at {url}")
     # The storm in the script needs a hop limit; an explicit setting wins.
     env = {"TREEMAIL_MESSAGING_MAX_HOPS": "4", **os.environ, "REDIS_URL": url}
-    pool = _spawn_workers(workers, env)
+    pool = _spawn(["worker"], workers, env)
     _print(f"started {workers} worker processes")
     try:
         async def main():
@@ -145,20 +181,12 @@ def run_demo(config: Config, workers: int = 2, once: bool = False) -> None:
 
         asyncio.run(main())
         if not once:
-            # Blocked first, so sigwait (not the default action) receives them and the cleanup below runs.
-            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
             _print("stack is up; Ctrl-C stops it")
-            signal.sigwait({signal.SIGINT, signal.SIGTERM})
+            _wait_for_ctrl_c()
     except KeyboardInterrupt:
         pass
     finally:
-        for process in pool:
-            process.send_signal(signal.SIGTERM)
-        for process in pool:
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        _stop(pool)
         if server is not None:
             server.cleanup()
         _print("stopped")

@@ -113,3 +113,75 @@ class LocalValkey:
         self.stop()
         if self.directory and self.directory.exists():
             shutil.rmtree(self.directory, ignore_errors=True)
+
+
+@dataclass
+class LocalValkeyCluster:
+    """``masters`` valkey-server processes on loopback joined into one Redis/Valkey Cluster.
+
+    Slots are split evenly; no replicas (a test cluster, not an HA one).
+    ``appendfsync always`` when ``durable``: WAITAOF cannot follow a cluster
+    pipeline's writes to every node, so the durable profile relies on it.
+    """
+
+    masters: int = 3
+    durable: bool = False
+    nodes: list[LocalValkey] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return self.nodes[0].url
+
+    def start(self, timeout: float = 30.0) -> "LocalValkeyCluster":
+        if self.nodes:
+            # A restart: same ports and directories, so nodes.conf and the AOF bring the cluster back.
+            for node in self.nodes:
+                node.start()
+            return self._wait_ok(timeout)
+        fsync = ["--appendfsync", "always"] if self.durable else []
+        bus_ports = []
+        for _ in range(self.masters):
+            # The bus port defaults to port + 10000, past 65535 for an ephemeral port.
+            bus_ports.append(free_port())
+            node = LocalValkey(durable=self.durable, extra=[
+                "--cluster-enabled", "yes", "--cluster-node-timeout", "5000",
+                "--cluster-config-file", "nodes.conf", "--cluster-port", str(bus_ports[-1]), *fsync,
+            ])
+            self.nodes.append(node.start())
+        clients = [redis.Redis(host="127.0.0.1", port=n.port) for n in self.nodes]
+        try:
+            per = 16384 // self.masters
+            for index, client in enumerate(clients):
+                last = 16383 if index == self.masters - 1 else (index + 1) * per - 1
+                client.execute_command("CLUSTER", "ADDSLOTSRANGE", index * per, last)
+            for node, bus_port in zip(self.nodes[1:], bus_ports[1:]):
+                clients[0].execute_command("CLUSTER", "MEET", "127.0.0.1", node.port, bus_port)
+        finally:
+            for client in clients:
+                client.close()
+        return self._wait_ok(timeout)
+
+    def _wait_ok(self, timeout: float) -> "LocalValkeyCluster":
+        clients = [redis.Redis(host="127.0.0.1", port=n.port) for n in self.nodes]
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                states = [c.execute_command("CLUSTER", "INFO") for c in clients]
+                texts = [s.decode() if isinstance(s, bytes) else str(s) for s in states]
+                if all("cluster_state:ok" in t and f"cluster_known_nodes:{self.masters}" in t for t in texts):
+                    return self
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the local cluster did not reach cluster_state:ok")
+                time.sleep(0.1)
+        finally:
+            for client in clients:
+                client.close()
+
+    def stop(self, kill: bool = False) -> None:
+        for node in self.nodes:
+            node.stop(kill=kill)
+
+    def cleanup(self) -> None:
+        for node in self.nodes:
+            node.cleanup()
+        self.nodes.clear()

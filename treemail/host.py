@@ -9,6 +9,7 @@
 success result or ``{"error": {"code": ..., "message": ...}}``.
 """
 
+import asyncio
 import json
 import time
 from dataclasses import dataclass
@@ -185,8 +186,17 @@ class Treemail:
         reclaimed = await self._reclaim_wakes(consumer, count)
         if reclaimed:
             return reclaimed
-        streams = {keys.wake_stream(p): ">" for p in range(self.config.service.partitions)}
-        replies = await self.redis.xreadgroup(keys.WAKE_GROUP, consumer, streams, count=count, block=block_ms)
+        streams = [keys.wake_stream(p) for p in range(self.config.service.partitions)]
+        if self.config.service.cluster:
+            # One stream per read: the partitions' streams live in different slots.
+            replies = [r for reply in await asyncio.gather(*(
+                self.redis.xreadgroup(keys.WAKE_GROUP, consumer, {s: ">"}, count=count, block=block_ms)
+                for s in streams
+            )) for r in reply or []]
+        else:
+            replies = await self.redis.xreadgroup(
+                keys.WAKE_GROUP, consumer, {s: ">" for s in streams}, count=count, block=block_ms
+            )
         return [self._wake(stream, entry_id, fields) for stream, entries in replies or [] for entry_id, fields in entries]
 
     async def _reclaim_wakes(self, consumer: str, count: int) -> list[Wake]:

@@ -9,6 +9,8 @@ from consumers.app import Worker
 from treemail.config import Config, MessagingConfig, ServiceConfig
 from treemail.host import SendContext, Treemail
 
+from ..conftest import CLUSTER, backend_env
+
 _db = itertools.count(1)
 
 
@@ -16,7 +18,8 @@ def make_config(url: str, profile: str = "fast", **messaging) -> Config:
     return Config(
         messaging=MessagingConfig(**messaging),
         service=ServiceConfig(
-            redis_url=url, command_streams=2, reclaim_idle_ms=500, decision_timeout_s=10, profile=profile
+            redis_url=url, command_streams=2, reclaim_idle_ms=500, decision_timeout_s=10, profile=profile,
+            cluster=CLUSTER,
         ),
     )
 
@@ -24,8 +27,14 @@ def make_config(url: str, profile: str = "fast", **messaging) -> Config:
 @pytest.fixture
 async def redis_url(valkey):
     """A clean database for each test: no test sees another's streams."""
-    client = aioredis.Redis.from_url(valkey.url)
-    await client.flushall()
+    if CLUSTER:
+        from redis.asyncio.cluster import RedisCluster
+
+        client = RedisCluster.from_url(valkey.url)
+        await client.flushall(target_nodes=RedisCluster.PRIMARIES)
+    else:
+        client = aioredis.Redis.from_url(valkey.url)
+        await client.flushall()
     await client.aclose()
     return valkey.url
 
@@ -83,7 +92,12 @@ async def wait_for_consumers(url: str, count: int, timeout: float = 20.0) -> Non
 
     from treemail import keys
 
-    client = aioredis.Redis.from_url(url)
+    if CLUSTER:
+        from redis.asyncio.cluster import RedisCluster
+
+        client = RedisCluster.from_url(url)
+    else:
+        client = aioredis.Redis.from_url(url)
     deadline = time.monotonic() + timeout
     try:
         while True:
@@ -107,7 +121,7 @@ async def worker_processes(url: str, count: int, **messaging):
     import subprocess
     import sys
 
-    env = {**os.environ, "REDIS_URL": url, **WORKER_ENV, **messaging_env(**messaging)}
+    env = {**os.environ, "REDIS_URL": url, **WORKER_ENV, **backend_env(), **messaging_env(**messaging)}
     pool = [
         subprocess.Popen([sys.executable, "-m", "treemail.cli", "worker"], env=env, start_new_session=True)
         for _ in range(count)

@@ -9,6 +9,8 @@ from treemail.host import SendContext, Treemail
 
 from .conftest import make_config, worker_processes
 
+pytestmark = pytest.mark.cluster
+
 
 async def race(url, *, senders, sends_each, duplicates, **messaging):
     config = make_config(url, **messaging)

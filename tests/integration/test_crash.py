@@ -11,6 +11,8 @@ from treemail.host import SendContext, Treemail
 
 from .conftest import make_config, worker_processes
 
+pytestmark = pytest.mark.cluster
+
 
 @pytest.mark.slow
 async def test_kill_9_worker_mid_batch_every_command_decided_once(redis_url):

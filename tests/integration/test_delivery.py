@@ -7,11 +7,14 @@ import signal
 
 import pytest
 
-from treemail.embedded import LocalValkey
+from treemail.embedded import LocalValkey, LocalValkeyCluster
 from treemail.errors import LifecycleError
 from treemail.host import SendContext, Treemail
 
+from ..conftest import CLUSTER
 from .conftest import Calls, make_config, running_stack, worker_processes
+
+pytestmark = pytest.mark.cluster
 
 
 def code(result):
@@ -174,7 +177,7 @@ async def test_wake_for_a_session_already_running_is_acknowledged_without_a_new_
 
 async def test_restart_before_delivery_still_delivers():
     """Workers, host and Valkey (AOF, durable profile) all restart before any mail was consumed."""
-    server = LocalValkey(durable=True).start()
+    server = (LocalValkeyCluster if CLUSTER else LocalValkey)(durable=True).start()
     try:
         config = make_config(server.url, profile="durable")
         calls = Calls()

@@ -61,3 +61,39 @@ def test_server_command_stops_its_valkey_on_sigterm():
     assert process.wait(timeout=30) == 0
     with socket.socket() as sock:
         assert sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_cluster_command_starts_a_working_cluster_stack_and_stops_it():
+    import asyncio
+    import re
+    import signal
+
+    from treemail.config import Config, ServiceConfig
+    from treemail.host import SendContext, Treemail
+
+    process = subprocess.Popen([sys.executable, "-m", "treemail.cli", "cluster", "--workers", "2"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out = ""
+        while "Ctrl-C" not in out:
+            out += process.stdout.readline()
+        url = re.search(r"REDIS_URL=(\S+)", out).group(1)
+        ports = [int(p) for p in re.findall(r"127\.0\.0\.1:(\d+)", out.splitlines()[0])]
+        assert len(ports) == 3
+
+        async def send():
+            config = Config(service=ServiceConfig(redis_url=url, cluster=True))
+            host = await Treemail.connect(config, url)
+            try:
+                root = await host.register_root("planner", "x", rules={"child": "allow"})
+                child = await host.register_child(root.session_id, "explore", "x")
+                return await host.send_message(SendContext(root.session_id, "r", "c"), {"to": child.handle, "body": "hi"})
+            finally:
+                await host.close()
+
+        assert "message_id" in asyncio.run(send())
+    finally:
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0, stderr
+    assert stdout.rstrip().endswith("stopped")

@@ -17,7 +17,10 @@ from projections.views import PROJECTIONS
 from treemail.config import Config
 from treemail.tail import tail
 
+from ..conftest import backend_env
 from .conftest import Calls, make_config, running_stack
+
+pytestmark = pytest.mark.cluster
 
 
 async def traffic(host, calls, senders=4, sends=6):
@@ -128,7 +131,7 @@ async def test_runner_whose_checkpoint_was_trimmed_from_the_feed_rebuilds(redis_
 @pytest.mark.slow
 async def test_projection_worker_killed_mid_stream_resumes_to_equal_a_rebuild(redis_url):
     calls = Calls()
-    env = {**os.environ, "REDIS_URL": redis_url, "TREEMAIL_SERVICE_COMMAND_STREAMS": "2"}
+    env = {**os.environ, "REDIS_URL": redis_url, "TREEMAIL_SERVICE_COMMAND_STREAMS": "2", **backend_env()}
     spawn = lambda: subprocess.Popen(  # noqa: E731
         [sys.executable, "-m", "treemail.cli", "projections", "--metrics-port", "-1"], env=env,
         start_new_session=True,
@@ -158,7 +161,7 @@ async def test_replay_cli_rebuilds_every_projection(redis_url):
     calls = Calls()
     async with running_stack(redis_url, max_pending_per_session=1000, max_inflight_per_pair=0) as host:
         await traffic(host, calls)
-        env = {**os.environ, "REDIS_URL": redis_url}
+        env = {**os.environ, "REDIS_URL": redis_url, **backend_env()}
         done = subprocess.run([sys.executable, "-m", "treemail.cli", "replay"], env=env, capture_output=True,
                               text=True, timeout=120)
         assert done.returncode == 0, done.stderr

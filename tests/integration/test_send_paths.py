@@ -6,6 +6,8 @@ from treemail.ids import HANDLE_PATTERN
 
 from .conftest import running_stack
 
+pytestmark = pytest.mark.cluster
+
 
 async def family(host, child_rules=None, status="running"):
     rules = child_rules if child_rules is not None else {"parent": "allow", "sibling": "allow"}

@@ -1,3 +1,8 @@
+import pytest
+
+pytestmark = pytest.mark.cluster
+
+
 async def test_parent_sends_to_child(stack, calls):
     root = await stack.register_root("planner", "plans", rules={"child": "allow"})
     child = await stack.register_child(root.session_id, "explore", "reads code", rules={"parent": "allow"})

@@ -1,0 +1,182 @@
+"""Scale-out: decisions/s with 1, 2, 4 worker processes, on one Valkey and on a local 3-master cluster.
+
+Both use several command streams (`keys.command_stream(i)`), each command on
+stream crc32(sender) % n as producers/client.py routes it, so on the cluster the
+ingress is spread over several slots, and the trees over the `{pN}` partitions.
+"""
+
+import asyncio
+import json
+import random
+import time
+import zlib
+
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import ResponseError
+
+from consumers.sends import encode_command
+from treemail import keys
+from treemail.config import Config, MessagingConfig, ServiceConfig
+from treemail.host import Treemail
+from treemail.mail.commands import SendArguments, SendContext, SendMessage
+
+from .common import REPLY_TO, Workers, cpu_seconds, group_progress
+
+
+def config(url: str, streams: int, cluster: bool) -> Config:
+    return Config(
+        messaging=MessagingConfig(max_pending_per_session=1_000_000_000, max_inflight_per_pair=0),
+        service=ServiceConfig(redis_url=url, command_streams=streams, cluster=cluster),
+    )
+
+
+def client(url: str, cluster: bool):
+    return RedisCluster.from_url(url) if cluster else aioredis.Redis.from_url(url)
+
+
+def stream_of(sender: str, streams: int) -> str:
+    return keys.command_stream(zlib.crc32(sender.encode()) % streams)
+
+
+async def balanced_trees(host: Treemail, trees: int, children: int, streams: int) -> list[tuple[str, list[str]]]:
+    """`trees` roots, the same number on every command stream (roots whose stream is full are left unused)."""
+    per = -(-trees // streams)
+    roots: dict[int, list[str]] = {i: [] for i in range(streams)}
+    while sum(len(v) for v in roots.values()) < trees:
+        root = await host.register_root("planner", "root", rules={"child": "allow", "parent": "allow"},
+                                        status="running")
+        index = zlib.crc32(root.session_id.encode()) % streams
+        if len(roots[index]) < per:
+            roots[index].append(root.session_id)
+    out = []
+    for root in [r for v in roots.values() for r in v]:
+        kids = await asyncio.gather(*[
+            host.register_child(root, "worker", f"child {c}", rules={"parent": "allow"}, status="running")
+            for c in range(children)
+        ])
+        out.append((root, [k.session_id for k in kids]))
+    return out
+
+
+async def prefill(r, trees: list[tuple[str, list[str]]], total: int, streams: int, seed: int = 42) -> dict[str, int]:
+    """`total` SendMessage commands (root -> random child of its tree), each on its sender's stream."""
+    names = [keys.command_stream(i) for i in range(streams)]
+    for name in names:
+        try:
+            await r.xgroup_create(name, keys.COMMAND_GROUP, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+    pairs = [(root, child) for root, kids in trees for child in kids]
+    rng = random.Random(seed)
+    per_stream = {name: 0 for name in names}
+    chunk = 5000
+    for start in range(0, total, chunk):
+        async with r.pipeline(transaction=False) as pipe:
+            for i in range(start, min(total, start + chunk)):
+                root, child = pairs[rng.randrange(len(pairs))]
+                command = SendMessage(
+                    f"cmd-{i}", SendContext(root, "run-1", f"call-{i}"),
+                    SendArguments(child, f"benchmark message {i}: please look at item {i}", "steer"), REPLY_TO,
+                )
+                name = stream_of(root, streams)
+                per_stream[name] += 1
+                pipe.xadd(name, {"__data__": encode_command(command)})
+            await pipe.execute()
+    return per_stream
+
+
+async def drained(r, names: list[str], total: int, timeout: float, alive) -> float:
+    """Seconds from the first read on any stream until pending + lag is zero on all of them."""
+    deadline = time.perf_counter() + timeout
+    first = None
+    while True:
+        progress = [await group_progress(r, name, keys.COMMAND_GROUP) for name in names]
+        pending = sum(p for p, _ in progress)
+        lag = sum(lag for _, lag in progress)
+        now = time.perf_counter()
+        if first is None and lag < total:
+            first = now
+        if first is not None and pending == 0 and lag == 0:
+            return now - first
+        if now > deadline:
+            raise TimeoutError(f"not drained after {timeout:.0f} s: pending={pending} lag={lag}")
+        alive()
+        await asyncio.sleep(0.01)
+
+
+async def count_replies(r, total: int) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    length = await r.llen(keys.reply_list(REPLY_TO))
+    step = 20000
+    for start in range(0, length, step):
+        for item in await r.lrange(keys.reply_list(REPLY_TO), start, start + step - 1):
+            answer = json.loads(item)
+            kind = "ok" if "ok" in answer else answer.get("error", {}).get("code", "other")
+            counts[kind] = counts.get(kind, 0) + 1
+    if length != total:
+        counts["missing_replies"] = total - length
+    return counts
+
+
+async def flush(url: str, cluster: bool) -> None:
+    r = client(url, cluster)
+    try:
+        if cluster:
+            await r.flushall(target_nodes=RedisCluster.PRIMARIES)
+        else:
+            await r.flushall()
+    finally:
+        await r.aclose()
+
+
+async def run_one(url: str, cluster: bool, server_pids: list[int], workers_count: int, trees: int, children: int,
+                  commands: int, streams: int, log) -> dict:
+    await flush(url, cluster)
+    cfg = config(url, streams, cluster)
+    t = time.perf_counter()
+    host = await Treemail.connect(cfg, url)
+    try:
+        registered = await balanced_trees(host, trees, children, streams)
+    finally:
+        await host.close()
+    r = client(url, cluster)
+    names = [keys.command_stream(i) for i in range(streams)]
+    extra = {"TREEMAIL_SERVICE_COMMAND_STREAMS": str(streams),
+             "TREEMAIL_SERVICE_CLUSTER": "true" if cluster else "false"}
+    workers = Workers(url, extra)
+    try:
+        per_stream = await prefill(r, registered, commands, streams)
+        log(f"  {'cluster' if cluster else 'single'}: registered {trees * (children + 1)} sessions, prefilled "
+            f"{commands} commands over {streams} streams {list(per_stream.values())} in "
+            f"{time.perf_counter() - t:.1f} s; starting {workers_count} worker(s)")
+        for name in names:
+            await r.xgroup_setid(name, keys.COMMAND_GROUP, "$")
+        workers.start(workers_count)
+        deadline = time.perf_counter() + 60
+        for name in names:
+            while len(await r.xinfo_consumers(name, keys.COMMAND_GROUP)) < workers_count:
+                workers.check_alive()
+                if time.perf_counter() > deadline:
+                    raise TimeoutError("workers did not join the consumer groups within 60 s")
+                await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)
+        server_cpu = sum(cpu_seconds(p) for p in server_pids)
+        worker_cpu = sum(cpu_seconds(p.pid) for p in workers.procs)
+        for name in names:
+            await r.xgroup_setid(name, keys.COMMAND_GROUP, "0", entries_read=0)
+        seconds = await drained(r, names, commands, 600, workers.check_alive)
+        server_cpu = sum(cpu_seconds(p) for p in server_pids) - server_cpu
+        worker_cpu = sum(cpu_seconds(p.pid) for p in workers.procs) - worker_cpu
+    finally:
+        workers.stop()
+    try:
+        outcomes = await count_replies(r, commands)
+    finally:
+        await r.aclose()
+    rate = commands / seconds
+    log(f"  {'cluster' if cluster else 'single'}, {workers_count} worker(s): {commands} commands in {seconds:.2f} s "
+        f"= {rate:,.0f} commands/s; outcomes {outcomes}; CPU: valkey {server_cpu:.1f} s, workers {worker_cpu:.1f} s")
+    return {"workers": workers_count, "seconds": seconds, "rate": rate, "outcomes": outcomes,
+            "valkey_cpu_s": server_cpu, "worker_cpu_s": worker_cpu, "per_stream": list(per_stream.values())}
