@@ -38,14 +38,12 @@ class ProjectionRunner:
 
     async def start(self) -> None:
         for partition in self.partitions:
-            _, first_kept = await feed_position(self.redis, partition)
+            _, trimmed = await feed_position(self.redis, partition)
             stale = []
             for name in self.names:
                 view, checkpoint = await load_view(self.redis, partition, name)
-                if checkpoint is None or (
-                    first_kept is not None and checkpoint.entries and id_tuple(first_kept) > id_tuple(checkpoint.entry_id)
-                    and not await self._covers(partition, checkpoint)
-                ):
+                # Trimming removed entries this view never folded: only the streams still have them.
+                if checkpoint is None or trimmed > checkpoint.entries:
                     stale.append(name)
                 else:
                     self.views[(name, partition)] = view
@@ -56,11 +54,6 @@ class ProjectionRunner:
                 for (name, p), view in rebuilt.items():
                     self.views[(name, p)] = view
                     self.checkpoints[(name, p)] = (await load_view(self.redis, p, name))[1]
-
-    async def _covers(self, partition: int, checkpoint: Checkpoint) -> bool:
-        """True when the feed still holds the entry right after the checkpoint."""
-        entries = await self.redis.xrange(keys.feed(partition), min=checkpoint.entry_id, count=1)
-        return bool(entries) and entries[0][0].decode() == checkpoint.entry_id
 
     def _position(self, partition: int) -> str:
         return min((self.checkpoints[(n, partition)] for n in self.names),

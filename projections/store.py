@@ -84,14 +84,13 @@ def queue_replace(pipe, partition: int, name: str, view: View, checkpoint: Check
     pipe.set(keys.projection_checkpoint(partition, name), checkpoint.encode())
 
 
-async def feed_position(redis: Redis, partition: int) -> tuple[Checkpoint, str | None]:
-    """Where the feed ends now (as a checkpoint), and the id of its oldest entry still kept."""
+async def feed_position(redis: Redis, partition: int) -> tuple[Checkpoint, int]:
+    """Where the feed ends now (as a checkpoint), and how many of its entries trimming removed."""
     try:
         info = await redis.xinfo_stream(keys.feed(partition))
     except ResponseError:
-        return Checkpoint(), None
+        return Checkpoint(), 0
     last = info["last-generated-id"]
-    first = info.get("first-entry")
-    first_id = first[0].decode() if first else None
     last_id = last.decode() if isinstance(last, bytes) else last
-    return Checkpoint(last_id, int(info.get("entries-added", 0))), first_id
+    added = int(info.get("entries-added", 0))
+    return Checkpoint(last_id, added), added - int(info["length"])
