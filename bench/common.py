@@ -187,3 +187,13 @@ def cpu_seconds(pid: int) -> float:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
         return 0.0
+
+
+def busy_seconds() -> float:
+    """CPU seconds all cores spent busy so far (from /proc/stat): minus our own processes, the noise."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+        user, nice, system, idle, iowait, irq, softirq, steal = (int(x) for x in fields[:8])
+        return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError):
+        return 0.0

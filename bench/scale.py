@@ -21,7 +21,7 @@ from treemail.config import Config, MessagingConfig, ServiceConfig
 from treemail.host import Treemail
 from treemail.mail.commands import SendArguments, SendContext, SendMessage
 
-from .common import REPLY_TO, Workers, cpu_seconds, group_progress
+from .common import REPLY_TO, Workers, busy_seconds, cpu_seconds, group_progress
 
 
 def config(url: str, streams: int, cluster: bool) -> Config:
@@ -164,11 +164,13 @@ async def run_one(url: str, cluster: bool, server_pids: list[int], workers_count
         await asyncio.sleep(0.3)
         server_cpu = sum(cpu_seconds(p) for p in server_pids)
         worker_cpu = sum(cpu_seconds(p.pid) for p in workers.procs)
+        busy, own = busy_seconds(), time.process_time()
         for name in names:
             await r.xgroup_setid(name, keys.COMMAND_GROUP, "0", entries_read=0)
         seconds = await drained(r, names, commands, 600, workers.check_alive)
         server_cpu = sum(cpu_seconds(p) for p in server_pids) - server_cpu
         worker_cpu = sum(cpu_seconds(p.pid) for p in workers.procs) - worker_cpu
+        other_cpu = max(0.0, busy_seconds() - busy - server_cpu - worker_cpu - (time.process_time() - own))
     finally:
         workers.stop()
     try:
@@ -177,6 +179,7 @@ async def run_one(url: str, cluster: bool, server_pids: list[int], workers_count
         await r.aclose()
     rate = commands / seconds
     log(f"  {'cluster' if cluster else 'single'}, {workers_count} worker(s): {commands} commands in {seconds:.2f} s "
-        f"= {rate:,.0f} commands/s; outcomes {outcomes}; CPU: valkey {server_cpu:.1f} s, workers {worker_cpu:.1f} s")
+        f"= {rate:,.0f} commands/s; outcomes {outcomes}; CPU: valkey {server_cpu:.1f} s, workers {worker_cpu:.1f} s, "
+        f"other processes on the machine {other_cpu:.1f} s")
     return {"workers": workers_count, "seconds": seconds, "rate": rate, "outcomes": outcomes,
-            "valkey_cpu_s": server_cpu, "worker_cpu_s": worker_cpu, "per_stream": list(per_stream.values())}
+            "valkey_cpu_s": server_cpu, "worker_cpu_s": worker_cpu, "other_cpu_s": other_cpu, "per_stream": list(per_stream.values())}
