@@ -100,10 +100,18 @@ class Worker:
 
     async def handle(self, message: RedisBatchStreamMessage) -> None:
         """A batch read by XREADGROUP; returning lets FastStream XACK it, raising leaves it pending."""
-        await self.decide_entries(message.raw_message["data"])
+        entries, malformed = [], []
+        for entry_id, fields in zip(message.raw_message["message_ids"], message.raw_message["data"]):
+            (entries if _parses(fields) else malformed).append((entry_id, fields))
+        if malformed:
+            # No worker will ever decide these: set them aside now rather than after max_deliveries.
+            await self._dead_letter(message.raw_message["channel"], malformed, "malformed")
+        await self.decide_entries([fields for _, fields in entries])
 
     async def decide_entries(self, entries: list[dict]) -> None:
         """Decide, make durable, answer. Only after this returns may the entries be acknowledged."""
+        if not entries:
+            return
         started = time.perf_counter()
         commands = [parse_command(entry[b"__data__"]) for entry in entries]
         outcomes = await self.decider.decide(commands)
@@ -151,8 +159,12 @@ class Worker:
             stream, keys.COMMAND_GROUP, min=ids[0], max=ids[-1], count=len(ids) * 2, consumername=self.consumer
         )
         deliveries = {p["message_id"]: p["times_delivered"] for p in pending}
-        poison = [(i, f) for i, f in entries if deliveries.get(i, 0) > self.config.service.max_deliveries]
-        good = [(i, f) for i, f in entries if deliveries.get(i, 0) <= self.config.service.max_deliveries]
+        limit = self.config.service.max_deliveries
+        malformed = [(i, f) for i, f in entries if not _parses(f)]
+        poison = [(i, f) for i, f in entries if _parses(f) and deliveries.get(i, 0) > limit]
+        good = [(i, f) for i, f in entries if _parses(f) and deliveries.get(i, 0) <= limit]
+        if malformed:
+            await self._dead_letter(stream, malformed, "malformed")
         if poison:
             await self._dead_letter(stream, poison, "max_deliveries")
         if not good:
@@ -207,11 +219,14 @@ class Worker:
         return len(stopped)
 
     async def _reclaim_loop(self) -> None:
-        while True:
+        # The flag, not only cancellation, ends the loop: a client library that swallows a
+        # CancelledError mid-command must not keep a stopping worker alive.
+        while not self._stopping:
             await asyncio.sleep(self.config.service.reclaim_idle_ms / 2000)
+            if self._stopping:
+                return
             try:
-                if not self._stopping:
-                    await self.revive()
+                await self.revive()
                 await self.reclaim()
             except asyncio.CancelledError:
                 raise
@@ -243,7 +258,7 @@ class Worker:
         metrics.APPROVALS_PENDING.set(await self.redis.zcard(keys.approvals_pending()))
 
     async def _stats_loop(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 await self.refresh_stats()
             except asyncio.CancelledError:
@@ -284,6 +299,14 @@ class Worker:
             self._metrics_server = None
         if self.redis is not None:
             await self.redis.aclose()
+
+
+def _parses(fields: dict) -> bool:
+    try:
+        parse_command(fields[b"__data__"])
+        return True
+    except Exception:  # noqa: BLE001 - anything unreadable is malformed
+        return False
 
 
 async def raw_batch(message, original_parser):

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 from .config import load_config
-from .errors import ConfigError, RedisUnavailable
+from .errors import ConfigError, LifecycleError, RedisUnavailable, UnknownSessionError
 
 
 def _url(config) -> str:
@@ -167,6 +167,23 @@ def cmd_trees(args) -> None:
     asyncio.run(_with_host(config, action))
 
 
+def cmd_dead_letters(args) -> None:
+    from . import keys
+
+    config = load_config(args.config)
+
+    async def action(host):
+        entries = await host.redis.xrevrange(keys.dead_letters(), count=args.count)
+        if not entries:
+            print("no dead letters")
+        for entry_id, fields in entries:
+            f = {k.decode(): v.decode(errors="replace") for k, v in fields.items()}
+            print(f"{entry_id.decode()}  {f.get('reason')}  {f.get('stream')} {f.get('entry_id')}  "
+                  f"consumer={f.get('consumer')}  {f.get('data', '')[:100]!r}")
+
+    asyncio.run(_with_host(config, action))
+
+
 def cmd_schema(args) -> None:
     from .schema import render
 
@@ -228,6 +245,10 @@ def build_parser() -> argparse.ArgumentParser:
     trees = sub.add_parser("trees", help="per-tree summary from the projections")
     trees.set_defaults(func=cmd_trees)
 
+    dead = sub.add_parser("dead-letters", help="commands set aside as malformed or after max_deliveries")
+    dead.add_argument("--count", type=int, default=50)
+    dead.set_defaults(func=cmd_dead_letters)
+
     schema = sub.add_parser("schema", help="print the JSON Schema of every event type")
     schema.set_defaults(func=cmd_schema)
     return parser
@@ -241,7 +262,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         args.func(args)
-    except (ConfigError, RedisUnavailable) as exc:
+    except (ConfigError, RedisUnavailable, UnknownSessionError, LifecycleError, LookupError, ValueError) as exc:
+        # What a person typed or pointed at is wrong: say so, no traceback.
         print(f"treemail: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
