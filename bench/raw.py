@@ -5,7 +5,6 @@ decision; one pipelined Lua compare-and-set per command (check the version
 field, XADD the event, HSET the new version); one XACK per batch.
 """
 
-import asyncio
 import json
 import time
 

@@ -11,7 +11,7 @@ import json
 import time
 from dataclasses import dataclass
 
-from treemail import ids, keys, metrics
+from treemail import ids, metrics
 from treemail.config import MessagingConfig
 from treemail.mail import decider as d
 from treemail.mail.commands import SendArguments, SendContext, SendMessage

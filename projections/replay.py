@@ -13,7 +13,7 @@ from collections.abc import Callable
 from consumers.eventstore import EventStore
 from treemail import keys
 
-from .store import Checkpoint, TrackedView, feed_position, queue_replace
+from .store import TrackedView, feed_position, queue_replace
 from .views import PROJECTIONS, fold_event
 
 CHUNK = 10_000

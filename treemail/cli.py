@@ -6,7 +6,6 @@ import json
 import logging
 import os
 import signal
-import subprocess
 import sys
 
 from .config import load_config

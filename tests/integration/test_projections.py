@@ -7,14 +7,12 @@ import subprocess
 import sys
 
 import pytest
-import redis.asyncio as aioredis
 
 from consumers.eventstore import EventStore
 from projections.replay import rebuild
 from projections.runner import ProjectionRunner
 from projections.store import load_view
 from projections.views import PROJECTIONS
-from treemail.config import Config
 from treemail.tail import tail
 
 from ..conftest import backend_env

@@ -19,12 +19,9 @@ from treemail.mail.decider import (
 from .builders import (
     History,
     accepted,
-    claimed,
     config,
     registered,
-    run_finished,
     run_started,
-    status_changed,
     tree,
 )
 
