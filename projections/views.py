@@ -91,6 +91,17 @@ def fold_event(view: View, apply: Apply, session_id: str, seq: int, event: ev.Ev
     return True
 
 
+def fold_session(view: View, apply: Apply, session_id: str, events: list[tuple[int, ev.Event | None]]) -> None:
+    """``fold_event`` over consecutive events of one session, with the position written once."""
+    marker = f"seq:{session_id}"
+    done = int(view.get(marker, 0))
+    for seq, event in events:
+        if seq > done and event is not None:
+            apply(view, session_id, event)
+    if events and events[-1][0] > done:
+        view[marker] = str(events[-1][0])
+
+
 def tree_summaries(view: View) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for field, value in view.items():

@@ -104,3 +104,19 @@ def test_tree_summary_counts_sessions_and_mail():
     }
     summary = tree_summaries(rebuild(streams)["trees"])
     assert summary == {ROOT: {"sessions": 2, "pending": 0, "accepted": 1, "done": 1}}
+
+
+@settings(max_examples=100, deadline=None)
+@given(histories(), st.integers(1, 7))
+def test_folding_a_session_in_chunks_equals_folding_it_event_by_event(history, chunk):
+    from projections.views import fold_session
+
+    streams, _ = history
+    by_chunks = {name: {} for name in PROJECTIONS}
+    for session, events in streams.items():
+        numbered = list(enumerate(events, start=1))
+        for start in range(0, len(numbered), chunk):
+            for name, apply in PROJECTIONS.items():
+                fold_session(by_chunks[name], apply, session, numbered[start:start + chunk])
+                fold_session(by_chunks[name], apply, session, numbered[start:start + chunk])  # again: no effect
+    assert by_chunks == rebuild(streams)
