@@ -46,7 +46,7 @@ async def rebuild(
             while record is not None:
                 batch = await store.read_raw(record, after, CHUNK)
                 for name in names:
-                    fold_session(partition_views[name], PROJECTIONS[name], session_id, batch)
+                    fold_session(partition_views[name], name, session_id, batch)
                 events += len(batch)
                 if len(batch) < CHUNK:
                     break

@@ -79,6 +79,15 @@ def trees(view: View, session_id: str, event: ev.Event) -> None:
 
 PROJECTIONS: dict[str, Apply] = {"inbox": inbox, "pairs": pairs, "wakes": wakes, "trees": trees}
 
+_MAIL_DONE = (ev.ProducerMessageAccepted, ev.ProducerMessageConsumed, ev.ProducerMessageDiscarded)
+# The event types each projection reads; a rebuild skips the call for the others.
+READS: dict[str, frozenset[type]] = {
+    "inbox": frozenset(_MAIL_DONE),
+    "pairs": frozenset(_MAIL_DONE),
+    "wakes": frozenset((ev.SessionWakeRequested, ev.SessionRunStarted)),
+    "trees": frozenset((ev.SessionRegistered, *_MAIL_DONE)),
+}
+
 
 def fold_event(view: View, apply: Apply, session_id: str, seq: int, event: ev.Event | None) -> bool:
     """Fold one event unless the view already holds it; returns whether it was new."""
@@ -91,12 +100,13 @@ def fold_event(view: View, apply: Apply, session_id: str, seq: int, event: ev.Ev
     return True
 
 
-def fold_session(view: View, apply: Apply, session_id: str, events: list[tuple[int, ev.Event | None]]) -> None:
+def fold_session(view: View, name: str, session_id: str, events: list[tuple[int, ev.Event | None]]) -> None:
     """``fold_event`` over consecutive events of one session, with the position written once."""
     marker = f"seq:{session_id}"
     done = int(view.get(marker, 0))
+    apply, reads = PROJECTIONS[name], READS[name]
     for seq, event in events:
-        if seq > done and event is not None:
+        if seq > done and type(event) in reads:
             apply(view, session_id, event)
     if events and events[-1][0] > done:
         view[marker] = str(events[-1][0])
