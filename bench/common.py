@@ -1,6 +1,7 @@
 """Shared helpers: the machine, worker subprocesses, prefills, percentiles."""
 
 import asyncio
+import json
 import os
 import platform
 import random
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from pathlib import Path
 
 import redis.asyncio as aioredis
@@ -100,20 +102,29 @@ async def register_trees(host, trees: int, children: int) -> list[tuple[str, lis
     return out
 
 
-async def prefill_commands(redis: aioredis.Redis, trees: list[tuple[str, list[str]]], total: int,
-                           seed: int = 42) -> None:
-    """`total` SendMessage commands (root -> random child of its tree) on command stream 0.
+def stream_of(sender: str, streams: int) -> str:
+    """The command stream a producer uses for this sender (producers/client.py routes the same way)."""
+    return keys.command_stream(zlib.crc32(sender.encode()) % streams)
 
-    The consumer group is created at id 0 first: FastStream creates it at `$`
-    when it does not exist, which would skip everything written before.
+
+async def prefill_commands(redis, trees: list[tuple[str, list[str]]], total: int, streams: int = 1,
+                           seed: int = 42) -> dict[str, int]:
+    """`total` SendMessage commands (root -> random child of its tree), each on its sender's stream.
+
+    The consumer groups are created at id 0 first: FastStream creates them at `$`
+    when they do not exist, which would skip everything written before.
+    Returns how many commands went to each stream.
     """
+    names = [keys.command_stream(i) for i in range(streams)]
+    for name in names:
+        try:  # the host may already have created it (EventStore.ensure_command_group)
+            await redis.xgroup_create(name, keys.COMMAND_GROUP, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
     pairs = [(root, child) for root, kids in trees for child in kids]
     rng = random.Random(seed)
-    try:  # the host may already have created it (EventStore.ensure_command_group)
-        await redis.xgroup_create(STREAM, keys.COMMAND_GROUP, id="0", mkstream=True)
-    except ResponseError as exc:
-        if "BUSYGROUP" not in str(exc):
-            raise
+    per_stream = {name: 0 for name in names}
     chunk = 5000
     for start in range(0, total, chunk):
         async with redis.pipeline(transaction=False) as pipe:
@@ -123,8 +134,26 @@ async def prefill_commands(redis: aioredis.Redis, trees: list[tuple[str, list[st
                     f"cmd-{i}", SendContext(root, "run-1", f"call-{i}"),
                     SendArguments(child, f"benchmark message {i}: please look at item {i}", "steer"), REPLY_TO,
                 )
-                pipe.xadd(STREAM, {"__data__": encode_command(command)})
+                name = stream_of(root, streams)
+                per_stream[name] += 1
+                pipe.xadd(name, {"__data__": encode_command(command)})
             await pipe.execute()
+    return per_stream
+
+
+async def count_replies(redis, total: int) -> dict[str, int]:
+    """Outcomes of the answers on the benchmark's reply list, and how many are missing."""
+    counts: dict[str, int] = {}
+    length = await redis.llen(keys.reply_list(REPLY_TO))
+    step = 20000
+    for start in range(0, length, step):
+        for item in await redis.lrange(keys.reply_list(REPLY_TO), start, start + step - 1):
+            answer = json.loads(item)
+            kind = "ok" if "ok" in answer else answer.get("error", {}).get("code", "other")
+            counts[kind] = counts.get(kind, 0) + 1
+    if length != total:
+        counts["missing_replies"] = total - length
+    return counts
 
 
 async def group_progress(redis: aioredis.Redis, stream: str, group: str) -> tuple[int, int]:

@@ -33,7 +33,7 @@ from treemail.mail import events as ev
 from treemail.mail.state import evolve
 
 from . import raw, replay, scale
-from .common import (REPLY_TO, busy_seconds, cpu_seconds, STREAM, Workers, bench_config, machine, percentile, prefill_commands,
+from .common import (busy_seconds, cpu_seconds, STREAM, Workers, bench_config, machine, percentile, prefill_commands, count_replies,
                      register_trees, wait_drained)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,20 +86,9 @@ async def setup_backlog(url: str, sizes: Sizes) -> None:
 
 
 async def check_replies(url: str, total: int) -> dict[str, int]:
-    """Every command answered once; count outcomes by kind."""
     r = aioredis.Redis.from_url(url)
     try:
-        counts: dict[str, int] = {}
-        step = 20000
-        length = await r.llen(keys.reply_list(REPLY_TO))
-        for start in range(0, length, step):
-            for item in await r.lrange(keys.reply_list(REPLY_TO), start, start + step - 1):
-                answer = json.loads(item)
-                kind = "ok" if "ok" in answer else answer.get("error", {}).get("code", "other")
-                counts[kind] = counts.get(kind, 0) + 1
-        if length != total:
-            counts["missing_replies"] = total - length
-        return counts
+        return await count_replies(r, total)
     finally:
         await r.aclose()
 

@@ -6,22 +6,17 @@ ingress is spread over several slots, and the trees over the `{pN}` partitions.
 """
 
 import asyncio
-import json
-import random
 import time
 import zlib
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import ResponseError
 
-from consumers.sends import encode_command
 from treemail import keys
 from treemail.config import Config, MessagingConfig, ServiceConfig
 from treemail.host import Treemail
-from treemail.mail.commands import SendArguments, SendContext, SendMessage
 
-from .common import REPLY_TO, Workers, busy_seconds, cpu_seconds, group_progress
+from .common import Workers, busy_seconds, count_replies, cpu_seconds, group_progress, prefill_commands
 
 
 def config(url: str, streams: int, cluster: bool) -> Config:
@@ -33,10 +28,6 @@ def config(url: str, streams: int, cluster: bool) -> Config:
 
 def client(url: str, cluster: bool):
     return RedisCluster.from_url(url) if cluster else aioredis.Redis.from_url(url)
-
-
-def stream_of(sender: str, streams: int) -> str:
-    return keys.command_stream(zlib.crc32(sender.encode()) % streams)
 
 
 async def balanced_trees(host: Treemail, trees: int, children: int, streams: int) -> list[tuple[str, list[str]]]:
@@ -59,34 +50,6 @@ async def balanced_trees(host: Treemail, trees: int, children: int, streams: int
     return out
 
 
-async def prefill(r, trees: list[tuple[str, list[str]]], total: int, streams: int, seed: int = 42) -> dict[str, int]:
-    """`total` SendMessage commands (root -> random child of its tree), each on its sender's stream."""
-    names = [keys.command_stream(i) for i in range(streams)]
-    for name in names:
-        try:
-            await r.xgroup_create(name, keys.COMMAND_GROUP, id="0", mkstream=True)
-        except ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
-    pairs = [(root, child) for root, kids in trees for child in kids]
-    rng = random.Random(seed)
-    per_stream = {name: 0 for name in names}
-    chunk = 5000
-    for start in range(0, total, chunk):
-        async with r.pipeline(transaction=False) as pipe:
-            for i in range(start, min(total, start + chunk)):
-                root, child = pairs[rng.randrange(len(pairs))]
-                command = SendMessage(
-                    f"cmd-{i}", SendContext(root, "run-1", f"call-{i}"),
-                    SendArguments(child, f"benchmark message {i}: please look at item {i}", "steer"), REPLY_TO,
-                )
-                name = stream_of(root, streams)
-                per_stream[name] += 1
-                pipe.xadd(name, {"__data__": encode_command(command)})
-            await pipe.execute()
-    return per_stream
-
-
 async def drained(r, names: list[str], total: int, timeout: float, alive) -> float:
     """Seconds from the first read on any stream until pending + lag is zero on all of them."""
     deadline = time.perf_counter() + timeout
@@ -104,20 +67,6 @@ async def drained(r, names: list[str], total: int, timeout: float, alive) -> flo
             raise TimeoutError(f"not drained after {timeout:.0f} s: pending={pending} lag={lag}")
         alive()
         await asyncio.sleep(0.01)
-
-
-async def count_replies(r, total: int) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    length = await r.llen(keys.reply_list(REPLY_TO))
-    step = 20000
-    for start in range(0, length, step):
-        for item in await r.lrange(keys.reply_list(REPLY_TO), start, start + step - 1):
-            answer = json.loads(item)
-            kind = "ok" if "ok" in answer else answer.get("error", {}).get("code", "other")
-            counts[kind] = counts.get(kind, 0) + 1
-    if length != total:
-        counts["missing_replies"] = total - length
-    return counts
 
 
 async def flush(url: str, cluster: bool) -> None:
@@ -147,7 +96,7 @@ async def run_one(url: str, cluster: bool, server_pids: list[int], workers_count
              "TREEMAIL_SERVICE_CLUSTER": "true" if cluster else "false"}
     workers = Workers(url, extra)
     try:
-        per_stream = await prefill(r, registered, commands, streams)
+        per_stream = await prefill_commands(r, registered, commands, streams)
         log(f"  {'cluster' if cluster else 'single'}: registered {trees * (children + 1)} sessions, prefilled "
             f"{commands} commands over {streams} streams {list(per_stream.values())} in "
             f"{time.perf_counter() - t:.1f} s; starting {workers_count} worker(s)")
