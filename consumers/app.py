@@ -33,6 +33,8 @@ from .approvals import ApprovalStore
 from .eventstore import EventStore
 from producers.send_message import engine_shutdown
 
+from treemail.mail.commands import SendMessage
+
 from .sends import SendDecider, parse_command
 
 log = logging.getLogger("treemail.worker")
@@ -100,20 +102,18 @@ class Worker:
 
     async def handle(self, message: RedisBatchStreamMessage) -> None:
         """A batch read by XREADGROUP; returning lets FastStream XACK it, raising leaves it pending."""
-        entries, malformed = [], []
-        for entry_id, fields in zip(message.raw_message["message_ids"], message.raw_message["data"]):
-            (entries if _parses(fields) else malformed).append((entry_id, fields))
+        entries = zip(message.raw_message["message_ids"], message.raw_message["data"])
+        parsed, malformed = split_malformed(entries)
         if malformed:
             # No worker will ever decide these: set them aside now rather than after max_deliveries.
             await self._dead_letter(message.raw_message["channel"], malformed, "malformed")
-        await self.decide_entries([fields for _, fields in entries])
+        await self.decide_commands([command for _, command in parsed])
 
-    async def decide_entries(self, entries: list[dict]) -> None:
-        """Decide, make durable, answer. Only after this returns may the entries be acknowledged."""
-        if not entries:
+    async def decide_commands(self, commands: list[SendMessage]) -> None:
+        """Decide, make durable, answer. Only after this returns may the commands be acknowledged."""
+        if not commands:
             return
         started = time.perf_counter()
-        commands = [parse_command(entry[b"__data__"]) for entry in entries]
         outcomes = await self.decider.decide(commands)
         answers: dict[str, list[str]] = {}
         for command in commands:
@@ -160,9 +160,10 @@ class Worker:
         )
         deliveries = {p["message_id"]: p["times_delivered"] for p in pending}
         limit = self.config.service.max_deliveries
-        malformed = [(i, f) for i, f in entries if not _parses(f)]
-        poison = [(i, f) for i, f in entries if _parses(f) and deliveries.get(i, 0) > limit]
-        good = [(i, f) for i, f in entries if _parses(f) and deliveries.get(i, 0) <= limit]
+        parsed, malformed = split_malformed(entries)
+        fields_of = dict(entries)
+        poison = [(i, fields_of[i]) for i, _ in parsed if deliveries.get(i, 0) > limit]
+        good = [(i, command) for i, command in parsed if deliveries.get(i, 0) <= limit]
         if malformed:
             await self._dead_letter(stream, malformed, "malformed")
         if poison:
@@ -170,13 +171,13 @@ class Worker:
         if not good:
             return len(entries)
         try:
-            await self.decide_entries([fields for _, fields in good])
+            await self.decide_commands([command for _, command in good])
             await self.redis.xack(stream, keys.COMMAND_GROUP, *[entry_id for entry_id, _ in good])
         except Exception:  # noqa: BLE001 - isolate the command that fails; the others go through
             log.warning("a reclaimed batch failed; deciding its commands one by one", exc_info=True)
-            for entry_id, fields in good:
+            for entry_id, command in good:
                 try:
-                    await self.decide_entries([fields])
+                    await self.decide_commands([command])
                     await self.redis.xack(stream, keys.COMMAND_GROUP, entry_id)
                 except Exception:  # noqa: BLE001 - stays pending; its delivery count grows
                     log.warning("command %s failed again", _text(entry_id), exc_info=True)
@@ -301,12 +302,15 @@ class Worker:
             await self.redis.aclose()
 
 
-def _parses(fields: dict) -> bool:
-    try:
-        parse_command(fields[b"__data__"])
-        return True
-    except Exception:  # noqa: BLE001 - anything unreadable is malformed
-        return False
+def split_malformed(entries) -> tuple[list[tuple[bytes, SendMessage]], list[tuple[bytes, dict]]]:
+    """(entry id, command) for the entries that parse; (entry id, fields) for those that never will."""
+    parsed, malformed = [], []
+    for entry_id, fields in entries:
+        try:
+            parsed.append((entry_id, parse_command(fields[b"__data__"])))
+        except Exception:  # noqa: BLE001 - anything unreadable is malformed
+            malformed.append((entry_id, fields))
+    return parsed, malformed
 
 
 async def raw_batch(message, original_parser):
