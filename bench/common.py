@@ -166,12 +166,17 @@ async def group_progress(redis: aioredis.Redis, stream: str, group: str) -> tupl
     raise RuntimeError(f"no group {group} on {stream}")
 
 
-async def wait_drained(redis, stream: str, group: str, total: int, timeout: float, alive=None) -> float:
-    """Seconds from the first command read by the group until pending + lag is zero (polls every 10 ms)."""
+async def wait_drained(redis, streams: list[str], group: str, total: int, timeout: float, alive=None) -> float:
+    """Seconds from the first command the group read on any stream until pending + lag is zero on all of them.
+
+    Polls every 10 ms.
+    """
     deadline = time.perf_counter() + timeout
     first = None
     while True:
-        pending, lag = await group_progress(redis, stream, group)
+        progress = [await group_progress(redis, stream, group) for stream in streams]
+        pending = sum(p for p, _ in progress)
+        lag = sum(lag for _, lag in progress)
         now = time.perf_counter()
         if first is None and lag < total:
             first = now

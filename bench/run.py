@@ -116,7 +116,7 @@ async def phase_workers(url: str, sizes: Sizes, count: int) -> dict:
         valkey_cpu = cpu_seconds(VALKEY_PID)
         start_cpu = sum(cpu_seconds(p.pid) for p in workers.procs)
         await r.xgroup_setid(STREAM, keys.COMMAND_GROUP, "0", entries_read=0)
-        seconds = await wait_drained(r, STREAM, keys.COMMAND_GROUP, sizes.commands, timeout=600,
+        seconds = await wait_drained(r, [STREAM], keys.COMMAND_GROUP, sizes.commands, timeout=600,
                                      alive=workers.check_alive)
         valkey_cpu = cpu_seconds(VALKEY_PID) - valkey_cpu
         worker_cpu = sum(cpu_seconds(p.pid) for p in workers.procs) - start_cpu

@@ -16,7 +16,7 @@ from treemail import keys
 from treemail.config import Config, MessagingConfig, ServiceConfig
 from treemail.host import Treemail
 
-from .common import Workers, busy_seconds, count_replies, cpu_seconds, group_progress, prefill_commands
+from .common import Workers, busy_seconds, count_replies, cpu_seconds, prefill_commands, wait_drained
 
 
 def config(url: str, streams: int, cluster: bool) -> Config:
@@ -48,25 +48,6 @@ async def balanced_trees(host: Treemail, trees: int, children: int, streams: int
         ])
         out.append((root, [k.session_id for k in kids]))
     return out
-
-
-async def drained(r, names: list[str], total: int, timeout: float, alive) -> float:
-    """Seconds from the first read on any stream until pending + lag is zero on all of them."""
-    deadline = time.perf_counter() + timeout
-    first = None
-    while True:
-        progress = [await group_progress(r, name, keys.COMMAND_GROUP) for name in names]
-        pending = sum(p for p, _ in progress)
-        lag = sum(lag for _, lag in progress)
-        now = time.perf_counter()
-        if first is None and lag < total:
-            first = now
-        if first is not None and pending == 0 and lag == 0:
-            return now - first
-        if now > deadline:
-            raise TimeoutError(f"not drained after {timeout:.0f} s: pending={pending} lag={lag}")
-        alive()
-        await asyncio.sleep(0.01)
 
 
 async def flush(url: str, cluster: bool) -> None:
@@ -116,7 +97,7 @@ async def run_one(url: str, cluster: bool, server_pids: list[int], workers_count
         busy, own = busy_seconds(), time.process_time()
         for name in names:
             await r.xgroup_setid(name, keys.COMMAND_GROUP, "0", entries_read=0)
-        seconds = await drained(r, names, commands, 600, workers.check_alive)
+        seconds = await wait_drained(r, names, keys.COMMAND_GROUP, commands, 600, workers.check_alive)
         server_cpu = sum(cpu_seconds(p) for p in server_pids) - server_cpu
         worker_cpu = sum(cpu_seconds(p.pid) for p in workers.procs) - worker_cpu
         other_cpu = max(0.0, busy_seconds() - busy - server_cpu - worker_cpu - (time.process_time() - own))

@@ -186,10 +186,6 @@ class EventStore:
         raw = await self.redis.hgetall(keys.session_mail(record.partition, record.session_id))
         return {k.decode(): MailItem.from_json(v) for k, v in raw.items()}
 
-    async def idempotency_record(self, partition: int, digest: str) -> dict | None:
-        value = await self.redis.get(keys.idempotency(partition, digest))
-        return json.loads(value) if value else None
-
     # ---- append ------------------------------------------------------------------------------
 
     def prepare(
