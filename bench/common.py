@@ -16,10 +16,10 @@ from pathlib import Path
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from consumers.sends import encode_command
-from treemail import keys
-from treemail.config import Config, MessagingConfig, ServiceConfig
-from treemail.mail.commands import SendArguments, SendContext, SendMessage
+from treemail.adapters.codec import encode_command
+from treemail.adapters import keys
+from treemail.adapters.config import Config, MessagingConfig, ServiceConfig
+from treemail.domain.commands import SendArguments, SendContext, SendMessage
 
 REPLY_TO = "bench-dummy-client"
 STREAM = keys.command_stream(0)

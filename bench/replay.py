@@ -11,10 +11,10 @@ import time
 
 import redis.asyncio as aioredis
 
-from consumers.eventstore import EventStore
-from projections.replay import CHUNK, rebuild
-from treemail import keys
-from treemail.config import ServiceConfig
+from treemail.adapters.eventstore import EventStore
+from treemail.projections.replay import CHUNK, rebuild
+from treemail.adapters import keys
+from treemail.adapters.config import ServiceConfig
 from treemail.host import Treemail
 
 from .common import bench_config, register_trees

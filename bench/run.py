@@ -26,11 +26,11 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
-from treemail import keys
-from treemail.embedded import LocalValkey
+from treemail.adapters import keys
+from treemail.adapters.embedded import LocalValkey
 from treemail.host import SendContext, Treemail
-from treemail.mail import events as ev
-from treemail.mail.state import evolve
+from treemail.domain import events as ev
+from treemail.domain.state import evolve
 
 from . import raw, replay, scale
 from .common import (busy_seconds, cpu_seconds, STREAM, Workers, bench_config, machine, percentile, prefill_commands, count_replies,
@@ -361,7 +361,7 @@ async def phase_scale(url: str, sizes: Sizes, cluster: bool, server_pids: list[i
 
 
 def run_cluster_phase(sizes: Sizes) -> list[dict]:
-    from treemail.embedded import LocalValkeyCluster
+    from treemail.adapters.embedded import LocalValkeyCluster
 
     cluster = LocalValkeyCluster(masters=3)
     try:

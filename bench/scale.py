@@ -12,8 +12,8 @@ import zlib
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
-from treemail import keys
-from treemail.config import Config, MessagingConfig, ServiceConfig
+from treemail.adapters import keys
+from treemail.adapters.config import Config, MessagingConfig, ServiceConfig
 from treemail.host import Treemail
 
 from .common import Workers, busy_seconds, count_replies, cpu_seconds, prefill_commands, wait_drained

@@ -1,7 +1,7 @@
 """The worker process: a FastStream Redis broker with batch subscribers on the command streams.
 
 Each worker reads batches with XREADGROUP from every command stream in one
-consumer group, decides them (consumers.sends), answers each producer, and
+consumer group, decides them (``services.sends``), answers each producer, and
 only then lets FastStream XACK the batch. A reclaim task XAUTOCLAIMs commands
 left pending by a dead worker for ``reclaim_idle_ms`` and decides them
 again; idempotency makes that second decision return the first one's result.
@@ -11,6 +11,9 @@ Metrics: outcomes, latency and batch sizes are recorded per batch in
 approvals waiting) are polled by a separate task every ``STATS_INTERVAL_S``,
 off the hot path, and every worker reports the same group-wide values (so
 dashboards take ``max``, not ``sum``, across workers).
+
+Over the house's 200 lines: the worker's life cycle (subscribe, decide,
+reclaim, revive, stop) reads best as one class.
 """
 
 import asyncio
@@ -25,17 +28,16 @@ from faststream.redis import RedisBroker, RedisClusterBroker, StreamSub
 from faststream.redis.annotations import RedisBatchStreamMessage
 from faststream.redis.subscriber.usecases import stream_subscriber
 
-from treemail import keys, metrics
-from treemail.config import Config
-from treemail.connection import connect, require_durable_server
+from treemail.adapters import keys, metrics
+from treemail.adapters.config import Config
+from treemail.adapters.connection import connect, require_durable_server
+from treemail.adapters.eventstore import EventStore
+from treemail.domain.commands import SendMessage
+from treemail.services.sends import SendService
 
-from .approvals import ApprovalStore
-from .eventstore import EventStore
-from producers.send_message import engine_shutdown
-
-from treemail.mail.commands import SendMessage
-
-from .sends import SendDecider, parse_command
+from .deadletters import dead_letter
+from .entries import no_body, raw_batch, split_malformed, text
+from .stats import record_batch, refresh_stats
 
 log = logging.getLogger("treemail.worker")
 
@@ -45,20 +47,6 @@ log = logging.getLogger("treemail.worker")
 stream_subscriber.CONSUME_ERROR_BACKOFF_SECONDS = 0.25
 REPLY_TTL_S = 120
 STATS_INTERVAL_S = 5.0
-# A consumer idle longer than this is not counted as a live worker: a live one
-# polls every 100 ms, and a dead one stays in XINFO CONSUMERS until deleted.
-LIVE_CONSUMER_IDLE_MS = 60_000
-
-
-def outcome_label(outcome: dict) -> str:
-    """The bounded ``outcome`` label of one decision: ok, approval_pending or the error code."""
-    if "ok" in outcome:
-        return "ok"
-    if "approval" in outcome:
-        return "approval_pending"
-    if "error" in outcome:
-        return outcome["error"]["code"]
-    return "unknown"
 
 
 class Worker:
@@ -76,7 +64,7 @@ class Worker:
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
         broker_class = RedisClusterBroker if config.service.cluster else RedisBroker
         self.broker = broker_class(url, logger=None, graceful_timeout=30)
-        self.decider: SendDecider | None = None
+        self.decider: SendService | None = None
         self.redis = None
         self.decided = 0
         self.metrics_port = metrics_port
@@ -125,7 +113,7 @@ class Worker:
                 pipe.expire(keys.reply_list(reply_to), REPLY_TTL_S)
             await pipe.execute()
         self.decided += len(commands)
-        self._record(commands, outcomes, time.perf_counter() - started)
+        record_batch(commands, outcomes, time.perf_counter() - started)
 
     async def reclaim(self) -> int:
         """Take over commands idle in a dead (or stuck) consumer's pending list and decide them.
@@ -180,28 +168,11 @@ class Worker:
                     await self.decide_commands([command])
                     await self.redis.xack(stream, keys.COMMAND_GROUP, entry_id)
                 except Exception:  # noqa: BLE001 - stays pending; its delivery count grows
-                    log.warning("command %s failed again", _text(entry_id), exc_info=True)
+                    log.warning("command %s failed again", text(entry_id), exc_info=True)
         return len(entries)
 
     async def _dead_letter(self, stream: str, entries: list, reason: str) -> None:
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for entry_id, fields in entries:
-                pipe.xadd(keys.dead_letters(), {
-                    "stream": stream, "entry_id": entry_id, "reason": reason,
-                    "consumer": self.consumer, "data": fields.get(b"__data__", b""),
-                })
-                metrics.DEAD_LETTERS.labels(reason).inc()
-                try:
-                    command = parse_command(fields[b"__data__"])
-                except Exception:  # noqa: BLE001 - an unparsable command has nobody to answer
-                    continue
-                answer = engine_shutdown(
-                    f"the command could not be decided after {self.config.service.max_deliveries} attempts "
-                    "and was set aside for an operator"
-                )
-                pipe.lpush(keys.reply_list(command.reply_to), json.dumps({"command_id": command.command_id, **answer}))
-            pipe.xack(stream, keys.COMMAND_GROUP, *[entry_id for entry_id, _ in entries])
-            await pipe.execute()
+        await dead_letter(self.redis, stream, entries, reason, self.consumer, self.config.service.max_deliveries)
 
     async def revive(self) -> int:
         """Restart subscribers FastStream stopped for good, after recreating the group they lost.
@@ -234,29 +205,8 @@ class Worker:
             except Exception:  # noqa: BLE001 - a failed pass is retried at the next interval
                 log.warning("reclaim pass failed", exc_info=True)
 
-    @staticmethod
-    def _record(commands, outcomes: dict[str, dict], elapsed: float) -> None:
-        # Every command of a batch waited for the whole batch, so each observes its wall time.
-        metrics.BATCH_SIZE.observe(len(commands))
-        for command in commands:
-            metrics.SENDS.labels(outcome_label(outcomes[command.command_id])).inc()
-            metrics.DECISION_SECONDS.observe(elapsed)
-
     async def refresh_stats(self) -> None:
-        """Set the group and approval gauges from the server (the periodic task calls this)."""
-        for index in range(self.config.service.command_streams):
-            stream = keys.command_stream(index)
-            for group in await self.redis.xinfo_groups(stream):
-                if _text(group["name"]) != keys.COMMAND_GROUP:
-                    continue
-                # lag is nil when the server cannot compute it (entries deleted); keep the last value.
-                if group.get("lag") is not None:
-                    metrics.COMMAND_BACKLOG.labels(stream).set(group["lag"])
-                metrics.COMMAND_PENDING.labels(stream).set(group["pending"])
-            consumers = await self.redis.xinfo_consumers(stream, keys.COMMAND_GROUP)
-            live = sum(1 for c in consumers if c["idle"] < LIVE_CONSUMER_IDLE_MS)
-            metrics.WORKER_CONSUMERS.labels(stream).set(live)
-        metrics.APPROVALS_PENDING.set(await self.redis.zcard(keys.approvals_pending()))
+        await refresh_stats(self.redis, self.config.service)
 
     async def _stats_loop(self) -> None:
         while not self._stopping:
@@ -275,7 +225,7 @@ class Worker:
         store = EventStore(self.redis, self.config.service)
         await store.ensure_command_group(self.config.service.command_streams)
         await store.load_scripts()
-        self.decider = SendDecider(store, ApprovalStore(store), self.config.messaging)
+        self.decider = SendService(store, self.config.messaging)
         if self.metrics_port is not None:
             self._metrics_server = metrics.start_server(
                 self.metrics_port, f"worker {self.consumer}", free_port_if_taken=self._metrics_port_is_default
@@ -300,40 +250,6 @@ class Worker:
             self._metrics_server = None
         if self.redis is not None:
             await self.redis.aclose()
-
-
-def split_malformed(entries) -> tuple[list[tuple[bytes, SendMessage]], list[tuple[bytes, dict]]]:
-    """(entry id, command) for the entries that parse; (entry id, fields) for those that never will."""
-    parsed, malformed = [], []
-    for entry_id, fields in entries:
-        try:
-            parsed.append((entry_id, parse_command(fields[b"__data__"])))
-        except Exception:  # noqa: BLE001 - anything unreadable is malformed
-            malformed.append((entry_id, fields))
-    return parsed, malformed
-
-
-async def raw_batch(message, original_parser):
-    """Parse a batch without touching the bodies: ``handle`` decodes each command once.
-
-    FastStream's default batch parser decodes every body, re-encodes the list
-    and decodes it again, which costs more than deciding the command.
-    """
-    parser = getattr(original_parser, "__self__", None)
-    if parser is None:
-        return await original_parser(message)
-    return parser._build_message(
-        raw_message=message, body=b"", path={}, headers={}, batch_headers=[], reply_to="",
-        content_type=None, message_id="", correlation_id="",
-    )
-
-
-async def no_body(message, original_decoder):
-    return None
-
-
-def _text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 async def serve(

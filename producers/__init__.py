@@ -1,1 +1,1 @@
-"""What publishes commands: the send_message tool adapter and the command client."""
+"""What publishes commands: the model-facing tool adapter, the command client, the host API facade."""

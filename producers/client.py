@@ -15,13 +15,12 @@ import zlib
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from treemail import ids, keys
-from treemail.config import ServiceConfig
-from treemail.mail.commands import SendArguments, SendContext, SendMessage
-
-from consumers.sends import encode_command
-
-from .send_message import engine_shutdown
+from treemail.adapters import keys
+from treemail.adapters.codec import encode_command
+from treemail.adapters.config import ServiceConfig
+from treemail.domain import ids
+from treemail.domain.commands import SendArguments, SendContext, SendMessage
+from treemail.domain.results import engine_shutdown
 
 
 class CommandClient:

@@ -10,10 +10,10 @@ import sys
 import time
 from collections.abc import Callable
 
-from consumers.eventstore import EventStore
-from treemail import keys
+from treemail.adapters import keys
+from treemail.adapters.eventstore import EventStore
+from treemail.adapters.viewstore import TrackedView, feed_position, queue_replace
 
-from .store import TrackedView, feed_position, queue_replace
 from .views import PROJECTIONS, fold_session
 
 CHUNK = 10_000
@@ -41,12 +41,12 @@ async def rebuild(
         checkpoint, _ = await feed_position(redis, partition)
         partition_views: dict[str, dict] = {name: {} for name in names}
         for session_id in sessions_by_partition[partition]:
-            record = await store.directory(session_id)
+            record = await store.directory.get(session_id)
             after = 0
             while record is not None:
                 batch = await store.read_raw(record, after, CHUNK)
                 for name in names:
-                    fold_session(partition_views[name], name, session_id, batch)
+                    fold_session(partition_views[name], PROJECTIONS[name], session_id, batch)
                 events += len(batch)
                 if len(batch) < CHUNK:
                     break

@@ -10,13 +10,13 @@ import asyncio
 import logging
 import time
 
-from consumers.eventstore import EventStore
-from treemail import keys, metrics
-from treemail.config import Config
-from treemail.mail import events as ev
+from treemail.adapters import keys, metrics
+from treemail.adapters.config import Config
+from treemail.adapters.eventstore import EventStore
+from treemail.adapters.viewstore import Checkpoint, TrackedView, feed_position, id_tuple, load_view, queue_changes
+from treemail.domain import events as ev
 
 from .replay import rebuild
-from .store import Checkpoint, TrackedView, feed_position, id_tuple, load_view, queue_changes
 from .views import PROJECTIONS, fold_event
 
 log = logging.getLogger("treemail.projections")
@@ -86,12 +86,12 @@ class ProjectionRunner:
             for name in self.names:
                 key = (name, partition)
                 view, checkpoint = self.views[key], self.checkpoints[key]
-                apply = PROJECTIONS[name]
+                projection = PROJECTIONS[name]
                 applied = 0
                 for entry_id, session_id, seq, event in decoded:
                     if id_tuple(entry_id) <= id_tuple(checkpoint.entry_id):
                         continue
-                    if fold_event(view, apply, session_id, seq, event) and name == "wakes" and isinstance(
+                    if fold_event(view, projection, session_id, seq, event) and name == "wakes" and isinstance(
                         event, ev.SessionWakeRequested
                     ):
                         metrics.WAKES.inc()

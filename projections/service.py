@@ -4,10 +4,10 @@ import asyncio
 import logging
 import signal
 
-from consumers.eventstore import EventStore
-from treemail import metrics
-from treemail.config import Config
-from treemail.connection import connect
+from treemail.adapters import metrics
+from treemail.adapters.config import Config
+from treemail.adapters.connection import connect
+from treemail.adapters.eventstore import EventStore
 
 from .runner import ProjectionRunner
 

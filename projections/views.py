@@ -6,16 +6,16 @@ event it folded (``seq:<session>``): folding is then idempotent, so a live
 runner may start from a feed position that a rebuild already covered and the
 result is the same.
 
-Adding a projection: one class here with a ``name`` and an ``apply``, and an
-entry in PROJECTIONS. Its first runner finds no checkpoint and rebuilds it from
-the beginning of history.
+Adding a projection: an ``apply`` function here and one ``Projection`` row in
+PROJECTIONS naming the event types it reads. Its first runner finds no
+checkpoint and rebuilds it from the beginning of history.
 """
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from treemail.mail import events as ev
-
-View = dict[str, str]
+from treemail.adapters.viewstore import View
+from treemail.domain import events as ev
 Apply = Callable[[View, str, ev.Event], None]
 
 
@@ -77,37 +77,50 @@ def trees(view: View, session_id: str, event: ev.Event) -> None:
             _add(view, f"{root}:pending", -1)
 
 
-PROJECTIONS: dict[str, Apply] = {"inbox": inbox, "pairs": pairs, "wakes": wakes, "trees": trees}
+@dataclass(frozen=True)
+class Projection:
+    """A read model: its name, the event types it reads, and how one of them changes it. Declared once."""
+
+    name: str
+    reads: frozenset[type]
+    apply: Apply
+
 
 _MAIL_DONE = (ev.ProducerMessageAccepted, ev.ProducerMessageConsumed, ev.ProducerMessageDiscarded)
-# The event types each projection reads; a rebuild skips the call for the others.
-READS: dict[str, frozenset[type]] = {
-    "inbox": frozenset(_MAIL_DONE),
-    "pairs": frozenset(_MAIL_DONE),
-    "wakes": frozenset((ev.SessionWakeRequested, ev.SessionRunStarted)),
-    "trees": frozenset((ev.SessionRegistered, *_MAIL_DONE)),
+
+# The one registry: the live runner and the rebuild both fold through ``fold_event`` and ``fold_session``,
+# which call ``apply`` only for the types in ``reads``, so the two can never see different events.
+PROJECTIONS: dict[str, Projection] = {
+    p.name: p
+    for p in (
+        Projection("inbox", frozenset(_MAIL_DONE), inbox),
+        Projection("pairs", frozenset(_MAIL_DONE), pairs),
+        Projection("wakes", frozenset((ev.SessionWakeRequested, ev.SessionRunStarted)), wakes),
+        Projection("trees", frozenset((ev.SessionRegistered, *_MAIL_DONE)), trees),
+    )
 }
 
 
-def fold_event(view: View, apply: Apply, session_id: str, seq: int, event: ev.Event | None) -> bool:
+def fold_event(view: View, projection: Projection, session_id: str, seq: int, event: ev.Event | None) -> bool:
     """Fold one event unless the view already holds it; returns whether it was new."""
     marker = f"seq:{session_id}"
     if int(view.get(marker, 0)) >= seq:
         return False
     view[marker] = str(seq)
-    if event is not None:
-        apply(view, session_id, event)
+    if type(event) in projection.reads:
+        projection.apply(view, session_id, event)
     return True
 
 
-def fold_session(view: View, name: str, session_id: str, events: list[tuple[int, ev.Event | None]]) -> None:
+def fold_session(
+    view: View, projection: Projection, session_id: str, events: list[tuple[int, ev.Event | None]]
+) -> None:
     """``fold_event`` over consecutive events of one session, with the position written once."""
     marker = f"seq:{session_id}"
     done = int(view.get(marker, 0))
-    apply, reads = PROJECTIONS[name], READS[name]
     for seq, event in events:
-        if seq > done and type(event) in reads:
-            apply(view, session_id, event)
+        if seq > done and type(event) in projection.reads:
+            projection.apply(view, session_id, event)
     if events and events[-1][0] > done:
         view[marker] = str(events[-1][0])
 

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from treemail.embedded import LocalValkey, LocalValkeyCluster
+from treemail.adapters.embedded import LocalValkey, LocalValkeyCluster
 
 BACKEND = os.environ.get("TREEMAIL_TEST_BACKEND", "single")
 if BACKEND not in ("single", "cluster"):

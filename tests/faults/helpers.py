@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 import redis.asyncio as aioredis
 
 from tests.integration.conftest import WORKER_ENV, make_config, messaging_env, wait_for_consumers
-from treemail import keys
-from treemail.config import Config
-from treemail.mail import events as ev
+from treemail.adapters import keys
+from treemail.adapters.config import Config
+from treemail.domain import events as ev
 
 ALL_RELATIONS = {"parent": "allow", "child": "allow", "sibling": "allow"}
 
@@ -43,7 +43,7 @@ class WorkerPool:
     def spawn(self) -> subprocess.Popen:
         log = open(os.path.join(self.logs.name, f"worker-{len(self.started)}.log"), "wb")
         process = subprocess.Popen(
-            [sys.executable, "-m", "treemail.cli", "worker"], env=self.env, start_new_session=True,
+            [sys.executable, "-m", "treemail", "worker"], env=self.env, start_new_session=True,
             stdout=log, stderr=subprocess.STDOUT,
         )
         log.close()

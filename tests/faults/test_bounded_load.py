@@ -7,13 +7,13 @@ import time
 
 import pytest
 
-from consumers.eventstore import EventStore
-from projections.replay import rebuild
-from projections.runner import ProjectionRunner
-from projections.store import load_view
-from projections.views import PROJECTIONS
+from treemail.adapters.eventstore import EventStore
+from treemail.projections.replay import rebuild
+from treemail.projections.runner import ProjectionRunner
+from treemail.adapters.viewstore import load_view
+from treemail.projections.views import PROJECTIONS
 from treemail.host import SendContext, Treemail
-from treemail.mail import events as ev
+from treemail.domain import events as ev
 
 from .helpers import WorkerPool, build_tree, check_streams, config_for, histories
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from treemail.embedded import free_port
+from treemail.adapters.embedded import free_port
 
 
 @pytest.mark.slow
@@ -18,7 +18,7 @@ def test_unreachable_valkey_at_start_is_a_clear_error():
            "TREEMAIL_PROJECTION_METRICS_PORT": "-1"}
     env.pop("TREEMAIL_CONFIG", None)
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "treemail.cli", "projections"], env=env, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "treemail", "projections"], env=env, capture_output=True,
                           text=True, timeout=45)
     elapsed = time.monotonic() - started
     assert done.returncode == 2, done.stderr

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from treemail.embedded import LocalValkey
+from treemail.adapters.embedded import LocalValkey
 from treemail.host import SendContext, Treemail
 
 from .helpers import WorkerPool, build_tree, check_streams, code, config_for, consumer_idle_ms, histories
@@ -149,7 +149,7 @@ async def test_workers_decide_new_sends_promptly_after_a_short_server_outage():
 @pytest.mark.timeout(60)
 async def test_worker_recovers_when_the_server_comes_back_empty():
     """No persistence: the consumer group is gone after the restart; the worker recreates it and reads again."""
-    from consumers.app import Worker
+    from treemail.consumers.app import Worker
     from tests.integration.conftest import Calls, make_config
 
     server = LocalValkey(durable=False).start()

@@ -5,8 +5,8 @@ import itertools
 import pytest
 import redis.asyncio as aioredis
 
-from consumers.app import Worker
-from treemail.config import Config, MessagingConfig, ServiceConfig
+from treemail.consumers.app import Worker
+from treemail.adapters.config import Config, MessagingConfig, ServiceConfig
 from treemail.host import SendContext, Treemail
 
 from ..conftest import CLUSTER, backend_env
@@ -90,7 +90,7 @@ def messaging_env(**messaging) -> dict[str, str]:
 async def wait_for_consumers(url: str, count: int, timeout: float = 20.0) -> None:
     import time
 
-    from treemail import keys
+    from treemail.adapters import keys
 
     if CLUSTER:
         from redis.asyncio.cluster import RedisCluster
@@ -123,7 +123,7 @@ async def worker_processes(url: str, count: int, **messaging):
 
     env = {**os.environ, "REDIS_URL": url, **WORKER_ENV, **backend_env(), **messaging_env(**messaging)}
     pool = [
-        subprocess.Popen([sys.executable, "-m", "treemail.cli", "worker"], env=env, start_new_session=True)
+        subprocess.Popen([sys.executable, "-m", "treemail", "worker"], env=env, start_new_session=True)
         for _ in range(count)
     ]
     try:

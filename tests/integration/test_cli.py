@@ -5,15 +5,15 @@ import os
 import subprocess
 import sys
 
-from treemail.render import history_row
-from treemail.tail import mail_row
+from treemail.projections.render import history_row
+from treemail.projections.tail import mail_row
 
 from .conftest import Calls
 
 
 def cli(redis_url, *args, timeout=60):
     env = {**os.environ, "REDIS_URL": redis_url}
-    return subprocess.run([sys.executable, "-m", "treemail.cli", *args], env=env, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "treemail", *args], env=env, capture_output=True, text=True,
                           timeout=timeout)
 
 
@@ -39,7 +39,7 @@ async def test_tail_from_start_prints_the_mail_rows_then_follows(stack, redis_ur
         await stack.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": f"m{i}"})
     expected = [r for seq, e in await stack.history(child.session_id) if (r := mail_row(seq, e))]
     env = {**os.environ, "REDIS_URL": redis_url}
-    process = subprocess.Popen([sys.executable, "-m", "treemail.cli", "tail", child.session_id, "--from-start"],
+    process = subprocess.Popen([sys.executable, "-m", "treemail", "tail", child.session_id, "--from-start"],
                                env=env, stdout=subprocess.PIPE, text=True)
     try:
         got = [process.stdout.readline().rstrip("\n") for _ in expected]

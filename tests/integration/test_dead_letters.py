@@ -7,11 +7,11 @@ import sys
 
 import redis.asyncio as aioredis
 
-from consumers.app import Worker
-from consumers.sends import encode_command
-from treemail import keys, metrics
+from treemail.consumers.app import Worker
+from treemail.adapters.codec import encode_command
+from treemail.adapters import keys, metrics
 from treemail.host import SendContext, Treemail
-from treemail.mail.commands import SendArguments, SendMessage
+from treemail.domain.commands import SendArguments, SendMessage
 
 from .conftest import Calls, make_config
 
@@ -59,7 +59,7 @@ async def test_malformed_and_poison_commands_go_to_the_dead_letter_stream(redis_
         pending = await raw.xpending(keys.command_stream(0), keys.COMMAND_GROUP)
         assert pending["pending"] == 0
         env = {**os.environ, "REDIS_URL": redis_url}
-        listing = subprocess.run([sys.executable, "-m", "treemail.cli", "dead-letters"], env=env,
+        listing = subprocess.run([sys.executable, "-m", "treemail", "dead-letters"], env=env,
                                  capture_output=True, text=True, timeout=60)
         assert listing.returncode == 0
         assert "malformed" in listing.stdout and "max_deliveries" in listing.stdout

@@ -7,8 +7,8 @@ import signal
 
 import pytest
 
-from treemail.embedded import LocalValkey, LocalValkeyCluster
-from treemail.errors import LifecycleError
+from treemail.adapters.embedded import LocalValkey, LocalValkeyCluster
+from treemail.domain.errors import LifecycleError
 from treemail.host import SendContext, Treemail
 
 from ..conftest import CLUSTER

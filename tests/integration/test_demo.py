@@ -8,7 +8,7 @@ import sys
 def test_demo_runs_the_scripted_tree_and_stops_cleanly():
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
     done = subprocess.run(
-        [sys.executable, "-m", "treemail.cli", "demo", "--once"], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "treemail", "demo", "--once"], env=env, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
     out = done.stdout
@@ -30,7 +30,7 @@ def test_ctrl_c_stops_everything_the_demo_started():
 
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "treemail.cli", "demo"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        [sys.executable, "-m", "treemail", "demo"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True,
     )
     lines = []
@@ -55,7 +55,7 @@ def test_server_command_stops_its_valkey_on_sigterm():
     import signal
     import socket
 
-    process = subprocess.Popen([sys.executable, "-m", "treemail.cli", "server"], stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen([sys.executable, "-m", "treemail", "server"], stdout=subprocess.PIPE, text=True)
     port = int(re.search(r":(\d+)/", process.stdout.readline()).group(1))
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=30) == 0
@@ -68,10 +68,10 @@ def test_cluster_command_starts_a_working_cluster_stack_and_stops_it():
     import re
     import signal
 
-    from treemail.config import Config, ServiceConfig
+    from treemail.adapters.config import Config, ServiceConfig
     from treemail.host import SendContext, Treemail
 
-    process = subprocess.Popen([sys.executable, "-m", "treemail.cli", "cluster", "--workers", "2"],
+    process = subprocess.Popen([sys.executable, "-m", "treemail", "cluster", "--workers", "2"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         out = ""

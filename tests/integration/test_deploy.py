@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from treemail.config import MessagingConfig, ServiceConfig, load_config
+from treemail.adapters.config import MessagingConfig, ServiceConfig, load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -294,8 +294,7 @@ def test_dockerfile_installs_the_project():
     assert re.search(r'^ENTRYPOINT \["treemail"\]', text, re.M)
     # Every package the wheel ships is copied in.
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    for package in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]:
-        top = package.rstrip("*")
+    for top in set(pyproject["tool"]["setuptools"]["package-dir"].values()):
         assert re.search(rf"^COPY {top} ", text, re.M), f"Dockerfile does not copy {top}/"
 
 

@@ -10,8 +10,8 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from consumers.app import Worker
-from treemail import keys
+from treemail.consumers.app import Worker
+from treemail.adapters import keys
 from treemail.host import Treemail
 
 from .conftest import Calls, make_config

@@ -8,12 +8,12 @@ import sys
 
 import pytest
 
-from consumers.eventstore import EventStore
-from projections.replay import rebuild
-from projections.runner import ProjectionRunner
-from projections.store import load_view
-from projections.views import PROJECTIONS
-from treemail.tail import tail
+from treemail.adapters.eventstore import EventStore
+from treemail.projections.replay import rebuild
+from treemail.projections.runner import ProjectionRunner
+from treemail.adapters.viewstore import load_view
+from treemail.projections.views import PROJECTIONS
+from treemail.projections.tail import tail
 
 from ..conftest import backend_env
 from .conftest import Calls, make_config, running_stack
@@ -97,7 +97,7 @@ async def test_runner_whose_checkpoint_was_trimmed_from_the_feed_rebuilds(redis_
     base = make_config(redis_url)
     config = base.model_copy(update={"service": base.service.model_copy(update={"feed_maxlen": 1000,
                                                                                    "partitions": 1})})
-    from consumers.app import Worker
+    from treemail.consumers.app import Worker
     from treemail.host import Treemail
 
     worker = Worker(config.model_copy(update={"messaging": config.messaging.model_copy(
@@ -131,7 +131,7 @@ async def test_projection_worker_killed_mid_stream_resumes_to_equal_a_rebuild(re
     calls = Calls()
     env = {**os.environ, "REDIS_URL": redis_url, "TREEMAIL_SERVICE_COMMAND_STREAMS": "2", **backend_env()}
     spawn = lambda: subprocess.Popen(  # noqa: E731
-        [sys.executable, "-m", "treemail.cli", "projections", "--metrics-port", "-1"], env=env,
+        [sys.executable, "-m", "treemail", "projections", "--metrics-port", "-1"], env=env,
         start_new_session=True,
     )
     async with running_stack(redis_url, max_pending_per_session=10000, max_inflight_per_pair=0) as host:
@@ -160,7 +160,7 @@ async def test_replay_cli_rebuilds_every_projection(redis_url):
     async with running_stack(redis_url, max_pending_per_session=1000, max_inflight_per_pair=0) as host:
         await traffic(host, calls)
         env = {**os.environ, "REDIS_URL": redis_url, **backend_env()}
-        done = subprocess.run([sys.executable, "-m", "treemail.cli", "replay"], env=env, capture_output=True,
+        done = subprocess.run([sys.executable, "-m", "treemail", "replay"], env=env, capture_output=True,
                               text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         assert "rebuilt inbox, pairs, trees, wakes over 16 partitions" in done.stdout
@@ -168,7 +168,7 @@ async def test_replay_cli_rebuilds_every_projection(redis_url):
         live = await live_views(host.redis, host.config)
         rebuilt = as_dicts(await rebuild(host.store, list(range(host.config.service.partitions)), write=False))
         assert live == rebuilt
-        trees = subprocess.run([sys.executable, "-m", "treemail.cli", "trees"], env=env, capture_output=True,
+        trees = subprocess.run([sys.executable, "-m", "treemail", "trees"], env=env, capture_output=True,
                                text=True, timeout=60)
         assert trees.returncode == 0 and " 5 " in trees.stdout  # root + 4 children
 
@@ -208,7 +208,7 @@ async def test_tail_live_rows_equal_rows_replayed_from_start(redis_url):
 
 
 async def test_projection_gauges_aggregate_the_views(redis_url):
-    from treemail import metrics
+    from treemail.adapters import metrics
 
     calls = Calls()
     async with running_stack(redis_url, max_pending_per_session=2, max_inflight_per_pair=1) as host:

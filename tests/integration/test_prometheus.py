@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from consumers.app import Worker
+from treemail.consumers.app import Worker
 from treemail.host import Treemail
 
 from .conftest import WORKER_ENV, Calls, make_config, messaging_env, wait_for_consumers
@@ -140,7 +140,7 @@ def query(base: str, promql: str) -> list[dict]:
 def worker_process(url: str, metrics_port: int, **messaging):
     env = {**os.environ, "REDIS_URL": url, **WORKER_ENV, **messaging_env(**messaging)}
     process = subprocess.Popen(
-        [sys.executable, "-m", "treemail.cli", "worker", "--metrics-port", str(metrics_port)],
+        [sys.executable, "-m", "treemail", "worker", "--metrics-port", str(metrics_port)],
         env=env, start_new_session=True,
     )
     try:

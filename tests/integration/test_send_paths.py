@@ -2,7 +2,7 @@
 
 import pytest
 
-from treemail.ids import HANDLE_PATTERN
+from treemail.domain.ids import HANDLE_PATTERN
 
 from .conftest import running_stack
 
@@ -185,10 +185,37 @@ async def test_ask_waits_for_approval_once_tree_and_deny(stack, calls):
     result = await asyncio.wait_for(stack.send_message(calls.ctx(b.session_id), {"to": a.handle, "body": "x"}), 5)
     assert "message_id" in result
     assert await stack.pending_approvals() == []
+    # Approvals are events on the sender's stream: history (and so replay) shows each request and answer.
+    approval_events = [type(e).__name__ for _, e in await stack.history(a.session_id) if "Approval" in type(e).__name__]
+    assert approval_events == ["ApprovalRequested", "ApprovalGranted", "ApprovalRequested", "ApprovalDenied",
+                               "ApprovalRequested", "ApprovalGranted"]
+
+
+async def test_an_approved_tool_call_resent_to_another_recipient_or_body_is_a_conflict(stack, calls):
+    import asyncio
+
+    root = await stack.register_root("planner", "x", rules={"child": "allow"})
+    rules = {"parent": "allow", "sibling": "ask"}
+    a = await stack.register_child(root.session_id, "explore", "a", rules=rules)
+    b = await stack.register_child(root.session_id, "review", "b", rules=rules)
+    c = await stack.register_child(root.session_id, "test", "c", rules=rules)
+    ctx = calls.ctx(a.session_id)
+
+    async def approve_first():
+        while not (pending := await stack.pending_approvals()):
+            await asyncio.sleep(0.02)
+        await stack.approve(pending[0]["request_id"], scope="once")
+
+    result, _ = await asyncio.gather(stack.send_message(ctx, {"to": b.handle, "body": "one"}), approve_first())
+    assert "message_id" in result
+    for other in ({"to": c.handle, "body": "one"}, {"to": b.handle, "body": "two"}):
+        again = await asyncio.wait_for(stack.send_message(ctx, other), 5)
+        assert code(again) == "send_message:idempotency_conflict"
+    assert [m.message_id for m in await stack.pending_mail(c.session_id)] == []
 
 
 async def test_illegal_lifecycle_transitions_change_nothing(stack, calls):
-    from treemail.errors import LifecycleError
+    from treemail.domain.errors import LifecycleError
 
     root, a, _ = await family(stack)
     sent = await stack.send_message(calls.ctx(root.session_id), {"to": a.handle, "body": "x"})

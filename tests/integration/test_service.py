@@ -5,11 +5,11 @@ import sys
 
 import pytest
 
-from consumers.app import Worker
-from treemail.config import Config, ServiceConfig
-from treemail.connection import connect
-from treemail.embedded import LocalValkey, free_port
-from treemail.errors import RedisUnavailable
+from treemail.consumers.app import Worker
+from treemail.adapters.config import Config, ServiceConfig
+from treemail.adapters.connection import connect
+from treemail.adapters.embedded import LocalValkey, free_port
+from treemail.domain.errors import RedisUnavailable
 from treemail.host import Treemail
 
 from .conftest import Calls, make_config
@@ -51,7 +51,7 @@ async def test_unreachable_server_is_a_clear_error_after_bounded_retries():
 def test_worker_cli_reports_unreachable_server_without_traceback():
     url = f"redis://127.0.0.1:{free_port()}/0"
     env = {"REDIS_URL": url, "TREEMAIL_SERVICE_CONNECT_ATTEMPTS": "2", "PATH": ""}
-    done = subprocess.run([sys.executable, "-m", "treemail.cli", "worker"], env=env, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "treemail", "worker"], env=env, capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 2
     assert "cannot reach Redis/Valkey" in done.stderr
@@ -61,7 +61,7 @@ def test_worker_cli_reports_unreachable_server_without_traceback():
 def test_cli_rejects_unknown_config_key(tmp_path):
     path = tmp_path / "treemail.toml"
     path.write_text("[messaging]\nmax_hop = 3\n")
-    done = subprocess.run([sys.executable, "-m", "treemail.cli", "--config", str(path), "worker"],
+    done = subprocess.run([sys.executable, "-m", "treemail", "--config", str(path), "worker"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "unknown key `messaging.max_hop`" in done.stderr

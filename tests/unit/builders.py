@@ -7,11 +7,15 @@ folds them, exactly as the service layer rebuilds it from a stream.
 from dataclasses import dataclass, replace
 from functools import reduce
 
-from treemail.config import MessagingConfig
-from treemail.mail import events as ev
-from treemail.mail import state as st
-from treemail.mail.commands import SendArguments, SendContext
-from treemail.mail.decider import Approval, Found, SessionRecord, Target, decide_send
+from treemail.domain import events as ev
+from treemail.domain import state as st
+from treemail.domain.commands import SendArguments, SendContext, SendMessage
+from treemail.domain.decide import idempotency
+from treemail.domain.decide.guards import Found, Target
+from treemail.domain.decide.lifecycle import Given
+from treemail.domain.decide.send import SendGiven, approval_fingerprint, decide_send
+from treemail.domain.messaging import MessagingConfig
+from treemail.domain.records import SessionRecord
 
 ROOT_ID = "0190a000-0000-7000-8000-000000000001"
 CHILD_ID = "0190a000-0000-7000-8000-000000000002"
@@ -202,6 +206,25 @@ def found(record: SessionRecord, *events: ev.Event) -> Found:
     return Found(record, st.fold(events))
 
 
+def approval_events(
+    sender: SessionRecord, recipient_id: str, status: str, *, to: str, body: str, mode: str, run_id: str,
+    tool_call_id: str, request_id: str = "req-1", label: str = "sibling",
+) -> list[ev.Event]:
+    """What the sender's stream holds once a person was asked about exactly this send, and answered."""
+    key = idempotency.key_digest(SendContext(sender.session_id, run_id, tool_call_id))
+    fp = approval_fingerprint(recipient_id, SendArguments(to=to, body=body, mode=mode))
+    events: list[ev.Event] = [ev.ApprovalRequested(
+        request_id=request_id, key=key, fingerprint=fp, sender_session_id=sender.session_id,
+        sender_handle=sender.handle, recipient_session_id=recipient_id, recipient_handle="", label=label,
+        body=body, mode=mode,
+    )]
+    if status == "approved":
+        events.append(ev.ApprovalGranted(request_id=request_id, key=key, scope="once", label=label))
+    elif status == "denied":
+        events.append(ev.ApprovalDenied(request_id=request_id, key=key))
+    return events
+
+
 def send(
     sender: SessionRecord | None,
     target: Target,
@@ -213,25 +236,25 @@ def send(
     cfg: MessagingConfig | None = None,
     run_id: str = "run-1",
     tool_call_id: str = "call-1",
-    idempotency_record: dict | None = None,
-    approval: Approval = Approval(),
+    approval: str | None = None,
+    tree_granted: bool = False,
     message_id: str = "m-1",
 ):
-    sender_state = (
-        st.fold(sender_events)
-        if sender_events is not None
-        else (st.fold([registered(sender)]) if sender else st.INITIAL)
-    )
+    """Decide one send. ``approval``: what a person already said about this exact send (None: never asked)."""
+    events = list(sender_events) if sender_events is not None else ([registered(sender)] if sender else [])
+    if approval is not None and sender is not None and isinstance(target, Found):
+        events += approval_events(sender, target.record.session_id, approval, to=to, body=body, mode=mode,
+                                  run_id=run_id, tool_call_id=tool_call_id)
     ctx = SendContext(session_id=sender.session_id if sender else NOBODY_ID, run_id=run_id, tool_call_id=tool_call_id)
-    return decide_send(
-        ctx,
-        SendArguments(to=to, body=body, mode=mode),
-        sender,
-        sender_state,
-        target,
-        cfg or config(),
-        idempotency_record=idempotency_record,
-        approval=approval,
-        message_id=message_id,
-        now=1.0,
+    command = SendMessage("cmd-1", ctx, SendArguments(to=to, body=body, mode=mode), "client-1")
+    label = "sibling"
+    given = SendGiven(
+        sender=sender, sender_state=st.fold(events), target=target, config=cfg or config(),
+        tree_grants=frozenset({label, "child", "parent", "*"}) if tree_granted else frozenset(),
+        new_id=message_id, now=1.0,
     )
+    return decide_send(command, given)
+
+
+def given_lifecycle(h: "History", cfg: MessagingConfig | None = None, now: float = 0.0) -> Given:
+    return Given(h.state, h.mail, cfg or config(), now)

@@ -2,8 +2,8 @@
 
 import pytest
 
-from treemail.config import MessagingConfig, load_config
-from treemail.errors import ConfigError
+from treemail.adapters.config import MessagingConfig, load_config
+from treemail.domain.errors import ConfigError
 
 DESIGN_DEFAULTS = {
     "enabled": True,

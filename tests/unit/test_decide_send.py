@@ -4,27 +4,21 @@ from dataclasses import replace
 
 import pytest
 
-from treemail.errors import Code
-from treemail.mail import events as ev
-from treemail.mail import state as st
-from treemail.mail.commands import SendArguments
-from treemail.mail.decider import (
-    Accepted,
-    Approval,
-    Found,
-    NeedsApproval,
-    NoSuchHandle,
-    NoSuchSession,
-    Peer,
-    Refused,
-    Replayed,
-    decide_inject,
-    fingerprint,
-    outcome_of,
-)
+from treemail.domain.errors import Code
+from treemail.domain import events as ev
+from treemail.domain import state as st
+from treemail.domain.commands import SendArguments
+from treemail.domain.commands import InjectMail
+from treemail.domain.decide import idempotency
+from treemail.domain.decide.guards import Found, NoSuchHandle, NoSuchSession
+from treemail.domain.decide.lifecycle import Given, decide_inject
+from treemail.domain.decide.send import Accepted, AwaitsApproval, Refused, outcome_of
+from treemail.domain.records import Peer
 
 from .builders import (
     NOBODY_ID,
+    approval_events,
+    context,
     accepted,
     admitted,
     claimed,
@@ -196,8 +190,8 @@ def test_injected_plugin_delegation_and_goal_mail_does_not_count_toward_the_inbo
     cfg = config(max_pending_per_session=1)
     recipient = [registered(t.child)]
     for i, owner in enumerate(["plugin", "delegation", "goal", "plugin"]):
-        state = st.fold(recipient)
-        recipient += decide_inject(state, owner, f"note {i}", "queue", cfg, message_id=f"inj-{i}")
+        given = Given(st.fold(recipient), {}, cfg)
+        recipient += decide_inject(InjectMail(t.child.session_id, f"inj-{i}", owner, f"note {i}", "queue"), given)
 
     assert st.fold(recipient).pending_agent == 0
     assert isinstance(send(t.root, found(t.child, *recipient), cfg=cfg), Accepted)
@@ -367,74 +361,97 @@ def test_a_sender_without_the_tool_is_denied():
     assert refused_code(send(replace(t.root, rules=[("*", "deny")]), found(t.child))) is Code.PERMISSION_DENIED
 
 
-def test_ask_needs_approval_and_appends_nothing():
+def test_ask_opens_one_approval_request_on_the_sender_and_nothing_on_the_recipient():
     t = tree().with_rules("child", [("sibling", "ask")])
-    decision = send(t.child, found(t.sibling))
-    assert decision == NeedsApproval("sibling")
+    decision = send(t.child, found(t.sibling), message_id="req-9")
+    assert isinstance(decision, AwaitsApproval)
+    assert (decision.request_id, decision.label) == ("req-9", "sibling")
+    [request] = decision.events
+    assert isinstance(request, ev.ApprovalRequested)
+    assert (request.sender_session_id, request.recipient_session_id) == (t.child.session_id, t.sibling.session_id)
+    assert request.key == idempotency.key_digest(context(t.child))
 
 
-def test_ask_with_a_pending_approval_still_needs_approval():
+def test_ask_with_a_pending_approval_waits_on_the_same_request_and_opens_no_other():
     t = tree().with_rules("child", [("sibling", "ask")])
-    assert isinstance(send(t.child, found(t.sibling), approval=Approval(status="pending")), NeedsApproval)
+    decision = send(t.child, found(t.sibling), approval="pending")
+    assert isinstance(decision, AwaitsApproval)
+    assert decision.events == [] and decision.request_id == "req-1"
+
+
+@pytest.mark.parametrize("change", [{"body": "other"}, {"mode": "queue"}])
+def test_an_approval_covers_only_what_the_person_saw(change):
+    t = tree().with_rules("child", [("sibling", "ask"), ("parent", "allow")])
+    approved = [registered(t.child), *approval_events(
+        t.child, t.sibling.session_id, "approved", to="explore_00000002", body="hello", mode="steer",
+        run_id="run-1", tool_call_id="call-1")]
+    decision = send(t.child, found(t.sibling), sender_events=tuple(approved), **change)
+    assert refused_code(decision) is Code.IDEMPOTENCY_CONFLICT
+
+
+def test_an_approval_for_one_recipient_does_not_cover_another():
+    t = tree().with_rules("child", [("sibling", "ask"), ("parent", "ask")])
+    approved = [registered(t.child), *approval_events(
+        t.child, t.sibling.session_id, "approved", to="explore_00000002", body="hello", mode="steer",
+        run_id="run-1", tool_call_id="call-1")]
+    decision = send(t.child, found(t.root), sender_events=tuple(approved))
+    assert refused_code(decision) is Code.IDEMPOTENCY_CONFLICT
 
 
 def test_ask_approved_once_is_accepted():
     t = tree().with_rules("child", [("sibling", "ask")])
-    assert isinstance(send(t.child, found(t.sibling), approval=Approval(status="approved")), Accepted)
+    assert isinstance(send(t.child, found(t.sibling), approval="approved"), Accepted)
 
 
 def test_ask_denied_is_permission_denied():
     t = tree().with_rules("child", [("sibling", "ask")])
-    assert refused_code(send(t.child, found(t.sibling), approval=Approval(status="denied"))) is Code.PERMISSION_DENIED
+    assert refused_code(send(t.child, found(t.sibling), approval="denied")) is Code.PERMISSION_DENIED
 
 
 def test_ask_with_a_tree_grant_is_accepted():
     t = tree().with_rules("child", [("sibling", "ask")])
-    assert isinstance(send(t.child, found(t.sibling), approval=Approval(tree_granted=True)), Accepted)
+    assert isinstance(send(t.child, found(t.sibling), tree_granted=True), Accepted)
 
 
 def test_a_tree_grant_does_not_override_deny():
     t = tree().with_rules("child", [("sibling", "deny"), ("parent", "allow")])
-    decision = send(t.child, found(t.sibling), approval=Approval(status="approved", tree_granted=True))
+    decision = send(t.child, found(t.sibling), approval="approved", tree_granted=True)
     assert refused_code(decision) is Code.PERMISSION_DENIED
 
 
 def test_guards_are_checked_after_approval():
     t = tree().with_rules("child", [("sibling", "ask")])
     full = [registered(t.sibling), accepted("m-0", t.child)]
-    decision = send(t.child, found(t.sibling, *full), cfg=config(max_inflight_per_pair=1), approval=Approval("approved"))
+    decision = send(t.child, found(t.sibling, *full), cfg=config(max_inflight_per_pair=1), approval="approved")
     assert refused_code(decision) is Code.INFLIGHT_FULL
 
 
 # ---- idempotency -----------------------------------------------------------------------------
 
 
-def test_a_retried_tool_call_replays_the_recorded_outcome_and_appends_nothing():
+def test_a_retried_tool_call_is_answered_with_the_recorded_outcome():
     t = tree()
     first = send(t.root, found(t.child), body="hi", message_id="m-1")
-    record = {"fp": fingerprint(SendArguments(to="explore_00000002", body="hi")), "outcome": outcome_of(first)}
+    recorded = idempotency.record(SendArguments(to="explore_00000002", body="hi"), outcome_of(first))
 
-    again = send(t.root, found(t.child), body="hi", message_id="m-2", idempotency_record=record)
+    again = idempotency.replayed_outcome(recorded, SendArguments(to="explore_00000002", body="hi"))
 
-    assert again == Replayed(outcome_of(first))
-    assert outcome_of(again)["ok"]["message_id"] == "m-1"
+    assert again == outcome_of(first)
+    assert again["ok"]["message_id"] == "m-1"
 
 
-def test_a_recorded_refusal_is_replayed_even_after_room_frees_up():
-    t = tree()
-    refusal = send(t.root, found(t.child), cfg=config(enabled=False))
-    record = {"fp": fingerprint(SendArguments(to="explore_00000002", body="hello")), "outcome": outcome_of(refusal)}
-    again = send(t.root, found(t.child), idempotency_record=record)
-    assert outcome_of(again)["error"]["code"] == "send_message:disabled"
+@pytest.mark.parametrize("code", sorted(idempotency.RECORDED_REFUSALS))
+def test_refusals_that_depend_on_the_recipient_are_recorded_and_others_are_not(code):
+    assert Refused(code, "").recorded
+    assert not Refused(Code.DISABLED, "").recorded and not Refused(Code.INVALID_BODY, "").recorded
 
 
 @pytest.mark.parametrize("change", [{"body": "other"}, {"mode": "queue"}, {"to": "review_00000003"}])
 def test_the_same_tool_call_with_different_arguments_is_an_idempotency_conflict(change):
-    t = tree()
-    record = {"fp": fingerprint(SendArguments(to="explore_00000002", body="hello")), "outcome": {"ok": {}}}
-    decision = send(t.root, found(t.child), idempotency_record=record, **change)
-    assert refused_code(decision) is Code.IDEMPOTENCY_CONFLICT
-    assert decision.recorded is False
+    recorded = idempotency.record(SendArguments(to="explore_00000002", body="hello"), {"ok": {}})
+    arguments = SendArguments(**{"to": "explore_00000002", "body": "hello", **change})
+    again = idempotency.replayed_outcome(recorded, arguments)
+    assert again["error"]["code"] == Code.IDEMPOTENCY_CONFLICT.value
 
 
 # ---- producers and recipient state -----------------------------------------------------------

@@ -3,8 +3,8 @@
 from pathlib import Path
 
 from treemail import PROTOCOL_VERSION
-from treemail.mail.events import EVENT_TYPES
-from treemail.schema import event_schemas, render
+from treemail.domain.events import EVENT_TYPES
+from treemail.domain.schema import event_schemas, render
 
 CHECKED_IN = Path(__file__).resolve().parents[2] / "schemas" / "events.schema.json"
 

@@ -10,22 +10,14 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as some
 
-from producers.send_message import parse_arguments
-from treemail.errors import Code, Rejected
-from treemail.mail.commands import SendArguments, SendContext
-from treemail.mail.decider import (
-    Accepted,
-    Approval,
-    NeedsApproval,
-    NoSuchHandle,
-    NoSuchSession,
-    Peer,
-    Refused,
-    Replayed,
-    decide_send,
-    fingerprint,
-)
-from treemail.mail.state import INITIAL
+from treemail.producers.tool import parse_arguments
+from treemail.domain.errors import Code, Rejected
+from treemail.domain.commands import SendArguments, SendContext
+from treemail.domain.commands import SendMessage
+from treemail.domain.decide.guards import NoSuchHandle, NoSuchSession
+from treemail.domain.decide.send import Accepted, AwaitsApproval, Refused, SendGiven, decide_send
+from treemail.domain.records import Peer
+from treemail.domain.state import INITIAL
 
 from .builders import accepted, claimed, config, found, registered, run_started, tree
 
@@ -122,7 +114,7 @@ configs = some.builds(
     max_pending_per_session=some.integers(0, 5),
     max_inflight_per_pair=some.integers(0, 5),
 )
-approvals = some.builds(Approval, status=some.sampled_from([None, "pending", "approved", "denied"]), tree_granted=some.booleans())
+grants = some.frozensets(some.sampled_from(["parent", "child", "sibling", "*"]))
 
 
 @settings(max_examples=300, deadline=None)
@@ -131,27 +123,17 @@ approvals = some.builds(Approval, status=some.sampled_from([None, "pending", "ap
     sender=senders,
     target=targets,
     cfg=configs,
-    approval=approvals,
-    replay=some.booleans(),
+    tree_grants=grants,
 )
-def test_decide_send_on_any_parsed_arguments_returns_a_decision(raw, sender, target, cfg, approval, replay):
+def test_decide_send_on_any_parsed_arguments_returns_a_decision(raw, sender, target, cfg, tree_grants):
     arguments = parse_or_none(raw)
     if arguments is None:
         return
     sender_state = found(sender).state if sender else INITIAL
-    record = {"fp": fingerprint(arguments), "outcome": {"ok": {}}} if replay else None
-    decision = decide_send(
-        SendContext(sender.session_id if sender else "s", "run-1", "call-1"),
-        arguments,
-        sender,
-        sender_state,
-        target,
-        cfg,
-        idempotency_record=record,
-        approval=approval,
-        message_id="m-1",
-    )
-    assert isinstance(decision, (Accepted, Refused, Replayed, NeedsApproval))
+    command = SendMessage("c", SendContext(sender.session_id if sender else "s", "run-1", "call-1"), arguments, "r")
+    given = SendGiven(sender, sender_state, target, cfg, tree_grants=tree_grants, new_id="m-1")
+    decision = decide_send(command, given)
+    assert isinstance(decision, (Accepted, Refused, AwaitsApproval))
     if isinstance(decision, Accepted):
         for event in decision.events:
             event.model_dump_json()  # what is decided can be stored
@@ -164,16 +146,10 @@ def test_decide_send_on_json_escaped_text_returns_a_decision(raw, cfg):
     arguments = parse_or_none(raw)
     if arguments is None:
         return
-    decision = decide_send(
-        SendContext(T.root.session_id, "run-1", "call-1"),
-        arguments,
-        T.root,
-        found(T.root).state,
-        found(T.child),
-        cfg.model_copy(update={"enabled": True}),
-        message_id="m-1",
-    )
-    assert isinstance(decision, (Accepted, Refused, Replayed, NeedsApproval))
+    command = SendMessage("c", SendContext(T.root.session_id, "run-1", "call-1"), arguments, "r")
+    given = SendGiven(T.root, found(T.root).state, found(T.child), cfg.model_copy(update={"enabled": True}), new_id="m-1")
+    decision = decide_send(command, given)
+    assert isinstance(decision, (Accepted, Refused, AwaitsApproval))
     if isinstance(decision, Accepted):
         for event in decision.events:
             event.model_dump_json()

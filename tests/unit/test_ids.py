@@ -5,7 +5,7 @@ import uuid
 from hypothesis import given, settings
 from hypothesis import strategies as some
 
-from treemail.ids import AGENT_TYPE_SLUG_MAX, HANDLE_PATTERN, agent_type_slug, is_uuid, new_handle, uuid7
+from treemail.domain.ids import AGENT_TYPE_SLUG_MAX, HANDLE_PATTERN, agent_type_slug, is_uuid, new_handle, uuid7
 
 
 def test_uuid7_is_a_version_7_rfc_uuid():

@@ -2,10 +2,21 @@
 
 import pytest
 
-from treemail.errors import Code, LifecycleError, Rejected
-from treemail.mail import events as ev
-from treemail.mail import state as st
-from treemail.mail.decider import (
+from treemail.domain.errors import LifecycleError
+from treemail.domain import events as ev
+from treemail.domain import state as st
+from treemail.domain.commands import (
+    ChangeStatus,
+    ClaimMail,
+    ConsumeMail,
+    DiscardMail,
+    FinishRun,
+    InjectMail,
+    ReleaseMail,
+    StartRun,
+)
+from treemail.domain.decide.lifecycle import (
+    Given,
     decide_claim,
     decide_consume,
     decide_discard,
@@ -52,7 +63,7 @@ def test_start_run_admits_pending_unclaimed_mail_in_acceptance_order():
         accepted("m-c", owner="plugin", mode="queue"),
     )
 
-    events = h.then(decide_start_run(h.state, h.mail, "run-1"))
+    events = h.then(decide_start_run(StartRun("s", "run-1"), Given(h.state, h.mail, config())))
 
     assert events[0] == ev.SessionRunStarted(run_id="run-1")
     assert ids(events, ev.ProducerMessageAdmitted) == ["m-b", "m-a", "m-c"]
@@ -63,20 +74,20 @@ def test_start_run_admits_pending_unclaimed_mail_in_acceptance_order():
 
 def test_start_run_is_idempotent_for_the_current_run():
     h = session(run_started("run-1"))
-    assert decide_start_run(h.state, h.mail, "run-1") == []
+    assert decide_start_run(StartRun("s", "run-1"), Given(h.state, h.mail, config())) == []
 
 
 def test_start_run_while_another_run_is_active_is_refused():
     h = session(run_started("run-1"))
-    assert lifecycle_code(lambda: decide_start_run(h.state, h.mail, "run-2")) == "lifecycle:run_active"
+    assert lifecycle_code(lambda: decide_start_run(StartRun("s", "run-2"), Given(h.state, h.mail, config()))) == "lifecycle:run_active"
 
 
 def test_lifecycle_on_an_unregistered_session_is_refused():
     state, mail = st.INITIAL, {}
-    assert lifecycle_code(lambda: decide_start_run(state, mail, "r")) == "lifecycle:unknown_session"
-    assert lifecycle_code(lambda: decide_claim(state, mail, "r")) == "lifecycle:unknown_session"
-    assert lifecycle_code(lambda: decide_status(state, "idle")) == "lifecycle:unknown_session"
-    assert lifecycle_code(lambda: decide_inject(state, "plugin", "x", "queue", config(), message_id="i")) == (
+    assert lifecycle_code(lambda: decide_start_run(StartRun("s", "r"), Given(state, mail, config()))) == "lifecycle:unknown_session"
+    assert lifecycle_code(lambda: decide_claim(ClaimMail("s", "r"), Given(state, mail, config()))) == "lifecycle:unknown_session"
+    assert lifecycle_code(lambda: decide_status(ChangeStatus("s", "idle"), Given(state, {}, config()))) == "lifecycle:unknown_session"
+    assert lifecycle_code(lambda: decide_inject(InjectMail("s", "i", "plugin", "x", "queue"), Given(state, {}, config()))) == (
         "lifecycle:unknown_session"
     )
 
@@ -86,52 +97,52 @@ def test_lifecycle_on_an_unregistered_session_is_refused():
 
 def test_claim_returns_admitted_mail_in_acceptance_order():
     h = session(accepted("m-1", T.root, mode="queue"), accepted("m-2", T.sibling, mode="queue"))
-    h.then(decide_start_run(h.state, h.mail, "run-1"))
+    h.then(decide_start_run(StartRun("s", "run-1"), Given(h.state, h.mail, config())))
 
-    events = h.then(decide_claim(h.state, h.mail, "run-1"))
+    events = h.then(decide_claim(ClaimMail("s", "run-1"), Given(h.state, h.mail, config())))
 
     assert ids(events, ev.ProducerMessageClaimed) == ["m-1", "m-2"]
     assert all(m.state == "claimed" and m.run_id == "run-1" for m in h.mail.values())
-    assert decide_claim(h.state, h.mail, "run-1") == []  # nothing due twice
+    assert decide_claim(ClaimMail("s", "run-1"), Given(h.state, h.mail, config())) == []  # nothing due twice
 
 
 def test_steer_mail_joins_the_current_run_but_queue_mail_waits_for_the_next():
     h = session()
-    h.then(decide_start_run(h.state, h.mail, "run-1"))
+    h.then(decide_start_run(StartRun("s", "run-1"), Given(h.state, h.mail, config())))
     h.then([accepted("m-queue", T.root, mode="queue"), accepted("m-steer", T.root, mode="steer")])
 
-    claimed_now = h.then(decide_claim(h.state, h.mail, "run-1"))
+    claimed_now = h.then(decide_claim(ClaimMail("s", "run-1"), Given(h.state, h.mail, config())))
     assert ids(claimed_now, ev.ProducerMessageClaimed) == ["m-steer"]
-    h.then(decide_consume(h.state, h.mail, "m-steer"))
+    h.then(decide_consume(ConsumeMail("s", "m-steer"), Given(h.state, h.mail, config())))
 
-    h.then(decide_finish_run(h.state, h.mail, "run-1"))
-    h.then(decide_start_run(h.state, h.mail, "run-2"))
-    assert ids(h.then(decide_claim(h.state, h.mail, "run-2")), ev.ProducerMessageClaimed) == ["m-queue"]
+    h.then(decide_finish_run(FinishRun("s", "run-1"), Given(h.state, h.mail, config())))
+    h.then(decide_start_run(StartRun("s", "run-2"), Given(h.state, h.mail, config())))
+    assert ids(h.then(decide_claim(ClaimMail("s", "run-2"), Given(h.state, h.mail, config()))), ev.ProducerMessageClaimed) == ["m-queue"]
 
 
 def test_released_mail_is_due_again():
     h = session()
-    h.then(decide_start_run(h.state, h.mail, "run-1"))
+    h.then(decide_start_run(StartRun("s", "run-1"), Given(h.state, h.mail, config())))
     h.then([accepted("m-1", T.root)])
-    h.then(decide_claim(h.state, h.mail, "run-1"))
-    h.then(decide_release(h.state, h.mail, "m-1"))
+    h.then(decide_claim(ClaimMail("s", "run-1"), Given(h.state, h.mail, config())))
+    h.then(decide_release(ReleaseMail("s", "m-1"), Given(h.state, h.mail, config())))
 
-    assert ids(decide_claim(h.state, h.mail, "run-1"), ev.ProducerMessageClaimed) == ["m-1"]
+    assert ids(decide_claim(ClaimMail("s", "run-1"), Given(h.state, h.mail, config())), ev.ProducerMessageClaimed) == ["m-1"]
 
 
 def test_claim_on_a_run_that_is_not_current_is_refused():
     h = session(run_started("run-1"))
-    assert lifecycle_code(lambda: decide_claim(h.state, h.mail, "run-0")) == "lifecycle:not_current_run"
+    assert lifecycle_code(lambda: decide_claim(ClaimMail("s", "run-0"), Given(h.state, h.mail, config()))) == "lifecycle:not_current_run"
     idle = session()
-    assert lifecycle_code(lambda: decide_claim(idle.state, idle.mail, "run-1")) == "lifecycle:not_current_run"
+    assert lifecycle_code(lambda: decide_claim(ClaimMail("s", "run-1"), Given(idle.state, idle.mail, config()))) == "lifecycle:not_current_run"
 
 
 def test_mail_admitted_to_another_run_is_not_claimed_by_this_one():
     h = session(accepted("m-1", T.root, mode="queue"))
-    h.then(decide_start_run(h.state, h.mail, "run-1"))
-    h.then(decide_finish_run(h.state, h.mail, "run-1"))  # admitted to run-1, never claimed
+    h.then(decide_start_run(StartRun("s", "run-1"), Given(h.state, h.mail, config())))
+    h.then(decide_finish_run(FinishRun("s", "run-1"), Given(h.state, h.mail, config())))  # admitted to run-1, never claimed
     h.then([run_started("run-2")])
-    assert decide_claim(h.state, h.mail, "run-2") == []
+    assert decide_claim(ClaimMail("s", "run-2"), Given(h.state, h.mail, config())) == []
 
 
 # ---- consume / release / discard -------------------------------------------------------------
@@ -140,14 +151,14 @@ def test_mail_admitted_to_another_run_is_not_claimed_by_this_one():
 @pytest.fixture
 def claimed_mail() -> History:
     h = session(accepted("m-1", T.root, hop=2))
-    h.then(decide_start_run(h.state, h.mail, "run-1"))
-    h.then(decide_claim(h.state, h.mail, "run-1"))
+    h.then(decide_start_run(StartRun("s", "run-1"), Given(h.state, h.mail, config())))
+    h.then(decide_claim(ClaimMail("s", "run-1"), Given(h.state, h.mail, config())))
     return h
 
 
 def test_consume_acknowledges_claimed_mail_and_frees_its_slots(claimed_mail):
     h = claimed_mail
-    events = h.then(decide_consume(h.state, h.mail, "m-1"))
+    events = h.then(decide_consume(ConsumeMail("s", "m-1"), Given(h.state, h.mail, config())))
 
     assert events == [
         ev.ProducerMessageConsumed(
@@ -161,20 +172,23 @@ def test_consume_acknowledges_claimed_mail_and_frees_its_slots(claimed_mail):
 
 def test_release_keeps_the_slots(claimed_mail):
     h = claimed_mail
-    h.then(decide_release(h.state, h.mail, "m-1"))
+    h.then(decide_release(ReleaseMail("s", "m-1"), Given(h.state, h.mail, config())))
     assert h.mail["m-1"].state == "released"
     assert h.state.pending_agent == 1 and h.state.pair_inflight == {T.root.session_id: 1}
 
 
-@pytest.mark.parametrize("decide", [decide_consume, decide_release])
+@pytest.mark.parametrize("decide", [
+    lambda state, mail, message_id: decide_consume(ConsumeMail("s", message_id), Given(state, mail, config())),
+    lambda state, mail, message_id: decide_release(ReleaseMail("s", message_id), Given(state, mail, config())),
+])
 @pytest.mark.parametrize("stage", ["accepted", "admitted", "released"])
 def test_consume_and_release_require_claimed_mail(decide, stage):
     h = session(accepted("m-1", T.root, mode="queue"))
     if stage != "accepted":
-        h.then(decide_start_run(h.state, h.mail, "run-1"))
+        h.then(decide_start_run(StartRun("s", "run-1"), Given(h.state, h.mail, config())))
     if stage == "released":
-        h.then(decide_claim(h.state, h.mail, "run-1"))
-        h.then(decide_release(h.state, h.mail, "m-1"))
+        h.then(decide_claim(ClaimMail("s", "run-1"), Given(h.state, h.mail, config())))
+        h.then(decide_release(ReleaseMail("s", "m-1"), Given(h.state, h.mail, config())))
     assert h.mail["m-1"].state == stage
     assert lifecycle_code(lambda: decide(h.state, h.mail, "m-1")) == "lifecycle:not_claimed"
 
@@ -182,9 +196,9 @@ def test_consume_and_release_require_claimed_mail(decide, stage):
 @pytest.mark.parametrize(
     "decide",
     [
-        lambda s, m: decide_consume(s, m, "m-404"),
-        lambda s, m: decide_release(s, m, "m-404"),
-        lambda s, m: decide_discard(s, m, "m-404", "gone"),
+        lambda s, m: decide_consume(ConsumeMail("s", "m-404"), Given(s, m, config())),
+        lambda s, m: decide_release(ReleaseMail("s", "m-404"), Given(s, m, config())),
+        lambda s, m: decide_discard(DiscardMail("s", "m-404", "gone"), Given(s, m, config())),
     ],
 )
 def test_an_unknown_message_is_refused(decide):
@@ -194,13 +208,13 @@ def test_an_unknown_message_is_refused(decide):
 
 def test_consumed_mail_is_no_longer_known(claimed_mail):
     h = claimed_mail
-    h.then(decide_consume(h.state, h.mail, "m-1"))
-    assert lifecycle_code(lambda: decide_consume(h.state, h.mail, "m-1")) == "lifecycle:unknown_message"
+    h.then(decide_consume(ConsumeMail("s", "m-1"), Given(h.state, h.mail, config())))
+    assert lifecycle_code(lambda: decide_consume(ConsumeMail("s", "m-1"), Given(h.state, h.mail, config()))) == "lifecycle:unknown_message"
 
 
 def test_discard_works_in_any_pending_state_and_frees_the_slots():
     h = session(accepted("m-1", T.root))
-    events = h.then(decide_discard(h.state, h.mail, "m-1", "recipient finished"))
+    events = h.then(decide_discard(DiscardMail("s", "m-1", "recipient finished"), Given(h.state, h.mail, config())))
     assert [type(e) for e in events] == [ev.ProducerMessageDiscarded]
     assert events[0].reason == "recipient finished"
     assert h.mail == {} and h.state.pending_agent == 0 and h.state.pair_inflight == {}
@@ -211,11 +225,11 @@ def test_discard_works_in_any_pending_state_and_frees_the_slots():
 
 def test_finish_run_releases_mail_that_run_claimed_but_never_acknowledged():
     h = session(accepted("m-1", T.root), accepted("m-2", T.sibling), accepted("m-3", T.root))
-    h.then(decide_start_run(h.state, h.mail, "run-1"))
-    h.then(decide_claim(h.state, h.mail, "run-1"))
-    h.then(decide_consume(h.state, h.mail, "m-2"))
+    h.then(decide_start_run(StartRun("s", "run-1"), Given(h.state, h.mail, config())))
+    h.then(decide_claim(ClaimMail("s", "run-1"), Given(h.state, h.mail, config())))
+    h.then(decide_consume(ConsumeMail("s", "m-2"), Given(h.state, h.mail, config())))
 
-    events = h.then(decide_finish_run(h.state, h.mail, "run-1"))
+    events = h.then(decide_finish_run(FinishRun("s", "run-1"), Given(h.state, h.mail, config())))
 
     assert ids(events, ev.ProducerMessageReleased) == ["m-1", "m-3"]
     assert events[-2] == ev.SessionRunFinished(run_id="run-1")
@@ -227,19 +241,19 @@ def test_finish_run_releases_mail_that_run_claimed_but_never_acknowledged():
 
 def test_finish_run_of_a_run_that_is_not_current_is_refused():
     h = session(run_started("run-1"))
-    assert lifecycle_code(lambda: decide_finish_run(h.state, h.mail, "run-0")) == "lifecycle:not_current_run"
+    assert lifecycle_code(lambda: decide_finish_run(FinishRun("s", "run-0"), Given(h.state, h.mail, config()))) == "lifecycle:not_current_run"
 
 
 def test_released_mail_from_a_finished_run_is_admitted_to_the_next():
     h = session(accepted("m-1", T.root))
-    h.then(decide_start_run(h.state, h.mail, "run-1"))
-    h.then(decide_claim(h.state, h.mail, "run-1"))
-    h.then(decide_finish_run(h.state, h.mail, "run-1"))
+    h.then(decide_start_run(StartRun("s", "run-1"), Given(h.state, h.mail, config())))
+    h.then(decide_claim(ClaimMail("s", "run-1"), Given(h.state, h.mail, config())))
+    h.then(decide_finish_run(FinishRun("s", "run-1"), Given(h.state, h.mail, config())))
 
-    events = h.then(decide_start_run(h.state, h.mail, "run-2"))
+    events = h.then(decide_start_run(StartRun("s", "run-2"), Given(h.state, h.mail, config())))
 
     assert ids(events, ev.ProducerMessageAdmitted) == ["m-1"]
-    assert ids(decide_claim(h.state, h.mail, "run-2"), ev.ProducerMessageClaimed) == ["m-1"]
+    assert ids(decide_claim(ClaimMail("s", "run-2"), Given(h.state, h.mail, config())), ev.ProducerMessageClaimed) == ["m-1"]
 
 
 # ---- status and inject -----------------------------------------------------------------------
@@ -247,16 +261,16 @@ def test_released_mail_from_a_finished_run_is_admitted_to_the_next():
 
 def test_status_change_is_emitted_only_when_it_changes():
     h = session(status="idle")
-    assert decide_status(h.state, "idle") == []
-    assert h.then(decide_status(h.state, "finished")) == [ev.SessionStatusChanged(status="finished")]
+    assert decide_status(ChangeStatus("s", "idle"), Given(h.state, {}, config())) == []
+    assert h.then(decide_status(ChangeStatus("s", "finished"), Given(h.state, {}, config()))) == [ev.SessionStatusChanged(status="finished")]
     assert h.state.status == "finished"
 
 
 @pytest.mark.parametrize("owner", ["plugin", "delegation", "goal"])
 def test_inject_registers_its_host_producer_once_and_is_never_counted(owner):
     h = session(status="running")  # a running session needs no wake: only the mail events follow
-    first = h.then(decide_inject(h.state, owner, "note", "queue", config(), message_id="i-1"))
-    second = h.then(decide_inject(h.state, owner, "note", "steer", config(), message_id="i-2"))
+    first = h.then(decide_inject(InjectMail("s", "i-1", owner, "note", "queue"), Given(h.state, {}, config())))
+    second = h.then(decide_inject(InjectMail("s", "i-2", owner, "note", "steer"), Given(h.state, {}, config())))
 
     assert [type(e) for e in first] == [ev.ProducerRegistered, ev.ProducerMessageAccepted]
     assert [type(e) for e in second] == [ev.ProducerMessageAccepted]
@@ -268,9 +282,8 @@ def test_inject_registers_its_host_producer_once_and_is_never_counted(owner):
 def test_inject_has_its_own_body_cap():
     h = session()
     cfg = config(max_body_bytes=1, max_injected_body_bytes=4)
-    assert decide_inject(h.state, "plugin", "abcd", "queue", cfg, message_id="i-1")
-    with pytest.raises(Rejected) as caught:
-        decide_inject(h.state, "plugin", "abcde", "queue", cfg, message_id="i-2")
-    assert caught.value.code is Code.INVALID_BODY
-    with pytest.raises(Rejected):
-        decide_inject(h.state, "plugin", "", "queue", cfg, message_id="i-3")
+    assert decide_inject(InjectMail("s", "i-1", "plugin", "abcd", "queue"), Given(h.state, {}, cfg))
+    too_long = lambda: decide_inject(InjectMail("s", "i-2", "plugin", "abcde", "queue"), Given(h.state, {}, cfg))
+    assert lifecycle_code(too_long) == "lifecycle:invalid_body"
+    empty = lambda: decide_inject(InjectMail("s", "i-3", "plugin", "", "queue"), Given(h.state, {}, cfg))
+    assert lifecycle_code(empty) == "lifecycle:invalid_body"

@@ -2,8 +2,8 @@
 
 import pytest
 
-from treemail.permissions import InvalidRules, Origin, evaluate, normalize_rules, relationship, tool_visible
-from producers.send_message import tool_definition
+from treemail.domain.permissions import InvalidRules, Origin, evaluate, normalize_rules, relationship, tool_visible
+from treemail.producers.tool import tool_definition
 
 from .builders import tree
 

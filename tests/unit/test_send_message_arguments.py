@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from producers.send_message import TOOL_NAME, parse_arguments, tool_definition
-from treemail.errors import Code, Rejected
-from treemail.mail.commands import SendArguments
+from treemail.producers.tool import TOOL_NAME, parse_arguments, tool_definition
+from treemail.domain.errors import Code, Rejected
+from treemail.domain.commands import SendArguments
 
 
 def invalid(raw) -> str:

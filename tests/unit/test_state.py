@@ -1,7 +1,7 @@
 """The fold: counters, snapshots, and tolerance of events it does not know."""
 
-from treemail.mail import events as ev
-from treemail.mail import state as st
+from treemail.domain import events as ev
+from treemail.domain import state as st
 
 from .builders import (
     accepted,
@@ -98,6 +98,6 @@ def test_a_snapshot_from_a_newer_version_with_unknown_fields_still_loads():
 
 
 def test_a_session_record_round_trips_through_json():
-    from treemail.mail.decider import SessionRecord
+    from treemail.domain.records import SessionRecord
 
     assert SessionRecord.from_json(T.grandchild.to_json()) == T.grandchild

@@ -4,9 +4,11 @@ import re
 
 import pytest
 
-from treemail import envelope
-from treemail.mail import events as ev
-from treemail.mail.decider import Accepted, decide_inject, decide_start_run, decide_status
+from treemail.domain import envelope
+from treemail.domain import events as ev
+from treemail.domain.commands import ChangeStatus, FinishRun, InjectMail, StartRun
+from treemail.domain.decide.lifecycle import Given, decide_finish_run, decide_inject, decide_start_run, decide_status
+from treemail.domain.decide.send import Accepted
 
 from .builders import History, accepted, config, found, registered, run_finished, run_started, send, tree
 
@@ -38,7 +40,7 @@ def test_more_mail_before_the_woken_run_starts_rides_on_the_same_wake():
     assert wakes(second.events) == []
     # Once the woken run started, the next idle period needs a wake of its own again.
     history.then(second.events)
-    history.then(decide_start_run(history.state, history.mail, "run-9"))
+    history.then(decide_start_run(StartRun("s", "run-9"), Given(history.state, history.mail, config())))
     assert not history.state.wake_pending
 
 
@@ -50,23 +52,21 @@ def test_running_or_queued_sessions_are_not_woken(status):
 
 def test_going_idle_with_mail_due_requests_a_wake_and_without_mail_does_not():
     with_mail = History(registered(T.child), accepted("m-1", T.root, mode="queue"))
-    assert len(wakes(with_mail.then(decide_status(with_mail.state, "idle")))) == 1
+    assert len(wakes(with_mail.then(decide_status(ChangeStatus("s", "idle"), Given(with_mail.state, {}, config()))))) == 1
     empty = History(registered(T.child))
-    assert wakes(empty.then(decide_status(empty.state, "idle"))) == []
+    assert wakes(empty.then(decide_status(ChangeStatus("s", "idle"), Given(empty.state, {}, config())))) == []
 
 
 def test_queue_mail_sent_during_a_run_wakes_the_session_when_that_run_ends():
-    from treemail.mail.decider import decide_finish_run
-
     history = History(registered(T.child), run_started("run-1"), accepted("m-1", T.root, mode="queue"))
-    events = history.then(decide_finish_run(history.state, history.mail, "run-1"))
+    events = history.then(decide_finish_run(FinishRun("s", "run-1"), Given(history.state, history.mail, config())))
     assert history.state.status == "idle"
     assert len(wakes(events)) == 1
 
 
 def test_injected_mail_wakes_an_idle_session_too():
     history = History(registered(T.child, status="idle"))
-    events = decide_inject(history.state, "plugin", "build finished", "queue", config(), message_id="p-1")
+    events = decide_inject(InjectMail("s", "p-1", "plugin", "build finished", "queue"), Given(history.state, {}, config()))
     assert len(wakes(events)) == 1
 
 

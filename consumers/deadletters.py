@@ -1,0 +1,28 @@
+"""Dead letters: commands no worker will ever decide, set aside with their reason; the producer is told."""
+
+import json
+
+from treemail.adapters import keys, metrics
+from treemail.adapters.codec import parse_command
+from treemail.domain.results import engine_shutdown
+
+
+async def dead_letter(redis, stream: str, entries: list, reason: str, consumer: str, max_deliveries: int) -> None:
+    async with redis.pipeline(transaction=False) as pipe:
+        for entry_id, fields in entries:
+            pipe.xadd(keys.dead_letters(), {
+                "stream": stream, "entry_id": entry_id, "reason": reason,
+                "consumer": consumer, "data": fields.get(b"__data__", b""),
+            })
+            metrics.DEAD_LETTERS.labels(reason).inc()
+            try:
+                command = parse_command(fields[b"__data__"])
+            except Exception:  # noqa: BLE001 - an unparsable command has nobody to answer
+                continue
+            answer = engine_shutdown(
+                f"the command could not be decided after {max_deliveries} attempts "
+                "and was set aside for an operator"
+            )
+            pipe.lpush(keys.reply_list(command.reply_to), json.dumps({"command_id": command.command_id, **answer}))
+        pipe.xack(stream, keys.COMMAND_GROUP, *[entry_id for entry_id, _ in entries])
+        await pipe.execute()

@@ -1,0 +1,54 @@
+"""What a worker reports to Prometheus: per batch on the hot path, per interval off it.
+
+Every worker reports the same group-wide values for the polled gauges (so
+dashboards take ``max``, not ``sum``, across workers).
+"""
+
+from treemail.adapters import keys, metrics
+from treemail.adapters.config import ServiceConfig
+
+from .entries import text
+
+# A consumer idle longer than this is not counted as a live worker: a live one
+# polls every 100 ms, and a dead one stays in XINFO CONSUMERS until deleted.
+LIVE_CONSUMER_IDLE_MS = 60_000
+
+
+def outcome_label(outcome: dict) -> str:
+    """The bounded ``outcome`` label of one decision: ok, approval_pending or the error code."""
+    if "ok" in outcome:
+        return "ok"
+    if "approval" in outcome:
+        return "approval_pending"
+    if "error" in outcome:
+        return outcome["error"]["code"]
+    return "unknown"
+
+
+def record_batch(commands, outcomes: dict[str, dict], elapsed: float) -> None:
+    # Every command of a batch waited for the whole batch, so each observes its wall time.
+    metrics.BATCH_SIZE.observe(len(commands))
+    for command in commands:
+        metrics.SENDS.labels(outcome_label(outcomes[command.command_id])).inc()
+        metrics.DECISION_SECONDS.observe(elapsed)
+
+
+async def refresh_stats(redis, config: ServiceConfig) -> None:
+    """Set the group and approval gauges from the server (the worker's periodic task calls this)."""
+    for index in range(config.command_streams):
+        stream = keys.command_stream(index)
+        for group in await redis.xinfo_groups(stream):
+            if text(group["name"]) != keys.COMMAND_GROUP:
+                continue
+            # lag is nil when the server cannot compute it (entries deleted); keep the last value.
+            if group.get("lag") is not None:
+                metrics.COMMAND_BACKLOG.labels(stream).set(group["lag"])
+            metrics.COMMAND_PENDING.labels(stream).set(group["pending"])
+        consumers = await redis.xinfo_consumers(stream, keys.COMMAND_GROUP)
+        live = sum(1 for c in consumers if c["idle"] < LIVE_CONSUMER_IDLE_MS)
+        metrics.WORKER_CONSUMERS.labels(stream).set(live)
+    pending = 0
+    for partition in range(config.partitions):
+        statuses = await redis.hvals(keys.approvals(partition))
+        pending += sum(1 for s in statuses if s == b"pending")
+    metrics.APPROVALS_PENDING.set(pending)

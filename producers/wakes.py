@@ -1,0 +1,80 @@
+"""Wake triggers for host runners: read them in one consumer group, reclaim a dead runner's, reconcile.
+
+A trigger is written in the same atomic step as the ``SessionWakeRequested``
+event it announces; a runner starts the woken run and acknowledges it.
+"""
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+
+from treemail.adapters import keys
+from treemail.adapters.config import ServiceConfig
+
+
+@dataclass(frozen=True)
+class Wake:
+    """A wake trigger: start a run on this session with its due mail as input, then ack."""
+
+    session_id: str
+    message_id: str | None
+    stream: str
+    entry_id: str
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class WakeReader:
+    def __init__(self, redis: Redis, config: ServiceConfig) -> None:
+        self.redis = redis
+        self.config = config
+        self._last_reclaim = 0.0
+
+    def streams(self) -> list[str]:
+        return [keys.wake_stream(p) for p in range(self.config.partitions)]
+
+    async def read(self, consumer: str, count: int, block_ms: int) -> list[Wake]:
+        """Triggers another runner read but never acknowledged (it died) come first, once idle long enough."""
+        reclaimed = await self._reclaim(consumer, count)
+        if reclaimed:
+            return reclaimed
+        if self.config.cluster:
+            # One stream per read: the partitions' streams live in different slots.
+            replies = [r for reply in await asyncio.gather(*(
+                self.redis.xreadgroup(keys.WAKE_GROUP, consumer, {s: ">"}, count=count, block=block_ms)
+                for s in self.streams()
+            )) for r in reply or []]
+        else:
+            replies = await self.redis.xreadgroup(
+                keys.WAKE_GROUP, consumer, {s: ">" for s in self.streams()}, count=count, block=block_ms
+            )
+        return [_wake(stream, entry_id, fields) for stream, entries in replies or [] for entry_id, fields in entries]
+
+    async def _reclaim(self, consumer: str, count: int) -> list[Wake]:
+        now = time.monotonic()
+        if now - self._last_reclaim < self.config.reclaim_idle_ms / 1000:
+            return []
+        self._last_reclaim = now
+        out = []
+        for stream in self.streams():
+            _, entries, *_ = await self.redis.xautoclaim(
+                stream, keys.WAKE_GROUP, consumer, self.config.reclaim_idle_ms, count=count
+            )
+            out.extend(_wake(stream, entry_id, fields) for entry_id, fields in entries if fields)
+        return out
+
+    async def ack(self, wake: Wake) -> None:
+        await self.redis.xack(wake.stream, keys.WAKE_GROUP, wake.entry_id)
+
+    async def sessions(self, partition: int) -> list[str]:
+        return sorted(_text(raw) for raw in await self.redis.smembers(keys.partition_sessions(partition)))
+
+
+def _wake(stream, entry_id, fields) -> Wake:
+    data = json.loads(fields[b"data"])
+    return Wake(data["session_id"], data.get("message_id"), _text(stream), _text(entry_id))

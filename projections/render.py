@@ -1,0 +1,20 @@
+"""How events print for people: one row per event, the same live and replayed."""
+
+from treemail.domain import events as ev
+
+
+def history_row(seq: int, event: ev.Event) -> str:
+    name = type(event).__name__
+    match event:
+        case ev.ProducerMessageAccepted():
+            sender = event.sender_handle or event.owner
+            return f"{seq:>6} {name:<26} {event.message_id} from={sender} mode={event.mode} body={event.body!r}"
+        case ev.MessageEvent():
+            run = f" run={event.run_id}" if event.run_id else ""
+            return f"{seq:>6} {name:<26} {event.message_id}{run}"
+        case ev.SessionRegistered():
+            return f"{seq:>6} {name:<26} {event.handle} status={event.status}"
+        case ev.SessionStatusChanged():
+            return f"{seq:>6} {name:<26} status={event.status}"
+        case _:
+            return f"{seq:>6} {name:<26} {event.model_dump_json(exclude={'at'})}"

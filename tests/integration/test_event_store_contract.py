@@ -1,0 +1,144 @@
+"""The event store's contract, one suite for every backend: `make test` runs it on one Valkey and on
+the 3-master cluster (marker ``cluster``).
+
+What the commit step promises: an append applies whole or not at all; it applies only on the etag
+the caller decided on; a chained append fails when the one it was built on did not apply; an
+idempotency key is written once; a handle has one owner per tree; the feed entry, the wake trigger and
+the indexes are written in the same step as their events.
+"""
+
+import json
+
+import pytest
+
+from treemail.adapters import approvalindex, keys
+from treemail.adapters.connection import connect
+from treemail.adapters.eventstore import EventStore, parse_append
+from treemail.domain import events as ev
+from treemail.domain.records import SessionRecord
+
+from .conftest import make_config
+
+pytestmark = pytest.mark.cluster
+
+
+def record(session_id: str, handle: str = "explore_0000aaaa", root: str | None = None) -> SessionRecord:
+    return SessionRecord(
+        session_id=session_id, root_session_id=root or "root-1", parent_session_id=None, agent_type="explore",
+        description="", handle=handle, rules=[("*", "allow")], send_message_tool=True, partition=3,
+    )
+
+
+def registered(r: SessionRecord, status: str = "idle") -> ev.SessionRegistered:
+    return ev.SessionRegistered(
+        session_id=r.session_id, root_session_id=r.root_session_id, parent_session_id=None, agent_type="explore",
+        description="", handle=r.handle, rules=r.rules, send_message_tool=True, status=status,
+    )
+
+
+def accepted(message_id: str) -> ev.ProducerMessageAccepted:
+    return ev.ProducerMessageAccepted(message_id=message_id, producer_id="goal:host", owner="goal", body="b",
+                                      mode="queue")
+
+
+@pytest.fixture
+async def store(redis_url):
+    config = make_config(redis_url)
+    client = await connect(redis_url, config.service)
+    store = EventStore(client, config.service)
+    await store.load_scripts()
+    yield store
+    await client.aclose()
+
+
+async def stream_length(store: EventStore, r: SessionRecord) -> int:
+    return await store.redis.xlen(keys.session_stream(r.partition, r.session_id))
+
+
+async def test_an_append_on_a_stale_etag_is_a_conflict_and_writes_nothing(store):
+    r = record("s-1")
+    stale = await store.load(r)
+    assert (await store.append(store.prepare(r, stale, [registered(r)]))).status == "ok"
+
+    result = await store.append(store.prepare(r, stale, [registered(r)]))
+
+    assert result.status == "conflict"
+    assert await stream_length(store, r) == 1
+
+
+async def test_a_chained_append_fails_when_the_one_it_was_built_on_did_not_apply(store):
+    r = record("s-1")
+    await store.append(store.prepare(r, await store.load(r), [registered(r, "running")]))
+    fresh = await store.load(r)
+    other_writer = store.prepare(r, fresh, [ev.SessionStatusChanged(status="queued")])
+    first = store.prepare(r, fresh, [accepted("m-1")])
+    second = store.prepare(r, first.loaded, [accepted("m-2")])
+    assert (await store.append(other_writer)).status == "ok"
+
+    replies = await store.run_pipeline(lambda pipe: [store.commit_call(p, pipe) for p in (first, second)])
+
+    assert [parse_append(reply).status for reply in replies[:2]] == ["conflict", "conflict"]
+    assert [type(e) for _, e in await store.read(r)] == [ev.SessionRegistered, ev.SessionStatusChanged]
+
+
+async def test_an_idempotency_key_is_written_once_and_a_duplicate_returns_the_first_record(store):
+    r = record("s-1")
+    await store.append(store.prepare(r, await store.load(r), [registered(r)]))
+    first = store.prepare(r, await store.load(r), [accepted("m-1")], idempotency_digest="k", idempotency_record={"n": 1})
+    assert (await store.append(first)).status == "ok"
+
+    again = store.prepare(r, await store.load(r), [accepted("m-2")], idempotency_digest="k",
+                          idempotency_record={"n": 2})
+    result = await store.append(again)
+
+    assert (result.status, result.record) == ("dup", {"n": 1})
+    assert await stream_length(store, r) == 2
+
+
+async def test_a_handle_has_one_owner_per_tree_and_a_taken_one_writes_nothing(store):
+    first, second = record("s-1"), record("s-2")
+    assert (await store.append(store.prepare(first, await store.load(first), [registered(first)]))).status == "ok"
+
+    result = await store.append(store.prepare(second, await store.load(second), [registered(second)]))
+
+    assert result.status == "handle_taken"
+    assert await stream_length(store, second) == 0
+    assert not (await store.load(second)).state.registered
+    owner = await store.redis.hget(keys.tree_handles(3, "root-1"), first.handle)
+    assert owner == b"s-1"
+
+
+async def test_the_feed_entry_and_the_wake_trigger_are_written_in_the_same_step_as_their_events(store):
+    r = record("s-1")
+    await store.append(store.prepare(r, await store.load(r), [registered(r, "idle")]))
+    wake = ev.SessionWakeRequested(message_id="m-1")
+
+    await store.append(store.prepare(r, await store.load(r), [accepted("m-1"), wake]))
+
+    feed = await store.redis.xrange(keys.feed(3))
+    assert [(f[b"session"], f[b"seq"], f[b"type"]) for _, f in feed] == [
+        (b"s-1", b"1", b"SessionRegistered"), (b"s-1", b"2", b"ProducerMessageAccepted"),
+        (b"s-1", b"3", b"SessionWakeRequested"),
+    ]
+    [(_, trigger)] = await store.redis.xrange(keys.wake_stream(3))
+    assert json.loads(trigger[b"data"]) == {"session_id": "s-1", "root_session_id": "root-1", "message_id": "m-1",
+                                           "seq": 3}
+    assert set(await store.redis.hkeys(keys.session_mail(3, "s-1"))) == {b"m-1"}
+
+
+async def test_an_approval_request_and_its_index_entry_are_one_step(store):
+    r = record("s-1")
+    await store.append(store.prepare(r, await store.load(r), [registered(r, "running")]))
+    request = ev.ApprovalRequested(
+        request_id="q-1", key="k", fingerprint="f", sender_session_id="s-1", sender_handle=r.handle,
+        recipient_session_id="s-2", recipient_handle="review_0000bbbb", label="sibling", body="hi", mode="steer",
+    )
+    await store.append(store.prepare(r, await store.load(r), [request]))
+    assert (await approvalindex.find(store.redis, "q-1", 16))["status"] == "pending"
+
+    grant = ev.ApprovalGranted(request_id="q-1", key="k", scope="tree", label="sibling")
+    await store.append(store.prepare(r, await store.load(r), [grant]))
+
+    assert (await approvalindex.find(store.redis, "q-1", 16))["status"] == "approved"
+    assert await store.redis.smembers(keys.tree_grants(3, "root-1")) == {b"sibling"}
+    assert (await store.load(r)).state.approvals["k"].status == "approved"

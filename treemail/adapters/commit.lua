@@ -1,0 +1,88 @@
+-- Append a session's events atomically, if and only if nobody appended since
+-- the state the caller decided on, and the idempotency key of the command was
+-- not already used. Everything else it writes was computed by the caller from
+-- the events (snapshot, mail items, wake triggers, indexes); it decides nothing.
+--
+-- "Since the state the caller decided on" is checked with an etag, a value
+-- unique to each append, not with the version number: a worker that chains
+-- several appends in one pipeline must fail the later ones if an earlier one
+-- did not apply, even when another worker's append brought the version to
+-- the number it expected.
+--
+-- KEYS: 1 stream, 2 state hash (version, snapshot), 3 pending-mail hash,
+--       4 idempotency key, 5 tree handles hash, 6 tree members set,
+--       7 partition wake stream, 8 partition sessions set, 9 partition feed,
+--       10 partition approvals hash, 11 tree grants set
+--       (all in one hash slot: the tree's partition tag)
+-- ARGV: 1 expected etag ('' for a new session) and new etag as "old new", 2 snapshot json,
+--       3 idempotency record ('' none), 4 idempotency ttl seconds, 5 handle to reserve ('' none),
+--       6 session id, 7 event count, then (type, data) per event,
+--       then mail change count, then (message id, item json or '' to delete),
+--       then wake count, then one wake trigger json each,
+--       then approval index count, then (field, value) each,
+--       then tree grant count, then one label each,
+--       then the feed's approximate max length
+if ARGV[3] ~= '' then
+  local existing = redis.call('GET', KEYS[4])
+  if existing then return {'dup', existing} end
+end
+local state = redis.call('HMGET', KEYS[2], 'version', 'etag')
+local current = tonumber(state[1] or '0')
+local space = string.find(ARGV[1], ' ', 1, true)
+local expected_etag = string.sub(ARGV[1], 1, space - 1)
+if (state[2] or '') ~= expected_etag then return {'conflict', tostring(current)} end
+if ARGV[5] ~= '' then
+  if redis.call('HSETNX', KEYS[5], ARGV[5], ARGV[6]) == 0 then return {'handle_taken', ''} end
+  redis.call('SADD', KEYS[6], ARGV[6])
+  redis.call('SADD', KEYS[8], ARGV[6])
+end
+local i = 8
+local version = current
+local events_start = i
+for _ = 1, tonumber(ARGV[7]) do
+  version = version + 1
+  -- The entry id is the event's position: readers address events by version.
+  redis.call('XADD', KEYS[1], version .. '-0', 'type', ARGV[i], 'data', ARGV[i + 1])
+  i = i + 2
+end
+redis.call('HSET', KEYS[2], 'version', version, 'snapshot', ARGV[2], 'etag', string.sub(ARGV[1], space + 1))
+local changes = tonumber(ARGV[i])
+i = i + 1
+for _ = 1, changes do
+  if ARGV[i + 1] == '' then
+    redis.call('HDEL', KEYS[3], ARGV[i])
+  else
+    redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
+  end
+  i = i + 2
+end
+local wakes = tonumber(ARGV[i])
+i = i + 1
+for _ = 1, wakes do
+  -- In the same step as the event: a wake is never requested without its trigger.
+  redis.call('XADD', KEYS[7], '*', 'session', ARGV[6], 'data', ARGV[i])
+  i = i + 1
+end
+local approvals = tonumber(ARGV[i])
+i = i + 1
+for _ = 1, approvals do
+  redis.call('HSET', KEYS[10], ARGV[i], ARGV[i + 1])
+  i = i + 2
+end
+local grants = tonumber(ARGV[i])
+i = i + 1
+for _ = 1, grants do
+  redis.call('SADD', KEYS[11], ARGV[i])
+  i = i + 1
+end
+-- The partition feed lets projections follow every session of the partition
+-- through one stream; it is a trimmed copy, the session streams stay the truth.
+local feed_maxlen = ARGV[i]
+local seq = current
+for j = events_start, events_start + 2 * tonumber(ARGV[7]) - 1, 2 do
+  seq = seq + 1
+  redis.call('XADD', KEYS[9], 'MAXLEN', '~', feed_maxlen, '*',
+    'session', ARGV[6], 'seq', seq, 'type', ARGV[j], 'data', ARGV[j + 1])
+end
+if ARGV[3] ~= '' then redis.call('SET', KEYS[4], ARGV[3], 'EX', ARGV[4]) end
+return {'ok', tostring(version)}

@@ -1,0 +1,83 @@
+"""The directory: session id -> origin record, and each tree's handles and members.
+
+Directory entries and handles never change after registration, so caching
+them cannot make a decision wrong; it only saves a round trip.
+"""
+
+from redis.asyncio import Redis
+
+from ..domain.records import SessionRecord
+from . import keys
+
+CACHE_LIMIT = 100_000
+
+
+class Directory:
+    def __init__(self, redis: Redis) -> None:
+        self.redis = redis
+        self._records: dict[str, SessionRecord] = {}
+        self._handles: dict[tuple[int, str, str], str] = {}
+
+    async def put(self, record: SessionRecord) -> None:
+        await self.redis.set(keys.directory(record.session_id), record.to_json())
+
+    async def many(self, session_ids: list[str]) -> dict[str, SessionRecord | None]:
+        found: dict[str, SessionRecord | None] = {}
+        missing = []
+        for sid in session_ids:
+            if sid in self._records:
+                found[sid] = self._records[sid]
+            elif sid not in found:
+                missing.append(sid)
+                found[sid] = None
+        if missing:
+            # GETs in a pipeline, not MGET: directory keys live in every slot of a cluster.
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for sid in missing:
+                    pipe.get(keys.directory(sid))
+                values = await pipe.execute()
+            for sid, value in zip(missing, values):
+                if value is not None:
+                    record = SessionRecord.from_json(value)
+                    self._cache(record)
+                    found[sid] = record
+        return found
+
+    async def get(self, session_id: str) -> SessionRecord | None:
+        return (await self.many([session_id]))[session_id]
+
+    def _cache(self, record: SessionRecord) -> None:
+        if len(self._records) > CACHE_LIMIT:
+            self._records.clear()
+            self._handles.clear()
+        self._records[record.session_id] = record
+
+    async def handle_owners(self, lookups: list[tuple[int, str, str]]) -> dict[tuple[int, str, str], str | None]:
+        """(partition, root, handle) -> session id, in one round trip."""
+        found: dict[tuple[int, str, str], str | None] = {k: self._handles[k] for k in lookups if k in self._handles}
+        missing = list(dict.fromkeys(key for key in lookups if key not in found))
+        if missing:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for partition, root, handle in missing:
+                    pipe.hget(keys.tree_handles(partition, root), handle)
+                values = await pipe.execute()
+            for key, value in zip(missing, values):
+                found[key] = value.decode() if value is not None else None
+                if value is not None:
+                    self._handles[key] = found[key]
+        return found
+
+    async def tree_members(self, partition: int, root_session_id: str) -> list[str]:
+        members = await self.redis.smembers(keys.tree_members(partition, root_session_id))
+        return sorted(m.decode() for m in members)
+
+    async def tree_grants(self, senders: list[SessionRecord]) -> dict[str, frozenset[str]]:
+        """root session id -> labels a person approved for that whole tree, in one round trip."""
+        roots = {s.root_session_id: s.partition for s in senders}
+        if not roots:
+            return {}
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for root, partition in roots.items():
+                pipe.smembers(keys.tree_grants(partition, root))
+            values = await pipe.execute()
+        return {root: frozenset(v.decode() for v in value) for root, value in zip(roots, values)}

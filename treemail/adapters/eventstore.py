@@ -1,0 +1,270 @@
+"""The event store: read and append session streams on Redis/Valkey.
+
+The one place that knows the commit script and the key layout of a session.
+An append is one atomic script call: etag check, events, and what the
+domain computed from them (``state.apply``: snapshot, pending mail, wake
+triggers, indexes), plus the idempotency record, all on one hash slot.
+
+Over the house's 200 lines: the script's argument layout (``prepare``) must
+sit beside the reads of the same keys, so the two cannot drift apart.
+"""
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import NoScriptError, ResponseError
+
+from ..domain import events as ev
+from ..domain.records import SessionRecord
+from ..domain.state import Applied, MailItem, SessionState, apply
+from . import keys
+from .config import ServiceConfig
+from .directory import Directory
+
+COMMIT_LUA = resources.files(__package__).joinpath("commit.lua").read_text()
+COMMIT_SHA = hashlib.sha1(COMMIT_LUA.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Loaded:
+    state: SessionState
+    version: int
+    # Unique to the append that produced this state; what the next append must find.
+    etag: str = ""
+
+
+@dataclass(frozen=True)
+class PreparedAppend:
+    keys: list[str]
+    args: list[Any]
+    applied: Applied
+    etag: str
+
+    @property
+    def loaded(self) -> Loaded:
+        """The state this append leaves, for deciding the next command in the same pipeline."""
+        return Loaded(self.applied.state, self.applied.version, self.etag)
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    status: str  # "ok", "dup", "conflict", "handle_taken"
+    version: int = 0
+    record: dict | None = None
+
+
+def wake_trigger(record: SessionRecord, message_id: str | None, seq: int) -> str:
+    return json.dumps(
+        {"session_id": record.session_id, "root_session_id": record.root_session_id,
+         "message_id": message_id, "seq": seq},
+        separators=(",", ":"),
+    )
+
+
+def approval_index(record: SessionRecord, applied: Applied) -> list[str]:
+    """(field, value) pairs of the partition's approvals hash this append writes."""
+    pairs: list[str] = []
+    for request_id, (request, status) in applied.approvals.items():
+        if request is not None:
+            data = request.model_dump(exclude={"key", "fingerprint"})
+            data.update(partition=record.partition, root_session_id=record.root_session_id)
+            pairs.extend((request_id, json.dumps(data, separators=(",", ":"))))
+        pairs.extend((f"{request_id}:status", status))
+    return pairs
+
+
+def parse_append(reply: list) -> AppendResult:
+    status = reply[0].decode() if isinstance(reply[0], bytes) else reply[0]
+    value = reply[1]
+    if status == "dup":
+        return AppendResult("dup", record=json.loads(value))
+    if status in ("ok", "conflict"):
+        return AppendResult(status, version=int(value))
+    return AppendResult(status)
+
+
+class EventStore:
+    STATE_FIELDS = ("version", "snapshot", "etag")
+
+    def __init__(self, redis: Redis, config: ServiceConfig) -> None:
+        self.redis = redis
+        self.config = config
+        self.directory = Directory(redis)
+
+    # ---- command and wake streams ------------------------------------------------------------
+
+    async def ensure_command_group(self, streams: int) -> None:
+        """Create the workers' group at the start of every command stream.
+
+        Producers and workers both call this before their first command, so a
+        command published before any worker ever ran is still read (a group
+        created at ``$`` later would skip it).
+        """
+        for index in range(streams):
+            await self._ensure_group(keys.command_stream(index), keys.COMMAND_GROUP)
+
+    async def ensure_wake_groups(self, partitions: int) -> None:
+        for partition in range(partitions):
+            await self._ensure_group(keys.wake_stream(partition), keys.WAKE_GROUP)
+
+    async def _ensure_group(self, stream: str, group: str) -> None:
+        try:
+            await self.redis.xgroup_create(stream, group, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    # ---- state -------------------------------------------------------------------------------
+
+    @staticmethod
+    def state_key(record: SessionRecord) -> str:
+        return keys.session_snapshot(record.partition, record.session_id)
+
+    @staticmethod
+    def parse_loaded(values: list) -> Loaded:
+        version, snapshot, etag = values
+        return Loaded(SessionState.from_json(snapshot), int(version or 0), etag.decode() if etag else "")
+
+    async def load(self, record: SessionRecord) -> Loaded:
+        return self.parse_loaded(await self.redis.hmget(self.state_key(record), *self.STATE_FIELDS))
+
+    async def load_many(self, records: list[SessionRecord]) -> dict[str, Loaded]:
+        """Several sessions' states in one round trip."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for record in records:
+                pipe.hmget(self.state_key(record), *self.STATE_FIELDS)
+            replies = await pipe.execute()
+        return {record.session_id: self.parse_loaded(r) for record, r in zip(records, replies)}
+
+    async def load_mail(self, record: SessionRecord) -> dict[str, MailItem]:
+        raw = await self.redis.hgetall(keys.session_mail(record.partition, record.session_id))
+        return {k.decode(): MailItem.from_json(v) for k, v in raw.items()}
+
+    # ---- append ------------------------------------------------------------------------------
+
+    def prepare(
+        self,
+        record: SessionRecord,
+        loaded: Loaded,
+        new_events: list[ev.Event],
+        *,
+        mail: dict[str, MailItem] | None = None,
+        idempotency_digest: str | None = None,
+        idempotency_record: dict | None = None,
+    ) -> PreparedAppend:
+        p, sid = record.partition, record.session_id
+        applied = apply(loaded.state, mail or {}, new_events, loaded.version)
+        encoded = [part for event in new_events for part in ev.encode(event)]
+        changes = [part for message_id, item in applied.mail_changes.items()
+                   for part in (message_id, item.to_json() if item else "")]
+        wakes = [wake_trigger(record, message_id, seq) for seq, message_id in applied.wakes]
+        index = approval_index(record, applied)
+        idem_key = keys.idempotency(p, idempotency_digest) if idempotency_digest else self.state_key(record)
+        key_list = [
+            keys.session_stream(p, sid),
+            self.state_key(record),
+            keys.session_mail(p, sid),
+            idem_key,
+            keys.tree_handles(p, record.root_session_id),
+            keys.tree_members(p, record.root_session_id),
+            keys.wake_stream(p),
+            keys.partition_sessions(p),
+            keys.feed(p),
+            keys.approvals(p),
+            keys.tree_grants(p, record.root_session_id),
+        ]
+        etag = os.urandom(8).hex()
+        args: list[Any] = [
+            f"{loaded.etag} {etag}",
+            applied.state.to_json(),
+            json.dumps(idempotency_record, separators=(",", ":")) if idempotency_record else "",
+            self.config.idempotency_ttl_s,
+            applied.handle or "",
+            sid,
+            len(new_events), *encoded,
+            len(changes) // 2, *changes,
+            len(wakes), *wakes,
+            len(index) // 2, *index,
+            len(applied.tree_grants), *applied.tree_grants,
+            self.config.feed_maxlen,
+        ]
+        return PreparedAppend(key_list, args, applied, etag)
+
+    def commit_call(self, prepared: PreparedAppend, pipe) -> None:
+        # execute_command, not pipe.evalsha: redis-py refuses the latter in cluster pipelines,
+        # though EVALSHA routes by its first key like any keyed command.
+        pipe.execute_command("EVALSHA", COMMIT_SHA, len(prepared.keys), *prepared.keys, *prepared.args)
+
+    async def load_scripts(self) -> None:
+        await self.redis.script_load(COMMIT_LUA)
+
+    async def run_pipeline(self, build) -> list:
+        """Run the commands ``build(pipe)`` adds, in one round trip, ending with the durability wait.
+
+        A server that lost its script cache (it restarted) answers NOSCRIPT and
+        changes nothing; the scripts are loaded and the same commands run again.
+        """
+        for attempt in range(2):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                build(pipe)
+                self.add_durability_wait(pipe)
+                replies = await pipe.execute(raise_on_error=False)
+            if attempt == 0 and any(isinstance(r, NoScriptError) for r in replies):
+                await self.load_scripts()
+                continue
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
+            return replies
+        raise AssertionError("unreachable")
+
+    async def append(self, prepared: PreparedAppend) -> AppendResult:
+        replies = await self.run_pipeline(lambda pipe: self.commit_call(prepared, pipe))
+        return parse_append(replies[0])
+
+    def add_durability_wait(self, pipe) -> None:
+        """Under the durable profile, the pipeline ends with WAITAOF: success only after the local fsync.
+
+        (A cluster's primaries fsync every write themselves, appendfsync always, checked at start.)
+        """
+        if self.config.profile == "durable" and not self.config.cluster:
+            pipe.execute_command("WAITAOF", 1, 0, 0)
+
+    # ---- read --------------------------------------------------------------------------------
+
+    async def read(
+        self, record: SessionRecord, after: int = 0, count: int | None = None
+    ) -> list[tuple[int, ev.Event]]:
+        """Events after position ``after``, in order; unknown types are skipped."""
+        return [(seq, event) for seq, event in await self.read_raw(record, after, count) if event is not None]
+
+    async def read_raw(
+        self, record: SessionRecord, after: int = 0, count: int | None = None
+    ) -> list[tuple[int, ev.Event | None]]:
+        """Like ``read``, but an event of a type this version does not know is kept as None at its position."""
+        entries = await self.redis.xrange(
+            keys.session_stream(record.partition, record.session_id), min=f"({after}-0", count=count
+        )
+        return [
+            (int(entry_id.split(b"-")[0]), ev.decode(fields[b"type"].decode(), fields[b"data"]))
+            for entry_id, fields in entries
+        ]
+
+    async def read_at(self, record: SessionRecord, seqs: list[int]) -> dict[int, ev.Event]:
+        stream = keys.session_stream(record.partition, record.session_id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for seq in seqs:
+                pipe.xrange(stream, min=f"{seq}-0", max=f"{seq}-0")
+            replies = await pipe.execute()
+        out = {}
+        for seq, entries in zip(seqs, replies):
+            for _, fields in entries:
+                event = ev.decode(fields[b"type"].decode(), fields[b"data"])
+                if event is not None:
+                    out[seq] = event
+        return out

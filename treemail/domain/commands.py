@@ -1,0 +1,132 @@
+"""Commands: what a caller asks of one session, in the imperative. Plain data, no behaviour.
+
+Every command names the session whose stream it is decided on
+(``session_id``); ``handlers.HANDLERS`` routes each type to its decide function.
+"""
+
+from dataclasses import dataclass
+from typing import Literal
+
+Status = Literal["queued", "running", "idle", "finished"]
+STATUSES = ("queued", "running", "idle", "finished")
+
+
+@dataclass(frozen=True)
+class SendContext:
+    """Who is sending: always from the host's execution context, never from model arguments."""
+
+    session_id: str
+    run_id: str
+    tool_call_id: str
+
+
+@dataclass(frozen=True)
+class SendArguments:
+    """The model's arguments after strict validation."""
+
+    to: str
+    body: str
+    mode: Literal["steer", "queue"] = "steer"
+
+
+@dataclass(frozen=True)
+class SendMessage:
+    """Decided by the worker pool, on the recipient's stream (or the sender's, for an approval request)."""
+
+    command_id: str
+    context: SendContext
+    arguments: SendArguments
+    reply_to: str
+
+    @property
+    def session_id(self) -> str:
+        return self.context.session_id
+
+
+@dataclass(frozen=True)
+class RegisterSession:
+    session_id: str
+    root_session_id: str
+    parent_session_id: str | None
+    agent_type: str
+    description: str
+    handle: str
+    rules: list[tuple[str, str]]
+    send_message_tool: bool
+    status: Status
+
+
+@dataclass(frozen=True)
+class ChangeStatus:
+    session_id: str
+    status: Status
+
+
+@dataclass(frozen=True)
+class StartRun:
+    session_id: str
+    run_id: str
+
+
+@dataclass(frozen=True)
+class FinishRun:
+    session_id: str
+    run_id: str
+
+
+@dataclass(frozen=True)
+class ClaimMail:
+    session_id: str
+    run_id: str
+
+
+@dataclass(frozen=True)
+class ConsumeMail:
+    session_id: str
+    message_id: str
+
+
+@dataclass(frozen=True)
+class ReleaseMail:
+    session_id: str
+    message_id: str
+
+
+@dataclass(frozen=True)
+class DiscardMail:
+    session_id: str
+    message_id: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class InjectMail:
+    """Mail from the host's own producers (plugin, delegation notification, goal)."""
+
+    session_id: str
+    message_id: str
+    owner: Literal["plugin", "delegation", "goal"]
+    body: str
+    mode: Literal["steer", "queue"] = "queue"
+
+
+@dataclass(frozen=True)
+class RequestWake:
+    """Reconcile: ask again for a wake the session needs, in case its trigger was lost."""
+
+    session_id: str
+
+
+@dataclass(frozen=True)
+class ResolveApproval:
+    """A person's answer to an approval request on the sender's stream."""
+
+    session_id: str
+    request_id: str
+    decision: Literal["approve_once", "approve_tree", "deny"]
+
+
+SessionCommand = (
+    RegisterSession | ChangeStatus | StartRun | FinishRun | ClaimMail | ConsumeMail | ReleaseMail | DiscardMail
+    | InjectMail | RequestWake | ResolveApproval
+)

@@ -1,0 +1,184 @@
+"""What the host does to a session: register, status, runs, claims, acknowledgements, injected mail.
+
+Each decide function takes its command first and what was loaded after
+(``Given``) and returns the events to append; an empty list means nothing to
+do, which is how a repeated command stays harmless. An illegal transition
+raises ``LifecycleError`` with its stable code and changes nothing.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .. import events as ev
+from ..commands import (
+    ChangeStatus,
+    ClaimMail,
+    ConsumeMail,
+    DiscardMail,
+    FinishRun,
+    InjectMail,
+    RegisterSession,
+    ReleaseMail,
+    RequestWake,
+    StartRun,
+)
+from ..errors import LifecycleError, Rejected
+from ..messaging import MessagingConfig
+from ..state import MailItem, SessionState
+from .guards import require_body
+from .wake import decide_reconcile_wake, with_wake
+
+
+@dataclass(frozen=True)
+class Given:
+    """What a session command is decided on: the folded state, its pending mail, the limits, the clock."""
+
+    state: SessionState
+    mail: Mapping[str, MailItem]
+    config: MessagingConfig
+    now: float = 0.0
+
+
+def require_registered(state: SessionState) -> None:
+    if not state.registered:
+        raise LifecycleError("lifecycle:unknown_session", "the session is not registered")
+
+
+def require_mail(mail: Mapping[str, MailItem], message_id: str) -> MailItem:
+    item = mail.get(message_id)
+    if item is None:
+        raise LifecycleError("lifecycle:unknown_message", f"message {message_id} is not pending on this session")
+    return item
+
+
+def require_claimed(item: MailItem) -> None:
+    if item.state != "claimed":
+        raise LifecycleError("lifecycle:not_claimed", f"message {item.message_id} is {item.state}, not claimed")
+
+
+def require_current_run(state: SessionState, run_id: str) -> None:
+    if state.current_run != run_id:
+        raise LifecycleError("lifecycle:not_current_run", f"run {run_id} is not the session's current run")
+
+
+def _message_event(cls, item: MailItem, run_id: str | None, now: float, **extra) -> ev.MessageEvent:
+    return cls(
+        at=now, message_id=item.message_id, owner=item.owner, sender_session_id=item.sender_session_id,
+        agent_hop=item.agent_hop, run_id=run_id, **extra,
+    )
+
+
+def _in_order(mail: Mapping[str, MailItem]) -> list[MailItem]:
+    return sorted(mail.values(), key=lambda m: m.seq)
+
+
+def decide_register(command: RegisterSession, given: Given) -> list[ev.Event]:
+    if given.state.registered:
+        return []
+    return [
+        ev.SessionRegistered(
+            at=given.now, session_id=command.session_id, root_session_id=command.root_session_id,
+            parent_session_id=command.parent_session_id, agent_type=command.agent_type,
+            description=command.description, handle=command.handle, rules=command.rules,
+            send_message_tool=command.send_message_tool, status=command.status,
+        )
+    ]
+
+
+def decide_status(command: ChangeStatus, given: Given) -> list[ev.Event]:
+    require_registered(given.state)
+    if given.state.status == command.status:
+        return []
+    return with_wake(given.state, [ev.SessionStatusChanged(at=given.now, status=command.status)], given.now)
+
+
+def decide_start_run(command: StartRun, given: Given) -> list[ev.Event]:
+    """A run starts: every pending, unclaimed message is admitted into it as its input."""
+    state, run_id = given.state, command.run_id
+    require_registered(state)
+    if state.current_run == run_id:
+        return []
+    if state.current_run is not None:
+        raise LifecycleError(
+            "lifecycle:run_active", f"run {state.current_run} is still active; finish it before starting {run_id}"
+        )
+    events: list[ev.Event] = [ev.SessionRunStarted(at=given.now, run_id=run_id)]
+    for item in _in_order(given.mail):
+        if item.state != "claimed":
+            events.append(_message_event(ev.ProducerMessageAdmitted, item, run_id, given.now))
+    return events
+
+
+def due_in_run(item: MailItem, run_id: str) -> bool:
+    """Due at this boundary: admitted to this run, released, or steer mail joining the running turn."""
+    if item.state == "admitted":
+        return item.run_id == run_id
+    if item.state == "released":
+        return True
+    return item.state == "accepted" and item.mode == "steer"
+
+
+def decide_claim(command: ClaimMail, given: Given) -> list[ev.Event]:
+    require_registered(given.state)
+    require_current_run(given.state, command.run_id)
+    due = [m for m in _in_order(given.mail) if due_in_run(m, command.run_id)]
+    return [_message_event(ev.ProducerMessageClaimed, item, command.run_id, given.now) for item in due]
+
+
+def decide_consume(command: ConsumeMail, given: Given) -> list[ev.Event]:
+    require_registered(given.state)
+    item = require_mail(given.mail, command.message_id)
+    require_claimed(item)
+    return [_message_event(ev.ProducerMessageConsumed, item, item.run_id, given.now)]
+
+
+def decide_release(command: ReleaseMail, given: Given) -> list[ev.Event]:
+    require_registered(given.state)
+    item = require_mail(given.mail, command.message_id)
+    require_claimed(item)
+    return [_message_event(ev.ProducerMessageReleased, item, item.run_id, given.now)]
+
+
+def decide_discard(command: DiscardMail, given: Given) -> list[ev.Event]:
+    require_registered(given.state)
+    item = require_mail(given.mail, command.message_id)
+    return [_message_event(ev.ProducerMessageDiscarded, item, item.run_id, given.now, reason=command.reason)]
+
+
+def decide_finish_run(command: FinishRun, given: Given) -> list[ev.Event]:
+    """A run ends: mail it claimed but never acknowledged is released, so it is due again."""
+    state, run_id = given.state, command.run_id
+    require_registered(state)
+    require_current_run(state, run_id)
+    released = [
+        _message_event(ev.ProducerMessageReleased, item, run_id, given.now)
+        for item in _in_order(given.mail)
+        if item.state == "claimed" and item.run_id == run_id
+    ]
+    return with_wake(state, [*released, ev.SessionRunFinished(at=given.now, run_id=run_id)], given.now)
+
+
+def decide_inject(command: InjectMail, given: Given) -> list[ev.Event]:
+    """Mail from the host's own producers: same lifecycle, own body cap, never counted by the agent guards."""
+    state = given.state
+    require_registered(state)
+    try:
+        require_body(command.body, given.config.max_injected_body_bytes)
+    except Rejected as rejection:
+        raise LifecycleError("lifecycle:invalid_body", rejection.message) from None
+    producer_id = f"{command.owner}:host"
+    events: list[ev.Event] = []
+    if producer_id not in state.producers:
+        events.append(ev.ProducerRegistered(at=given.now, producer_id=producer_id, owner=command.owner))
+    events.append(
+        ev.ProducerMessageAccepted(
+            at=given.now, message_id=command.message_id, producer_id=producer_id, owner=command.owner,
+            body=command.body, mode=command.mode,
+        )
+    )
+    return with_wake(state, events, given.now)
+
+
+def decide_request_wake(command: RequestWake, given: Given) -> list[ev.Event]:
+    require_registered(given.state)
+    return decide_reconcile_wake(given.state, given.now)

@@ -1,0 +1,40 @@
+"""The directory record of a session: its origin, written once at registration and never changed."""
+
+import json
+from dataclasses import dataclass
+
+from . import permissions
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    session_id: str
+    root_session_id: str
+    parent_session_id: str | None
+    agent_type: str
+    description: str
+    handle: str
+    rules: list[tuple[str, str]]
+    send_message_tool: bool
+    partition: int
+
+    @property
+    def origin(self) -> permissions.Origin:
+        return permissions.Origin(self.session_id, self.parent_session_id)
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> "SessionRecord":
+        data = json.loads(text)
+        data["rules"] = [tuple(rule) for rule in data["rules"]]
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A tree member as the self-repairing candidate list shows it."""
+
+    record: SessionRecord
+    status: str

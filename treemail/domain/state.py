@@ -1,0 +1,260 @@
+"""Fold of a session stream: ``initial``, ``evolve``. Pure.
+
+Two read models come out of one stream and are kept beside it as snapshots:
+``SessionState`` (small counters every send decision needs) and the session's
+pending mail (one ``MailItem`` per message not yet consumed or discarded).
+Both can be rebuilt by folding the stream from the start.
+
+Over the house's 200 lines: the fold of the state, the fold of the mail and
+``apply`` (what an append leaves beside the stream) stay together so that
+the live path and a rebuild can never fold differently.
+"""
+
+import json
+from dataclasses import dataclass, field, replace
+from typing import NamedTuple
+
+from . import events as ev
+
+PENDING_STATES = ("accepted", "admitted", "claimed", "released")
+
+
+class ApprovalEntry(NamedTuple):
+    request_id: str
+    # What the person was shown: the request covers this fingerprint and nothing else.
+    fingerprint: str
+    label: str
+    status: str  # "pending", "approved", "denied"
+
+
+@dataclass(frozen=True)
+class SessionState:
+    registered: bool = False
+    status: str = "queued"
+    current_run: str | None = None
+    # Pending agent mail addressed to this session (the inbox cap counts these).
+    pending_agent: int = 0
+    # Pending mail of every owner: an idle session with any of it needs a wake.
+    pending_all: int = 0
+    # A wake was requested and no run has started since: one wake, however much mail arrives.
+    wake_pending: bool = False
+    # sender session id -> unacknowledged agent mail from it (the pair window).
+    pair_inflight: dict[str, int] = field(default_factory=dict)
+    # Producer ids already registered on this session (one per sending agent).
+    producers: frozenset[str] = frozenset()
+    # run id -> highest hop of agent mail that run observed (admitted, claimed, consumed).
+    run_hops: dict[str, int] = field(default_factory=dict)
+    # Approval requests this session's sends opened: idempotency digest -> request.
+    approvals: dict[str, "ApprovalEntry"] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        # Written for every append: spelled out, because dataclasses.asdict deep-copies.
+        return json.dumps(
+            {
+                "registered": self.registered,
+                "status": self.status,
+                "current_run": self.current_run,
+                "pending_agent": self.pending_agent,
+                "pending_all": self.pending_all,
+                "wake_pending": self.wake_pending,
+                "pair_inflight": self.pair_inflight,
+                "producers": sorted(self.producers),
+                "run_hops": self.run_hops,
+                "approvals": {k: list(v) for k, v in self.approvals.items()},
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, text: str | bytes | None) -> "SessionState":
+        if not text:
+            return INITIAL
+        data = json.loads(text)
+        data["producers"] = frozenset(data.get("producers", ()))
+        data["approvals"] = {k: ApprovalEntry(*v) for k, v in data.get("approvals", {}).items()}
+        # A snapshot written by a newer version may carry fields this one does not know.
+        return cls(**{k: v for k, v in data.items() if k in _STATE_FIELDS})
+
+
+INITIAL = SessionState()
+_STATE_FIELDS = frozenset(SessionState.__dataclass_fields__)
+
+
+@dataclass(frozen=True)
+class MailItem:
+    message_id: str
+    owner: str
+    sender_session_id: str | None
+    agent_hop: int
+    mode: str
+    state: str
+    run_id: str | None
+    # Position of the ProducerMessageAccepted event in the stream (the body lives there).
+    seq: int
+
+    def to_json(self) -> str:
+        return json.dumps(
+            [self.message_id, self.owner, self.sender_session_id, self.agent_hop, self.mode, self.state,
+             self.run_id, self.seq],
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> "MailItem":
+        return cls(*json.loads(text))
+
+
+def _counted(owner: str) -> bool:
+    return owner == "agent"
+
+
+def _observe(state: SessionState, event: ev.MessageEvent) -> dict[str, int]:
+    if not _counted(event.owner) or event.run_id is None:
+        return state.run_hops
+    hops = dict(state.run_hops)
+    hops[event.run_id] = max(hops.get(event.run_id, -1), event.agent_hop)
+    return hops
+
+
+def _drain(state: SessionState, event: ev.MessageEvent) -> SessionState:
+    """Done mail frees its inbox slot and its pair-window slot."""
+    state = replace(state, pending_all=max(0, state.pending_all - 1))
+    if not _counted(event.owner):
+        return state
+    pairs = dict(state.pair_inflight)
+    left = pairs.get(event.sender_session_id, 0) - 1
+    if left > 0:
+        pairs[event.sender_session_id] = left
+    else:
+        pairs.pop(event.sender_session_id, None)
+    return replace(state, pending_agent=max(0, state.pending_agent - 1), pair_inflight=pairs)
+
+
+def evolve(state: SessionState, event: ev.Event) -> SessionState:
+    match event:
+        case ev.SessionRegistered(status=status):
+            return replace(state, registered=True, status=status)
+        case ev.SessionStatusChanged(status=status):
+            return replace(state, status=status)
+        case ev.SessionRunStarted(run_id=run_id):
+            return replace(state, status="running", current_run=run_id, wake_pending=False)
+        case ev.SessionWakeRequested():
+            return replace(state, wake_pending=True)
+        case ev.SessionRunFinished(run_id=run_id):
+            hops = {k: v for k, v in state.run_hops.items() if k != run_id}
+            if state.current_run != run_id:
+                return replace(state, run_hops=hops)
+            # A session whose run ended is idle until its host says it finished or a new run starts.
+            return replace(state, status="idle", current_run=None, run_hops=hops)
+        case ev.ProducerRegistered(producer_id=producer_id):
+            return replace(state, producers=state.producers | {producer_id})
+        case ev.ProducerMessageAccepted(owner=owner, sender_session_id=sender):
+            state = replace(state, pending_all=state.pending_all + 1)
+            if not _counted(owner):
+                return state
+            pairs = dict(state.pair_inflight)
+            pairs[sender] = pairs.get(sender, 0) + 1
+            return replace(state, pending_agent=state.pending_agent + 1, pair_inflight=pairs)
+        case ev.ProducerMessageConsumed():
+            return _drain(replace(state, run_hops=_observe(state, event)), event)
+        case ev.ProducerMessageDiscarded():
+            return _drain(state, event)
+        case ev.ProducerMessageAdmitted() | ev.ProducerMessageClaimed():
+            return replace(state, run_hops=_observe(state, event))
+        case ev.ApprovalRequested():
+            entry = ApprovalEntry(event.request_id, event.fingerprint, event.label, "pending")
+            return replace(state, approvals={**state.approvals, event.key: entry})
+        case ev.ApprovalGranted() | ev.ApprovalDenied() if event.key in state.approvals:
+            status = "approved" if isinstance(event, ev.ApprovalGranted) else "denied"
+            entry = state.approvals[event.key]._replace(status=status)
+            return replace(state, approvals={**state.approvals, event.key: entry})
+        case _:
+            return state
+
+
+def fold(events, state: SessionState = INITIAL) -> SessionState:
+    for event in events:
+        state = evolve(state, event)
+    return state
+
+
+def evolve_mail(mail: dict[str, MailItem], event: ev.Event, seq: int) -> dict[str, MailItem]:
+    """The pending-mail view after one event at stream position ``seq``; mutates and returns ``mail``."""
+    match event:
+        case ev.ProducerMessageAccepted():
+            mail[event.message_id] = MailItem(
+                message_id=event.message_id,
+                owner=event.owner,
+                sender_session_id=event.sender_session_id,
+                agent_hop=event.agent_hop,
+                mode=event.mode,
+                state="accepted",
+                run_id=None,
+                seq=seq,
+            )
+        case ev.ProducerMessageAdmitted() | ev.ProducerMessageClaimed() | ev.ProducerMessageReleased():
+            item = mail.get(event.message_id)
+            if item is not None:
+                new_state = {
+                    ev.ProducerMessageAdmitted: "admitted",
+                    ev.ProducerMessageClaimed: "claimed",
+                    ev.ProducerMessageReleased: "released",
+                }[type(event)]
+                mail[event.message_id] = replace(item, state=new_state, run_id=event.run_id)
+        case ev.ProducerMessageConsumed() | ev.ProducerMessageDiscarded():
+            mail.pop(event.message_id, None)
+        case _:
+            pass
+    return mail
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What appending some events leaves, besides the events themselves: folded once, here.
+
+    The event store writes exactly this (snapshot, mail items, wake triggers,
+    indexes) in the same atomic step as the events; it decides nothing.
+    """
+
+    state: SessionState
+    version: int
+    # message id -> its item after the events, or None once it is done.
+    mail_changes: dict[str, MailItem | None]
+    # (stream position, message id) of each wake requested.
+    wakes: list[tuple[int, str | None]]
+    # A handle the registration reserves in its tree (unique per tree).
+    handle: str | None
+    # Approval requests changed: request id -> (request event or None, status).
+    approvals: dict[str, tuple["ev.ApprovalRequested | None", str]]
+    # Relationship labels granted for the whole tree.
+    tree_grants: list[str]
+
+
+def apply(state: SessionState, mail: dict[str, MailItem], events: list[ev.Event], version: int) -> Applied:
+    """Fold ``events``, appended after position ``version``, into everything kept beside the stream."""
+    mail = dict(mail)
+    touched: list[str] = []
+    wakes: list[tuple[int, str | None]] = []
+    handle = None
+    approvals: dict[str, tuple[ev.ApprovalRequested | None, str]] = {}
+    grants: list[str] = []
+    for seq, event in enumerate(events, start=version + 1):
+        state = evolve(state, event)
+        mail = evolve_mail(mail, event, seq)
+        match event:
+            case ev.ProducerMessageAccepted() | ev.MessageEvent():
+                touched.append(event.message_id)
+            case ev.SessionWakeRequested():
+                wakes.append((seq, event.message_id))
+            case ev.SessionRegistered():
+                handle = event.handle
+            case ev.ApprovalRequested():
+                approvals[event.request_id] = (event, "pending")
+            case ev.ApprovalGranted():
+                approvals[event.request_id] = (None, "approved")
+                if event.scope == "tree":
+                    grants.append(event.label)
+            case ev.ApprovalDenied():
+                approvals[event.request_id] = (None, "denied")
+    changes = {message_id: mail.get(message_id) for message_id in dict.fromkeys(touched)}
+    return Applied(state, version + len(events), changes, wakes, handle, approvals, grants)

@@ -1,0 +1,1 @@
+"""Entry points that only wire: the CLI and the demo."""

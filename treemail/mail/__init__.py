@@ -1,1 +1,0 @@
-"""The session stream category: events, commands, state and the pure decider."""
