@@ -13,6 +13,9 @@ Phases (the Valkey is flushed between the throughput phases):
   6. replay rate: projections.replay.rebuild(write=False) vs raw XRANGE + json.loads, ~500k events
   7. scale-out: 1, 2, 4 worker processes, 4 command streams, on the same Valkey
   8. the same on a local 3-master Valkey Cluster started for this phase
+
+Over the house's 200 lines: one function per phase, run in order by ``main``,
+so a reader of BENCHMARKS.md finds every figure's measurement in one file.
 """
 
 import argparse
