@@ -143,3 +143,15 @@ def test_under_direct_routing_the_tool_describes_only_direct_neighbours():
         "resident continuable child."
     )
     assert "direct continuable child" in tool["description"] and "peers" not in tool["description"]
+
+
+def test_the_policy_and_blocks_are_deployment_settings_with_checked_values():
+    from treemail.adapters.config import load_config
+    from treemail.domain.errors import ConfigError
+
+    loaded = load_config(environ={"TREEMAIL_MESSAGING_ROUTING": "direct", "TREEMAIL_MESSAGING_CONTENT_BLOCKS": "true"})
+    assert (loaded.messaging.routing, loaded.messaging.content_blocks) == ("direct", True)
+    assert (load_config(environ={}).messaging.routing, load_config(environ={}).messaging.content_blocks) == (
+        "tree", False)
+    with pytest.raises(ConfigError, match="messaging.routing"):
+        load_config(environ={"TREEMAIL_MESSAGING_ROUTING": "neighbours"})
