@@ -16,6 +16,7 @@ one place, and each method is a line or two of wiring.
 import asyncio
 import time
 from dataclasses import dataclass
+from typing import get_args
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -25,18 +26,20 @@ from treemail.adapters.config import Config, load_config
 from treemail.adapters.connection import connect
 from treemail.adapters.eventstore import EventStore
 from treemail.domain import commands as c
-from treemail.domain import envelope, ids
+from treemail.domain import blocks, envelope, ids
 from treemail.domain import events as ev
 from treemail.domain.commands import SendContext
+from treemail.domain.decide import routing
 from treemail.domain.errors import LifecycleError, Rejected
 from treemail.domain.state import MailItem
 from treemail.services.sessions import SessionService
 
 from . import tool
 from .client import CommandClient
+from .interrupts import Interrupt, InterruptHost
 from .wakes import Wake, WakeReader
 
-__all__ = ["Treemail", "SendContext", "Registration", "Delivery", "Wake"]
+__all__ = ["Treemail", "SendContext", "Registration", "Delivery", "Wake", "Interrupt"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,8 @@ class Delivery:
     mode: str
     sender_session_id: str | None
     text: str
+    # The message as the host's content parts, in order: the rendered text, then its images (content blocks).
+    parts: tuple[dict, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -57,7 +62,7 @@ class Registration:
     root_session_id: str
 
 
-class Treemail:
+class Treemail(InterruptHost):
     def __init__(self, redis: aioredis.Redis, listener: aioredis.Redis, config: Config) -> None:
         self.config = config
         self.redis = redis
@@ -65,6 +70,7 @@ class Treemail:
         self.sessions = SessionService(self.store, config)
         self.commands = CommandClient(redis, listener, config.service)
         self.wake_reader = WakeReader(redis, config.service)
+        self._init_interrupts()
         self._listener = listener
 
     @classmethod
@@ -96,20 +102,32 @@ class Treemail:
 
     async def register_root(
         self, agent_type: str, description: str = "", *, rules=None, send_message_tool: bool = True,
-        status: str = "running",
+        status: str = "running", accepts_images: bool = False,
     ) -> Registration:
-        return await self._register(agent_type, description, rules, send_message_tool, status, None)
+        """``rules``: the message rules, or per action: ``{"message": ..., "interrupt": ...}``."""
+        return await self._register(
+            agent_type, description, rules, send_message_tool, status, None, accepts_images=accepts_images
+        )
 
     async def register_child(
         self, parent_session_id: str, agent_type: str, description: str = "", *, rules=None,
-        send_message_tool: bool = True, status: str = "queued",
+        send_message_tool: bool = True, status: str = "queued", resident: bool = True, continuable: bool = True,
+        accepts_images: bool = False,
     ) -> Registration:
-        return await self._register(agent_type, description, rules, send_message_tool, status, parent_session_id)
+        """``resident``/``continuable``: what direct routing asks of a child writing to its parent."""
+        return await self._register(
+            agent_type, description, rules, send_message_tool, status, parent_session_id, resident=resident,
+            continuable=continuable, accepts_images=accepts_images,
+        )
 
-    async def _register(self, agent_type, description, rules, send_message_tool, status, parent) -> Registration:
+    async def _register(
+        self, agent_type, description, rules, send_message_tool, status, parent, *, resident: bool = True,
+        continuable: bool = True, accepts_images: bool = False,
+    ) -> Registration:
         record = await self.sessions.register(
             agent_type=agent_type, description=description, rules=rules,
             send_message_tool=send_message_tool, status=status, parent_session_id=parent,
+            resident=resident, continuable=continuable, accepts_images=accepts_images,
         )
         return Registration(record.session_id, record.handle, record.root_session_id)
 
@@ -134,8 +152,11 @@ class Treemail:
     async def start_run(self, session_id: str, run_id: str) -> None:
         await self.sessions.execute(c.StartRun(session_id, run_id))
 
-    async def finish_run(self, session_id: str, run_id: str) -> None:
-        await self.sessions.execute(c.FinishRun(session_id, run_id))
+    async def finish_run(self, session_id: str, run_id: str, reason: str = "completed") -> None:
+        """``reason``: completed, aborted (the run was interrupted), max_tokens, refusal or error."""
+        if reason not in get_args(ev.StopReason):
+            raise ValueError(f"reason must be one of {', '.join(get_args(ev.StopReason))}, got {reason!r}")
+        await self.sessions.execute(c.FinishRun(session_id, run_id, reason))
 
     async def claim(self, session_id: str, run_id: str) -> list[Delivery]:
         """At a safe model-request boundary: the mail due in this run, claimed by it, in acceptance order."""
@@ -148,7 +169,11 @@ class Treemail:
         seqs = [accepted_at[e.message_id] for e in claimed if e.message_id in accepted_at]
         accepted = await self.store.read_at(record, seqs)
         reply_hint = tool.tool_definition(record.rules, record.send_message_tool) is not None
-        return [self._deliver(accepted[seq], reply_hint) for seq in seqs if seq in accepted]
+        events = [accepted[seq] for seq in seqs if seq in accepted]
+        if reply_hint and self.config.messaging.routing == "direct":
+            # The recipient sees the tool, yet direct routing may not let it answer this sender.
+            return [self._deliver(e, await self._may_reply(record, e)) for e in events]
+        return [self._deliver(e, reply_hint) for e in events]
 
     @staticmethod
     def _deliver(event: ev.ProducerMessageAccepted, reply_hint: bool) -> Delivery:
@@ -157,7 +182,12 @@ class Treemail:
             text = envelope.render_agent_message(sender, event.body, reply_hint)
         else:
             text = event.body
-        return Delivery(event.message_id, event.owner, event.mode, event.sender_session_id, text)
+        parts = ({"type": "text", "text": text}, *blocks.image_parts(event.blocks))
+        return Delivery(event.message_id, event.owner, event.mode, event.sender_session_id, text, parts)
+
+    async def _may_reply(self, record, event: ev.ProducerMessageAccepted) -> bool:
+        sender = await self.store.directory.get(event.sender_session_id) if event.owner == "agent" else None
+        return sender is not None and routing.may_address(self.config.messaging.routing, record, sender)
 
     # ---- wake and reconcile --------------------------------------------------------------------------
 
@@ -225,11 +255,12 @@ class Treemail:
 
     async def tool_definition(self, session_id: str) -> dict | None:
         record = await self.sessions.record(session_id)
-        return tool.tool_definition(record.rules, record.send_message_tool)
+        messaging = self.config.messaging
+        return tool.tool_definition(record.rules, record.send_message_tool, messaging.routing, messaging.content_blocks)
 
     async def send_message(self, context: SendContext, arguments) -> dict:
         try:
-            parsed = tool.parse_arguments(arguments)
+            parsed = tool.parse_arguments(arguments, self.config.messaging.content_blocks)
         except Rejected as rejection:
             return tool.error_result(rejection.code.value, rejection.message)
         while True:

@@ -9,9 +9,12 @@ import json
 from typing import Any
 
 from treemail.domain import permissions
+from treemail.domain.blocks import text_of
 from treemail.domain.commands import SendArguments
 from treemail.domain.errors import Code, Rejected
 from treemail.domain.results import engine_shutdown, error_result
+
+from . import surface
 
 __all__ = ["TOOL_NAME", "tool_definition", "parse_arguments", "error_result", "engine_shutdown"]
 
@@ -29,18 +32,32 @@ DESCRIPTION = (
 )
 
 
-def tool_definition(rules: list[tuple[str, str]], send_message_tool: bool = True) -> dict | None:
-    """The tool for a session, or None when its rules hide it (deny by default)."""
+def tool_definition(
+    rules: list[tuple[str, str]], send_message_tool: bool = True, routing: str = "tree",
+    content_blocks: bool = False,
+) -> dict | None:
+    """The tool for a session, or None when its rules hide it (deny by default).
+
+    With the defaults it is exactly the seed-000 tool; ``routing`` and
+    ``content_blocks`` are the deployment's ``[messaging]`` settings.
+    """
     if not (send_message_tool and permissions.tool_visible(rules)):
         return None
+    to = {"type": "string", "description": "Recipient handle or full session id."}
+    body: dict = {"type": "string", "description": "The message, as the recipient should read it."}
+    description = DESCRIPTION
+    if routing == "direct":
+        to, description = surface.direct_routing(to, description)
+    if content_blocks:
+        body, description = surface.content_blocks(body, description)
     return {
         "name": TOOL_NAME,
-        "description": DESCRIPTION,
+        "description": description,
         "input_schema": {
             "type": "object",
             "properties": {
-                "to": {"type": "string", "description": "Recipient handle or full session id."},
-                "body": {"type": "string", "description": "The message, as the recipient should read it."},
+                "to": to,
+                "body": body,
                 "mode": {"type": "string", "enum": list(MODES), "default": "steer"},
             },
             "required": ["to", "body"],
@@ -61,8 +78,11 @@ def _is_unicode_text(text: str) -> bool:
     return True
 
 
-def parse_arguments(raw: Any) -> SendArguments:
-    """Strict: the model's JSON object (or its text) with exactly to, body and optionally mode."""
+def parse_arguments(raw: Any, content_blocks: bool = False) -> SendArguments:
+    """Strict: the model's JSON object (or its text) with exactly to, body and optionally mode.
+
+    With ``content_blocks`` (the deployment's setting) ``body`` may also be a list of blocks.
+    """
     if isinstance(raw, (str, bytes, bytearray)):
         try:
             raw = json.loads(raw)
@@ -75,6 +95,10 @@ def parse_arguments(raw: Any) -> SendArguments:
     unknown = sorted(str(k) for k in raw if k not in ALLOWED)
     if unknown:
         raise _invalid(f"unknown argument(s) {', '.join(unknown)}; allowed: to, body, mode")
+    blocks = None
+    if content_blocks and isinstance(raw.get("body"), list):
+        blocks = surface.parse_body_blocks(raw["body"])
+        raw = {**raw, "body": text_of(blocks)}
     for name in ("to", "body"):
         if name not in raw:
             raise _invalid(f"missing required argument `{name}`")
@@ -88,4 +112,4 @@ def parse_arguments(raw: Any) -> SendArguments:
         raise _invalid("`mode` must be \"steer\" or \"queue\"")
     if not raw["to"].strip():
         raise _invalid("`to` is empty: give the recipient's handle or session id")
-    return SendArguments(to=raw["to"].strip(), body=raw["body"], mode=mode)
+    return SendArguments(to=raw["to"].strip(), body=raw["body"], mode=mode, blocks=blocks)

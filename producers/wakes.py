@@ -2,6 +2,11 @@
 
 A trigger is written in the same atomic step as the ``SessionWakeRequested``
 event it announces; a runner starts the woken run and acknowledges it.
+
+The same streams carry interrupt triggers (``"kind": "interrupt"``, seed 002
+part 2), read in a group of their own (``InterruptReader``): each group
+acknowledges at once the entries of the other kind, so a wake runner never
+sees an interrupt and an interrupt reader never sees a wake.
 """
 
 import asyncio
@@ -30,6 +35,9 @@ def _text(value) -> str:
 
 
 class WakeReader:
+    group = keys.WAKE_GROUP
+    kind = "wake"
+
     def __init__(self, redis: Redis, config: ServiceConfig) -> None:
         self.redis = redis
         self.config = config
@@ -38,7 +46,7 @@ class WakeReader:
     def streams(self) -> list[str]:
         return [keys.wake_stream(p) for p in range(self.config.partitions)]
 
-    async def read(self, consumer: str, count: int, block_ms: int) -> list[Wake]:
+    async def read(self, consumer: str, count: int, block_ms: int) -> list:
         """Triggers another runner read but never acknowledged (it died) come first, once idle long enough."""
         reclaimed = await self._reclaim(consumer, count)
         if reclaimed:
@@ -46,16 +54,34 @@ class WakeReader:
         if self.config.cluster:
             # One stream per read: the partitions' streams live in different slots.
             replies = [r for reply in await asyncio.gather(*(
-                self.redis.xreadgroup(keys.WAKE_GROUP, consumer, {s: ">"}, count=count, block=block_ms)
+                self.redis.xreadgroup(self.group, consumer, {s: ">"}, count=count, block=block_ms)
                 for s in self.streams()
             )) for r in reply or []]
         else:
             replies = await self.redis.xreadgroup(
-                keys.WAKE_GROUP, consumer, {s: ">" for s in self.streams()}, count=count, block=block_ms
+                self.group, consumer, {s: ">" for s in self.streams()}, count=count, block=block_ms
             )
-        return [_wake(stream, entry_id, fields) for stream, entries in replies or [] for entry_id, fields in entries]
+        return await self._mine([(stream, entry_id, fields) for stream, entries in replies or []
+                                 for entry_id, fields in entries])
 
-    async def _reclaim(self, consumer: str, count: int) -> list[Wake]:
+    async def _mine(self, entries: list) -> list:
+        """The triggers of this reader's kind; the others are acknowledged in this group and dropped."""
+        mine, others = [], {}
+        for stream, entry_id, fields in entries:
+            data = json.loads(fields[b"data"])
+            if data.get("kind", "wake") == self.kind:
+                mine.append(self._trigger(_text(stream), _text(entry_id), data))
+            else:
+                others.setdefault(_text(stream), []).append(entry_id)
+        for stream, ids in others.items():
+            await self.redis.xack(stream, self.group, *ids)
+        return mine
+
+    @staticmethod
+    def _trigger(stream: str, entry_id: str, data: dict):
+        return Wake(data["session_id"], data.get("message_id"), stream, entry_id)
+
+    async def _reclaim(self, consumer: str, count: int) -> list:
         now = time.monotonic()
         if now - self._last_reclaim < self.config.reclaim_idle_ms / 1000:
             return []
@@ -63,18 +89,14 @@ class WakeReader:
         out = []
         for stream in self.streams():
             _, entries, *_ = await self.redis.xautoclaim(
-                stream, keys.WAKE_GROUP, consumer, self.config.reclaim_idle_ms, count=count
+                stream, self.group, consumer, self.config.reclaim_idle_ms, count=count
             )
-            out.extend(_wake(stream, entry_id, fields) for entry_id, fields in entries if fields)
+            out.extend(await self._mine([(stream, entry_id, fields) for entry_id, fields in entries if fields]))
         return out
 
-    async def ack(self, wake: Wake) -> None:
-        await self.redis.xack(wake.stream, keys.WAKE_GROUP, wake.entry_id)
+    async def ack(self, wake) -> None:
+        await self.redis.xack(wake.stream, self.group, wake.entry_id)
 
     async def sessions(self, partition: int) -> list[str]:
         return sorted(_text(raw) for raw in await self.redis.smembers(keys.partition_sessions(partition)))
 
-
-def _wake(stream, entry_id, fields) -> Wake:
-    data = json.loads(fields[b"data"])
-    return Wake(data["session_id"], data.get("message_id"), _text(stream), _text(entry_id))

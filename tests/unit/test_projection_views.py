@@ -144,6 +144,8 @@ def one_of_each_event_type() -> list[ev.Event]:
                              mode="steer"),
         ev.ApprovalGranted(request_id="q", key="k", scope="tree", label="sibling"),
         ev.ApprovalDenied(request_id="q", key="k"),
+        # seed 002 part 2
+        ev.SessionInterruptRequested(interrupt_id="i", run_id="r", sender_session_id="s0", sender_handle="h0"),
     ]
 
 

@@ -66,6 +66,16 @@ def wake_trigger(record: SessionRecord, message_id: str | None, seq: int) -> str
     )
 
 
+def interrupt_trigger(record: SessionRecord, event: ev.SessionInterruptRequested, seq: int) -> str:
+    """An interrupt rides the partition's wake stream, marked by ``kind``: the Lua step stays as it is."""
+    return json.dumps(
+        {"kind": "interrupt", "session_id": record.session_id, "root_session_id": record.root_session_id,
+         "run_id": event.run_id, "interrupt_id": event.interrupt_id, "sender_session_id": event.sender_session_id,
+         "reason": event.reason, "seq": seq},
+        separators=(",", ":"),
+    )
+
+
 def approval_index(record: SessionRecord, applied: Applied) -> list[str]:
     """(field, value) pairs of the partition's approvals hash this append writes."""
     pairs: list[str] = []
@@ -163,6 +173,7 @@ class EventStore:
         changes = [part for message_id, item in applied.mail_changes.items()
                    for part in (message_id, item.to_json() if item else "")]
         wakes = [wake_trigger(record, message_id, seq) for seq, message_id in applied.wakes]
+        wakes += [interrupt_trigger(record, event, seq) for seq, event in applied.interrupts]
         index = approval_index(record, applied)
         idem_key = keys.idempotency(p, idempotency_digest) if idempotency_digest else self.state_key(record)
         key_list = [

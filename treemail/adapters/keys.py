@@ -91,6 +91,8 @@ def reply_list(client_id: str) -> str:
 
 COMMAND_GROUP = "treemail-workers"
 WAKE_GROUP = "treemail-hosts"
+# seed 002 part 2: interrupt triggers ride the wake streams; host runners read them in their own group.
+INTERRUPT_GROUP = "treemail-interrupts"
 
 
 def approval_notify(request_id: str) -> str:

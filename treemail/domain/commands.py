@@ -4,7 +4,7 @@ Every command names the session whose stream it is decided on
 (``session_id``); ``handlers.HANDLERS`` routes each type to its decide function.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 Status = Literal["queued", "running", "idle", "finished"]
@@ -27,6 +27,8 @@ class SendArguments:
     to: str
     body: str
     mode: Literal["steer", "queue"] = "steer"
+    # seed 002 part 2: the message's content blocks (``blocks.Block``), when it is more than text.
+    blocks: tuple | None = None
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,11 @@ class RegisterSession:
     rules: list[tuple[str, str]]
     send_message_tool: bool
     status: Status
+    # seed 002 part 2
+    resident: bool = True
+    continuable: bool = True
+    accepts_images: bool = False
+    interrupt_rules: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -72,6 +79,7 @@ class StartRun:
 class FinishRun:
     session_id: str
     run_id: str
+    reason: Literal["completed", "aborted", "max_tokens", "refusal", "error"] = "completed"
 
 
 @dataclass(frozen=True)
@@ -124,6 +132,27 @@ class ResolveApproval:
     session_id: str
     request_id: str
     decision: Literal["approve_once", "approve_tree", "deny"]
+
+
+# seed 002 part 2: interrupt_agent
+@dataclass(frozen=True)
+class InterruptArguments:
+    """The model's interrupt_agent arguments after strict validation."""
+
+    to: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class InterruptAgent:
+    """Decided in the host process (``services.interrupts``) on the target's stream, like a send."""
+
+    context: SendContext
+    arguments: InterruptArguments
+
+    @property
+    def session_id(self) -> str:
+        return self.context.session_id
 
 
 SessionCommand = (

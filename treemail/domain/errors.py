@@ -20,6 +20,18 @@ class Code(str, Enum):
     ENGINE_SHUTDOWN = "send_message:engine_shutdown"
     IDEMPOTENCY_CONFLICT = "send_message:idempotency_conflict"
     PERMISSION_DENIED = "permission_denied"
+    # seed 002 part 2: direct-neighbour routing, content blocks, interrupt_agent
+    NOT_DIRECT_NEIGHBOUR = "send_message:not_direct_neighbour"
+    NOT_RESIDENT_CHILD = "send_message:not_resident_child"
+    MODEL_DOES_NOT_SUPPORT_IMAGES = "send_message:model_does_not_support_images"
+    INTERRUPT_INVALID_ARGUMENTS = "interrupt_agent:invalid_arguments"
+    INTERRUPT_UNKNOWN_SESSION = "interrupt_agent:unknown_session"
+    INTERRUPT_SELF = "interrupt_agent:self_interrupt"
+    INTERRUPT_NOT_DIRECT_NEIGHBOUR = "interrupt_agent:not_direct_neighbour"
+    INTERRUPT_NOT_RESIDENT_CHILD = "interrupt_agent:not_resident_child"
+    INTERRUPT_PERMISSION_DENIED = "interrupt_agent:permission_denied"
+    INTERRUPT_IDEMPOTENCY_CONFLICT = "interrupt_agent:idempotency_conflict"
+    INTERRUPT_ENGINE_SHUTDOWN = "interrupt_agent:engine_shutdown"
 
 
 class Rejected(Exception):

@@ -14,6 +14,7 @@ Mode = Literal["steer", "queue"]
 # Who produced a message on the recipient: an agent via send_message, or one
 # of the host's own producers that inject mail.
 OwnerKind = Literal["agent", "plugin", "delegation", "goal"]
+StopReason = Literal["completed", "aborted", "max_tokens", "refusal", "error"]
 
 
 class Event(BaseModel):
@@ -31,6 +32,11 @@ class SessionRegistered(Event):
     rules: list[tuple[str, str]]
     send_message_tool: bool
     status: Status
+    # seed 002 part 2 (defaults: events written before these fields read as before)
+    resident: bool = True
+    continuable: bool = True
+    accepts_images: bool = False
+    interrupt_rules: list[tuple[str, str]] = []
 
 
 class SessionStatusChanged(Event):
@@ -55,6 +61,9 @@ class ProducerMessageAccepted(Event):
     agent_hop: int = 0
     run_id: str | None = None
     tool_call_id: str | None = None
+    # Content blocks (text, image), when the message is more than text; ``body`` then holds its
+    # text with an ``[image N]`` marker where each image stands. None: a plain text message.
+    blocks: list[dict] | None = None
 
 
 class SessionRunStarted(Event):
@@ -63,6 +72,8 @@ class SessionRunStarted(Event):
 
 class SessionRunFinished(Event):
     run_id: str
+    # Why the run ended, as the host reports it; "aborted" answers an interrupt.
+    reason: StopReason = "completed"
 
 
 class SessionWakeRequested(Event):
@@ -130,6 +141,17 @@ class ApprovalDenied(Event):
     key: str
 
 
+# seed 002 part 2: interrupt_agent. On the interrupted session's stream; its trigger reaches a
+# host runner through the partition's wake stream, written in the same atomic step.
+class SessionInterruptRequested(Event):
+    interrupt_id: str
+    run_id: str
+    sender_session_id: str
+    sender_handle: str
+    reason: str = ""
+    tool_call_id: str | None = None
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.__name__: cls
     for cls in (
@@ -148,6 +170,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ApprovalRequested,
         ApprovalGranted,
         ApprovalDenied,
+        # seed 002 part 2: interrupt_agent
+        SessionInterruptRequested,
     )
 }
 

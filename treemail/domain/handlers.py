@@ -23,6 +23,7 @@ from .decide.lifecycle import (
     decide_start_run,
     decide_status,
 )
+from .decide.interrupt import decide_interrupt
 from .decide.send import decide_send
 
 
@@ -45,4 +46,6 @@ HANDLERS: dict[type, Handler] = {
     c.InjectMail: Handler(decide_inject),
     c.RequestWake: Handler(decide_request_wake),
     c.ResolveApproval: Handler(decide_resolve_approval),
+    # seed 002 part 2: interrupt_agent (decided like the send, on what ``services.interrupts`` loads)
+    c.InterruptAgent: Handler(decide_interrupt),
 }

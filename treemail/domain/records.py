@@ -1,7 +1,7 @@
 """The directory record of a session: its origin, written once at registration and never changed."""
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import permissions
 
@@ -17,6 +17,11 @@ class SessionRecord:
     rules: list[tuple[str, str]]
     send_message_tool: bool
     partition: int
+    # seed 002 part 2. Defaults keep records written before these fields existed readable.
+    resident: bool = True  # the host keeps this session able to take mail mid-run (routing = "direct")
+    continuable: bool = True  # it can be continued with new turns after its first
+    accepts_images: bool = False  # its model reads image blocks
+    interrupt_rules: list[tuple[str, str]] = field(default_factory=list)  # the `interrupt` action's rules
 
     @property
     def origin(self) -> permissions.Origin:
@@ -29,6 +34,7 @@ class SessionRecord:
     def from_json(cls, text: str | bytes) -> "SessionRecord":
         data = json.loads(text)
         data["rules"] = [tuple(rule) for rule in data["rules"]]
+        data["interrupt_rules"] = [tuple(rule) for rule in data.get("interrupt_rules", ())]
         return cls(**data)
 
 

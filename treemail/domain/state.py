@@ -228,6 +228,8 @@ class Applied:
     approvals: dict[str, tuple["ev.ApprovalRequested | None", str]]
     # Relationship labels granted for the whole tree.
     tree_grants: list[str]
+    # seed 002 part 2: (stream position, interrupt) of each interrupt requested; its trigger rides the wake stream.
+    interrupts: list[tuple[int, "ev.SessionInterruptRequested"]] = field(default_factory=list)
 
 
 def apply(state: SessionState, mail: dict[str, MailItem], events: list[ev.Event], version: int) -> Applied:
@@ -238,6 +240,7 @@ def apply(state: SessionState, mail: dict[str, MailItem], events: list[ev.Event]
     handle = None
     approvals: dict[str, tuple[ev.ApprovalRequested | None, str]] = {}
     grants: list[str] = []
+    interrupts: list[tuple[int, ev.SessionInterruptRequested]] = []
     for seq, event in enumerate(events, start=version + 1):
         state = evolve(state, event)
         mail = evolve_mail(mail, event, seq)
@@ -256,5 +259,7 @@ def apply(state: SessionState, mail: dict[str, MailItem], events: list[ev.Event]
                     grants.append(event.label)
             case ev.ApprovalDenied():
                 approvals[event.request_id] = (None, "denied")
+            case ev.SessionInterruptRequested():
+                interrupts.append((seq, event))
     changes = {message_id: mail.get(message_id) for message_id in dict.fromkeys(touched)}
-    return Applied(state, version + len(events), changes, wakes, handle, approvals, grants)
+    return Applied(state, version + len(events), changes, wakes, handle, approvals, grants, interrupts)

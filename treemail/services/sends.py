@@ -14,7 +14,7 @@ from ..adapters import metrics
 from ..adapters.eventstore import EventStore, Loaded, PreparedAppend, parse_append
 from ..domain import ids
 from ..domain.commands import SendMessage
-from ..domain.decide import idempotency
+from ..domain.decide import idempotency, routing
 from ..domain.decide.guards import Found, NoSuchHandle, NoSuchSession, Target
 from ..domain.decide.send import Accepted, AwaitsApproval, Refused, SendDecision, SendGiven, outcome_of
 from ..domain.handlers import HANDLERS
@@ -75,7 +75,8 @@ class SendService:
         records = await self.directory.many([m for m in members if m != sender.session_id])
         present = [r for r in records.values() if r is not None]
         states = await self.store.load_many(present)
-        return [Peer(r, states[r.session_id].state.status) for r in present]
+        peers = [Peer(r, states[r.session_id].state.status) for r in present]
+        return routing.addressable(self.config.routing, sender, peers)
 
     async def _load(self, work: list[_Work]) -> tuple[dict[str, Loaded], dict[str, frozenset[str]]]:
         """Every sender's and recipient's state, and the senders' tree grants.

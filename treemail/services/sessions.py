@@ -13,7 +13,7 @@ from ..adapters import keys
 from ..adapters.config import Config
 from ..adapters.eventstore import EventStore
 from ..domain import events as ev
-from ..domain import ids, permissions
+from ..domain import actions, ids
 from ..domain.commands import STATUSES, RegisterSession, SessionCommand
 from ..domain.decide.lifecycle import Given
 from ..domain.errors import LifecycleError, UnknownSessionError
@@ -70,10 +70,15 @@ class SessionService:
         send_message_tool: bool,
         status: str,
         parent_session_id: str | None,
+        resident: bool = True,
+        continuable: bool = True,
+        accepts_images: bool = False,
     ) -> SessionRecord:
         if status not in STATUSES:
             raise ValueError(f"status must be queued, running, idle or finished, got {status!r}")
-        normalized = permissions.normalize_rules(rules)
+        normalized, interrupt_rules = actions.split_actions(rules)
+        flags = dict(resident=resident, continuable=continuable, accepts_images=accepts_images,
+                     interrupt_rules=interrupt_rules)
         session_id = ids.uuid7()
         root_id = session_id if parent_session_id is None else (await self.record(parent_session_id)).root_session_id
         partition = keys.partition_of(root_id, self.config.service.partitions)
@@ -81,12 +86,12 @@ class SessionService:
             command = RegisterSession(
                 session_id=session_id, root_session_id=root_id, parent_session_id=parent_session_id,
                 agent_type=agent_type, description=description, handle=ids.new_handle(agent_type),
-                rules=normalized, send_message_tool=send_message_tool, status=status,
+                rules=normalized, send_message_tool=send_message_tool, status=status, **flags,
             )
             record = SessionRecord(
                 session_id=session_id, root_session_id=root_id, parent_session_id=parent_session_id,
                 agent_type=agent_type, description=description, handle=command.handle, rules=normalized,
-                send_message_tool=send_message_tool, partition=partition,
+                send_message_tool=send_message_tool, partition=partition, **flags,
             )
             # The directory entry comes first: a handle that resolves must always find its record.
             await self.store.directory.put(record)

@@ -9,6 +9,7 @@ is decided here.
 import hashlib
 import json
 
+from .. import blocks
 from ..commands import SendArguments, SendContext
 from ..errors import Code
 
@@ -25,7 +26,7 @@ def key_digest(context: SendContext) -> str:
 
 
 def fingerprint(arguments: SendArguments) -> str:
-    raw = json.dumps([arguments.to, arguments.body, arguments.mode])
+    raw = json.dumps([arguments.to, arguments.body, arguments.mode, *blocks.fingerprint_part(arguments.blocks)])
     return hashlib.sha256(raw.encode()).hexdigest()[:32]
 
 

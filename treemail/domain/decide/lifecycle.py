@@ -81,6 +81,8 @@ def decide_register(command: RegisterSession, given: Given) -> list[ev.Event]:
             parent_session_id=command.parent_session_id, agent_type=command.agent_type,
             description=command.description, handle=command.handle, rules=command.rules,
             send_message_tool=command.send_message_tool, status=command.status,
+            resident=command.resident, continuable=command.continuable, accepts_images=command.accepts_images,
+            interrupt_rules=command.interrupt_rules,
         )
     ]
 
@@ -155,7 +157,8 @@ def decide_finish_run(command: FinishRun, given: Given) -> list[ev.Event]:
         for item in _in_order(given.mail)
         if item.state == "claimed" and item.run_id == run_id
     ]
-    return with_wake(state, [*released, ev.SessionRunFinished(at=given.now, run_id=run_id)], given.now)
+    finished = ev.SessionRunFinished(at=given.now, run_id=run_id, reason=command.reason)
+    return with_wake(state, [*released, finished], given.now)
 
 
 def decide_inject(command: InjectMail, given: Given) -> list[ev.Event]:

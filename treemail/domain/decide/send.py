@@ -4,6 +4,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from .. import blocks
 from .. import events as ev
 from .. import permissions
 from ..commands import SendArguments, SendMessage
@@ -11,7 +12,7 @@ from ..errors import Code, Rejected
 from ..messaging import MessagingConfig
 from ..records import SessionRecord
 from ..state import SessionState
-from . import guards, idempotency
+from . import content, guards, idempotency, routing
 from .guards import Found, Target
 from .wake import with_wake
 
@@ -81,7 +82,7 @@ def recipient_state_label(status: str) -> str:
 def approval_fingerprint(recipient_session_id: str, arguments: SendArguments) -> str:
     """What a person approves: this recipient, this mode, this body; nothing else rides on it."""
     body = hashlib.sha256(arguments.body.encode()).hexdigest()
-    raw = json.dumps([recipient_session_id, arguments.mode, body])
+    raw = json.dumps([recipient_session_id, arguments.mode, body, *blocks.fingerprint_part(arguments.blocks)])
     return hashlib.sha256(raw.encode()).hexdigest()[:32]
 
 
@@ -95,8 +96,10 @@ def decide_send(command: SendMessage, given: SendGiven) -> SendDecision:
         sender = guards.require_sender(given.sender, given.sender_state)
         guards.require_enabled(config)
         guards.require_tool(sender)
-        guards.require_body(arguments.body, config.max_body_bytes)
+        content.require_content(arguments, config)
         found = guards.require_recipient(sender, given.target)
+        routing.require_route(config.routing, sender, found.record)
+        found = content.require_image_capable(sender, given.target, arguments)
         label = permissions.relationship(sender.origin, found.record.origin)
         effect = permissions.evaluate(sender.rules, label)
         if effect == "deny":
@@ -159,6 +162,7 @@ def _accept(command: SendMessage, given: SendGiven, sender: SessionRecord, found
             agent_hop=hop,
             run_id=command.context.run_id,
             tool_call_id=command.context.tool_call_id,
+            blocks=blocks.to_json(command.arguments.blocks) if command.arguments.blocks else None,
         )
     )
     result = {

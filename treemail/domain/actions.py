@@ -1,0 +1,38 @@
+"""Rules per action (seed 002 part 2): ``message`` as before, and ``interrupt`` for interrupt_agent. Pure.
+
+An agent document may give its rules flat, as seed 000 does (they are the
+``message`` rules), or keyed by action:
+
+    {"message": {"child": "allow", "sibling": "ask"}, "interrupt": {"child": "allow"}}
+
+Keyed is recognised when every key is an action name: no relationship label
+is called ``message`` or ``interrupt``, so a flat rule with such a pattern
+could never have matched anything. Each action is deny by default, and its
+tool is hidden without an allowing rule.
+"""
+
+from collections.abc import Mapping
+
+from .permissions import InvalidRules, Rules, normalize_rules
+
+ACTIONS = ("message", "interrupt")
+# An interrupt cannot wait for a person: by the time one answered, the run it
+# was meant to stop would have moved on. So its rules allow or deny.
+INTERRUPT_EFFECTS = ("allow", "deny")
+
+
+def split_actions(rules) -> tuple[Rules, Rules]:
+    """(message rules, interrupt rules), each normalized."""
+    if isinstance(rules, Mapping) and rules and all(key in ACTIONS for key in rules):
+        message = normalize_rules(rules.get("message"))
+        interrupt = normalize_rules(rules.get("interrupt"))
+    else:
+        message, interrupt = normalize_rules(rules), []
+    for pattern, effect in interrupt:
+        if effect not in INTERRUPT_EFFECTS:
+            raise InvalidRules(f"interrupt rule {pattern!r}: effect must be allow or deny, got {effect!r}")
+    return message, interrupt
+
+
+def interrupt_visible(interrupt_rules: Rules) -> bool:
+    return any(effect == "allow" for _, effect in interrupt_rules)

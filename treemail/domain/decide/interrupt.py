@@ -1,0 +1,115 @@
+"""decide_interrupt: the model's interrupt_agent, from what was loaded to events, a no-op, or a refusal.
+
+An interrupt stops a direct neighbour's current run at its next safe point:
+the decision records ``SessionInterruptRequested`` on the target's stream
+(its trigger reaches a host runner in the same atomic step), and the host
+later reports ``SessionRunFinished`` with reason ``aborted``. A target with
+no run open (queued, idle, finished) is a no-op result, not an error.
+
+Idempotent per tool call like send_message: the key is the tool call
+(namespaced apart from send_message's), and interrupts and no-ops are both
+recorded under it, so a retry gets the first answer even if the run has
+ended since. Refusals depend only on the registrations and are decided again.
+"""
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+from .. import actions, permissions
+from .. import events as ev
+from ..commands import InterruptAgent, InterruptArguments, SendContext
+from ..errors import Code, Rejected
+from ..records import SessionRecord
+from ..state import SessionState
+from . import routing
+from .guards import Found, NoSuchHandle, NoSuchSession, Target, render_peer
+from .send import Accepted, Refused
+
+InterruptDecision = Accepted | Refused
+
+
+@dataclass(frozen=True)
+class InterruptGiven:
+    sender: SessionRecord | None
+    sender_state: SessionState
+    target: Target
+    # The interrupt's id, if one is requested.
+    new_id: str = ""
+    now: float = 0.0
+
+
+def require_target(sender: SessionRecord, target: Target) -> Found:
+    match target:
+        case NoSuchSession(session_id=session_id):
+            raise Rejected(Code.INTERRUPT_UNKNOWN_SESSION, f"no session has id {session_id}")
+        case NoSuchHandle(reference=reference, peers=peers):
+            listing = "\n".join(f"- {render_peer(p)}" for p in peers) or "- (no agent you can interrupt)"
+            raise Rejected(
+                Code.INTERRUPT_UNKNOWN_SESSION,
+                f"unknown agent reference `{reference}`: use a handle or session_id from this list of your "
+                f"direct neighbours:\n{listing}",
+            )
+        case Found(record=record, state=state) if not state.registered:
+            raise Rejected(Code.INTERRUPT_UNKNOWN_SESSION, f"no session has id {record.session_id}")
+        case Found(record=record) if record.session_id == sender.session_id:
+            raise Rejected(Code.INTERRUPT_SELF, "you cannot interrupt yourself; to stop, end your turn")
+        case Found():
+            return target
+    raise AssertionError(target)
+
+
+def decide_interrupt(command: InterruptAgent, given: InterruptGiven) -> InterruptDecision:
+    sender = given.sender
+    try:
+        if sender is None or not given.sender_state.registered:
+            raise Rejected(Code.INTERRUPT_UNKNOWN_SESSION, "the interrupting session is not registered with treemail")
+        if not actions.interrupt_visible(sender.interrupt_rules):
+            raise Rejected(Code.INTERRUPT_PERMISSION_DENIED, "permission denied: this agent has no interrupt_agent tool")
+        found = require_target(sender, given.target)
+        routing.require_direct(sender, found.record, routing.INTERRUPT)
+        label = permissions.relationship(sender.origin, found.record.origin)
+        if permissions.evaluate(sender.interrupt_rules, label) != "allow":
+            raise Rejected(Code.INTERRUPT_PERMISSION_DENIED, f"permission denied: interrupt your {label}")
+    except Rejected as rejection:
+        return Refused(rejection.code, rejection.message)
+    state, handle = found.state, found.record.handle
+    if state.current_run is None:
+        return Accepted([], {
+            "result": "not_running", "agent": handle, "recipient_state": state.status,
+            "message": f"{handle} is {state.status} with no run to interrupt; nothing was done",
+        })
+    event = ev.SessionInterruptRequested(
+        at=given.now, interrupt_id=given.new_id, run_id=state.current_run, sender_session_id=sender.session_id,
+        sender_handle=sender.handle, reason=command.arguments.reason, tool_call_id=command.context.tool_call_id,
+    )
+    return Accepted([event], {
+        "result": "interrupt_requested", "interrupt_id": given.new_id, "agent": handle,
+        "message": f"{handle}'s current run will stop at its next step",
+    })
+
+
+# ---- idempotency ---------------------------------------------------------------------------------
+
+CONFLICT_MESSAGE = (
+    "this tool call was already used to interrupt with different arguments; make a new tool call to interrupt again"
+)
+
+
+def key_digest(context: SendContext) -> str:
+    raw = json.dumps(["interrupt_agent", context.session_id, context.run_id, context.tool_call_id])
+    return hashlib.sha256(raw.encode()).hexdigest()[:32]
+
+
+def fingerprint(arguments: InterruptArguments) -> str:
+    return hashlib.sha256(json.dumps([arguments.to, arguments.reason]).encode()).hexdigest()[:32]
+
+
+def record(arguments: InterruptArguments, outcome: dict) -> dict:
+    return {"fp": fingerprint(arguments), "outcome": outcome}
+
+
+def replayed_outcome(recorded: dict, arguments: InterruptArguments) -> dict:
+    if recorded["fp"] != fingerprint(arguments):
+        return {"error": {"code": Code.INTERRUPT_IDEMPOTENCY_CONFLICT.value, "message": CONFLICT_MESSAGE}}
+    return recorded["outcome"]

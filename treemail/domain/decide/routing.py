@@ -1,0 +1,96 @@
+"""Direct-neighbour routing (seed 002): who may address whom, whatever the permission rules say. Pure.
+
+The seed routes a send by direction, not by what the caller passes:
+
+| direction                    | condition                                              | outcome            |
+|------------------------------|--------------------------------------------------------|--------------------|
+| resident child -> parent     | the sender is resident and continuable, the target is its parent | routed  |
+| non-resident child -> parent | the sender is not both, the target is its parent       | refused (seed text)|
+| parent -> child              | the target's parent is the sender                      | routed             |
+| anything else                | siblings, grandchildren, cousins, other trees          | refused            |
+
+Under ``routing = "tree"`` (the default) sends follow the tree scope and the
+rules alone; under ``"direct"`` this table comes first. ``interrupt_agent``
+always uses it: an interrupt reaches only a direct neighbour.
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from ..errors import Code, Rejected
+from ..records import Peer, SessionRecord
+
+Direction = Literal["to_parent", "to_child", "non_resident_to_parent", "not_neighbour"]
+
+
+def resident_continuable(record: SessionRecord) -> bool:
+    return record.resident and record.continuable
+
+
+def direction(sender: SessionRecord, target: SessionRecord) -> Direction:
+    """Which row of the seed's table a message from ``sender`` to ``target`` falls in."""
+    if sender.root_session_id != target.root_session_id or sender.session_id == target.session_id:
+        return "not_neighbour"
+    if sender.parent_session_id is not None and target.session_id == sender.parent_session_id:
+        return "to_parent" if resident_continuable(sender) else "non_resident_to_parent"
+    if target.parent_session_id == sender.session_id:
+        return "to_child"
+    return "not_neighbour"
+
+
+@dataclass(frozen=True)
+class Codes:
+    """The refusals of one tool, with the verb its messages use."""
+
+    non_resident: Code
+    not_neighbour: Code
+    verb: str
+
+
+SEND = Codes(Code.NOT_RESIDENT_CHILD, Code.NOT_DIRECT_NEIGHBOUR, "send to")
+INTERRUPT = Codes(Code.INTERRUPT_NOT_RESIDENT_CHILD, Code.INTERRUPT_NOT_DIRECT_NEIGHBOUR, "interrupt")
+
+
+def require_direct(sender: SessionRecord, target: SessionRecord, codes: Codes = SEND) -> Direction:
+    match direction(sender, target):
+        case "non_resident_to_parent":
+            # The seed's own words: such a child's turns have no inbox the parent's reply could reach.
+            raise Rejected(
+                codes.non_resident,
+                f'agent "{sender.session_id}" is not a resident continuable child and cannot {codes.verb} '
+                f'parent "{target.session_id}"',
+            )
+        case "not_neighbour":
+            raise Rejected(
+                codes.not_neighbour,
+                f'agent "{sender.session_id}" can only {codes.verb} its direct children, or its parent when it is '
+                f'a resident continuable child; "{target.session_id}" is neither',
+            )
+        case routed:
+            return routed
+
+
+def require_route(policy: str, sender: SessionRecord, target: SessionRecord) -> None:
+    """The send's routing policy: nothing more than the tree scope under "tree"."""
+    if policy == "direct":
+        require_direct(sender, target, SEND)
+
+
+def may_address(policy: str, sender: SessionRecord, target: SessionRecord) -> bool:
+    """Whether ``sender`` may send to ``target`` by routing alone (the rules still apply)."""
+    if policy != "direct":
+        return sender.root_session_id == target.root_session_id and sender.session_id != target.session_id
+    return direction(sender, target) in ("to_parent", "to_child")
+
+
+def addressable(policy: str, sender: SessionRecord, peers: Sequence[Peer]) -> list[Peer]:
+    """The candidate list an unknown reference shows: under "direct", only the direct continuable
+    children, and the parent when the sender is a resident continuable child."""
+    if policy != "direct":
+        return list(peers)
+    return [
+        p for p in peers
+        if (direction(sender, p.record) == "to_child" and p.record.continuable)
+        or direction(sender, p.record) == "to_parent"
+    ]
