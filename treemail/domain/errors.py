@@ -20,6 +20,8 @@ class Code(str, Enum):
     ENGINE_SHUTDOWN = "send_message:engine_shutdown"
     IDEMPOTENCY_CONFLICT = "send_message:idempotency_conflict"
     PERMISSION_DENIED = "permission_denied"
+    # the tool registry: a tool the calling session does not have installed (host call_tool)
+    UNKNOWN_TOOL = "unknown_tool"
 
 
 class Rejected(Exception):
