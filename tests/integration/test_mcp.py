@@ -58,9 +58,9 @@ async def http_server(host: Treemail):
 
 
 @contextlib.asynccontextmanager
-async def http_client(url: str, token: str):
+async def http_client(url: str, token: str, mode: str = "auto"):
     async with create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http:
-        async with Client(streamable_http_client(url, http_client=http), cache=None) as client:
+        async with Client(streamable_http_client(url, http_client=http), cache=None, mode=mode) as client:
             yield client
 
 
@@ -83,12 +83,14 @@ async def accepted(host: Treemail, session_id: str) -> list[ev.ProducerMessageAc
 # ---- stdio ------------------------------------------------------------------------------------------
 
 
-async def test_stdio_lists_the_tool_sends_and_a_retried_call_returns_the_original_message_id(redis_url):
+# "legacy": the initialize handshake of the protocol versions most agents speak today; "auto": 2026-07-28.
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_stdio_lists_the_tool_sends_and_a_retried_call_returns_the_original_message_id(redis_url, mode):
     async with running_stack(redis_url) as host:
         root = await host.register_root("planner", "plans", rules={"child": "allow"})
         child = await host.register_child(root.session_id, "explore", "reads", rules={"parent": "allow"})
         await host.start_run(root.session_id, "run-1")
-        async with Client(stdio(redis_url, root.session_id), cache=None) as client:
+        async with Client(stdio(redis_url, root.session_id), cache=None, mode=mode) as client:
             listed = (await client.list_tools()).tools
             assert [t.name for t in listed] == ["send_message"]
             assert listed[0].input_schema == tool.tool_definition([("child", "allow")])["input_schema"]
@@ -219,8 +221,9 @@ async def test_http_a_token_acts_only_as_its_session_and_run_whatever_the_reques
         assert (event.sender_session_id, event.run_id, event.tool_call_id) == (child.session_id, "child-run", "use-1")
 
 
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_http_any_server_process_checks_tokens_and_a_retry_through_another_returns_the_first_message(
-    redis_url,
+    redis_url, mode,
 ):
     async with running_stack(redis_url) as host:
         root = await host.register_root("planner", "plans", rules={"child": "allow"})
@@ -229,9 +232,9 @@ async def test_http_any_server_process_checks_tokens_and_a_retry_through_another
         second = await Treemail.connect(make_config(redis_url), redis_url)  # another server's own host
         try:
             async with http_server(host) as url_1, http_server(second) as url_2:
-                async with http_client(url_1, token) as client:
+                async with http_client(url_1, token, mode) as client:
                     first = await call(client, {"to": child.handle, "body": "once"}, "use-7")
-                async with http_client(url_2, token) as client:
+                async with http_client(url_2, token, mode) as client:
                     again = await call(client, {"to": child.handle, "body": "once"}, "use-7")
         finally:
             await second.close()
@@ -264,3 +267,35 @@ async def test_http_refuses_requests_without_a_valid_token_and_a_revoked_one_at_
             assert refused.group_contains(MCPError)
         assert await host.revoke_token(token) is False
         assert await accepted(host, child.session_id) == []
+
+
+async def test_http_server_process_serves_tokens_minted_elsewhere_and_stops_on_sigterm(redis_url):
+    import signal
+    import socket
+
+    async with running_stack(redis_url) as host:
+        root = await host.register_root("planner", "plans", rules={"child": "allow"})
+        token = await host.mint_token(root.session_id)
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        env = {**os.environ, "REDIS_URL": redis_url, **CHILD_ENV, **backend_env()}
+        process = subprocess.Popen(
+            [sys.executable, "-m", "treemail.entrypoints.agents", "mcp", "--http", "--port", str(port)],
+            env=env, stdin=subprocess.DEVNULL,
+        )
+        try:
+            for _ in range(200):
+                with contextlib.suppress(OSError):
+                    _, writer = await asyncio.open_connection("127.0.0.1", port)
+                    writer.close()
+                    break
+                await asyncio.sleep(0.05)
+            async with http_client(f"http://127.0.0.1:{port}/mcp", token) as client:
+                assert [t.name for t in (await client.list_tools()).tools] == ["send_message"]
+            process.send_signal(signal.SIGTERM)
+            assert await asyncio.to_thread(process.wait, 30) == 0
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
