@@ -21,7 +21,7 @@ from typing import get_args
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from treemail.adapters import approvalindex, keys
+from treemail.adapters import approvalindex, keys, tokens
 from treemail.adapters.config import Config, load_config
 from treemail.adapters.connection import connect
 from treemail.adapters.eventstore import EventStore
@@ -34,7 +34,7 @@ from treemail.domain.errors import LifecycleError, Rejected
 from treemail.domain.state import MailItem
 from treemail.services.sessions import SessionService
 
-from . import tool
+from . import tool, tools, toolschemas
 from .client import CommandClient
 from .interrupts import Interrupt, InterruptHost
 from .wakes import Wake, WakeReader
@@ -273,6 +273,25 @@ class Treemail(InterruptHost):
         if "ok" in outcome:
             return outcome["ok"]
         return outcome
+
+    # ---- every installed tool, for any agent (producers/tools.py is the table) -----------------
+
+    async def tool_schemas(self, session_id: str, format: str = "anthropic") -> list[dict]:
+        """The session's tools as ``anthropic``, ``openai`` (function tools, strict where possible) or ``mcp``."""
+        record = await self.sessions.record(session_id)
+        return toolschemas.export(tools.installed(record, self.config), format)
+
+    async def call_tool(self, context: SendContext, name: str, arguments) -> dict:
+        """A model's call of any installed tool by name; like send_message, it never raises for model input."""
+        return await tools.call(self, context, name, arguments)
+
+    async def mint_token(self, session_id: str, run_id: str | None = None, ttl_s: int | None = None) -> str:
+        """A bearer token binding an MCP connection to this session (and run, else its current one)."""
+        await self.sessions.record(session_id)
+        return await tokens.mint(self.redis, session_id, run_id, ttl_s)
+
+    async def revoke_token(self, token: str) -> bool:
+        return await tokens.revoke(self.redis, token)
 
     async def _wait_for_approval(self, request_id: str) -> bool:
         while not self.commands.closing:

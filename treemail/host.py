@@ -5,5 +5,6 @@ module is its public address.
 """
 
 from treemail.producers.host import Delivery, Registration, SendContext, Treemail, Wake
+from treemail.producers.tools import result_text
 
-__all__ = ["Treemail", "SendContext", "Registration", "Delivery", "Wake"]
+__all__ = ["Treemail", "SendContext", "Registration", "Delivery", "Wake", "result_text"]

@@ -98,3 +98,8 @@ INTERRUPT_GROUP = "treemail-interrupts"
 def approval_notify(request_id: str) -> str:
     """Wakes a send waiting on this request at once; only a hint (waiting sends poll the status too)."""
     return f"{PREFIX}:approval-notify:{request_id}"
+
+
+def access_token(digest: str) -> str:
+    """A bearer token binding an MCP connection to one session: only its SHA-256 is ever stored."""
+    return f"{PREFIX}:token:{digest}"

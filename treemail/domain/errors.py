@@ -32,6 +32,8 @@ class Code(str, Enum):
     INTERRUPT_PERMISSION_DENIED = "interrupt_agent:permission_denied"
     INTERRUPT_IDEMPOTENCY_CONFLICT = "interrupt_agent:idempotency_conflict"
     INTERRUPT_ENGINE_SHUTDOWN = "interrupt_agent:engine_shutdown"
+    # the tool registry: a tool the calling session does not have installed (host call_tool)
+    UNKNOWN_TOOL = "unknown_tool"
 
 
 class Rejected(Exception):
