@@ -53,7 +53,8 @@ class Delivery:
 @dataclass(frozen=True)
 class Registration:
     session_id: str
-    handle: str
+    # None for a session registered without a handle: it is addressed by its UUID.
+    handle: str | None
     root_session_id: str
 
 
@@ -96,20 +97,25 @@ class Treemail:
 
     async def register_root(
         self, agent_type: str, description: str = "", *, rules=None, send_message_tool: bool = True,
-        status: str = "running",
+        status: str = "running", with_handle: bool = True,
     ) -> Registration:
-        return await self._register(agent_type, description, rules, send_message_tool, status, None)
+        """``with_handle=False`` registers a pre-handle session: addressed, and replied to, by its UUID."""
+        return await self._register(agent_type, description, rules, send_message_tool, status, None, with_handle)
 
     async def register_child(
         self, parent_session_id: str, agent_type: str, description: str = "", *, rules=None,
-        send_message_tool: bool = True, status: str = "queued",
+        send_message_tool: bool = True, status: str = "queued", with_handle: bool = True,
     ) -> Registration:
-        return await self._register(agent_type, description, rules, send_message_tool, status, parent_session_id)
+        return await self._register(
+            agent_type, description, rules, send_message_tool, status, parent_session_id, with_handle
+        )
 
-    async def _register(self, agent_type, description, rules, send_message_tool, status, parent) -> Registration:
+    async def _register(
+        self, agent_type, description, rules, send_message_tool, status, parent, with_handle
+    ) -> Registration:
         record = await self.sessions.register(
             agent_type=agent_type, description=description, rules=rules,
-            send_message_tool=send_message_tool, status=status, parent_session_id=parent,
+            send_message_tool=send_message_tool, status=status, parent_session_id=parent, with_handle=with_handle,
         )
         return Registration(record.session_id, record.handle, record.root_session_id)
 
@@ -287,3 +293,30 @@ class Treemail:
     async def history(self, session_id: str) -> list[tuple[int, ev.Event]]:
         record = await self.sessions.record(session_id)
         return await self.store.read(record)
+
+    # ---- revert and fork (mail follows the session's log; see domain/decide/branches.py) ----------------
+
+    async def position(self, session_id: str) -> int:
+        """The session's current stream position: note it beside the engine's own log to revert or fork there."""
+        return (await self.store.load(await self.sessions.record(session_id))).version
+
+    async def revert(self, session_id: str, to_position: int) -> list[str]:
+        """The engine reverted the session's history to ``to_position``. Returns the mail due again.
+
+        Claims and consumptions after that position are undone (released, restored); mail accepted after it
+        stays pending; an open run ends. Raises LifecycleError ``lifecycle:invalid_position`` for a position
+        outside the history or on a branch already reverted.
+        """
+        events = await self.sessions.execute(c.RevertSession(session_id, to_position))
+        undone = (ev.ProducerMessageRestored, ev.ProducerMessageReleased)
+        return [e.message_id for e in events if isinstance(e, undone)]
+
+    async def fork(
+        self, session_id: str, at_position: int, *, description: str | None = None, status: str = "idle"
+    ) -> Registration:
+        """A new session (own id and handle, same tree and origin) forked from ``session_id`` at ``at_position``.
+
+        The source's pending mail stays with the source (it is delivered once, there).
+        """
+        record = await self.sessions.fork(session_id, at_position, description=description, status=status)
+        return Registration(record.session_id, record.handle, record.root_session_id)

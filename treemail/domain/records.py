@@ -13,10 +13,16 @@ class SessionRecord:
     parent_session_id: str | None
     agent_type: str
     description: str
-    handle: str
+    # None for a session registered without a handle (pre-handle): its UUID is its only address.
+    handle: str | None
     rules: list[tuple[str, str]]
     send_message_tool: bool
     partition: int
+
+    @property
+    def address(self) -> str:
+        """What a peer writes in `to` (and reads in an envelope): the handle, or the UUID without one."""
+        return self.handle or self.session_id
 
     @property
     def origin(self) -> permissions.Origin:
@@ -38,3 +44,8 @@ class Peer:
 
     record: SessionRecord
     status: str
+
+    def line(self) -> str:
+        """A pre-handle peer's row: its UUID is its address, printed once."""
+        record = self.record
+        return f"{record.session_id} — {record.description} — {self.status}"
