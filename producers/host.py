@@ -32,11 +32,15 @@ from treemail.domain.errors import LifecycleError, Rejected
 from treemail.domain.state import MailItem
 from treemail.services.sessions import SessionService
 
-from . import tool
+from . import plugins, subscriptions, tool
 from .client import CommandClient
+from .plugins import SendAttempt, SendHook
+from .subscriptions import MAIL_EVENTS, Observed, SubscriptionGap
 from .wakes import Wake, WakeReader
 
-__all__ = ["Treemail", "SendContext", "Registration", "Delivery", "Wake"]
+__all__ = [
+    "Treemail", "SendContext", "Registration", "Delivery", "Wake", "SendAttempt", "Observed", "SubscriptionGap",
+]
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,7 @@ class Treemail:
         self.commands = CommandClient(redis, listener, config.service)
         self.wake_reader = WakeReader(redis, config.service)
         self._listener = listener
+        self._send_hooks: list[SendHook] = []
 
     @classmethod
     async def connect(cls, config: Config | None = None, url: str | None = None) -> "Treemail":
@@ -238,6 +243,10 @@ class Treemail:
             parsed = tool.parse_arguments(arguments)
         except Rejected as rejection:
             return tool.error_result(rejection.code.value, rejection.message)
+        if self._send_hooks:
+            refusal = await self._gate(context, parsed)
+            if refusal is not None:
+                return refusal
         while True:
             outcome = await self.commands.request(context, parsed)
             if "approval" not in outcome:
@@ -320,3 +329,33 @@ class Treemail:
         """
         record = await self.sessions.fork(session_id, at_position, description=description, status=status)
         return Registration(record.session_id, record.handle, record.root_session_id)
+
+    # ---- plugins: observe and gate (producers/plugins.py, producers/subscriptions.py) -------------------
+
+    def add_send_hook(self, hook: SendHook):
+        """Run ``hook(SendAttempt)`` before every send is decided; it returns None, or a reason to refuse.
+
+        Returns a function that removes the hook.
+        """
+        self._send_hooks.append(hook)
+        return lambda: self._send_hooks.remove(hook) if hook in self._send_hooks else None
+
+    async def _gate(self, context: SendContext, arguments) -> dict | None:
+        sender = await self.store.directory.get(context.session_id)
+        if await plugins.already_decided(self.redis, sender, context):
+            return None  # a retry: the recorded outcome answers it, whatever the hooks say now
+        return await plugins.ask_hooks(self._send_hooks, context, arguments)
+
+    async def subscription_position(self) -> str:
+        """Where every feed ends now: ``subscribe(after=...)`` from it misses nothing appended later."""
+        return str(await subscriptions.starting_position(self.redis, self.config.service.partitions, None))
+
+    def subscribe(self, after: str | None = None, *, types=MAIL_EVENTS, block_ms: int = 1000):
+        """Every session's mail events as ``(position, session_id, event)``, live, until the host closes.
+
+        ``after``: None (from now), ``"start"`` (from the oldest event the feeds hold) or a position yielded
+        earlier (resume after it). ``types=None`` yields every event type.
+        """
+        return subscriptions.subscribe(
+            self.redis, self.config.service, after, types, lambda: self.commands.closing, block_ms
+        )

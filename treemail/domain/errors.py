@@ -20,6 +20,8 @@ class Code(str, Enum):
     ENGINE_SHUTDOWN = "send_message:engine_shutdown"
     IDEMPOTENCY_CONFLICT = "send_message:idempotency_conflict"
     PERMISSION_DENIED = "permission_denied"
+    # Plugins observe and gate: a pre-send hook the host registered refused the send.
+    PLUGIN_REFUSED = "send_message:plugin_refused"
 
 
 class Rejected(Exception):
