@@ -1,5 +1,7 @@
 """Revert and fork on a real Valkey: mail follows the session's log, and live state equals a full replay."""
 
+from dataclasses import replace
+
 import pytest
 
 from treemail.adapters.eventstore import EventStore
@@ -151,6 +153,10 @@ async def test_fork_is_a_new_session_of_the_tree_without_the_sources_pending_mai
     assert [m.message_id for m in await stack.pending_mail(fork.session_id)] == [by_handle]
     await send(stack, calls, fork, root.session_id, "the fork replies")
     assert await stack.tool_definition(fork.session_id) == await stack.tool_definition(child.session_id)
+    # Its directory record is the source's origin under its own id and handle.
+    fork_record = await stack.sessions.record(fork.session_id)
+    source_record = await stack.sessions.record(child.session_id)
+    assert replace(fork_record, session_id=child.session_id, handle=child.handle) == source_record
 
 
 async def test_a_ghost_session_created_on_a_reverted_branch_stays_addressable_by_its_id(stack, calls):

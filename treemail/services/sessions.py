@@ -8,7 +8,7 @@ status, runs, claims, acknowledgements, injected mail, wakes, approvals.
 import asyncio
 import random
 import time
-from dataclasses import replace
+from dataclasses import fields, replace
 
 from ..adapters import keys
 from ..adapters.config import Config
@@ -100,12 +100,11 @@ class SessionService:
     ) -> SessionRecord:
         """A new session of the source's tree, with its origin, starting from its history at ``at_position``."""
         source = await self.record(source_session_id)
-        origin = RegisterSession(
-            session_id=ids.uuid7(), root_session_id=source.root_session_id,
-            parent_session_id=source.parent_session_id, agent_type=source.agent_type,
-            description=source.description if description is None else description, handle=None,
-            rules=source.rules, send_message_tool=source.send_message_tool, status=status,
-        )
+        # Every origin field the record keeps is the source's (tree, parent, type, rules, ...), new ones included.
+        origin = RegisterSession(**{
+            **{name: getattr(source, name) for name in _ORIGIN_FIELDS}, "session_id": ids.uuid7(), "handle": None,
+            "description": source.description if description is None else description, "status": status,
+        })
         return await self._register(
             origin, True, lambda registration: ForkSession(registration, source_session_id, at_position)
         )
@@ -118,10 +117,7 @@ class SessionService:
         for _ in range(HANDLE_ATTEMPTS if with_handle else 1):
             registration = replace(origin, handle=ids.new_handle(origin.agent_type) if with_handle else None)
             record = SessionRecord(
-                session_id=origin.session_id, root_session_id=origin.root_session_id,
-                parent_session_id=origin.parent_session_id, agent_type=origin.agent_type,
-                description=origin.description, handle=registration.handle, rules=origin.rules,
-                send_message_tool=origin.send_message_tool, partition=partition,
+                **{name: getattr(registration, name) for name in _ORIGIN_FIELDS}, partition=partition
             )
             # The directory entry comes first: a handle that resolves must always find its record.
             await self.store.directory.put(record)
@@ -131,6 +127,12 @@ class SessionService:
                 continue
             return record
         raise RuntimeError(f"no free handle for agent type {origin.agent_type!r} after {HANDLE_ATTEMPTS} attempts")
+
+
+# What a registration and the directory record both hold: the record is the registration's origin.
+_ORIGIN_FIELDS = tuple(
+    f.name for f in fields(SessionRecord) if f.name in {g.name for g in fields(RegisterSession)}
+)
 
 
 class HandleTaken(Exception):
