@@ -34,12 +34,17 @@ from treemail.domain.errors import LifecycleError, Rejected
 from treemail.domain.state import MailItem
 from treemail.services.sessions import SessionService
 
-from . import tool, tools, toolschemas
+from . import plugins, subscriptions, tool, tools, toolschemas
 from .client import CommandClient
 from .interrupts import Interrupt, InterruptHost
+from .plugins import SendAttempt, SendHook
+from .subscriptions import MAIL_EVENTS, Observed, SubscriptionGap
 from .wakes import Wake, WakeReader
 
-__all__ = ["Treemail", "SendContext", "Registration", "Delivery", "Wake", "Interrupt"]
+__all__ = [
+    "Treemail", "SendContext", "Registration", "Delivery", "Wake", "Interrupt", "SendAttempt", "Observed",
+    "SubscriptionGap",
+]
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,8 @@ class Delivery:
 @dataclass(frozen=True)
 class Registration:
     session_id: str
-    handle: str
+    # None for a session registered without a handle: it is addressed by its UUID.
+    handle: str | None
     root_session_id: str
 
 
@@ -72,6 +78,7 @@ class Treemail(InterruptHost):
         self.wake_reader = WakeReader(redis, config.service)
         self._init_interrupts()
         self._listener = listener
+        self._send_hooks: list[SendHook] = []
 
     @classmethod
     async def connect(cls, config: Config | None = None, url: str | None = None) -> "Treemail":
@@ -102,31 +109,35 @@ class Treemail(InterruptHost):
 
     async def register_root(
         self, agent_type: str, description: str = "", *, rules=None, send_message_tool: bool = True,
-        status: str = "running", accepts_images: bool = False,
+        status: str = "running", with_handle: bool = True, accepts_images: bool = False,
     ) -> Registration:
-        """``rules``: the message rules, or per action: ``{"message": ..., "interrupt": ...}``."""
+        """``rules``: the message rules, or per action: ``{"message": ..., "interrupt": ...}``.
+
+        ``with_handle=False`` registers a pre-handle session: addressed, and replied to, by its UUID.
+        """
         return await self._register(
-            agent_type, description, rules, send_message_tool, status, None, accepts_images=accepts_images
+            agent_type, description, rules, send_message_tool, status, None, with_handle=with_handle,
+            accepts_images=accepts_images,
         )
 
     async def register_child(
         self, parent_session_id: str, agent_type: str, description: str = "", *, rules=None,
-        send_message_tool: bool = True, status: str = "queued", resident: bool = True, continuable: bool = True,
-        accepts_images: bool = False,
+        send_message_tool: bool = True, status: str = "queued", with_handle: bool = True, resident: bool = True,
+        continuable: bool = True, accepts_images: bool = False,
     ) -> Registration:
         """``resident``/``continuable``: what direct routing asks of a child writing to its parent."""
         return await self._register(
-            agent_type, description, rules, send_message_tool, status, parent_session_id, resident=resident,
-            continuable=continuable, accepts_images=accepts_images,
+            agent_type, description, rules, send_message_tool, status, parent_session_id, with_handle=with_handle,
+            resident=resident, continuable=continuable, accepts_images=accepts_images,
         )
 
     async def _register(
-        self, agent_type, description, rules, send_message_tool, status, parent, *, resident: bool = True,
-        continuable: bool = True, accepts_images: bool = False,
+        self, agent_type, description, rules, send_message_tool, status, parent, *, with_handle: bool = True,
+        resident: bool = True, continuable: bool = True, accepts_images: bool = False,
     ) -> Registration:
         record = await self.sessions.register(
             agent_type=agent_type, description=description, rules=rules,
-            send_message_tool=send_message_tool, status=status, parent_session_id=parent,
+            send_message_tool=send_message_tool, status=status, parent_session_id=parent, with_handle=with_handle,
             resident=resident, continuable=continuable, accepts_images=accepts_images,
         )
         return Registration(record.session_id, record.handle, record.root_session_id)
@@ -263,6 +274,10 @@ class Treemail(InterruptHost):
             parsed = tool.parse_arguments(arguments, self.config.messaging.content_blocks)
         except Rejected as rejection:
             return tool.error_result(rejection.code.value, rejection.message)
+        if self._send_hooks:
+            refusal = await self._gate(context, parsed)
+            if refusal is not None:
+                return refusal
         while True:
             outcome = await self.commands.request(context, parsed)
             if "approval" not in outcome:
@@ -337,3 +352,60 @@ class Treemail(InterruptHost):
     async def history(self, session_id: str) -> list[tuple[int, ev.Event]]:
         record = await self.sessions.record(session_id)
         return await self.store.read(record)
+
+    # ---- revert and fork (mail follows the session's log; see domain/decide/branches.py) ----------------
+
+    async def position(self, session_id: str) -> int:
+        """The session's current stream position: note it beside the engine's own log to revert or fork there."""
+        return (await self.store.load(await self.sessions.record(session_id))).version
+
+    async def revert(self, session_id: str, to_position: int) -> list[str]:
+        """The engine reverted the session's history to ``to_position``. Returns the mail due again.
+
+        Claims and consumptions after that position are undone (released, restored); mail accepted after it
+        stays pending; an open run ends. Raises LifecycleError ``lifecycle:invalid_position`` for a position
+        outside the history or on a branch already reverted.
+        """
+        events = await self.sessions.execute(c.RevertSession(session_id, to_position))
+        undone = (ev.ProducerMessageRestored, ev.ProducerMessageReleased)
+        return [e.message_id for e in events if isinstance(e, undone)]
+
+    async def fork(
+        self, session_id: str, at_position: int, *, description: str | None = None, status: str = "idle"
+    ) -> Registration:
+        """A new session (own id and handle, same tree and origin) forked from ``session_id`` at ``at_position``.
+
+        The source's pending mail stays with the source (it is delivered once, there).
+        """
+        record = await self.sessions.fork(session_id, at_position, description=description, status=status)
+        return Registration(record.session_id, record.handle, record.root_session_id)
+
+    # ---- plugins: observe and gate (producers/plugins.py, producers/subscriptions.py) -------------------
+
+    def add_send_hook(self, hook: SendHook):
+        """Run ``hook(SendAttempt)`` before every send is decided; it returns None, or a reason to refuse.
+
+        Returns a function that removes the hook.
+        """
+        self._send_hooks.append(hook)
+        return lambda: self._send_hooks.remove(hook) if hook in self._send_hooks else None
+
+    async def _gate(self, context: SendContext, arguments) -> dict | None:
+        sender = await self.store.directory.get(context.session_id)
+        if await plugins.already_decided(self.redis, sender, context):
+            return None  # a retry: the recorded outcome answers it, whatever the hooks say now
+        return await plugins.ask_hooks(self._send_hooks, context, arguments)
+
+    async def subscription_position(self) -> str:
+        """Where every feed ends now: ``subscribe(after=...)`` from it misses nothing appended later."""
+        return str(await subscriptions.starting_position(self.redis, self.config.service.partitions, None))
+
+    def subscribe(self, after: str | None = None, *, types=MAIL_EVENTS, block_ms: int = 1000):
+        """Every session's mail events as ``(position, session_id, event)``, live, until the host closes.
+
+        ``after``: None (from now), ``"start"`` (from the oldest event the feeds hold) or a position yielded
+        earlier (resume after it). ``types=None`` yields every event type.
+        """
+        return subscriptions.subscribe(
+            self.redis, self.config.service, after, types, lambda: self.commands.closing, block_ms
+        )

@@ -13,7 +13,7 @@ def history_row(seq: int, event: ev.Event) -> str:
             run = f" run={event.run_id}" if event.run_id else ""
             return f"{seq:>6} {name:<26} {event.message_id}{run}"
         case ev.SessionRegistered():
-            return f"{seq:>6} {name:<26} {event.handle} status={event.status}"
+            return f"{seq:>6} {name:<26} {event.handle or event.session_id} status={event.status}"
         case ev.SessionStatusChanged():
             return f"{seq:>6} {name:<26} status={event.status}"
         case _:

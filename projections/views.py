@@ -34,7 +34,7 @@ def _counted(event) -> bool:
 def inbox(view: View, session_id: str, event: ev.Event) -> None:
     """Pending agent mail per recipient session."""
     match event:
-        case ev.ProducerMessageAccepted() if _counted(event):
+        case ev.ProducerMessageAccepted() | ev.ProducerMessageRestored() if _counted(event):
             _add(view, session_id, 1)
         case ev.ProducerMessageConsumed() | ev.ProducerMessageDiscarded() if _counted(event):
             _add(view, session_id, -1)
@@ -43,7 +43,7 @@ def inbox(view: View, session_id: str, event: ev.Event) -> None:
 def pairs(view: View, session_id: str, event: ev.Event) -> None:
     """Unacknowledged agent mail per directed pair, ``sender>recipient``."""
     match event:
-        case ev.ProducerMessageAccepted() if _counted(event):
+        case ev.ProducerMessageAccepted() | ev.ProducerMessageRestored() if _counted(event):
             _add(view, f"{event.sender_session_id}>{session_id}", 1)
         case ev.ProducerMessageConsumed() | ev.ProducerMessageDiscarded() if _counted(event):
             _add(view, f"{event.sender_session_id}>{session_id}", -1)
@@ -75,6 +75,10 @@ def trees(view: View, session_id: str, event: ev.Event) -> None:
         case ev.ProducerMessageConsumed() | ev.ProducerMessageDiscarded():
             _add(view, f"{root}:done", 1)
             _add(view, f"{root}:pending", -1)
+        case ev.ProducerMessageRestored():
+            # Consumed on a reverted branch: not done after all.
+            _add(view, f"{root}:done", -1)
+            _add(view, f"{root}:pending", 1)
 
 
 @dataclass(frozen=True)
@@ -86,7 +90,8 @@ class Projection:
     apply: Apply
 
 
-_MAIL_DONE = (ev.ProducerMessageAccepted, ev.ProducerMessageConsumed, ev.ProducerMessageDiscarded)
+_MAIL_DONE = (ev.ProducerMessageAccepted, ev.ProducerMessageConsumed, ev.ProducerMessageDiscarded,
+              ev.ProducerMessageRestored)
 
 # The one registry: the live runner and the rebuild both fold through ``fold_event`` and ``fold_session``,
 # which call ``apply`` only for the types in ``reads``, so the two can never see different events.

@@ -4,7 +4,19 @@ The facade lives with the other producers (``treemail.producers.host``); this
 module is its public address.
 """
 
-from treemail.producers.host import Delivery, Registration, SendContext, Treemail, Wake
+from treemail.producers.host import (
+    Delivery,
+    Observed,
+    Registration,
+    SendAttempt,
+    SendContext,
+    SubscriptionGap,
+    Treemail,
+    Wake,
+)
 from treemail.producers.tools import result_text
 
-__all__ = ["Treemail", "SendContext", "Registration", "Delivery", "Wake", "result_text"]
+__all__ = [
+    "Treemail", "SendContext", "Registration", "Delivery", "Wake", "SendAttempt", "Observed", "SubscriptionGap",
+    "result_text",
+]

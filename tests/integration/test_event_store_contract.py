@@ -3,7 +3,8 @@ the 3-master cluster (marker ``cluster``).
 
 What the commit step promises: an append applies whole or not at all; it applies only on the etag
 the caller decided on; a chained append fails when the one it was built on did not apply; an
-idempotency key is written once; a handle has one owner per tree; the feed entry, the wake trigger and
+idempotency key is written once; a handle has one owner per tree (a session without one still joins
+its tree); the feed entry, the wake trigger and
 the indexes are written in the same step as their events.
 """
 
@@ -22,7 +23,7 @@ from .conftest import make_config
 pytestmark = pytest.mark.cluster
 
 
-def record(session_id: str, handle: str = "explore_0000aaaa", root: str | None = None) -> SessionRecord:
+def record(session_id: str, handle: str | None = "explore_0000aaaa", root: str | None = None) -> SessionRecord:
     return SessionRecord(
         session_id=session_id, root_session_id=root or "root-1", parent_session_id=None, agent_type="explore",
         description="", handle=handle, rules=[("*", "allow")], send_message_tool=True, partition=3,
@@ -106,6 +107,16 @@ async def test_a_handle_has_one_owner_per_tree_and_a_taken_one_writes_nothing(st
     assert not (await store.load(second)).state.registered
     owner = await store.redis.hget(keys.tree_handles(3, "root-1"), first.handle)
     assert owner == b"s-1"
+
+
+async def test_a_registration_without_a_handle_joins_its_tree_and_reserves_no_handle(store):
+    old, other = record("s-1", handle=None), record("s-2", handle=None)
+    for r in (old, other):
+        assert (await store.append(store.prepare(r, await store.load(r), [registered(r)]))).status == "ok"
+
+    assert set(await store.directory.tree_members(3, "root-1")) == {"s-1", "s-2"}
+    assert await store.redis.smembers(keys.partition_sessions(3)) == {b"s-1", b"s-2"}
+    assert await store.redis.hgetall(keys.tree_handles(3, "root-1")) == {}
 
 
 async def test_the_feed_entry_and_the_wake_trigger_are_written_in_the_same_step_as_their_events(store):

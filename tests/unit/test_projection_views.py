@@ -22,10 +22,11 @@ def histories(draw):
     """Per-session streams of plausible events, and one interleaving of them (the feed order)."""
     streams: dict[str, list[ev.Event]] = {s: [registered(s)] for s in SESSIONS}
     pending: dict[str, list[ev.ProducerMessageAccepted]] = {s: [] for s in SESSIONS}
+    done: dict[str, list[ev.ProducerMessageAccepted]] = {s: [] for s in SESSIONS}
     order: list[str] = list(SESSIONS)
     for n in range(draw(st.integers(0, 60))):
         session = draw(st.sampled_from(SESSIONS))
-        step = draw(st.sampled_from(["accept", "accept", "done", "wake", "run", "unknown"]))
+        step = draw(st.sampled_from(["accept", "accept", "done", "restore", "wake", "run", "unknown"]))
         if step == "accept":
             sender = draw(st.sampled_from(SESSIONS))
             owner = draw(st.sampled_from(["agent", "agent", "plugin"]))
@@ -39,6 +40,14 @@ def histories(draw):
             cls = draw(st.sampled_from([ev.ProducerMessageConsumed, ev.ProducerMessageDiscarded]))
             event = cls(message_id=accepted.message_id, owner=accepted.owner,
                         sender_session_id=accepted.sender_session_id)
+            done[session].append(accepted)
+        elif step == "restore" and done[session]:
+            # A revert undid a consumption: the message is pending again.
+            accepted = done[session].pop(draw(st.integers(0, len(done[session]) - 1)))
+            event = ev.ProducerMessageRestored(message_id=accepted.message_id, owner=accepted.owner,
+                                               sender_session_id=accepted.sender_session_id, mode="steer",
+                                               accepted_seq=1)
+            pending[session].append(accepted)
         elif step == "wake":
             event = ev.SessionWakeRequested(message_id=None)
         elif step == "run":
@@ -87,7 +96,10 @@ def test_inbox_and_pairs_count_pending_agent_mail_only(history):
     views = rebuild(streams)
     for session, events in streams.items():
         accepted = {e.message_id: e for e in events if isinstance(e, ev.ProducerMessageAccepted) and e.owner == "agent"}
-        done = {e.message_id for e in events if isinstance(e, (ev.ProducerMessageConsumed, ev.ProducerMessageDiscarded))}
+        latest = {e.message_id: e for e in events if isinstance(e, (ev.ProducerMessageConsumed,
+                                                                    ev.ProducerMessageDiscarded,
+                                                                    ev.ProducerMessageRestored))}
+        done = {m for m, e in latest.items() if not isinstance(e, ev.ProducerMessageRestored)}
         pending = [e for m, e in accepted.items() if m not in done]
         assert int(views["inbox"].get(session, 0)) == len(pending)
         for sender in SESSIONS:
@@ -146,6 +158,9 @@ def one_of_each_event_type() -> list[ev.Event]:
         ev.ApprovalDenied(request_id="q", key="k"),
         # seed 002 part 2
         ev.SessionInterruptRequested(interrupt_id="i", run_id="r", sender_session_id="s0", sender_handle="h0"),
+        ev.SessionReverted(to_position=1, from_position=3),
+        ev.ProducerMessageRestored(**message, mode="steer", accepted_seq=2),
+        ev.SessionForked(source_session_id="s2", at_position=1),
     ]
 
 

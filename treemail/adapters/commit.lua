@@ -15,7 +15,8 @@
 --       10 partition approvals hash, 11 tree grants set
 --       (all in one hash slot: the tree's partition tag)
 -- ARGV: 1 expected etag ('' for a new session) and new etag as "old new", 2 snapshot json,
---       3 idempotency record ('' none), 4 idempotency ttl seconds, 5 handle to reserve ('' none),
+--       3 idempotency record ('' none), 4 idempotency ttl seconds,
+--       5 the session's registration: '' none, '*' without a handle, else the handle to reserve,
 --       6 session id, 7 event count, then (type, data) per event,
 --       then mail change count, then (message id, item json or '' to delete),
 --       then wake count, then one wake trigger json each,
@@ -32,7 +33,7 @@ local space = string.find(ARGV[1], ' ', 1, true)
 local expected_etag = string.sub(ARGV[1], 1, space - 1)
 if (state[2] or '') ~= expected_etag then return {'conflict', tostring(current)} end
 if ARGV[5] ~= '' then
-  if redis.call('HSETNX', KEYS[5], ARGV[5], ARGV[6]) == 0 then return {'handle_taken', ''} end
+  if ARGV[5] ~= '*' and redis.call('HSETNX', KEYS[5], ARGV[5], ARGV[6]) == 0 then return {'handle_taken', ''} end
   redis.call('SADD', KEYS[6], ARGV[6])
   redis.call('SADD', KEYS[8], ARGV[6])
 end

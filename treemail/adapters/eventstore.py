@@ -88,6 +88,17 @@ def approval_index(record: SessionRecord, applied: Applied) -> list[str]:
     return pairs
 
 
+# ARGV[5] of the commit script for a registration without a handle; never a handle (ids.HANDLE_PATTERN).
+NO_HANDLE = "*"
+
+
+def registration_arg(applied: Applied) -> str:
+    """'' when the append registers nobody; else the handle to reserve, or NO_HANDLE."""
+    if not applied.registers:
+        return ""
+    return applied.handle or NO_HANDLE
+
+
 def parse_append(reply: list) -> AppendResult:
     status = reply[0].decode() if isinstance(reply[0], bytes) else reply[0]
     value = reply[1]
@@ -195,7 +206,7 @@ class EventStore:
             applied.state.to_json(),
             json.dumps(idempotency_record, separators=(",", ":")) if idempotency_record else "",
             self.config.idempotency_ttl_s,
-            applied.handle or "",
+            registration_arg(applied),
             sid,
             len(new_events), *encoded,
             len(changes) // 2, *changes,

@@ -52,7 +52,8 @@ class RegisterSession:
     parent_session_id: str | None
     agent_type: str
     description: str
-    handle: str
+    # None: registered without a handle (a pre-handle session), addressed by UUID only.
+    handle: str | None
     rules: list[tuple[str, str]]
     send_message_tool: bool
     status: Status
@@ -153,9 +154,29 @@ class InterruptAgent:
     @property
     def session_id(self) -> str:
         return self.context.session_id
+# Revert and fork.
+@dataclass(frozen=True)
+class RevertSession:
+    """The engine took the session's history back to ``to_position`` (a position of its stream)."""
+
+    session_id: str
+    to_position: int
+
+
+@dataclass(frozen=True)
+class ForkSession:
+    """Register ``registration`` (a new session) as a fork of ``source_session_id`` at ``at_position``."""
+
+    registration: RegisterSession
+    source_session_id: str
+    at_position: int
+
+    @property
+    def session_id(self) -> str:
+        return self.registration.session_id
 
 
 SessionCommand = (
     RegisterSession | ChangeStatus | StartRun | FinishRun | ClaimMail | ConsumeMail | ReleaseMail | DiscardMail
-    | InjectMail | RequestWake | ResolveApproval
+    | InjectMail | RequestWake | ResolveApproval | RevertSession | ForkSession
 )

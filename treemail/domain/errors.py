@@ -34,6 +34,8 @@ class Code(str, Enum):
     INTERRUPT_ENGINE_SHUTDOWN = "interrupt_agent:engine_shutdown"
     # the tool registry: a tool the calling session does not have installed (host call_tool)
     UNKNOWN_TOOL = "unknown_tool"
+    # Plugins observe and gate: a pre-send hook the host registered refused the send.
+    PLUGIN_REFUSED = "send_message:plugin_refused"
 
 
 class Rejected(Exception):

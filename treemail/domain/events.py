@@ -28,7 +28,8 @@ class SessionRegistered(Event):
     parent_session_id: str | None
     agent_type: str
     description: str
-    handle: str
+    # None: a session registered without a handle (the seed's pre-handle sessions), addressed by UUID only.
+    handle: str | None
     rules: list[tuple[str, str]]
     send_message_tool: bool
     status: Status
@@ -150,6 +151,33 @@ class SessionInterruptRequested(Event):
     sender_handle: str
     reason: str = ""
     tool_call_id: str | None = None
+# Revert and fork: mail follows the session's log.
+class SessionReverted(Event):
+    """The engine took the session's history back to ``to_position``.
+
+    Positions in (``to_position``, ``from_position``] are a reverted branch.
+    The events appended with this one undo what the session did with its mail
+    on that branch (claims released, consumptions restored); mail accepted on
+    it stays pending.
+    """
+
+    to_position: int
+    from_position: int
+
+
+class ProducerMessageRestored(MessageEvent):
+    """Mail consumed on a reverted branch: pending again (released), due at the next boundary."""
+
+    mode: Mode
+    # Position of the message's ProducerMessageAccepted event (the body lives there).
+    accepted_seq: int
+
+
+class SessionForked(Event):
+    """This session started as a fork of ``source_session_id`` at position ``at_position`` of its stream."""
+
+    source_session_id: str
+    at_position: int
 
 
 EVENT_TYPES: dict[str, type[Event]] = {
@@ -172,6 +200,10 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ApprovalDenied,
         # seed 002 part 2: interrupt_agent
         SessionInterruptRequested,
+        # Revert and fork.
+        SessionReverted,
+        ProducerMessageRestored,
+        SessionForked,
     )
 }
 

@@ -1,16 +1,19 @@
 """Routing as data: every command type and the pure function that decides it.
 
 Adding a command is one row here. ``reads_mail`` says whether the decision
-needs the session's pending mail (loading it costs a read the others skip).
+needs the session's pending mail (loading it costs a read the others skip);
+``reads_history`` names the stream whose events it needs (revert and fork).
 The send is decided by the worker pool on what it loads in bulk
 (``SendGiven``); every other command by the session service on ``Given``.
 """
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import attrgetter
 
 from . import commands as c
 from .decide.approvals import decide_resolve_approval
+from .decide.branches import decide_fork, decide_revert
 from .decide.lifecycle import (
     decide_claim,
     decide_consume,
@@ -31,6 +34,8 @@ from .decide.send import decide_send
 class Handler:
     decide: Callable
     reads_mail: bool = False
+    # The session whose whole stream the decision reads (``Given.history``), from the command; None: none.
+    reads_history: Callable | None = None
 
 
 HANDLERS: dict[type, Handler] = {
@@ -48,4 +53,7 @@ HANDLERS: dict[type, Handler] = {
     c.ResolveApproval: Handler(decide_resolve_approval),
     # seed 002 part 2: interrupt_agent (decided like the send, on what ``services.interrupts`` loads)
     c.InterruptAgent: Handler(decide_interrupt),
+    # Revert and fork: decided on the session's own history, or on the fork source's.
+    c.RevertSession: Handler(decide_revert, reads_mail=True, reads_history=attrgetter("session_id")),
+    c.ForkSession: Handler(decide_fork, reads_history=attrgetter("source_session_id")),
 }

@@ -13,7 +13,8 @@ class SessionRecord:
     parent_session_id: str | None
     agent_type: str
     description: str
-    handle: str
+    # None for a session registered without a handle (pre-handle): its UUID is its only address.
+    handle: str | None
     rules: list[tuple[str, str]]
     send_message_tool: bool
     partition: int
@@ -22,6 +23,11 @@ class SessionRecord:
     continuable: bool = True  # it can be continued with new turns after its first
     accepts_images: bool = False  # its model reads image blocks
     interrupt_rules: list[tuple[str, str]] = field(default_factory=list)  # the `interrupt` action's rules
+
+    @property
+    def address(self) -> str:
+        """What a peer writes in `to` (and reads in an envelope): the handle, or the UUID without one."""
+        return self.handle or self.session_id
 
     @property
     def origin(self) -> permissions.Origin:
@@ -44,3 +50,8 @@ class Peer:
 
     record: SessionRecord
     status: str
+
+    def line(self) -> str:
+        """A pre-handle peer's row: its UUID is its address, printed once."""
+        record = self.record
+        return f"{record.session_id} — {record.description} — {self.status}"

@@ -148,7 +148,8 @@ def evolve(state: SessionState, event: ev.Event) -> SessionState:
             return replace(state, status="idle", current_run=None, run_hops=hops)
         case ev.ProducerRegistered(producer_id=producer_id):
             return replace(state, producers=state.producers | {producer_id})
-        case ev.ProducerMessageAccepted(owner=owner, sender_session_id=sender):
+        case (ev.ProducerMessageAccepted(owner=owner, sender_session_id=sender)
+              | ev.ProducerMessageRestored(owner=owner, sender_session_id=sender)):
             state = replace(state, pending_all=state.pending_all + 1)
             if not _counted(owner):
                 return state
@@ -203,6 +204,12 @@ def evolve_mail(mail: dict[str, MailItem], event: ev.Event, seq: int) -> dict[st
                 mail[event.message_id] = replace(item, state=new_state, run_id=event.run_id)
         case ev.ProducerMessageConsumed() | ev.ProducerMessageDiscarded():
             mail.pop(event.message_id, None)
+        case ev.ProducerMessageRestored():
+            # Consumed on a reverted branch: due again, in its original acceptance order.
+            mail[event.message_id] = MailItem(
+                message_id=event.message_id, owner=event.owner, sender_session_id=event.sender_session_id,
+                agent_hop=event.agent_hop, mode=event.mode, state="released", run_id=None, seq=event.accepted_seq,
+            )
         case _:
             pass
     return mail
@@ -230,6 +237,8 @@ class Applied:
     tree_grants: list[str]
     # seed 002 part 2: (stream position, interrupt) of each interrupt requested; its trigger rides the wake stream.
     interrupts: list[tuple[int, "ev.SessionInterruptRequested"]] = field(default_factory=list)
+    # The events register the session: it joins its tree and partition (with or without a handle).
+    registers: bool = False
 
 
 def apply(state: SessionState, mail: dict[str, MailItem], events: list[ev.Event], version: int) -> Applied:
@@ -238,6 +247,7 @@ def apply(state: SessionState, mail: dict[str, MailItem], events: list[ev.Event]
     touched: list[str] = []
     wakes: list[tuple[int, str | None]] = []
     handle = None
+    registers = False
     approvals: dict[str, tuple[ev.ApprovalRequested | None, str]] = {}
     grants: list[str] = []
     interrupts: list[tuple[int, ev.SessionInterruptRequested]] = []
@@ -250,7 +260,7 @@ def apply(state: SessionState, mail: dict[str, MailItem], events: list[ev.Event]
             case ev.SessionWakeRequested():
                 wakes.append((seq, event.message_id))
             case ev.SessionRegistered():
-                handle = event.handle
+                handle, registers = event.handle, True
             case ev.ApprovalRequested():
                 approvals[event.request_id] = (event, "pending")
             case ev.ApprovalGranted():
@@ -262,4 +272,5 @@ def apply(state: SessionState, mail: dict[str, MailItem], events: list[ev.Event]
             case ev.SessionInterruptRequested():
                 interrupts.append((seq, event))
     changes = {message_id: mail.get(message_id) for message_id in dict.fromkeys(touched)}
-    return Applied(state, version + len(events), changes, wakes, handle, approvals, grants, interrupts)
+    return Applied(state, version + len(events), changes, wakes, handle, approvals, grants, interrupts=interrupts,
+                   registers=registers)

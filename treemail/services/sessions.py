@@ -8,13 +8,14 @@ status, runs, claims, acknowledgements, injected mail, wakes, approvals.
 import asyncio
 import random
 import time
+from dataclasses import fields, replace
 
 from ..adapters import keys
 from ..adapters.config import Config
 from ..adapters.eventstore import EventStore
 from ..domain import events as ev
 from ..domain import actions, ids
-from ..domain.commands import STATUSES, RegisterSession, SessionCommand
+from ..domain.commands import STATUSES, ForkSession, RegisterSession, SessionCommand
 from ..domain.decide.lifecycle import Given
 from ..domain.errors import LifecycleError, UnknownSessionError
 from ..domain.handlers import HANDLERS
@@ -46,10 +47,13 @@ class SessionService:
                 # Many writers on one session: spread the retries so they stop colliding in lockstep.
                 await asyncio.sleep(random.uniform(0, 0.001 * min(attempt, 20)))
             loaded = await self.store.load(record)
-            if not loaded.state.registered and not isinstance(command, RegisterSession):
+            if not loaded.state.registered and not isinstance(command, (RegisterSession, ForkSession)):
                 raise LifecycleError("lifecycle:unknown_session", f"session {command.session_id} is not registered")
             mail = await self.store.load_mail(record) if handler.reads_mail else {}
-            new_events = handler.decide(command, Given(loaded.state, mail, self.config.messaging, time.time()))
+            history = await self._history(handler, command, record, loaded.version)
+            new_events = handler.decide(
+                command, Given(loaded.state, mail, self.config.messaging, time.time(), history)
+            )
             if not new_events:
                 return []
             result = await self.store.append(self.store.prepare(record, loaded, new_events, mail=mail))
@@ -61,6 +65,15 @@ class SessionService:
             "lifecycle:contention", f"session {command.session_id} kept changing under {CONFLICT_ATTEMPTS} attempts"
         )
 
+    async def _history(self, handler, command, record: SessionRecord, version: int) -> tuple:
+        if handler.reads_history is None:
+            return ()
+        session_id = handler.reads_history(command)
+        if session_id != record.session_id:
+            return tuple(await self.store.read(await self.record(session_id)))
+        # Exactly the events the loaded state folds; any appended since make this append conflict anyway.
+        return tuple((seq, e) for seq, e in await self.store.read(record) if seq <= version)
+
     async def register(
         self,
         *,
@@ -70,37 +83,60 @@ class SessionService:
         send_message_tool: bool,
         status: str,
         parent_session_id: str | None,
+        with_handle: bool = True,
         resident: bool = True,
         continuable: bool = True,
         accepts_images: bool = False,
     ) -> SessionRecord:
-        if status not in STATUSES:
-            raise ValueError(f"status must be queued, running, idle or finished, got {status!r}")
         normalized, interrupt_rules = actions.split_actions(rules)
-        flags = dict(resident=resident, continuable=continuable, accepts_images=accepts_images,
-                     interrupt_rules=interrupt_rules)
         session_id = ids.uuid7()
         root_id = session_id if parent_session_id is None else (await self.record(parent_session_id)).root_session_id
-        partition = keys.partition_of(root_id, self.config.service.partitions)
-        for _ in range(HANDLE_ATTEMPTS):
-            command = RegisterSession(
-                session_id=session_id, root_session_id=root_id, parent_session_id=parent_session_id,
-                agent_type=agent_type, description=description, handle=ids.new_handle(agent_type),
-                rules=normalized, send_message_tool=send_message_tool, status=status, **flags,
-            )
+        origin = RegisterSession(
+            session_id=session_id, root_session_id=root_id, parent_session_id=parent_session_id,
+            agent_type=agent_type, description=description, handle=None, rules=normalized,
+            send_message_tool=send_message_tool, status=status, resident=resident, continuable=continuable,
+            accepts_images=accepts_images, interrupt_rules=interrupt_rules,
+        )
+        return await self._register(origin, with_handle, lambda registration: registration)
+
+    async def fork(
+        self, source_session_id: str, at_position: int, *, description: str | None = None, status: str = "idle"
+    ) -> SessionRecord:
+        """A new session of the source's tree, with its origin, starting from its history at ``at_position``."""
+        source = await self.record(source_session_id)
+        # Every origin field the record keeps is the source's (tree, parent, type, rules, ...), new ones included.
+        origin = RegisterSession(**{
+            **{name: getattr(source, name) for name in _ORIGIN_FIELDS}, "session_id": ids.uuid7(), "handle": None,
+            "description": source.description if description is None else description, "status": status,
+        })
+        return await self._register(
+            origin, True, lambda registration: ForkSession(registration, source_session_id, at_position)
+        )
+
+    async def _register(self, origin: RegisterSession, with_handle: bool, command_for) -> SessionRecord:
+        if origin.status not in STATUSES:
+            raise ValueError(f"status must be queued, running, idle or finished, got {origin.status!r}")
+        partition = keys.partition_of(origin.root_session_id, self.config.service.partitions)
+        # A session without a handle cannot collide with another: one attempt.
+        for _ in range(HANDLE_ATTEMPTS if with_handle else 1):
+            registration = replace(origin, handle=ids.new_handle(origin.agent_type) if with_handle else None)
             record = SessionRecord(
-                session_id=session_id, root_session_id=root_id, parent_session_id=parent_session_id,
-                agent_type=agent_type, description=description, handle=command.handle, rules=normalized,
-                send_message_tool=send_message_tool, partition=partition, **flags,
+                **{name: getattr(registration, name) for name in _ORIGIN_FIELDS}, partition=partition
             )
             # The directory entry comes first: a handle that resolves must always find its record.
             await self.store.directory.put(record)
             try:
-                await self.execute(command, record)
+                await self.execute(command_for(registration), record)
             except HandleTaken:
                 continue
             return record
-        raise RuntimeError(f"no free handle for agent type {agent_type!r} after {HANDLE_ATTEMPTS} attempts")
+        raise RuntimeError(f"no free handle for agent type {origin.agent_type!r} after {HANDLE_ATTEMPTS} attempts")
+
+
+# What a registration and the directory record both hold: the record is the registration's origin.
+_ORIGIN_FIELDS = tuple(
+    f.name for f in fields(SessionRecord) if f.name in {g.name for g in fields(RegisterSession)}
+)
 
 
 class HandleTaken(Exception):

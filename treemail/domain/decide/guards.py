@@ -59,6 +59,8 @@ def require_body(body: str, limit: int) -> None:
 
 def render_peer(peer: Peer) -> str:
     record = peer.record
+    if record.handle is None:
+        return peer.line()
     return f"{record.handle} — {record.description} — {peer.status} (session_id {record.session_id})"
 
 

@@ -6,7 +6,7 @@ do, which is how a repeated command stays harmless. An illegal transition
 raises ``LifecycleError`` with its stable code and changes nothing.
 """
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .. import events as ev
@@ -37,6 +37,8 @@ class Given:
     mail: Mapping[str, MailItem]
     config: MessagingConfig
     now: float = 0.0
+    # (position, event) of the stream a revert or fork reads (``Handler.reads_history``); empty otherwise.
+    history: Sequence[tuple[int, ev.Event]] = ()
 
 
 def require_registered(state: SessionState) -> None:

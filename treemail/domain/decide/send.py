@@ -125,8 +125,8 @@ def _approval(command: SendMessage, given: SendGiven, sender: SessionRecord, fou
     if entry is None:
         request = ev.ApprovalRequested(
             at=given.now, request_id=given.new_id, key=key, fingerprint=fingerprint,
-            sender_session_id=sender.session_id, sender_handle=sender.handle,
-            recipient_session_id=found.record.session_id, recipient_handle=found.record.handle,
+            sender_session_id=sender.session_id, sender_handle=sender.address,
+            recipient_session_id=found.record.session_id, recipient_handle=found.record.address,
             label=label, body=command.arguments.body, mode=command.arguments.mode,
         )
         return AwaitsApproval([request], given.new_id, label)

@@ -1,0 +1,145 @@
+"""Subscriptions: every session's mail events for plugins, live and resumable from a position.
+
+The source is the partition feeds: the commit step that appends a session's
+events writes them to its partition's feed in the same atomic call, so a
+subscriber sees every event the streams hold, in each session's order.
+There is no order across partitions (they are independent, possibly on
+different cluster nodes).
+
+A position says how far the subscriber got in every partition's feed: the
+last entry id it read there and how many entries the feed had added up to it.
+It is an opaque string. Each event comes with the
+position just after it: store it, and ``subscribe(after=position)`` resumes
+with the next event, none twice and none missed. A position older than what a
+trimmed feed still holds (``feed_maxlen``) cannot be resumed without a gap:
+that raises ``SubscriptionGap`` rather than skip events silently (the session
+streams still hold them: ``Treemail.history``).
+"""
+
+import asyncio
+import re
+from collections.abc import AsyncIterator, Callable, Collection
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from treemail.adapters import keys
+from treemail.adapters.config import ServiceConfig
+from treemail.domain import events as ev
+
+# The mail traffic the seed's plugins observe: producers and every ProducerMessage* step.
+MAIL_EVENTS: frozenset[type[ev.Event]] = frozenset(
+    cls for name, cls in ev.EVENT_TYPES.items() if name.startswith("ProducerMessage") or name == "ProducerRegistered"
+)
+START = "start"
+_PART = re.compile(r"^\d+-\d+/\d+$")
+
+
+class SubscriptionGap(LookupError):
+    """The feeds no longer hold every event after this position (trimmed): resuming would skip some."""
+
+
+class Observed(NamedTuple):
+    position: str
+    session_id: str
+    event: ev.Event
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@dataclass(frozen=True)
+class FeedPosition:
+    """Per partition: the last feed entry id read ("0-0": none) and the feed's entry count up to it.
+
+    The count is what makes a gap exact: trimming removed ``entries-added - length`` entries (treemail
+    never deletes single entries), and a subscriber that had read fewer than that missed some.
+    """
+
+    entries: tuple[tuple[str, int], ...]
+
+    def __str__(self) -> str:
+        return ",".join(f"{entry_id}/{count}" for entry_id, count in self.entries)
+
+    @classmethod
+    def parse(cls, text: str, partitions: int) -> "FeedPosition":
+        parts = text.split(",")
+        if len(parts) != partitions or not all(_PART.match(p) for p in parts):
+            raise ValueError(f"not a subscription position of this deployment ({partitions} partitions): {text!r}")
+        return cls(tuple((entry_id, int(count)) for entry_id, count in (p.split("/") for p in parts)))
+
+    def after(self, partition: int, entry_id: str) -> "FeedPosition":
+        entries = list(self.entries)
+        entries[partition] = (entry_id, entries[partition][1] + 1)
+        return FeedPosition(tuple(entries))
+
+
+async def _feed_info(redis: Redis, partitions: int) -> list[dict | None]:
+    async def one(p: int) -> dict | None:
+        try:
+            return await redis.xinfo_stream(keys.feed(p))
+        except ResponseError:  # no feed yet: nothing was ever appended in this partition
+            return None
+
+    return list(await asyncio.gather(*(one(p) for p in range(partitions))))
+
+
+async def starting_position(redis: Redis, partitions: int, after: str | None) -> FeedPosition:
+    """None: from now on; ``START``: from the oldest event the feeds hold; else a position to resume after."""
+    infos = await _feed_info(redis, partitions)
+    added = [int(i["entries-added"]) if i else 0 for i in infos]
+    trimmed = [int(i["entries-added"]) - int(i["length"]) if i else 0 for i in infos]
+    if after == START:
+        return FeedPosition(tuple(("0-0", t) for t in trimmed))
+    if after is None:
+        return FeedPosition(tuple(
+            (_text(i["last-generated-id"]) if i else "0-0", n) for i, n in zip(infos, added)
+        ))
+    position = FeedPosition.parse(after, partitions)
+    for p, ((_, count), gone) in enumerate(zip(position.entries, trimmed)):
+        if count < gone:
+            raise SubscriptionGap(
+                f"partition {p}'s feed was trimmed past this position ({gone - count} events after it are gone); "
+                "read the sessions' history instead, then subscribe from now"
+            )
+    return position
+
+
+async def _read(redis: Redis, config: ServiceConfig, position: FeedPosition, count: int, block_ms: int) -> list:
+    streams = {keys.feed(p): entry_id for p, (entry_id, _) in enumerate(position.entries)}
+    if config.cluster:
+        # One stream per read: the partitions' feeds live in different slots.
+        replies = await asyncio.gather(*(
+            redis.xread({stream: entry_id}, count=count, block=block_ms) for stream, entry_id in streams.items()
+        ))
+        return [r for reply in replies for r in reply or []]
+    return await redis.xread(streams, count=count, block=block_ms) or []
+
+
+async def subscribe(
+    redis: Redis, config: ServiceConfig, after: str | None, types: Collection[type[ev.Event]] | None,
+    stopping: Callable[[], bool], block_ms: int = 1000, count: int = 500,
+) -> AsyncIterator[Observed]:
+    position = await starting_position(redis, config.partitions, after)
+    partition_of = {keys.feed(p): p for p in range(config.partitions)}
+    while not stopping():
+        try:
+            replies = await _read(redis, config, position, count, block_ms)
+        except (RedisConnectionError, RedisTimeoutError):
+            if stopping():
+                return
+            await asyncio.sleep(0.25)  # a server blip: the position is kept, nothing is skipped
+            continue
+        for stream, entries in replies:
+            partition = partition_of[_text(stream)]
+            for entry_id, fields in entries:
+                position = position.after(partition, _text(entry_id))
+                event = ev.decode(_text(fields[b"type"]), fields[b"data"])
+                if event is None or (types is not None and type(event) not in types):
+                    continue
+                yield Observed(str(position), _text(fields[b"session"]), event)
