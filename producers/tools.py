@@ -26,7 +26,7 @@ from treemail.domain.errors import Code
 from treemail.domain.records import SessionRecord
 from treemail.domain.results import error_result
 
-from . import tool
+from . import interrupt_tool, tool
 
 
 def error_text(result: dict) -> str:
@@ -51,9 +51,17 @@ class ModelTool:
 TOOLS: dict[str, ModelTool] = {
     # send_message (seed 000)
     tool.TOOL_NAME: ModelTool(
-        definition=lambda record, config: tool.tool_definition(record.rules, record.send_message_tool),
+        definition=lambda record, config: tool.tool_definition(
+            record.rules, record.send_message_tool, config.messaging.routing, config.messaging.content_blocks
+        ),
         call=lambda host, context, arguments: host.send_message(context, arguments),
         text=send_message_text,
+    ),
+    # interrupt_agent (seed 002)
+    interrupt_tool.TOOL_NAME: ModelTool(
+        definition=lambda record, config: interrupt_tool.tool_definition(record.interrupt_rules),
+        call=lambda host, context, arguments: host.interrupt_agent(context, arguments),
+        text=lambda result: result.get("message") or f"interrupt: {result.get('result')}",
     ),
 }
 

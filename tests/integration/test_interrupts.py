@@ -105,3 +105,17 @@ async def test_an_unacknowledged_interrupt_is_reclaimed_by_another_runner(stack,
     [reclaimed] = await interrupts_for(stack, "runner-2")
     assert reclaimed.interrupt_id == taken.interrupt_id
     assert await stack.abort_run(reclaimed) is True
+
+
+async def test_interrupt_agent_is_a_row_of_the_tool_registry_every_adapter_serves(stack, calls):
+    root, child = await family(stack)
+    names = [t["name"] for t in await stack.tool_schemas(root.session_id, "mcp")]
+    assert names == ["send_message", "interrupt_agent"]
+    assert [t["name"] for t in await stack.tool_schemas(child.session_id, "mcp")] == ["send_message"]
+    await stack.start_run(child.session_id, "run-c1")
+
+    result = await stack.call_tool(calls.ctx(root.session_id), "interrupt_agent", {"to": child.handle})
+
+    assert result["result"] == "interrupt_requested"
+    refused = await stack.call_tool(calls.ctx(child.session_id), "interrupt_agent", {"to": root.handle})
+    assert refused["error"]["code"] == "unknown_tool"
