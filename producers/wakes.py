@@ -6,6 +6,7 @@ event it announces; a runner starts the woken run and acknowledges it.
 
 import asyncio
 import json
+import logging
 import time
 from dataclasses import dataclass
 
@@ -13,6 +14,9 @@ from redis.asyncio import Redis
 
 from treemail.adapters import keys
 from treemail.adapters.config import ServiceConfig
+from treemail.domain import protocol
+
+log = logging.getLogger("treemail.wakes")
 
 
 @dataclass(frozen=True)
@@ -53,7 +57,7 @@ class WakeReader:
             replies = await self.redis.xreadgroup(
                 keys.WAKE_GROUP, consumer, {s: ">" for s in self.streams()}, count=count, block=block_ms
             )
-        return [_wake(stream, entry_id, fields) for stream, entries in replies or [] for entry_id, fields in entries]
+        return _known([(stream, entry_id, fields) for stream, entries in replies or [] for entry_id, fields in entries])
 
     async def _reclaim(self, consumer: str, count: int) -> list[Wake]:
         now = time.monotonic()
@@ -65,14 +69,28 @@ class WakeReader:
             _, entries, *_ = await self.redis.xautoclaim(
                 stream, keys.WAKE_GROUP, consumer, self.config.reclaim_idle_ms, count=count
             )
-            out.extend(_wake(stream, entry_id, fields) for entry_id, fields in entries if fields)
-        return out
+            out.extend((stream, entry_id, fields) for entry_id, fields in entries if fields)
+        return _known(out)
 
     async def ack(self, wake: Wake) -> None:
         await self.redis.xack(wake.stream, keys.WAKE_GROUP, wake.entry_id)
 
     async def sessions(self, partition: int) -> list[str]:
         return sorted(_text(raw) for raw in await self.redis.smembers(keys.partition_sessions(partition)))
+
+
+def _known(entries) -> list[Wake]:
+    """Triggers of this protocol or older. A newer one is left pending, unacknowledged, for a newer
+    runner to reclaim, and reported: starting a run on what this version may misread would be worse."""
+    wakes = []
+    for stream, entry_id, fields in entries:
+        version = protocol.version_of(fields.get(b"v"))
+        if protocol.is_newer(version):
+            log.warning("wake trigger %s: %s; left for a newer runner", _text(entry_id),
+                        protocol.NewerProtocol(version, "it"))
+            continue
+        wakes.append(_wake(stream, entry_id, fields))
+    return wakes
 
 
 def _wake(stream, entry_id, fields) -> Wake:

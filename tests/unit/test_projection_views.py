@@ -144,6 +144,7 @@ def one_of_each_event_type() -> list[ev.Event]:
                              mode="steer"),
         ev.ApprovalGranted(request_id="q", key="k", scope="tree", label="sibling"),
         ev.ApprovalDenied(request_id="q", key="k"),
+        ev.MessageRulesOverlaid(rules=[("sibling", "deny")]),
     ]
 
 

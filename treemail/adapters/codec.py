@@ -1,7 +1,13 @@
-"""The wire format of a SendMessage command on a command stream (one ``__data__`` field, compact JSON)."""
+"""The wire format of a SendMessage command on a command stream (one ``__data__`` field, compact JSON).
+
+Every command carries the protocol version it was written with (``v``); a
+worker refuses one from a newer protocol (``NewerProtocol``) rather than guess.
+"""
 
 import json
 
+from .. import PROTOCOL_VERSION
+from ..domain import protocol
 from ..domain.commands import SendArguments, SendContext, SendMessage
 
 
@@ -9,6 +15,7 @@ def encode_command(command: SendMessage) -> str:
     c, a = command.context, command.arguments
     return json.dumps(
         {
+            "v": PROTOCOL_VERSION,
             "id": command.command_id,
             "ctx": [c.session_id, c.run_id, c.tool_call_id],
             "args": [a.to, a.body, a.mode],
@@ -18,9 +25,12 @@ def encode_command(command: SendMessage) -> str:
     )
 
 
-def parse_command(data: str | bytes) -> SendMessage:
-    """The command, or an exception for an entry that never will be one."""
+def parse_command(data: str | bytes, *, check_version: bool = True) -> SendMessage:
+    """The command, or an exception for an entry that never will be one (``NewerProtocol`` for one a
+    newer treemail wrote; ``check_version=False`` reads it anyway, to answer its producer)."""
     decoded = json.loads(data)
+    if check_version:
+        protocol.require_known(decoded.get("v"), f"command {decoded.get('id')}")
     sid, run, call = decoded["ctx"]
     to, body, mode = decoded["args"]
     return SendMessage(decoded["id"], SendContext(sid, run, call), SendArguments(to, body, mode), decoded["reply_to"])

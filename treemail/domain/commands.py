@@ -126,7 +126,16 @@ class ResolveApproval:
     decision: Literal["approve_once", "approve_tree", "deny"]
 
 
+# effective permissions: the host's session overlay of message rules
+@dataclass(frozen=True)
+class OverlayMessageRules:
+    """Lay ``rules`` over the agent document's for this session; an empty list removes the overlay."""
+
+    session_id: str
+    rules: list[tuple[str, str]]
+
+
 SessionCommand = (
     RegisterSession | ChangeStatus | StartRun | FinishRun | ClaimMail | ConsumeMail | ReleaseMail | DiscardMail
-    | InjectMail | RequestWake | ResolveApproval
+    | InjectMail | RequestWake | ResolveApproval | OverlayMessageRules
 )

@@ -130,6 +130,12 @@ class ApprovalDenied(Event):
     key: str
 
 
+# Session-level overlay of message rules (seed 000, effective permissions): the host
+# lays rules over the agent document's at run time; an empty list removes the overlay.
+class MessageRulesOverlaid(Event):
+    rules: list[tuple[str, str]]
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.__name__: cls
     for cls in (
@@ -148,6 +154,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ApprovalRequested,
         ApprovalGranted,
         ApprovalDenied,
+        # effective permissions: the session overlay
+        MessageRulesOverlaid,
     )
 }
 

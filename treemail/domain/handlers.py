@@ -23,6 +23,7 @@ from .decide.lifecycle import (
     decide_start_run,
     decide_status,
 )
+from .decide.rules import decide_overlay_rules
 from .decide.send import decide_send
 
 
@@ -45,4 +46,6 @@ HANDLERS: dict[type, Handler] = {
     c.InjectMail: Handler(decide_inject),
     c.RequestWake: Handler(decide_request_wake),
     c.ResolveApproval: Handler(decide_resolve_approval),
+    # effective permissions: the session overlay
+    c.OverlayMessageRules: Handler(decide_overlay_rules),
 }
