@@ -29,6 +29,8 @@ decide_send = HANDLERS[SendMessage].decide
 @dataclass
 class _Work:
     command: SendMessage
+    # The tool call's idempotency digest, computed once.
+    digest: str = ""
     sender: SessionRecord | None = None
     target: SessionRecord | NoSuchSession | NoSuchHandle | None = None
 
@@ -42,7 +44,7 @@ class SendService:
     async def decide(self, commands: list[SendMessage]) -> dict[str, dict]:
         """Decide every command; returns command id -> outcome. Appends are durable on return."""
         outcomes: dict[str, dict] = {}
-        work = [_Work(c) for c in commands]
+        work = [_Work(c, idempotency.key_digest(c.context)) for c in commands]
         while work:
             work = await self._round(work, outcomes)
         return outcomes
@@ -90,7 +92,7 @@ class SendService:
                 records[w.sender.session_id] = w.sender
             if isinstance(w.target, SessionRecord):
                 records[w.target.session_id] = w.target
-        calls = [(w.sender, idempotency.key_digest(w.command.context)) for w in work if w.sender is not None]
+        calls = [(w.sender, w.digest) for w in work if w.sender is not None]
         loaded, recorded = await self.store.load_for_sends(list(records.values()), calls)
         grants = await self.directory.tree_grants([w.sender for w in work if w.sender is not None])
         return loaded, grants, recorded
@@ -106,8 +108,7 @@ class SendService:
             sender=w.sender, sender_state=sender_state, target=target, config=self.config,
             tree_grants=grants.get(w.sender.root_session_id, frozenset()) if w.sender else frozenset(),
             new_id=ids.uuid7(), now=time.time(),
-            recorded=recorded.get((w.sender.session_id, idempotency.key_digest(w.command.context)))
-            if w.sender else None,
+            recorded=recorded.get((w.sender.session_id, w.digest)) if w.sender else None,
         )
         return decide_send(w.command, given)
 
@@ -135,7 +136,7 @@ class SendService:
             for prepared in appends:
                 self.store.commit_call(prepared, pipe)
             for w, record in alone:
-                self.store.record_outcome_call(w.sender, idempotency.key_digest(w.command.context), record, pipe)
+                self.store.record_outcome_call(w.sender, w.digest, record, pipe)
 
         replies = await self.store.run_pipeline(build)
         kept = replies[len(appends):]
@@ -167,7 +168,7 @@ class SendService:
             case Accepted() | Refused():
                 events = decision.events if isinstance(decision, Accepted) else []
                 session = w.target
-                digest = idempotency.key_digest(w.command.context)
+                digest = w.digest
                 record = idempotency.record(w.command.arguments, outcome_of(decision))
         prepared = self.store.prepare(
             session, loaded[session.session_id], events, idempotency_digest=digest, idempotency_record=record,
