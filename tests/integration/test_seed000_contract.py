@@ -253,3 +253,26 @@ async def test_readers_refuse_or_skip_a_stream_entry_from_a_newer_protocol(stack
     assert raw[-1] == (loaded.version + 1, None)  # folds and replay skip it
     views = await rebuild(stack.store, [record.partition], write=False)
     assert views  # the rebuild went past it
+
+
+async def test_a_projection_skips_and_reports_a_feed_entry_from_a_newer_protocol(stack, calls, caplog):
+    from treemail.projections.runner import ProjectionRunner
+
+    root, a = await family(stack)
+    record = await stack.sessions.record(a.session_id)
+    runner = ProjectionRunner(EventStore(stack.redis, stack.config.service), stack.config,
+                              partitions=[record.partition])
+    await runner.start()
+    await stack.send_message(calls.ctx(root.session_id), {"to": a.handle, "body": "counted"})
+    # what a newer writer would append next, as the feed carries it
+    name, payload = ev.encode(ev.ProducerMessageAccepted(
+        message_id="m-future", producer_id="agent:x", owner="agent", sender_session_id=root.session_id,
+        body="b", mode="steer"))
+    version = (await stack.store.load(record)).version
+    await stack.redis.xadd(keys.feed(record.partition), {"session": a.session_id, "seq": str(version + 1),
+                                                         "type": name, "data": payload, "v": PROTOCOL_VERSION + 1})
+    while await runner.step(block_ms=50):
+        pass
+    inbox = dict(runner.views[("inbox", record.partition)])
+    assert inbox[a.session_id] == "1"  # the newer entry was not folded, the current one was
+    assert f"written by treemail protocol {PROTOCOL_VERSION + 1}" in caplog.text

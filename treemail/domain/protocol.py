@@ -14,8 +14,9 @@ from .. import PROTOCOL_VERSION
 UNVERSIONED = 2
 
 
-class NewerProtocol(Exception):
-    """An entry or command from a newer treemail than this reader."""
+class NewerProtocol(ValueError):
+    """An entry or command from a newer treemail than this reader (a ValueError: the CLI prints it as
+    one line, no traceback)."""
 
     def __init__(self, version: int, what: str) -> None:
         super().__init__(
