@@ -36,7 +36,7 @@ from treemail.domain.commands import SendMessage
 from treemail.services.sends import SendService
 
 from .deadletters import dead_letter
-from .entries import no_body, raw_batch, split_malformed, text
+from .entries import by_reason, no_body, raw_batch, split_malformed, text
 from .stats import record_batch, refresh_stats
 
 log = logging.getLogger("treemail.worker")
@@ -92,9 +92,9 @@ class Worker:
         """A batch read by XREADGROUP; returning lets FastStream XACK it, raising leaves it pending."""
         entries = zip(message.raw_message["message_ids"], message.raw_message["data"])
         parsed, malformed = split_malformed(entries)
-        if malformed:
-            # No worker will ever decide these: set them aside now rather than after max_deliveries.
-            await self._dead_letter(message.raw_message["channel"], malformed, "malformed")
+        for reason, entries in by_reason(malformed).items():
+            # No worker of this version will ever decide these: set them aside now, not after max_deliveries.
+            await self._dead_letter(message.raw_message["channel"], entries, reason)
         await self.decide_commands([command for _, command in parsed])
 
     async def decide_commands(self, commands: list[SendMessage]) -> None:
@@ -152,8 +152,8 @@ class Worker:
         fields_of = dict(entries)
         poison = [(i, fields_of[i]) for i, _ in parsed if deliveries.get(i, 0) > limit]
         good = [(i, command) for i, command in parsed if deliveries.get(i, 0) <= limit]
-        if malformed:
-            await self._dead_letter(stream, malformed, "malformed")
+        for reason, unreadable in by_reason(malformed).items():
+            await self._dead_letter(stream, unreadable, reason)
         if poison:
             await self._dead_letter(stream, poison, "max_deliveries")
         if not good:

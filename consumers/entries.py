@@ -1,6 +1,9 @@
 """Command stream entries as the worker reads them: FastStream hooks, and what will never parse."""
 
+import json
+
 from treemail.adapters.codec import parse_command
+from treemail.domain import protocol
 from treemail.domain.commands import SendMessage
 
 
@@ -13,6 +16,18 @@ def split_malformed(entries) -> tuple[list[tuple[bytes, SendMessage]], list[tupl
         except Exception:  # noqa: BLE001 - anything unreadable is malformed
             malformed.append((entry_id, fields))
     return parsed, malformed
+
+
+def by_reason(malformed: list[tuple[bytes, dict]]) -> dict[str, list[tuple[bytes, dict]]]:
+    """Unreadable entries grouped by why: ``newer_protocol`` (a newer treemail wrote it) or ``malformed``."""
+    groups: dict[str, list[tuple[bytes, dict]]] = {}
+    for entry_id, fields in malformed:
+        try:
+            newer = protocol.is_newer(protocol.version_of(json.loads(fields[b"__data__"]).get("v")))
+        except Exception:  # noqa: BLE001 - not even JSON
+            newer = False
+        groups.setdefault("newer_protocol" if newer else "malformed", []).append((entry_id, fields))
+    return groups
 
 
 async def raw_batch(message, original_parser):

@@ -26,7 +26,7 @@ from treemail.adapters.config import Config, load_config
 from treemail.adapters.connection import connect
 from treemail.adapters.eventstore import EventStore
 from treemail.domain import commands as c
-from treemail.domain import blocks, envelope, ids
+from treemail.domain import blocks, effective, envelope, ids, permissions
 from treemail.domain import events as ev
 from treemail.domain.commands import SendContext
 from treemail.domain.decide import routing
@@ -43,8 +43,17 @@ from .wakes import Wake, WakeReader
 
 __all__ = [
     "Treemail", "SendContext", "Registration", "Delivery", "Wake", "Interrupt", "SendAttempt", "Observed",
-    "SubscriptionGap",
+    "SubscriptionGap", "ToolResult",
 ]
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """A send_message result as a model-facing tool result: the structured result and the text a model reads."""
+
+    result: dict
+    text: str
+    is_error: bool
 
 
 @dataclass(frozen=True)
@@ -179,7 +188,8 @@ class Treemail(InterruptHost):
         accepted_at = {item.message_id: item.seq for item in await self.pending_mail(session_id)}
         seqs = [accepted_at[e.message_id] for e in claimed if e.message_id in accepted_at]
         accepted = await self.store.read_at(record, seqs)
-        reply_hint = tool.tool_definition(record.rules, record.send_message_tool) is not None
+        overlay = (await self.store.load(record)).state.rules_overlay
+        reply_hint = tool.tool_definition(record.rules, record.send_message_tool, overlay=overlay) is not None
         events = [accepted[seq] for seq in seqs if seq in accepted]
         if reply_hint and self.config.messaging.routing == "direct":
             # The recipient sees the tool, yet direct routing may not let it answer this sender.
@@ -267,7 +277,17 @@ class Treemail(InterruptHost):
     async def tool_definition(self, session_id: str) -> dict | None:
         record = await self.sessions.record(session_id)
         messaging = self.config.messaging
-        return tool.tool_definition(record.rules, record.send_message_tool, messaging.routing, messaging.content_blocks)
+        overlay = (await self.store.load(record)).state.rules_overlay
+        return tool.tool_definition(
+            record.rules, record.send_message_tool, messaging.routing, messaging.content_blocks, overlay=overlay
+        )
+
+    async def send_message_for_model(self, context: SendContext, arguments) -> ToolResult:
+        """``send_message`` with the one-line text a model reads as the tool result (``tool.result_text``)."""
+        result = await self.send_message(context, arguments)
+        return ToolResult(result, tool.result_text(result), "error" in result)
+
+    result_text = staticmethod(tool.result_text)
 
     async def send_message(self, context: SendContext, arguments) -> dict:
         try:
@@ -294,7 +314,7 @@ class Treemail(InterruptHost):
     async def tool_schemas(self, session_id: str, format: str = "anthropic") -> list[dict]:
         """The session's tools as ``anthropic``, ``openai`` (function tools, strict where possible) or ``mcp``."""
         record = await self.sessions.record(session_id)
-        return toolschemas.export(tools.installed(record, self.config), format)
+        return toolschemas.export(tools.installed(record, self.config, await tools.overlay_of(self, record)), format)
 
     async def call_tool(self, context: SendContext, name: str, arguments) -> dict:
         """A model's call of any installed tool by name; like send_message, it never raises for model input."""
@@ -346,6 +366,22 @@ class Treemail(InterruptHost):
         await self.redis.expire(keys.approval_notify(request_id), 3600)
         return {**request, "status": "denied" if decision == "deny" else "approved", "decision": decision,
                 "resolved_at": time.time()}
+
+    # ---- effective permissions -----------------------------------------------------------------------
+
+    async def set_message_rules(self, session_id: str, rules) -> None:
+        """Lay ``rules`` over the session's agent-document rules at run time (None or empty: remove the
+        overlay). Recorded as ``MessageRulesOverlaid`` on the session's stream; sends decide on it."""
+        normalized = permissions.normalize_rules(rules)
+        await self.sessions.execute(c.OverlayMessageRules(session_id, normalized))
+
+    async def effective_permissions(self, session_id: str) -> dict:
+        """The tool's visibility and, per label (parent, child, sibling, *), its effect, the rule that
+        decided it and the sessions it covers (``effective.render_report`` prints it)."""
+        record = await self.sessions.record(session_id)
+        overlay = (await self.store.load(record)).state.rules_overlay
+        peers = await self.store.directory.tree_peers(record)
+        return effective.report(record, overlay, peers, self.config.messaging.enabled)
 
     # ---- history -------------------------------------------------------------------------------------
 

@@ -66,13 +66,13 @@ def build_server(host: Treemail, resolve: Resolve) -> Server:
         record = await host.sessions.record(binding.session_id)
         return types.ListToolsResult(tools=[
             types.Tool(name=d["name"], description=d["description"], input_schema=d["input_schema"])
-            for d in tools.installed(record, host.config)
+            for d in tools.installed(record, host.config, await tools.overlay_of(host, record))
         ])
 
     async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
         binding = await resolve(ctx)
         record = await host.sessions.record(binding.session_id)
-        if tools.installed_tool(params.name, record, host.config) is None:
+        if tools.installed_tool(params.name, record, host.config, await tools.overlay_of(host, record)) is None:
             raise MCPError(INVALID_PARAMS, f"Unknown tool: {params.name}")
         context = await tools.bound_context(host, binding, tool_call_id(params))
         result = await host.call_tool(context, params.name, params.arguments or {})

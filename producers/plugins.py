@@ -73,5 +73,5 @@ async def already_decided(redis: Redis, sender: SessionRecord | None, context: S
     if sender is None:
         return False
     # Sends never leave a tree, so the record lives in the sender's partition.
-    key = keys.idempotency(sender.partition, idempotency.key_digest(context))
-    return bool(await redis.exists(key))
+    key = keys.session_idempotency(sender.partition, sender.session_id)
+    return bool(await redis.hexists(key, idempotency.key_digest(context)))

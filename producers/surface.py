@@ -63,7 +63,7 @@ def content_blocks(body: dict, description: str) -> tuple[dict, str]:
     schema = {
         "description": "The message, as the recipient should read it: a string, or a list of text and image blocks.",
         "anyOf": [
-            {"type": "string"},
+            {"type": "string", "minLength": 1},
             {"type": "array", "minItems": 1, "maxItems": blocks.MAX_BLOCKS,
              "items": {"anyOf": [_TEXT, _IMAGE_DATA, _IMAGE_URL]}},
         ],

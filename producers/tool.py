@@ -8,19 +8,21 @@ from collections.abc import Mapping
 import json
 from typing import Any
 
-from treemail.domain import permissions
+from treemail.domain import effective
 from treemail.domain.blocks import text_of
 from treemail.domain.commands import SendArguments
+from treemail.domain.decide.guards import clip, require_not_blank
 from treemail.domain.errors import Code, Rejected
 from treemail.domain.results import engine_shutdown, error_result
 
 from . import surface
 
-__all__ = ["TOOL_NAME", "tool_definition", "parse_arguments", "error_result", "engine_shutdown"]
+__all__ = ["TOOL_NAME", "tool_definition", "parse_arguments", "result_text", "error_result", "engine_shutdown"]
 
 TOOL_NAME = "send_message"
 ALLOWED = {"to", "body", "mode"}
 MODES = ("steer", "queue")
+UNKNOWN_NAMED = 5
 
 DESCRIPTION = (
     "Send a message to another agent in your delegation tree (your parent, your children, or peers "
@@ -34,17 +36,17 @@ DESCRIPTION = (
 
 def tool_definition(
     rules: list[tuple[str, str]], send_message_tool: bool = True, routing: str = "tree",
-    content_blocks: bool = False,
+    content_blocks: bool = False, overlay: list[tuple[str, str]] | tuple = (),
 ) -> dict | None:
-    """The tool for a session, or None when its rules hide it (deny by default).
+    """The tool for a session, or None when its rules (under the host's overlay, if any) hide it.
 
     With the defaults it is exactly the seed-000 tool; ``routing`` and
     ``content_blocks`` are the deployment's ``[messaging]`` settings.
     """
-    if not (send_message_tool and permissions.tool_visible(rules)):
+    if not effective.visibility(rules, send_message_tool, overlay).visible:
         return None
-    to = {"type": "string", "description": "Recipient handle or full session id."}
-    body: dict = {"type": "string", "description": "The message, as the recipient should read it."}
+    to = {"type": "string", "minLength": 1, "description": "Recipient handle or full session id."}
+    body: dict = {"type": "string", "minLength": 1, "description": "The message, as the recipient should read it."}
     description = DESCRIPTION
     if routing == "direct":
         to, description = surface.direct_routing(to, description)
@@ -94,7 +96,10 @@ def parse_arguments(raw: Any, content_blocks: bool = False) -> SendArguments:
         raise _invalid("`recipient_session_id` was renamed: put the recipient's handle or session id in `to`")
     unknown = sorted(str(k) for k in raw if k not in ALLOWED)
     if unknown:
-        raise _invalid(f"unknown argument(s) {', '.join(unknown)}; allowed: to, body, mode")
+        # Bounded: a model that sent thousands of keys must not get them all echoed back.
+        named = ", ".join(clip(name, 40) for name in unknown[:UNKNOWN_NAMED])
+        more = f" and {len(unknown) - UNKNOWN_NAMED} more" if len(unknown) > UNKNOWN_NAMED else ""
+        raise _invalid(f"unknown argument(s) {named}{more}; allowed: to, body, mode")
     blocks = None
     if content_blocks and isinstance(raw.get("body"), list):
         blocks = surface.parse_body_blocks(raw["body"])
@@ -112,4 +117,39 @@ def parse_arguments(raw: Any, content_blocks: bool = False) -> SendArguments:
         raise _invalid("`mode` must be \"steer\" or \"queue\"")
     if not raw["to"].strip():
         raise _invalid("`to` is empty: give the recipient's handle or session id")
+    # The arguments are well formed; a blank body is the one body check that needs no settings.
+    # (Content blocks are judged whole, every block counted, by the decider's content guard.)
+    if blocks is None:
+        require_not_blank(raw["body"])
     return SendArguments(to=raw["to"].strip(), body=raw["body"], mode=mode, blocks=blocks)
+
+
+# ---- what the model reads --------------------------------------------------------------------
+
+_AFTER = {
+    ("running", "steer"): "the recipient is running and reads it at its next step",
+    ("running", "queue"): "the recipient is running; the message becomes its next turn",
+    ("queued", "steer"): "the recipient is not running now and reads it when its next run starts",
+    ("queued", "queue"): "the recipient is not running now and reads it when its next run starts",
+    ("waking_finished", "steer"): "the recipient had finished and is woken with the message as its input",
+    ("waking_finished", "queue"): "the recipient had finished and is woken with the message as its input",
+}
+
+
+def result_text(result: dict) -> str:
+    """The tool-result text a model reads, one line: the accepted state, or ``code: message``.
+
+    Every adapter (host API, MCP, framework bindings) renders a send_message
+    result with this function, so every model reads the same words. The one
+    multi-line text is the unknown-reference error: its candidate list follows,
+    one peer a line, after the ``code: message`` line.
+    """
+    error = result.get("error")
+    if error is not None:
+        return f"{error['code']}: {error['message']}"
+    state, mode = result["recipient_state"], result["mode"]
+    after = _AFTER.get((state, mode), "it is delivered at the recipient's next safe step")
+    return (
+        f"send_message accepted: message_id={result['message_id']} mode={mode} recipient_state={state}; "
+        f"durably accepted, not yet read: {after}. Replies arrive as new messages; do not poll."
+    )

@@ -7,7 +7,7 @@ row here and reaches all of them:
 
     TOOLS["inspect"] = ModelTool(definition=..., call=lambda host, context, args: host.inspect(context, args))
 
-``definition(record, config)`` returns the canonical definition (``name``,
+``definition(record, config, overlay)`` returns the canonical definition (``name``,
 ``description``, ``input_schema``: a JSON Schema object) or None when the
 session may not see the tool (deny by default). ``call(host, context,
 arguments)`` runs it through the host API with the context the host bound
@@ -42,7 +42,8 @@ def send_message_text(result: dict) -> str:
 
 @dataclass(frozen=True)
 class ModelTool:
-    definition: Callable[[SessionRecord, Config], dict | None]
+    # (the session's record, the deployment's config, the host's overlay of the session's message rules)
+    definition: Callable[[SessionRecord, Config, tuple], dict | None]
     call: Callable[[Any, SendContext, Any], Awaitable[dict]]
     # The one-line text a model reads for a successful result (errors read `code: message`).
     text: Callable[[dict], str] = lambda result: json.dumps(result, ensure_ascii=False)
@@ -51,38 +52,46 @@ class ModelTool:
 TOOLS: dict[str, ModelTool] = {
     # send_message (seed 000)
     tool.TOOL_NAME: ModelTool(
-        definition=lambda record, config: tool.tool_definition(
-            record.rules, record.send_message_tool, config.messaging.routing, config.messaging.content_blocks
+        definition=lambda record, config, overlay: tool.tool_definition(
+            record.rules, record.send_message_tool, config.messaging.routing, config.messaging.content_blocks,
+            overlay=overlay,
         ),
         call=lambda host, context, arguments: host.send_message(context, arguments),
         text=send_message_text,
     ),
     # interrupt_agent (seed 002)
     interrupt_tool.TOOL_NAME: ModelTool(
-        definition=lambda record, config: interrupt_tool.tool_definition(record.interrupt_rules),
+        definition=lambda record, config, overlay: interrupt_tool.tool_definition(record.interrupt_rules),
         call=lambda host, context, arguments: host.interrupt_agent(context, arguments),
         text=lambda result: result.get("message") or f"interrupt: {result.get('result')}",
     ),
 }
 
 
-def installed(record: SessionRecord, config: Config) -> list[dict]:
+async def overlay_of(host, record: SessionRecord) -> tuple:
+    """The host's run-time overlay of the session's message rules (an event on its stream)."""
+    return tuple((await host.store.load(record)).state.rules_overlay)
+
+
+def installed(record: SessionRecord, config: Config, overlay: tuple = ()) -> list[dict]:
     """The definitions of every tool this session may see, in table order."""
-    found = (row.definition(record, config) for row in TOOLS.values())
+    found = (row.definition(record, config, overlay) for row in TOOLS.values())
     return [definition for definition in found if definition is not None]
 
 
-def installed_tool(name: str, record: SessionRecord, config: Config) -> tuple[ModelTool, dict] | None:
+def installed_tool(
+    name: str, record: SessionRecord, config: Config, overlay: tuple = ()
+) -> tuple[ModelTool, dict] | None:
     """The row and definition of ``name`` if the session has that tool installed; None: an unknown tool."""
     row = TOOLS.get(name)
-    definition = row.definition(record, config) if row is not None else None
+    definition = row.definition(record, config, overlay) if row is not None else None
     return None if definition is None else (row, definition)
 
 
 async def call(host, context: SendContext, name: str, arguments: Any) -> dict:
     """Run the tool ``name`` for the session in ``context``; a tool it cannot see is unknown, not forbidden."""
     record = await host.sessions.record(context.session_id)
-    found = installed_tool(name, record, host.config)
+    found = installed_tool(name, record, host.config, await overlay_of(host, record))
     if found is None:
         return error_result(Code.UNKNOWN_TOOL.value, f"no tool named {name!r} is installed for this session")
     row, definition = found

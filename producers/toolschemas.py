@@ -72,6 +72,11 @@ def strict_schema(schema: dict) -> dict | None:
     for name, prop in properties.items():
         prop = dict(prop)
         default = prop.pop("default", None)
+        # Strict mode refuses minLength; treemail's own argument check enforces it (a stable error code),
+        # so the export keeps its meaning in words and strict mode's guarantees for everything else.
+        shortest = prop.pop("minLength", None)
+        if shortest:
+            prop["description"] = f"{prop.get('description', '').rstrip('.')}. Not empty.".lstrip(". ")
         if any(key not in STRICT_KEYWORDS for key in prop) or prop.get("type") in ("object", "array"):
             return None
         if name not in required:

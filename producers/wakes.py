@@ -11,6 +11,7 @@ sees an interrupt and an interrupt reader never sees a wake.
 
 import asyncio
 import json
+import logging
 import time
 from dataclasses import dataclass
 
@@ -18,6 +19,9 @@ from redis.asyncio import Redis
 
 from treemail.adapters import keys
 from treemail.adapters.config import ServiceConfig
+from treemail.domain import protocol
+
+log = logging.getLogger("treemail.wakes")
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,13 @@ class WakeReader:
         """The triggers of this reader's kind; the others are acknowledged in this group and dropped."""
         mine, others = [], {}
         for stream, entry_id, fields in entries:
+            version = protocol.version_of(fields.get(b"v"))
+            if protocol.is_newer(version):
+                # Left pending, unacknowledged, for a newer runner to reclaim: starting a run on what
+                # this version may misread would be worse.
+                log.warning("trigger %s: %s; left for a newer runner", _text(entry_id),
+                            protocol.NewerProtocol(version, "it"))
+                continue
             data = json.loads(fields[b"data"])
             if data.get("kind", "wake") == self.kind:
                 mine.append(self._trigger(_text(stream), _text(entry_id), data))

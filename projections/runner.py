@@ -12,9 +12,10 @@ import time
 
 from treemail.adapters import keys, metrics
 from treemail.adapters.config import Config
-from treemail.adapters.eventstore import EventStore
+from treemail.adapters.eventstore import EventStore, decode_entry
 from treemail.adapters.viewstore import Checkpoint, TrackedView, feed_position, id_tuple, load_view, queue_changes
 from treemail.domain import events as ev
+from treemail.domain import protocol
 
 from .replay import rebuild
 from .views import PROJECTIONS, fold_event
@@ -80,7 +81,12 @@ class ProjectionRunner:
     async def _fold(self, partition: int, entries: list) -> int:
         decoded = []
         for entry_id, fields in entries:
-            event = ev.decode(fields[b"type"].decode(), fields[b"data"])
+            event = decode_entry(fields)
+            if event is None and protocol.is_newer(protocol.version_of(fields.get(b"v"))):
+                # Skipped and reported: folding what this version may misread would be worse.
+                log.warning("feed entry %s of partition %d: %s; skipped (run `treemail replay` after upgrading)",
+                            entry_id.decode(), partition,
+                            protocol.NewerProtocol(protocol.version_of(fields.get(b"v")), "it"))
             decoded.append((entry_id.decode(), fields[b"session"].decode(), int(fields[b"seq"]), event))
         async with self.redis.pipeline(transaction=True) as pipe:
             for name in self.names:

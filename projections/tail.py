@@ -7,7 +7,7 @@ position, so a row tailed live and the same row replayed later are identical.
 from collections.abc import AsyncIterator
 
 from treemail.adapters import keys
-from treemail.adapters.eventstore import EventStore
+from treemail.adapters.eventstore import EventStore, decode_entry
 from treemail.domain import events as ev
 from treemail.domain.records import SessionRecord
 
@@ -33,6 +33,6 @@ async def tail(store: EventStore, record: SessionRecord, from_start: bool = Fals
         for _, entries in replies or []:
             for entry_id, fields in entries:
                 after = entry_id.decode()
-                row = mail_row(int(after.split("-")[0]), ev.decode(fields[b"type"].decode(), fields[b"data"]))
+                row = mail_row(int(after.split("-")[0]), decode_entry(fields))
                 if row is not None:
                     yield row

@@ -11,6 +11,7 @@ from treemail.producers.host import (
     SendAttempt,
     SendContext,
     SubscriptionGap,
+    ToolResult,
     Treemail,
     Wake,
 )
@@ -18,5 +19,5 @@ from treemail.producers.tools import result_text
 
 __all__ = [
     "Treemail", "SendContext", "Registration", "Delivery", "Wake", "SendAttempt", "Observed", "SubscriptionGap",
-    "result_text",
+    "ToolResult", "result_text",
 ]

@@ -45,7 +45,7 @@ async def test_handles_are_tree_unique_and_well_formed(stack):
 
 async def test_recipient_state_reflects_status_at_send_time(stack, calls):
     root, a, _ = await family(stack)
-    for status, expected in [("queued", "queued"), ("idle", "waking_finished"), ("finished", "waking_finished"),
+    for status, expected in [("queued", "queued"), ("idle", "queued"), ("finished", "waking_finished"),
                              ("running", "running")]:
         await stack.set_status(a.session_id, status)
         result = await stack.send_message(calls.ctx(root.session_id), {"to": a.handle, "body": status})

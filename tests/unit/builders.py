@@ -239,8 +239,10 @@ def send(
     approval: str | None = None,
     tree_granted: bool = False,
     message_id: str = "m-1",
+    recorded: dict | None = None,
 ):
-    """Decide one send. ``approval``: what a person already said about this exact send (None: never asked)."""
+    """Decide one send. ``approval``: what a person already said about this exact send (None: never asked).
+    ``recorded``: the idempotency record of this tool call, when it was decided before."""
     events = list(sender_events) if sender_events is not None else ([registered(sender)] if sender else [])
     if approval is not None and sender is not None and isinstance(target, Found):
         events += approval_events(sender, target.record.session_id, approval, to=to, body=body, mode=mode,
@@ -251,7 +253,7 @@ def send(
     given = SendGiven(
         sender=sender, sender_state=st.fold(events), target=target, config=cfg or config(),
         tree_grants=frozenset({label, "child", "parent", "*"}) if tree_granted else frozenset(),
-        new_id=message_id, now=1.0,
+        new_id=message_id, now=1.0, recorded=recorded,
     )
     return decide_send(command, given)
 

@@ -121,7 +121,7 @@ def test_blocks_are_off_by_default_and_the_schema_says_so_when_on():
     assert caught.value.code is Code.INVALID_ARGUMENTS
     assert parse_arguments({"to": "a_00000000", "body": "plain"}, content_blocks=True).blocks is None
     body = tool_definition([("*", "allow")], content_blocks=True)["input_schema"]["properties"]["body"]
-    assert body["anyOf"][0] == {"type": "string"} and body["anyOf"][1]["type"] == "array"
+    assert body["anyOf"][0] == {"type": "string", "minLength": 1} and body["anyOf"][1]["type"] == "array"
     assert "images" in tool_definition([("*", "allow")], content_blocks=True)["description"]
 
 

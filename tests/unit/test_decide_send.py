@@ -150,7 +150,7 @@ def test_an_unknown_handle_with_no_peers_says_so():
     t = tree()
     decision = send(t.root, NoSuchHandle("nobody_00000000", []), to="nobody_00000000")
     assert refused_code(decision) is Code.UNKNOWN_SESSION
-    assert "no addressable peers" in decision.message
+    assert decision.message.endswith("tree:\n- (none)")
 
 
 def test_a_session_of_another_tree_is_not_a_tree_peer():
@@ -440,10 +440,12 @@ def test_a_retried_tool_call_is_answered_with_the_recorded_outcome():
     assert again["ok"]["message_id"] == "m-1"
 
 
-@pytest.mark.parametrize("code", sorted(idempotency.RECORDED_REFUSALS))
-def test_refusals_that_depend_on_the_recipient_are_recorded_and_others_are_not(code):
-    assert Refused(code, "").recorded
-    assert not Refused(Code.DISABLED, "").recorded and not Refused(Code.INVALID_BODY, "").recorded
+@pytest.mark.parametrize("code", sorted(idempotency.WITH_RECIPIENT))
+def test_refusals_that_depend_on_the_recipient_are_recorded_with_its_append_and_others_alone(code):
+    assert Refused(code, "").recorded and not Refused(code, "").recorded_alone
+    for other in (Code.DISABLED, Code.INVALID_BODY, Code.PERMISSION_DENIED, Code.UNKNOWN_SESSION):
+        assert Refused(other, "").recorded_alone and not Refused(other, "").recorded
+    assert not Refused(Code.IDEMPOTENCY_CONFLICT, "").recorded_alone
 
 
 @pytest.mark.parametrize("change", [{"body": "other"}, {"mode": "queue"}, {"to": "review_00000003"}])
@@ -472,7 +474,7 @@ def test_producer_registered_only_on_the_first_send_of_a_pair():
 
 @pytest.mark.parametrize(
     "status, label",
-    [("running", "running"), ("queued", "queued"), ("idle", "waking_finished"), ("finished", "waking_finished")],
+    [("running", "running"), ("queued", "queued"), ("idle", "queued"), ("finished", "waking_finished")],
 )
 def test_recipient_state_label(status, label):
     t = tree()

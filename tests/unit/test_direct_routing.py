@@ -130,7 +130,7 @@ def test_the_default_tool_is_exactly_the_seed_000_one():
     assert default == tool_definition([("*", "allow")], True, "tree", False)
     assert default["description"] == DESCRIPTION
     assert default["input_schema"]["properties"]["to"] == {
-        "type": "string", "description": "Recipient handle or full session id."
+        "type": "string", "minLength": 1, "description": "Recipient handle or full session id."
     }
     assert default["input_schema"]["properties"]["body"]["type"] == "string"
 

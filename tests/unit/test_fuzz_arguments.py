@@ -58,7 +58,10 @@ def parse_or_none(raw) -> SendArguments | None:
     try:
         return parse_arguments(raw)
     except Rejected as rejection:
-        assert rejection.code is Code.INVALID_ARGUMENTS
+        # A well-formed call with a blank body is the one parse failure that is not invalid_arguments.
+        assert rejection.code in (Code.INVALID_ARGUMENTS, Code.INVALID_BODY)
+        if rejection.code is Code.INVALID_BODY:
+            assert isinstance(raw, (dict, str, bytes, bytearray))
         return None
 
 

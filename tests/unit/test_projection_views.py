@@ -161,6 +161,7 @@ def one_of_each_event_type() -> list[ev.Event]:
         ev.SessionReverted(to_position=1, from_position=3),
         ev.ProducerMessageRestored(**message, mode="steer", accepted_seq=2),
         ev.SessionForked(source_session_id="s2", at_position=1),
+        ev.MessageRulesOverlaid(rules=[("sibling", "deny")]),
     ]
 
 

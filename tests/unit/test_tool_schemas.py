@@ -76,10 +76,19 @@ def test_openai_export_is_a_strict_function_tool():
 
 def test_openai_export_turns_strict_off_rather_than_drop_a_keyword_strict_mode_lacks():
     definition = installed()[0]
-    definition["input_schema"]["properties"]["body"]["minLength"] = 1
+    definition["input_schema"]["properties"]["body"]["maxLength"] = 100
     (exported,) = toolschemas.export([definition], "openai")
     assert exported["function"]["strict"] is False
     assert exported["function"]["parameters"] == definition["input_schema"]
+
+
+def test_openai_strict_export_says_in_words_that_to_and_body_must_not_be_empty():
+    """minLength, which strict mode refuses, is enforced by treemail's own argument check instead."""
+    assert installed()[0]["input_schema"]["properties"]["body"]["minLength"] == 1
+    (exported,) = toolschemas.export(installed(), "openai")
+    properties = exported["function"]["parameters"]["properties"]
+    assert exported["function"]["strict"] is True
+    assert "minLength" not in properties["body"] and properties["body"]["description"].endswith("Not empty.")
 
 
 def test_an_open_object_is_never_exported_as_strict():

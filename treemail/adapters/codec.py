@@ -1,8 +1,13 @@
-"""The wire format of a SendMessage command on a command stream (one ``__data__`` field, compact JSON)."""
+"""The wire format of a SendMessage command on a command stream (one ``__data__`` field, compact JSON).
+
+Every command carries the protocol version it was written with (``v``); a
+worker refuses one from a newer protocol (``NewerProtocol``) rather than guess.
+"""
 
 import json
 
-from ..domain import blocks
+from .. import PROTOCOL_VERSION
+from ..domain import blocks, protocol
 from ..domain.commands import SendArguments, SendContext, SendMessage
 
 
@@ -14,6 +19,7 @@ def encode_command(command: SendMessage) -> str:
         args.append(blocks.to_json(a.blocks))
     return json.dumps(
         {
+            "v": PROTOCOL_VERSION,
             "id": command.command_id,
             "ctx": [c.session_id, c.run_id, c.tool_call_id],
             "args": args,
@@ -23,9 +29,12 @@ def encode_command(command: SendMessage) -> str:
     )
 
 
-def parse_command(data: str | bytes) -> SendMessage:
-    """The command, or an exception for an entry that never will be one."""
+def parse_command(data: str | bytes, *, check_version: bool = True) -> SendMessage:
+    """The command, or an exception for an entry that never will be one (``NewerProtocol`` for one a
+    newer treemail wrote; ``check_version=False`` reads it anyway, to answer its producer)."""
     decoded = json.loads(data)
+    if check_version:
+        protocol.require_known(decoded.get("v"), f"command {decoded.get('id')}")
     sid, run, call = decoded["ctx"]
     to, body, mode, *rest = decoded["args"]
     parsed_blocks = blocks.parse_blocks(rest[0]) if rest else None

@@ -10,21 +10,21 @@
 -- the number it expected.
 --
 -- KEYS: 1 stream, 2 state hash (version, snapshot), 3 pending-mail hash,
---       4 idempotency key, 5 tree handles hash, 6 tree members set,
+--       4 the sender's idempotency hash (one field per tool call, no expiry), 5 tree handles hash, 6 tree members set,
 --       7 partition wake stream, 8 partition sessions set, 9 partition feed,
 --       10 partition approvals hash, 11 tree grants set
 --       (all in one hash slot: the tree's partition tag)
 -- ARGV: 1 expected etag ('' for a new session) and new etag as "old new", 2 snapshot json,
---       3 idempotency record ('' none), 4 idempotency ttl seconds,
+--       3 idempotency record ('' none), 4 its field (the tool call's digest),
 --       5 the session's registration: '' none, '*' without a handle, else the handle to reserve,
 --       6 session id, 7 event count, then (type, data) per event,
 --       then mail change count, then (message id, item json or '' to delete),
 --       then wake count, then one wake trigger json each,
 --       then approval index count, then (field, value) each,
 --       then tree grant count, then one label each,
---       then the feed's approximate max length
+--       then the feed's approximate max length, then the protocol version every entry carries (`v`)
 if ARGV[3] ~= '' then
-  local existing = redis.call('GET', KEYS[4])
+  local existing = redis.call('HGET', KEYS[4], ARGV[4])
   if existing then return {'dup', existing} end
 end
 local state = redis.call('HMGET', KEYS[2], 'version', 'etag')
@@ -37,13 +37,14 @@ if ARGV[5] ~= '' then
   redis.call('SADD', KEYS[6], ARGV[6])
   redis.call('SADD', KEYS[8], ARGV[6])
 end
+local protocol = ARGV[#ARGV]
 local i = 8
 local version = current
 local events_start = i
 for _ = 1, tonumber(ARGV[7]) do
   version = version + 1
   -- The entry id is the event's position: readers address events by version.
-  redis.call('XADD', KEYS[1], version .. '-0', 'type', ARGV[i], 'data', ARGV[i + 1])
+  redis.call('XADD', KEYS[1], version .. '-0', 'type', ARGV[i], 'data', ARGV[i + 1], 'v', protocol)
   i = i + 2
 end
 redis.call('HSET', KEYS[2], 'version', version, 'snapshot', ARGV[2], 'etag', string.sub(ARGV[1], space + 1))
@@ -61,7 +62,7 @@ local wakes = tonumber(ARGV[i])
 i = i + 1
 for _ = 1, wakes do
   -- In the same step as the event: a wake is never requested without its trigger.
-  redis.call('XADD', KEYS[7], '*', 'session', ARGV[6], 'data', ARGV[i])
+  redis.call('XADD', KEYS[7], '*', 'session', ARGV[6], 'data', ARGV[i], 'v', protocol)
   i = i + 1
 end
 local approvals = tonumber(ARGV[i])
@@ -83,7 +84,7 @@ local seq = current
 for j = events_start, events_start + 2 * tonumber(ARGV[7]) - 1, 2 do
   seq = seq + 1
   redis.call('XADD', KEYS[9], 'MAXLEN', '~', feed_maxlen, '*',
-    'session', ARGV[6], 'seq', seq, 'type', ARGV[j], 'data', ARGV[j + 1])
+    'session', ARGV[6], 'seq', seq, 'type', ARGV[j], 'data', ARGV[j + 1], 'v', protocol)
 end
-if ARGV[3] ~= '' then redis.call('SET', KEYS[4], ARGV[3], 'EX', ARGV[4]) end
+if ARGV[3] ~= '' then redis.call('HSET', KEYS[4], ARGV[4], ARGV[3]) end
 return {'ok', tostring(version)}

@@ -1,13 +1,28 @@
 """Configuration: the ``[messaging]`` contract table and the ``[service]`` table for operators.
 
-Loaded from TOML, then overridden by environment variables
-(``TREEMAIL_MESSAGING_<KEY>`` and ``TREEMAIL_SERVICE_<KEY>``; ``REDIS_URL`` for
-the server). Unknown keys fail at load: a misspelt guard must never silently
-fall back to its default.
+Layers, lowest first (``configlayers.py`` finds and reads the files):
+
+1. built-in defaults;
+2. config files in order, each replacing a table it has *whole*: a table a
+   higher file has takes, for every key it omits, the built-in default, never
+   the lower file's value (system, user, workspace files by default, or the
+   ``paths`` given / ``TREEMAIL_CONFIG``);
+3. environment variables, key by key (read with pydantic-settings):
+   ``TREEMAIL_MESSAGING_<KEY>``, ``TREEMAIL_SERVICE_<KEY>``, and ``REDIS_URL``.
+
+Types are strict: every key takes only its own TOML type (no ``"32768"``,
+``"false"``, ``1`` for a boolean, ``2.0`` or ``true`` for an integer; an
+integer is a valid float). An environment value is parsed as its key's type
+(``true``/``false``, an integer, a number, or the text itself) and fails the
+same way. Unknown keys and tables fail too: a misspelt guard must never
+silently fall back to its default. Every failure names the key and where it
+came from.
 """
 
+import json
 import os
-import tomllib
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -15,10 +30,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..domain.errors import ConfigError
 from ..domain.messaging import MessagingConfig
+from . import configlayers
+from .configlayers import Layer
 
 
 class ServiceConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     redis_url: str | None = None
     # A Redis/Valkey Cluster: redis_url names any one node. Every atomic step
@@ -38,6 +55,9 @@ class ServiceConfig(BaseModel):
     max_deliveries: int = Field(default=5, ge=1)
     # A producer waits this long for a decision before answering engine_shutdown.
     decision_timeout_s: float = Field(default=30.0, gt=0)
+    # Deprecated, ignored: a tool call's outcome is now kept as long as the sender's
+    # session (seed 000: a retry must never send twice). Accepted so that existing
+    # files keep loading.
     idempotency_ttl_s: int = Field(default=7 * 24 * 3600, ge=60)
     connect_attempts: int = Field(default=5, ge=1)
     # The partition feeds projections follow are trimmed to about this many
@@ -52,55 +72,134 @@ class Config(BaseModel):
     service: ServiceConfig = ServiceConfig()
 
 
-_ENV_PREFIXES = {"messaging": "TREEMAIL_MESSAGING_", "service": "TREEMAIL_SERVICE_"}
+TABLES: dict[str, type[BaseModel]] = {"messaging": MessagingConfig, "service": ServiceConfig}
 
 
-def _env_overrides(environ: dict[str, str]) -> dict[str, dict[str, Any]]:
-    tables: dict[str, dict[str, Any]] = {"messaging": {}, "service": {}}
-    for table, prefix in _ENV_PREFIXES.items():
-        for name, value in environ.items():
-            if name.startswith(prefix):
-                tables[table][name[len(prefix):].lower()] = value
-    if environ.get("REDIS_URL"):
-        tables["service"]["redis_url"] = environ["REDIS_URL"]
-    return tables
+@dataclass(frozen=True)
+class Effective:
+    """The configuration in force and where each part of it came from (for ``treemail config show``)."""
+
+    config: Config
+    layers: list[Layer]
+    # table -> the layer it came from ("built-in defaults" or a file's label).
+    table_sources: dict[str, str]
+    # "table.key" -> the environment variable that set it.
+    environment: dict[str, str]
+    # Every file looked for, lowest layer first, found or not.
+    searched: list[str]
 
 
-def _describe(error: ValidationError) -> str:
+_TOML_TYPES = {str: "a string", bool: "a boolean", int: "an integer", float: "a float", dict: "a table",
+               list: "an array"}
+_EXPECTED = {"bool_type": "must be true or false", "int_type": "must be an integer",
+             "float_type": "must be a number", "string_type": "must be a string"}
+
+
+def _kind(value: Any) -> str:
+    return next((name for cls, name in _TOML_TYPES.items() if type(value) is cls), type(value).__name__)
+
+
+def describe(error: ValidationError, table: str, source_of) -> str:
+    """One clause per problem, each naming the key and where its value came from."""
     parts = []
     for item in error.errors():
-        where = ".".join(str(p) for p in item["loc"])
+        key = ".".join([table, *(str(p) for p in item["loc"])])
+        where = source_of(key)
         if item["type"] == "extra_forbidden":
-            parts.append(f"unknown key `{where}`")
+            parts.append(f"{where}: unknown key `{key}`")
+        elif item["type"] in _EXPECTED:
+            got = item["input"]
+            parts.append(f"{where}: `{key}` {_EXPECTED[item['type']]}, not {got!r} ({_kind(got)})")
         else:
-            parts.append(f"`{where}`: {item['msg']}")
+            parts.append(f"{where}: `{key}`: {item['msg']}")
     return "; ".join(parts)
 
 
-def load_config(path: str | Path | None = None, environ: dict[str, str] | None = None) -> Config:
-    """Read TOML (if given or ``TREEMAIL_CONFIG`` is set), apply environment overrides, validate."""
-    environ = dict(os.environ if environ is None else environ)
-    path = path or environ.get("TREEMAIL_CONFIG")
-    raw: dict[str, Any] = {}
-    if path:
-        try:
-            # TOML is UTF-8 by definition, whatever the locale.
-            raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"config file {path} does not exist") from None
-        except OSError as exc:
-            raise ConfigError(f"config file {path} cannot be read: {exc.strerror or exc}") from None
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
-    for table, values in _env_overrides(environ).items():
-        if values:
-            if not isinstance(raw.get(table, {}), dict):
-                raise ConfigError(f"config file {path}: `{table}` must be a table ([{table}])")
-            merged = dict(raw.get(table) or {})
-            merged.update(values)
-            raw[table] = merged
+def validate_table(table: str, values: dict[str, Any], source_of) -> BaseModel:
     try:
-        return Config.model_validate(raw)
+        return TABLES[table].model_validate(values, strict=True)
     except ValidationError as exc:
-        source = f"config file {path}" if path else "configuration"
-        raise ConfigError(f"invalid {source}: {_describe(exc)}") from None
+        raise ConfigError(f"invalid configuration: {describe(exc, table, source_of)}") from None
+
+
+def load_effective(
+    path: str | Path | None = None,
+    environ: dict[str, str] | None = None,
+    *,
+    paths: list[str | Path] | None = None,
+) -> Effective:
+    environ = dict(os.environ if environ is None else environ)
+    env = configlayers.read_environment(environ)
+    located = configlayers.locate(path, paths, env.config, environ)
+    layers = configlayers.read_layers(located)
+    tables: dict[str, BaseModel] = {}
+    table_sources: dict[str, str] = {}
+    environment: dict[str, str] = {}
+    for table in TABLES:
+        values: dict[str, Any] = {}
+        table_sources[table] = "built-in defaults"
+        for layer in layers:
+            if table in layer.tables:
+                # Each layer must be valid on its own, even one a higher layer replaces.
+                validate_table(table, layer.tables[table], lambda key, layer=layer: layer.label)
+                values = dict(layer.tables[table])
+                table_sources[table] = layer.label
+        overrides = configlayers.typed_overrides(table, TABLES[table], env)
+        for key, (variable, value) in overrides.items():
+            values[key] = value
+            environment[f"{table}.{key}"] = variable
+        tables[table] = validate_table(
+            table, values, lambda key: f"environment {environment[key]}" if key in environment else table_sources[table]
+        )
+    return Effective(Config(**tables), layers, table_sources, environment, [label for label, _, _ in located])
+
+
+def load_config(
+    path: str | Path | None = None,
+    environ: dict[str, str] | None = None,
+    *,
+    paths: list[str | Path] | None = None,
+) -> Config:
+    """The configuration in force: ``paths`` (lowest layer first), else ``path``, else ``TREEMAIL_CONFIG``
+    (several paths separated by ``:``), else the default layers; then the environment."""
+    return load_effective(path, environ, paths=paths).config
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)  # a JSON string is a valid TOML basic string
+    return repr(value)
+
+
+def _redacted(url: str) -> str:
+    """A server URL without its password: `config show` output gets pasted into tickets."""
+    return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
+
+
+def render_effective(effective: Effective) -> str:
+    """What ``treemail config show`` prints: the configuration in force as TOML, each table with the
+    layer it came from and each key an environment variable set with that variable."""
+    found = {layer.label for layer in effective.layers}
+    lines = ["# treemail configuration in force", "# layers, lowest first (a table in a higher layer replaces "
+             "the lower one whole; keys it omits take the built-in defaults):"]
+    lines += [f"#   {label}{'' if label in found else ' (absent)'}" for label in effective.searched]
+    lines.append("#   environment (TREEMAIL_MESSAGING_<KEY>, TREEMAIL_SERVICE_<KEY>, REDIS_URL), key by key")
+    for table in TABLES:
+        lines += ["", f"[{table}]  # from {effective.table_sources[table]}"]
+        for key, value in getattr(effective.config, table).model_dump().items():
+            if value is None:
+                lines.append(f"# {key} is not set")
+                continue
+            shown = _redacted(value) if key == "redis_url" else value
+            variable = effective.environment.get(f"{table}.{key}")
+            lines.append(f"{key} = {_toml_value(shown)}" + (f"  # environment {variable}" if variable else ""))
+    return "\n".join(lines) + "\n"
+
+
+def show_config(
+    path: str | Path | None = None, environ: dict[str, str] | None = None, *, paths: list[str | Path] | None = None
+) -> str:
+    """``treemail config show``: load every layer, then render what is in force and where it came from."""
+    return render_effective(load_effective(path, environ, paths=paths))

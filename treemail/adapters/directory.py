@@ -4,12 +4,17 @@ Directory entries and handles never change after registration, so caching
 them cannot make a decision wrong; it only saves a round trip.
 """
 
+import dataclasses
+import json
+from importlib import resources
+
 from redis.asyncio import Redis
 
-from ..domain.records import SessionRecord
+from ..domain.records import Peer, SessionRecord
 from . import keys
 
 CACHE_LIMIT = 100_000
+PEERS_LUA = resources.files(__package__).joinpath("peers.lua").read_text()
 
 
 class Directory:
@@ -71,6 +76,25 @@ class Directory:
         members = await self.redis.smembers(keys.tree_members(partition, root_session_id))
         return sorted(m.decode() for m in members)
 
+    async def tree_peers(self, sender: SessionRecord) -> list[Peer]:
+        """Every other member of the sender's tree with its status, in one round trip (a read-only script).
+
+        EVAL, not EVALSHA: this runs only on the unknown-reference error path,
+        and the server caches the compiled script by its hash anyway.
+        """
+        prefix, events_suffix, state_suffix = keys.session_prefix(sender.partition)
+        flat = await self.redis.eval(
+            PEERS_LUA, 1, keys.tree_members(sender.partition, sender.root_session_id),
+            prefix, events_suffix, state_suffix, sender.session_id,
+        )
+        peers = []
+        for index in range(0, len(flat), 3):
+            data, status = flat[index + 1], flat[index + 2]
+            if not data:
+                continue  # registered in the directory, not (yet) on its stream: not addressable
+            peers.append(Peer(_record_of(json.loads(data), sender.partition), _text(status) or "unknown"))
+        return peers
+
     async def tree_grants(self, senders: list[SessionRecord]) -> dict[str, frozenset[str]]:
         """root session id -> labels a person approved for that whole tree, in one round trip."""
         roots = {s.root_session_id: s.partition for s in senders}
@@ -81,3 +105,16 @@ class Directory:
                 pipe.smembers(keys.tree_grants(partition, root))
             values = await pipe.execute()
         return {root: frozenset(v.decode() for v in value) for root, value in zip(roots, values)}
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _record_of(registration: dict, partition: int) -> SessionRecord:
+    """The directory record a SessionRegistered event describes (the event carries every origin field)."""
+    fields = {f.name for f in dataclasses.fields(SessionRecord)} - {"partition"}
+    data = {k: v for k, v in registration.items() if k in fields}
+    data["rules"] = [tuple(rule) for rule in data.get("rules", [])]
+    data["interrupt_rules"] = [tuple(rule) for rule in data.get("interrupt_rules", [])]
+    return SessionRecord(**data, partition=partition)

@@ -19,7 +19,9 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError, ResponseError
 
+from .. import PROTOCOL_VERSION
 from ..domain import events as ev
+from ..domain import protocol
 from ..domain.records import SessionRecord
 from ..domain.state import Applied, MailItem, SessionState, apply
 from . import keys
@@ -99,6 +101,13 @@ def registration_arg(applied: Applied) -> str:
     return applied.handle or NO_HANDLE
 
 
+def decode_entry(fields: dict) -> ev.Event | None:
+    """A session stream or feed entry's event; None for an unknown type or a newer protocol's entry."""
+    if protocol.is_newer(protocol.version_of(fields.get(b"v"))):
+        return None
+    return ev.decode(fields[b"type"].decode(), fields[b"data"])
+
+
 def parse_append(reply: list) -> AppendResult:
     status = reply[0].decode() if isinstance(reply[0], bytes) else reply[0]
     value = reply[1]
@@ -162,6 +171,32 @@ class EventStore:
             replies = await pipe.execute()
         return {record.session_id: self.parse_loaded(r) for record, r in zip(records, replies)}
 
+    async def load_for_sends(
+        self, records: list[SessionRecord], calls: list[tuple[SessionRecord, str]]
+    ) -> tuple[dict[str, Loaded], dict[tuple[str, str], dict | None]]:
+        """States, and the idempotency records of tool calls ((sender, digest)), in one round trip."""
+        calls = list(dict.fromkeys((sender.session_id, sender.partition, digest) for sender, digest in calls))
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for record in records:
+                pipe.hmget(self.state_key(record), *self.STATE_FIELDS)
+            for session_id, partition, digest in calls:
+                pipe.hget(keys.session_idempotency(partition, session_id), digest)
+            replies = await pipe.execute()
+        loaded = {record.session_id: self.parse_loaded(r) for record, r in zip(records, replies)}
+        recorded = {
+            (session_id, digest): json.loads(raw) if raw is not None else None
+            for (session_id, _, digest), raw in zip(calls, replies[len(records):])
+        }
+        return loaded, recorded
+
+    @staticmethod
+    def record_outcome_call(sender: SessionRecord, digest: str, record: dict, pipe) -> None:
+        """Keep a refusal that touched no session under its tool call: set once, then read back, so a
+        concurrent decision of the same call is answered with whichever record was kept (two replies)."""
+        key = keys.session_idempotency(sender.partition, sender.session_id)
+        pipe.hsetnx(key, digest, json.dumps(record, separators=(",", ":")))
+        pipe.hget(key, digest)
+
     async def load_mail(self, record: SessionRecord) -> dict[str, MailItem]:
         raw = await self.redis.hgetall(keys.session_mail(record.partition, record.session_id))
         return {k.decode(): MailItem.from_json(v) for k, v in raw.items()}
@@ -177,7 +212,9 @@ class EventStore:
         mail: dict[str, MailItem] | None = None,
         idempotency_digest: str | None = None,
         idempotency_record: dict | None = None,
+        idempotency_session: str | None = None,
     ) -> PreparedAppend:
+        """``idempotency_session``: the sender whose tool call the record answers (same tree, same slot)."""
         p, sid = record.partition, record.session_id
         applied = apply(loaded.state, mail or {}, new_events, loaded.version)
         encoded = [part for event in new_events for part in ev.encode(event)]
@@ -186,7 +223,9 @@ class EventStore:
         wakes = [wake_trigger(record, message_id, seq) for seq, message_id in applied.wakes]
         wakes += [interrupt_trigger(record, event, seq) for seq, event in applied.interrupts]
         index = approval_index(record, applied)
-        idem_key = keys.idempotency(p, idempotency_digest) if idempotency_digest else self.state_key(record)
+        idem_key = (
+            keys.session_idempotency(p, idempotency_session or sid) if idempotency_digest else self.state_key(record)
+        )
         key_list = [
             keys.session_stream(p, sid),
             self.state_key(record),
@@ -205,7 +244,7 @@ class EventStore:
             f"{loaded.etag} {etag}",
             applied.state.to_json(),
             json.dumps(idempotency_record, separators=(",", ":")) if idempotency_record else "",
-            self.config.idempotency_ttl_s,
+            idempotency_digest or "",
             registration_arg(applied),
             sid,
             len(new_events), *encoded,
@@ -214,6 +253,7 @@ class EventStore:
             len(index) // 2, *index,
             len(applied.tree_grants), *applied.tree_grants,
             self.config.feed_maxlen,
+            PROTOCOL_VERSION,
         ]
         return PreparedAppend(key_list, args, applied, etag)
 
@@ -262,18 +302,31 @@ class EventStore:
     async def read(
         self, record: SessionRecord, after: int = 0, count: int | None = None
     ) -> list[tuple[int, ev.Event]]:
-        """Events after position ``after``, in order; unknown types are skipped."""
-        return [(seq, event) for seq, event in await self.read_raw(record, after, count) if event is not None]
+        """Events after position ``after``, in order; unknown types are skipped.
+
+        An entry of a newer protocol raises ``NewerProtocol``: history must not look complete when it is not.
+        """
+        entries = await self._range(record, after, count)
+        for entry_id, fields in entries:
+            protocol.require_known(fields.get(b"v"), f"event {entry_id.decode()} of session {record.session_id}")
+        return [(seq, event) for seq, event in self._decode(entries) if event is not None]
 
     async def read_raw(
         self, record: SessionRecord, after: int = 0, count: int | None = None
     ) -> list[tuple[int, ev.Event | None]]:
-        """Like ``read``, but an event of a type this version does not know is kept as None at its position."""
-        entries = await self.redis.xrange(
+        """Like ``read``, but an event of a type this version does not know, or of a newer protocol,
+        is kept as None at its position (folds skip it)."""
+        return self._decode(await self._range(record, after, count))
+
+    async def _range(self, record: SessionRecord, after: int, count: int | None) -> list:
+        return await self.redis.xrange(
             keys.session_stream(record.partition, record.session_id), min=f"({after}-0", count=count
         )
+
+    @staticmethod
+    def _decode(entries: list) -> list[tuple[int, ev.Event | None]]:
         return [
-            (int(entry_id.split(b"-")[0]), ev.decode(fields[b"type"].decode(), fields[b"data"]))
+            (int(entry_id.split(b"-")[0]), decode_entry(fields))
             for entry_id, fields in entries
         ]
 
@@ -286,7 +339,7 @@ class EventStore:
         out = {}
         for seq, entries in zip(seqs, replies):
             for _, fields in entries:
-                event = ev.decode(fields[b"type"].decode(), fields[b"data"])
+                event = decode_entry(fields)
                 if event is not None:
                     out[seq] = event
         return out

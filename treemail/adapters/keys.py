@@ -64,8 +64,17 @@ def tree_grants(partition: int, root_session_id: str) -> str:
     return f"{PREFIX}:{tag(partition)}:t:{root_session_id}:grants"
 
 
-def idempotency(partition: int, key_digest: str) -> str:
-    return f"{PREFIX}:{tag(partition)}:idem:{key_digest}"
+def session_idempotency(partition: int, session_id: str) -> str:
+    """The sender's tool-call outcomes, one field per idempotency digest: kept, like the session's
+    other keys, for as long as the session exists (no expiry)."""
+    return f"{PREFIX}:{tag(partition)}:s:{session_id}:idem"
+
+
+def session_prefix(partition: int) -> tuple[str, str, str]:
+    """(prefix, events suffix, state suffix) of a session's keys, for scripts that find sessions themselves."""
+    prefix, events_suffix = session_stream(partition, "\0").split("\0")
+    state_suffix = session_snapshot(partition, "\0").split("\0")[1]
+    return prefix, events_suffix, state_suffix
 
 
 def approvals(partition: int) -> str:

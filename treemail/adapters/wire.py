@@ -24,6 +24,7 @@ class CommandPayload(BaseModel):
 
     model_config = ConfigDict(extra="forbid", title="SendMessageCommand")
 
+    v: int = Field(description="the protocol version that wrote the command; a worker refuses a newer one")
     id: str = Field(description="the command id; its reply carries it as `command_id`")
     ctx: tuple[
         Annotated[str, Field(description="sender session id, from the host's context")],

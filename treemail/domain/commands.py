@@ -154,6 +154,8 @@ class InterruptAgent:
     @property
     def session_id(self) -> str:
         return self.context.session_id
+
+
 # Revert and fork.
 @dataclass(frozen=True)
 class RevertSession:
@@ -176,7 +178,16 @@ class ForkSession:
         return self.registration.session_id
 
 
+# effective permissions: the host's session overlay of message rules
+@dataclass(frozen=True)
+class OverlayMessageRules:
+    """Lay ``rules`` over the agent document's for this session; an empty list removes the overlay."""
+
+    session_id: str
+    rules: list[tuple[str, str]]
+
+
 SessionCommand = (
     RegisterSession | ChangeStatus | StartRun | FinishRun | ClaimMail | ConsumeMail | ReleaseMail | DiscardMail
-    | InjectMail | RequestWake | ResolveApproval | RevertSession | ForkSession
+    | InjectMail | RequestWake | ResolveApproval | RevertSession | ForkSession | OverlayMessageRules
 )

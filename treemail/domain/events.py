@@ -151,6 +151,8 @@ class SessionInterruptRequested(Event):
     sender_handle: str
     reason: str = ""
     tool_call_id: str | None = None
+
+
 # Revert and fork: mail follows the session's log.
 class SessionReverted(Event):
     """The engine took the session's history back to ``to_position``.
@@ -180,6 +182,12 @@ class SessionForked(Event):
     at_position: int
 
 
+# Session-level overlay of message rules (seed 000, effective permissions): the host
+# lays rules over the agent document's at run time; an empty list removes the overlay.
+class MessageRulesOverlaid(Event):
+    rules: list[tuple[str, str]]
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.__name__: cls
     for cls in (
@@ -204,6 +212,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         SessionReverted,
         ProducerMessageRestored,
         SessionForked,
+        # effective permissions: the session overlay
+        MessageRulesOverlaid,
     )
 }
 

@@ -27,6 +27,7 @@ from .decide.lifecycle import (
     decide_status,
 )
 from .decide.interrupt import decide_interrupt
+from .decide.rules import decide_overlay_rules
 from .decide.send import decide_send
 
 
@@ -56,4 +57,6 @@ HANDLERS: dict[type, Handler] = {
     # Revert and fork: decided on the session's own history, or on the fork source's.
     c.RevertSession: Handler(decide_revert, reads_mail=True, reads_history=attrgetter("session_id")),
     c.ForkSession: Handler(decide_fork, reads_history=attrgetter("source_session_id")),
+    # effective permissions: the session overlay
+    c.OverlayMessageRules: Handler(decide_overlay_rules),
 }

@@ -70,15 +70,22 @@ def _specificity(pattern: str) -> tuple[int, int]:
     return len(pattern) - wildcards, -wildcards
 
 
-def evaluate(rules: Rules, label: str) -> Effect:
-    """More literal characters win, then fewer wildcards, then the later declaration; default deny."""
-    best: tuple[tuple[int, int, int], str] | None = None
+def best_rule(rules: Rules, label: str) -> tuple[str, str] | None:
+    """The (pattern, effect) that decides ``label``: more literal characters win, then fewer
+    wildcards, then the later declaration; None when no pattern matches."""
+    best: tuple[tuple[int, int, int], tuple[str, str]] | None = None
     for index, (pattern, effect) in enumerate(rules):
         if _matches(pattern, label):
             rank = (*_specificity(pattern), index)
             if best is None or rank > best[0]:
-                best = (rank, effect)
-    return best[1] if best else "deny"  # type: ignore[return-value]
+                best = (rank, (pattern, effect))
+    return best[1] if best else None
+
+
+def evaluate(rules: Rules, label: str) -> Effect:
+    """The effect of the deciding rule; deny by default."""
+    rule = best_rule(rules, label)
+    return rule[1] if rule else "deny"  # type: ignore[return-value]
 
 
 def tool_visible(rules: Rules) -> bool:

@@ -46,6 +46,8 @@ class SessionState:
     run_hops: dict[str, int] = field(default_factory=dict)
     # Approval requests this session's sends opened: idempotency digest -> request.
     approvals: dict[str, "ApprovalEntry"] = field(default_factory=dict)
+    # The host's overlay of message rules over the agent document's (empty: none).
+    rules_overlay: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> str:
         # Written for every append: spelled out, because dataclasses.asdict deep-copies.
@@ -61,6 +63,7 @@ class SessionState:
                 "producers": sorted(self.producers),
                 "run_hops": self.run_hops,
                 "approvals": {k: list(v) for k, v in self.approvals.items()},
+                "rules_overlay": [list(rule) for rule in self.rules_overlay],
             },
             separators=(",", ":"),
         )
@@ -72,6 +75,7 @@ class SessionState:
         data = json.loads(text)
         data["producers"] = frozenset(data.get("producers", ()))
         data["approvals"] = {k: ApprovalEntry(*v) for k, v in data.get("approvals", {}).items()}
+        data["rules_overlay"] = tuple(tuple(rule) for rule in data.get("rules_overlay", ()))
         # A snapshot written by a newer version may carry fields this one does not know.
         return cls(**{k: v for k, v in data.items() if k in _STATE_FIELDS})
 
@@ -169,6 +173,8 @@ def evolve(state: SessionState, event: ev.Event) -> SessionState:
             status = "approved" if isinstance(event, ev.ApprovalGranted) else "denied"
             entry = state.approvals[event.key]._replace(status=status)
             return replace(state, approvals={**state.approvals, event.key: entry})
+        case ev.MessageRulesOverlaid(rules=rules):
+            return replace(state, rules_overlay=tuple(tuple(rule) for rule in rules))
         case _:
             return state
 

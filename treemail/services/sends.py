@@ -7,6 +7,7 @@ round again with freshly loaded state; nothing here is trusted across rounds,
 so any number of workers may race.
 """
 
+import json
 import time
 from dataclasses import dataclass
 
@@ -16,7 +17,7 @@ from ..domain import ids
 from ..domain.commands import SendMessage
 from ..domain.decide import idempotency, routing
 from ..domain.decide.guards import Found, NoSuchHandle, NoSuchSession, Target
-from ..domain.decide.send import Accepted, AwaitsApproval, Refused, SendDecision, SendGiven, outcome_of
+from ..domain.decide.send import Accepted, AwaitsApproval, Refused, Replayed, SendDecision, SendGiven, outcome_of
 from ..domain.handlers import HANDLERS
 from ..domain.messaging import MessagingConfig
 from ..domain.records import Peer, SessionRecord
@@ -28,6 +29,8 @@ decide_send = HANDLERS[SendMessage].decide
 @dataclass
 class _Work:
     command: SendMessage
+    # The tool call's idempotency digest, computed once.
+    digest: str = ""
     sender: SessionRecord | None = None
     target: SessionRecord | NoSuchSession | NoSuchHandle | None = None
 
@@ -41,7 +44,7 @@ class SendService:
     async def decide(self, commands: list[SendMessage]) -> dict[str, dict]:
         """Decide every command; returns command id -> outcome. Appends are durable on return."""
         outcomes: dict[str, dict] = {}
-        work = [_Work(c) for c in commands]
+        work = [_Work(c, idempotency.key_digest(c.context)) for c in commands]
         while work:
             work = await self._round(work, outcomes)
         return outcomes
@@ -71,18 +74,17 @@ class SendService:
                 w.target = NoSuchHandle(to, await self._peers(w.sender))
 
     async def _peers(self, sender: SessionRecord) -> list[Peer]:
-        members = await self.directory.tree_members(sender.partition, sender.root_session_id)
-        records = await self.directory.many([m for m in members if m != sender.session_id])
-        present = [r for r in records.values() if r is not None]
-        states = await self.store.load_many(present)
-        peers = [Peer(r, states[r.session_id].state.status) for r in present]
-        return routing.addressable(self.config.routing, sender, peers)
+        """Everyone else in the sender's tree the routing policy lets it address, with their status, in one
+        round trip (the domain filters, sorts and bounds the list)."""
+        return routing.addressable(self.config.routing, sender, await self.directory.tree_peers(sender))
 
-    async def _load(self, work: list[_Work]) -> tuple[dict[str, Loaded], dict[str, frozenset[str]]]:
-        """Every sender's and recipient's state, and the senders' tree grants.
+    async def _load(self, work: list[_Work]) -> tuple[dict[str, Loaded], dict[str, frozenset[str]], dict]:
+        """Every sender's and recipient's state, each tool call's idempotency record (same round trip),
+        and the senders' tree grants.
 
-        The idempotency record is not read here: the commit script checks it
-        atomically and answers a duplicate with the recorded outcome.
+        A recorded tool call is answered from its record before any check;
+        the commit script checks the record again atomically, for two
+        deliveries of one command decided at once.
         """
         records: dict[str, SessionRecord] = {}
         for w in work:
@@ -90,11 +92,14 @@ class SendService:
                 records[w.sender.session_id] = w.sender
             if isinstance(w.target, SessionRecord):
                 records[w.target.session_id] = w.target
-        loaded = await self.store.load_many(list(records.values()))
+        calls = [(w.sender, w.digest) for w in work if w.sender is not None]
+        loaded, recorded = await self.store.load_for_sends(list(records.values()), calls)
         grants = await self.directory.tree_grants([w.sender for w in work if w.sender is not None])
-        return loaded, grants
+        return loaded, grants, recorded
 
-    def _decide_one(self, w: _Work, loaded: dict[str, Loaded], grants: dict[str, frozenset[str]]) -> SendDecision:
+    def _decide_one(
+        self, w: _Work, loaded: dict[str, Loaded], grants: dict[str, frozenset[str]], recorded: dict
+    ) -> SendDecision:
         sender_state = loaded[w.sender.session_id].state if w.sender else SessionState()
         target: Target = w.target
         if isinstance(target, SessionRecord):
@@ -103,30 +108,43 @@ class SendService:
             sender=w.sender, sender_state=sender_state, target=target, config=self.config,
             tree_grants=grants.get(w.sender.root_session_id, frozenset()) if w.sender else frozenset(),
             new_id=ids.uuid7(), now=time.time(),
+            recorded=recorded.get((w.sender.session_id, w.digest)) if w.sender else None,
         )
         return decide_send(w.command, given)
 
     async def _round(self, work: list[_Work], outcomes: dict[str, dict]) -> list[_Work]:
         await self._resolve(work)
-        loaded, grants = await self._load(work)
+        loaded, grants, recorded = await self._load(work)
         committing: list[tuple[_Work, SendDecision]] = []
         appends: list[PreparedAppend] = []
+        alone: list[tuple[_Work, dict]] = []
         for w in work:
-            decision = self._decide_one(w, loaded, grants)
+            decision = self._decide_one(w, loaded, grants, recorded)
+            if isinstance(decision, Refused) and decision.recorded_alone and w.sender is not None:
+                alone.append((w, idempotency.record(w.command.arguments, outcome_of(decision))))
+                continue
             prepared = self._prepare(w, decision, loaded)
             if prepared is None:
                 outcomes[w.command.command_id] = outcome_of(decision)
                 continue
             appends.append(prepared)
             committing.append((w, decision))
-        if not committing:
+        if not committing and not alone:
             return []
 
         def build(pipe) -> None:
             for prepared in appends:
                 self.store.commit_call(prepared, pipe)
+            for w, record in alone:
+                self.store.record_outcome_call(w.sender, w.digest, record, pipe)
 
         replies = await self.store.run_pipeline(build)
+        kept = replies[len(appends):]
+        for index, (w, _) in enumerate(alone):
+            # The record kept (ours, or a concurrent decision's of the same call) is the answer.
+            outcomes[w.command.command_id] = idempotency.replayed_outcome(
+                json.loads(kept[2 * index + 1]), w.command.arguments
+            )
         retry: list[_Work] = []
         for (w, decision), reply in zip(committing, replies):
             result = parse_append(reply)
@@ -142,7 +160,7 @@ class SendService:
     def _prepare(self, w: _Work, decision: SendDecision, loaded: dict[str, Loaded]) -> PreparedAppend | None:
         """The append a decision needs, chained on the state earlier commands of the batch left; None if none."""
         match decision:
-            case AwaitsApproval(events=[]) | Refused(recorded=False):
+            case AwaitsApproval(events=[]) | Refused(recorded=False) | Replayed():
                 return None
             case AwaitsApproval(events=events):
                 # The request goes on the sender's stream, atomically: either whole or not at all.
@@ -150,10 +168,11 @@ class SendService:
             case Accepted() | Refused():
                 events = decision.events if isinstance(decision, Accepted) else []
                 session = w.target
-                digest = idempotency.key_digest(w.command.context)
+                digest = w.digest
                 record = idempotency.record(w.command.arguments, outcome_of(decision))
         prepared = self.store.prepare(
-            session, loaded[session.session_id], events, idempotency_digest=digest, idempotency_record=record
+            session, loaded[session.session_id], events, idempotency_digest=digest, idempotency_record=record,
+            idempotency_session=w.sender.session_id,
         )
         loaded[session.session_id] = prepared.loaded
         return prepared

@@ -1,8 +1,9 @@
 """The send guards: one ``require_*`` per stable error code, each raising ``Rejected``."""
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from .. import permissions
+from .. import effective
 from ..errors import Code, Rejected
 from ..messaging import MessagingConfig
 from ..records import Peer, SessionRecord
@@ -29,6 +30,18 @@ class NoSuchHandle:
 
 Target = Found | NoSuchSession | NoSuchHandle
 
+# The self-repairing candidate list is bounded (the seed's bounded result truncation):
+# at most this many rows, then a line saying how many were left out.
+CANDIDATE_LIMIT = 50
+# How much of the model's own `to` an error echoes, and of a peer's description a row shows.
+REFERENCE_SHOWN = 80
+DESCRIPTION_SHOWN = 100
+
+
+def clip(text: str, limit: int) -> str:
+    """Model input echoed in a result is bounded (the seed's bounded result truncation)."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
 
 def require_sender(sender: SessionRecord | None, state: SessionState) -> SessionRecord:
     if sender is None or not state.registered:
@@ -41,9 +54,15 @@ def require_enabled(config: MessagingConfig) -> None:
         raise Rejected(Code.DISABLED, "agent messaging is disabled in this engine ([messaging] enabled = false)")
 
 
-def require_tool(sender: SessionRecord) -> None:
-    if not (sender.send_message_tool and permissions.tool_visible(sender.rules)):
+def require_tool(sender: SessionRecord, overlay: Iterable[tuple[str, str]] = ()) -> None:
+    if not effective.tool_visible(sender, overlay):
         raise Rejected(Code.PERMISSION_DENIED, "permission denied: this agent has no send_message tool")
+
+
+def require_not_blank(body: str) -> None:
+    """Blank is empty: checked while the arguments are parsed, before resolution and the master switch."""
+    if not body.strip():
+        raise Rejected(Code.INVALID_BODY, "body is empty or only whitespace; write the message in `body`")
 
 
 def require_body(body: str, limit: int) -> None:
@@ -58,22 +77,35 @@ def require_body(body: str, limit: int) -> None:
 
 
 def render_peer(peer: Peer) -> str:
+    """``handle — description — status (session_id <uuid>)``; the agent type stands in for an empty
+    description, and a peer without a handle prints its UUID once."""
     record = peer.record
-    if record.handle is None:
-        return peer.line()
-    return f"{record.handle} — {record.description} — {peer.status} (session_id {record.session_id})"
+    about = clip(" ".join(record.description.split()) or record.agent_type, DESCRIPTION_SHOWN)
+    if not record.handle:
+        return f"{record.session_id} — {about} — {peer.status}"
+    return f"{record.handle} — {about} — {peer.status} (session_id {record.session_id})"
 
 
-def require_recipient(sender: SessionRecord, target: Target) -> Found:
+def candidate_list(peers: list[Peer], addressable: Callable[[Peer], bool] = lambda peer: True) -> str:
+    """The peers the sender may address, sorted by handle, bounded; ``(none)`` when nobody."""
+    rows = sorted((p for p in peers if addressable(p)), key=lambda p: (p.record.handle or p.record.session_id))
+    lines = [f"- {render_peer(p)}" for p in rows[:CANDIDATE_LIMIT]] or ["- (none)"]
+    if len(rows) > CANDIDATE_LIMIT:
+        lines.append(f"- … and {len(rows) - CANDIDATE_LIMIT} more not listed")
+    return "\n".join(lines)
+
+
+def require_recipient(
+    sender: SessionRecord, target: Target, addressable: Callable[[Peer], bool] = lambda peer: True
+) -> Found:
     match target:
         case NoSuchSession(session_id=session_id):
             raise Rejected(Code.UNKNOWN_SESSION, f"no session has id {session_id}")
         case NoSuchHandle(reference=reference, peers=peers):
-            listing = "\n".join(f"- {render_peer(p)}" for p in peers) or "- (no addressable peers)"
             raise Rejected(
                 Code.UNKNOWN_SESSION,
-                f"unknown subagent reference `{reference}`: use a handle or session_id from this list of "
-                f"agents in your tree:\n{listing}",
+                f"unknown subagent reference `{clip(reference, REFERENCE_SHOWN)}`: use a handle or session_id "
+                f"from this list of agents in your tree:\n{candidate_list(peers, addressable)}",
             )
         case Found(record=record, state=state) if not state.registered:
             raise Rejected(Code.UNKNOWN_SESSION, f"no session has id {record.session_id}")

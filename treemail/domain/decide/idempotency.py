@@ -1,9 +1,17 @@
 """Idempotency: the one place that decides what a repeated tool call gets.
 
 The key is the tool call (sender session, run, tool call id); its record
-holds the fingerprint of the arguments and the outcome. The commit step only
-refuses to write a second record for a key; what the caller is then answered
-is decided here.
+holds the fingerprint of the arguments and the outcome. The record is kept
+with the sender's session (one field of its idempotency hash, no expiry): a
+retry gets the original outcome for as long as the session exists.
+
+A tool call with a record is answered from it before any check runs
+(``decide_send`` looks at it first): whatever changed since (messaging disabled, the inbox
+filled, the sender's run finished, the rules changed) a retry returns what
+the first call returned. The worker reads the record in the same round trip
+as the states it decides on; the commit step refuses to write a second record
+for a key, so a race between two deliveries of one command is answered the
+same way.
 """
 
 import hashlib
@@ -13,11 +21,13 @@ from .. import blocks
 from ..commands import SendArguments, SendContext
 from ..errors import Code
 
-# Refusals that depend on the recipient's mutable state: recorded under the
-# key, so a redelivered command is answered the same although room may have
-# freed up since. Refusals that depend only on the arguments or on settings
-# are not recorded; deciding them again gives the same answer anyway.
-RECORDED_REFUSALS = frozenset({Code.MAX_HOPS_EXCEEDED, Code.INBOX_FULL, Code.INFLIGHT_FULL})
+# Refusals decided on the recipient's state: recorded in the same atomic step
+# as the recipient's appends, against its etag, so a refusal decided on a
+# state that has since changed is decided again rather than kept.
+WITH_RECIPIENT = frozenset({Code.MAX_HOPS_EXCEEDED, Code.INBOX_FULL, Code.INFLIGHT_FULL})
+# Never recorded: a conflict says nothing about the first call; the others are
+# answered by the producer, never decided by a worker.
+NEVER = frozenset({Code.IDEMPOTENCY_CONFLICT, Code.ENGINE_SHUTDOWN, Code.INVALID_ARGUMENTS})
 
 
 def key_digest(context: SendContext) -> str:
@@ -31,7 +41,14 @@ def fingerprint(arguments: SendArguments) -> str:
 
 
 def is_recorded(code: Code) -> bool:
-    return code in RECORDED_REFUSALS
+    """Recorded with the recipient's append (checked against its etag)."""
+    return code in WITH_RECIPIENT
+
+
+def is_recorded_alone(code: Code) -> bool:
+    """Recorded under the key by itself: every other refusal a worker decides, settings-dependent
+    ones (disabled, the limits, the rules) included, so a retry cannot get a different answer."""
+    return code not in WITH_RECIPIENT and code not in NEVER
 
 
 def record(arguments: SendArguments, outcome: dict) -> dict:

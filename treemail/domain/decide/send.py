@@ -4,9 +4,8 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from .. import blocks
+from .. import blocks, effective, permissions
 from .. import events as ev
-from .. import permissions
 from ..commands import SendArguments, SendMessage
 from ..errors import Code, Rejected
 from ..messaging import MessagingConfig
@@ -30,6 +29,8 @@ class SendGiven:
     # A fresh id: the message's if accepted, the approval request's if one is opened.
     new_id: str = ""
     now: float = 0.0
+    # The idempotency record of this tool call, if it was decided before: it is answered from it.
+    recorded: dict | None = None
 
 
 # Outcomes of a send decision.
@@ -50,6 +51,17 @@ class Refused:
     def recorded(self) -> bool:
         return idempotency.is_recorded(self.code)
 
+    @property
+    def recorded_alone(self) -> bool:
+        return idempotency.is_recorded_alone(self.code)
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """A retried tool call: answered from its idempotency record, nothing decided again."""
+
+    outcome: dict
+
 
 @dataclass(frozen=True)
 class AwaitsApproval:
@@ -60,7 +72,7 @@ class AwaitsApproval:
     label: str
 
 
-SendDecision = Accepted | Refused | AwaitsApproval
+SendDecision = Accepted | Refused | AwaitsApproval | Replayed
 
 
 def outcome_of(decision: SendDecision) -> dict:
@@ -72,11 +84,14 @@ def outcome_of(decision: SendDecision) -> dict:
             return {"error": {"code": code.value, "message": message}}
         case AwaitsApproval(request_id=request_id, label=label):
             return {"approval": {"request_id": request_id, "label": label}}
+        case Replayed(outcome=outcome):
+            return outcome
     raise AssertionError(decision)
 
 
 def recipient_state_label(status: str) -> str:
-    return {"running": "running", "queued": "queued"}.get(status, "waking_finished")
+    # Seed 000 groups idle with queued ("queued durably if idle or queued"); an idle recipient is still woken.
+    return {"running": "running", "queued": "queued", "idle": "queued"}.get(status, "waking_finished")
 
 
 def approval_fingerprint(recipient_session_id: str, arguments: SendArguments) -> str:
@@ -92,16 +107,21 @@ def agent_producer_id(sender_session_id: str) -> str:
 
 def decide_send(command: SendMessage, given: SendGiven) -> SendDecision:
     context, arguments, config = command.context, command.arguments, given.config
+    if given.recorded is not None:
+        # Before every check: a retry gets the original outcome whatever changed since.
+        return Replayed(idempotency.replayed_outcome(given.recorded, arguments))
+    overlay = given.sender_state.rules_overlay
     try:
+        guards.require_not_blank(arguments.body)
         sender = guards.require_sender(given.sender, given.sender_state)
         guards.require_enabled(config)
-        guards.require_tool(sender)
+        guards.require_tool(sender, overlay)
         content.require_content(arguments, config)
-        found = guards.require_recipient(sender, given.target)
+        found = guards.require_recipient(sender, given.target, lambda peer: _may_address(sender, overlay, peer))
         routing.require_route(config.routing, sender, found.record)
         found = content.require_image_capable(sender, given.target, arguments)
         label = permissions.relationship(sender.origin, found.record.origin)
-        effect = permissions.evaluate(sender.rules, label)
+        effect = effective.effect(sender.rules, overlay, label)
         if effect == "deny":
             raise guards.permission_denied(label)
         if effect == "ask" and label not in given.tree_grants:
@@ -115,6 +135,12 @@ def decide_send(command: SendMessage, given: SendGiven) -> SendDecision:
     except Rejected as rejection:
         return Refused(rejection.code, rejection.message)
     return _accept(command, given, sender, found, hop)
+
+
+def _may_address(sender: SessionRecord, overlay, peer) -> bool:
+    """A peer is addressable when the sender's effective rules do not deny its label."""
+    label = permissions.relationship(sender.origin, peer.record.origin)
+    return effective.effect(sender.rules, overlay, label) != "deny"
 
 
 def _approval(command: SendMessage, given: SendGiven, sender: SessionRecord, found: Found, label: str):

@@ -1,0 +1,48 @@
+"""The protocol version: what every stream entry and command carries (`v`), and how a reader treats one. Pure.
+
+Changes within the protocol are additive (new optional fields, new event
+types), so a reader accepts every version up to its own; an entry without a
+`v` predates versioning (protocol 2) and is read like any older one. A
+version newer than the reader's may carry what the reader cannot honour: it
+refuses it with ``NewerProtocol`` (a worker dead-letters such a command with
+that reason; readers of streams skip the entry and report it).
+"""
+
+from .. import PROTOCOL_VERSION
+
+# Entries written before the version was recorded on them.
+UNVERSIONED = 2
+
+
+class NewerProtocol(ValueError):
+    """An entry or command from a newer treemail than this reader (a ValueError: the CLI prints it as
+    one line, no traceback)."""
+
+    def __init__(self, version: int, what: str) -> None:
+        super().__init__(
+            f"{what} was written by treemail protocol {version}; this treemail reads protocol "
+            f"{PROTOCOL_VERSION} and older: upgrade it"
+        )
+        self.version = version
+
+
+def version_of(raw) -> int:
+    """The `v` of an entry or command (bytes, str, int or absent); a malformed one is treated as newest,
+    so it is refused rather than misread."""
+    if raw is None:
+        return UNVERSIONED
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        return 1 << 30
+
+
+def is_newer(version: int) -> bool:
+    return version > PROTOCOL_VERSION
+
+
+def require_known(raw, what: str) -> int:
+    version = version_of(raw)
+    if is_newer(version):
+        raise NewerProtocol(version, what)
+    return version
