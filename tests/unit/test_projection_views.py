@@ -144,6 +144,11 @@ def one_of_each_event_type() -> list[ev.Event]:
                              mode="steer"),
         ev.ApprovalGranted(request_id="q", key="k", scope="tree", label="sibling"),
         ev.ApprovalDenied(request_id="q", key="k"),
+        ev.ProducerMessageParked(**message, reason="max_attempts"),
+        ev.ProducerMessageRetried(**message),
+        ev.MessageSent(message_id="m", recipient_session_id="s2", position=3, recipient_state="running"),
+        ev.MessageSettled(message_id="m", recipient_session_id="s2", outcome="consumed"),
+        ev.MessageRefused(message_id="m", recipient_session_id="s2", code="send_message:inbox_full"),
     ]
 
 

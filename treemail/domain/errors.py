@@ -20,6 +20,11 @@ class Code(str, Enum):
     ENGINE_SHUTDOWN = "send_message:engine_shutdown"
     IDEMPOTENCY_CONFLICT = "send_message:idempotency_conflict"
     PERMISSION_DENIED = "permission_denied"
+    # Delivery as an obligation (seed 004).
+    SOURCE_CAPACITY = "send_message:source_capacity"
+    UNKNOWN_MESSAGE = "message:unknown"
+    NOT_PARKED = "retry_message:not_parked"
+    SETTLED = "retry_message:settled"
 
 
 class Rejected(Exception):

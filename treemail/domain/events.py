@@ -55,6 +55,8 @@ class ProducerMessageAccepted(Event):
     agent_hop: int = 0
     run_id: str | None = None
     tool_call_id: str | None = None
+    # W3C trace context of the send's preparation: the message's whole journey is one trace.
+    traceparent: str | None = None
 
 
 class SessionRunStarted(Event):
@@ -90,7 +92,10 @@ class ProducerMessageClaimed(MessageEvent):
 
 
 class ProducerMessageReleased(MessageEvent):
-    pass
+    # A failed attempt: a bounded code ("released", "attempt_timeout", "run_finished"), never raw text.
+    reason: str = ""
+    # Due again from then (backoff); 0: at once.
+    retry_at: float = 0.0
 
 
 class ProducerMessageConsumed(MessageEvent):
@@ -130,6 +135,39 @@ class ApprovalDenied(Event):
     key: str
 
 
+# Delivery as an obligation (seed 004). On the recipient's stream: a message whose retry budget ran
+# out is parked (kept, not delivered) until someone retries or discards it.
+class ProducerMessageParked(MessageEvent):
+    reason: str  # "max_attempts" or "deadline"
+
+
+class ProducerMessageRetried(MessageEvent):
+    """An explicit retry renewed a parked message's budget: attempts and deadline start again."""
+
+
+# On the sender's stream: its record of each send intent, written in the same atomic step as the
+# recipient's events, so the source's unsettled intents (its capacity) are counted exactly.
+class MessageSent(Event):
+    message_id: str
+    recipient_session_id: str
+    # The destination's receipt: the accepted event's position on its stream, and its state then.
+    position: int
+    recipient_state: str
+
+
+class MessageSettled(Event):
+    message_id: str
+    recipient_session_id: str
+    outcome: Literal["consumed", "discarded"]
+    reason: str = ""
+
+
+class MessageRefused(Event):
+    message_id: str
+    recipient_session_id: str
+    code: str
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.__name__: cls
     for cls in (
@@ -148,6 +186,12 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ApprovalRequested,
         ApprovalGranted,
         ApprovalDenied,
+        # Delivery as an obligation (seed 004).
+        ProducerMessageParked,
+        ProducerMessageRetried,
+        MessageSent,
+        MessageSettled,
+        MessageRefused,
     )
 }
 

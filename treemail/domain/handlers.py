@@ -23,6 +23,7 @@ from .decide.lifecycle import (
     decide_start_run,
     decide_status,
 )
+from .decide.obligations import decide_keep, decide_retry
 from .decide.send import decide_send
 
 
@@ -35,7 +36,8 @@ class Handler:
 HANDLERS: dict[type, Handler] = {
     c.SendMessage: Handler(decide_send),
     c.RegisterSession: Handler(decide_register),
-    c.ChangeStatus: Handler(decide_status),
+    # Reads mail since seed 004: going idle wakes only for mail deliverable now (not parked, not backing off).
+    c.ChangeStatus: Handler(decide_status, reads_mail=True),
     c.StartRun: Handler(decide_start_run, reads_mail=True),
     c.FinishRun: Handler(decide_finish_run, reads_mail=True),
     c.ClaimMail: Handler(decide_claim, reads_mail=True),
@@ -45,4 +47,7 @@ HANDLERS: dict[type, Handler] = {
     c.InjectMail: Handler(decide_inject),
     c.RequestWake: Handler(decide_request_wake),
     c.ResolveApproval: Handler(decide_resolve_approval),
+    # Delivery as an obligation (seed 004).
+    c.KeepObligations: Handler(decide_keep, reads_mail=True),
+    c.RetryMail: Handler(decide_retry, reads_mail=True),
 }

@@ -16,7 +16,7 @@ from ..errors import Code
 # key, so a redelivered command is answered the same although room may have
 # freed up since. Refusals that depend only on the arguments or on settings
 # are not recorded; deciding them again gives the same answer anyway.
-RECORDED_REFUSALS = frozenset({Code.MAX_HOPS_EXCEEDED, Code.INBOX_FULL, Code.INFLIGHT_FULL})
+RECORDED_REFUSALS = frozenset({Code.MAX_HOPS_EXCEEDED, Code.INBOX_FULL, Code.INFLIGHT_FULL, Code.SOURCE_CAPACITY})
 
 
 def key_digest(context: SendContext) -> str:

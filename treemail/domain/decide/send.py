@@ -107,6 +107,7 @@ def decide_send(command: SendMessage, given: SendGiven) -> SendDecision:
                 return waiting
         hop = guards.sending_hop(given.sender_state, context.run_id)
         guards.require_hops(hop, config)
+        guards.require_source_capacity(given.sender_state, config)
         guards.require_inbox_room(found.state, config)
         guards.require_window_room(found.state, sender.session_id, config)
     except Rejected as rejection:
@@ -159,6 +160,7 @@ def _accept(command: SendMessage, given: SendGiven, sender: SessionRecord, found
             agent_hop=hop,
             run_id=command.context.run_id,
             tool_call_id=command.context.tool_call_id,
+            traceparent=command.traceparent or None,
         )
     )
     result = {
