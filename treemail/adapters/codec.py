@@ -7,15 +7,15 @@ from ..domain.commands import SendArguments, SendContext, SendMessage
 
 def encode_command(command: SendMessage) -> str:
     c, a = command.context, command.arguments
-    return json.dumps(
-        {
-            "id": command.command_id,
-            "ctx": [c.session_id, c.run_id, c.tool_call_id],
-            "args": [a.to, a.body, a.mode],
-            "reply_to": command.reply_to,
-        },
-        separators=(",", ":"),
-    )
+    data = {
+        "id": command.command_id,
+        "ctx": [c.session_id, c.run_id, c.tool_call_id],
+        "args": [a.to, a.body, a.mode],
+        "reply_to": command.reply_to,
+    }
+    if command.traceparent:
+        data["tp"] = command.traceparent  # seed 004: the preparation's trace continues in the worker
+    return json.dumps(data, separators=(",", ":"))
 
 
 def parse_command(data: str | bytes) -> SendMessage:
@@ -23,4 +23,5 @@ def parse_command(data: str | bytes) -> SendMessage:
     decoded = json.loads(data)
     sid, run, call = decoded["ctx"]
     to, body, mode = decoded["args"]
-    return SendMessage(decoded["id"], SendContext(sid, run, call), SendArguments(to, body, mode), decoded["reply_to"])
+    return SendMessage(decoded["id"], SendContext(sid, run, call), SendArguments(to, body, mode), decoded["reply_to"],
+                       decoded.get("tp", ""))

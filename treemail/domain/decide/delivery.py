@@ -42,15 +42,16 @@ def wake_stale(state: SessionState, policy: MessagingConfig, now: float, stale_b
     return requested < stale_before or requested + policy.attempt_timeout_s <= now
 
 
-def check_times(state: SessionState, item: MailItem, policy: MessagingConfig) -> list[float]:
+def check_times(state: SessionState, item: MailItem, policy: MessagingConfig, now: float) -> list[float]:
     """When the pump must look at this item: its claim's expiry, else its deadline, and for an asleep
-    session the end of its backoff (a running session's next claim takes it without help)."""
+    session the end of a backoff still running (a running session's next claim takes it without
+    help; once over, the item is due and the session-wide wake check below covers it)."""
     if item.state == "claimed":
         return [claim_expires_at(item, policy)]
     if item.state not in WAITING:
         return []
     times = [t for t in (deadline_of(item, policy),) if t is not None]
-    if asleep(state) and item.retry_at > 0:
+    if asleep(state) and item.retry_at > now:
         times.append(item.retry_at)
     return times
 
@@ -66,7 +67,7 @@ def next_check(
     times: list[float] = []
     due_now = False
     for item in items:
-        times.extend(check_times(state, item, policy))
+        times.extend(check_times(state, item, policy, now))
         due_now = due_now or deliverable(item, now)
     if asleep(state) and state.pending_all > 0:
         wake_expires = state.wake_requested_at + policy.attempt_timeout_s
