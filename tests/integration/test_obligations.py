@@ -222,3 +222,25 @@ async def test_a_programmatic_send_with_its_own_idempotency_key_is_delivered_onc
     assert len(accepted) == 3
     with pytest.raises(ValueError):
         await stack.send(root.session_id, child.handle, "x", idempotency_key="")
+
+
+async def test_the_model_facing_tools_answer_for_the_calling_session_only(stack, calls):
+    from treemail.producers import message_tools
+
+    root, [a, b] = await family(stack, children=2)
+    sent = await stack.send_message(calls.ctx(a.session_id), {"to": root.handle, "body": "done"})
+    assert message_tools.tool_definition("inspect_message")["input_schema"]["required"] == ["message_id"]
+    mine = await message_tools.handle(stack, "inspect_message", calls.ctx(a.session_id),
+                                      {"message_id": sent["message_id"]})
+    assert mine["status"] == "accepted" and mine["receipt"]["recipient_session_id"] == root.session_id
+    # A sibling may not see it, whatever the arguments say (here as the model's raw JSON text).
+    theirs = await message_tools.handle(stack, "inspect_message", calls.ctx(b.session_id),
+                                        '{"message_id": "%s"}' % sent["message_id"])
+    assert code(theirs) == "permission_denied"
+    bad = await message_tools.handle(stack, "retry_message", calls.ctx(a.session_id),
+                                     {"message_id": sent["message_id"], "to": "x"})
+    assert code(bad) == "send_message:invalid_arguments"
+    not_parked = await message_tools.handle(stack, "retry_message", calls.ctx(a.session_id),
+                                            {"message_id": sent["message_id"]})
+    assert code(not_parked) == "retry_message:not_parked"
+    assert "accepted" in message_tools.render(mine) and "permission_denied" in message_tools.render(theirs)
