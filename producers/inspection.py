@@ -9,6 +9,7 @@ sender, a session it was delegated from (its controllers) and the host
 so a model-facing tool can return it as is.
 """
 
+import json
 import time
 
 from treemail.adapters import keys, outboundindex, tracing
@@ -100,3 +101,41 @@ async def retry(host, message_id: str, caller: str | None = None) -> dict:
 def _settled(message_id: str) -> dict:
     return error_result(Code.SETTLED.value,
                         f"message {message_id} was already processed or refused; it cannot be retried, send a new one")
+
+
+# ---- for `treemail inspect` and `treemail retry` (the host's view: no caller) -------------------------
+
+
+async def cli_inspect(host, message_id: str, as_json: bool = False) -> str:
+    """The text `treemail inspect MESSAGE_ID [--json]` prints; an error raises LookupError (one line, exit 2)."""
+    return _cli_text(await inspect(host, message_id), as_json)
+
+
+async def cli_retry(host, message_id: str) -> str:
+    """The text `treemail retry MESSAGE_ID` prints; an error raises LookupError (one line, exit 2)."""
+    return _cli_text(await retry(host, message_id), False)
+
+
+def _cli_text(status: dict, as_json: bool) -> str:
+    if "error" in status:
+        raise LookupError(f"{status['error']['code']}: {status['error']['message']}")
+    return json.dumps(status, sort_keys=True) if as_json else render(status)
+
+
+def render(status: dict) -> str:
+    """One line per fact, for `treemail inspect` (errors are one line too)."""
+    if "error" in status:
+        return f"{status['error']['code']}: {status['error']['message']}"
+    lines = [f"{status['message_id']}  {status['status']}"]
+    receipt = status.get("receipt")
+    if receipt:
+        lines.append(f"  to {receipt['recipient_session_id']} at position {receipt['position']} "
+                     f"({receipt['recipient_state']} at acceptance)")
+    elif status.get("recipient_session_id"):
+        lines.append(f"  to {status['recipient_session_id']}")
+    for key in ("delivery", "attempts", "reason", "next_attempt_at", "deadline_at"):
+        if status.get(key) is not None:
+            lines.append(f"  {key}: {status[key]}")
+    if status.get("settlement"):
+        lines.append(f"  settlement: {status['settlement']['outcome']} {status['settlement']['reason']}".rstrip())
+    return "\n".join(lines)

@@ -70,20 +70,5 @@ async def handle(host, name: str, context: SendContext, arguments: Any) -> dict:
     return await action(host, message_id, context.session_id)
 
 
-def render(status: dict) -> str:
-    """One line per fact, for `treemail inspect` (errors are one line too)."""
-    if "error" in status:
-        return f"{status['error']['code']}: {status['error']['message']}"
-    lines = [f"{status['message_id']}  {status['status']}"]
-    receipt = status.get("receipt")
-    if receipt:
-        lines.append(f"  to {receipt['recipient_session_id']} at position {receipt['position']} "
-                     f"({receipt['recipient_state']} at acceptance)")
-    elif status.get("recipient_session_id"):
-        lines.append(f"  to {status['recipient_session_id']}")
-    for key in ("delivery", "attempts", "reason", "next_attempt_at", "deadline_at"):
-        if status.get(key) is not None:
-            lines.append(f"  {key}: {status[key]}")
-    if status.get("settlement"):
-        lines.append(f"  settlement: {status['settlement']['outcome']} {status['settlement']['reason']}".rstrip())
-    return "\n".join(lines)
+# One line per fact, for `treemail inspect` too.
+render = inspection.render

@@ -244,3 +244,17 @@ async def test_the_model_facing_tools_answer_for_the_calling_session_only(stack,
                                             {"message_id": sent["message_id"]})
     assert code(not_parked) == "retry_message:not_parked"
     assert "accepted" in message_tools.render(mine) and "permission_denied" in message_tools.render(theirs)
+
+
+async def test_the_cli_functions_print_the_status_or_fail_in_one_line(stack, calls):
+    from treemail.producers import inspection
+
+    root, [child] = await family(stack)
+    sent = await stack.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "x"})
+    text = await inspection.cli_inspect(stack, sent["message_id"])
+    assert text.splitlines()[0] == f"{sent['message_id']}  accepted"
+    assert '"status": "accepted"' in await inspection.cli_inspect(stack, sent["message_id"], as_json=True)
+    with pytest.raises(LookupError, match="^retry_message:not_parked: "):
+        await inspection.cli_retry(stack, sent["message_id"])
+    with pytest.raises(LookupError, match="^message:unknown: "):
+        await inspection.cli_inspect(stack, "no-such-message")
