@@ -28,13 +28,14 @@ from faststream.redis import RedisBroker, RedisClusterBroker, StreamSub
 from faststream.redis.annotations import RedisBatchStreamMessage
 from faststream.redis.subscriber.usecases import stream_subscriber
 
-from treemail.adapters import keys, metrics
+from treemail.adapters import keys, metrics, tracing
 from treemail.adapters.config import Config
 from treemail.adapters.connection import connect, require_durable_server
 from treemail.adapters.eventstore import EventStore
 from treemail.domain.commands import SendMessage
 from treemail.services.sends import SendService
 
+from . import admission
 from .deadletters import dead_letter
 from .entries import by_reason, no_body, raw_batch, split_malformed, text
 from .stats import record_batch, refresh_stats
@@ -102,6 +103,7 @@ class Worker:
         if not commands:
             return
         started = time.perf_counter()
+        spans = admission.start(commands)
         outcomes = await self.decider.decide(commands)
         answers: dict[str, list[str]] = {}
         for command in commands:
@@ -114,6 +116,7 @@ class Worker:
             await pipe.execute()
         self.decided += len(commands)
         record_batch(commands, outcomes, time.perf_counter() - started)
+        admission.end(spans, commands, outcomes)
 
     async def reclaim(self) -> int:
         """Take over commands idle in a dead (or stuck) consumer's pending list and decide them.
@@ -255,6 +258,7 @@ class Worker:
 async def serve(
     config: Config, url: str, metrics_port: int | None = None, metrics_port_is_default: bool = False
 ) -> None:
+    tracing.configure_from_env()
     worker = Worker(config, url, metrics_port=metrics_port, metrics_port_is_default=metrics_port_is_default)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()

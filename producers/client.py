@@ -45,10 +45,10 @@ class CommandClient:
         index = zlib.crc32(context.session_id.encode()) % self.config.command_streams
         return keys.command_stream(index)
 
-    async def request(self, context: SendContext, arguments: SendArguments) -> dict:
+    async def request(self, context: SendContext, arguments: SendArguments, traceparent: str = "") -> dict:
         if self._closing:
             return engine_shutdown("the engine is shutting down")
-        command = SendMessage(ids.uuid7(), context, arguments, self.client_id)
+        command = SendMessage(ids.uuid7(), context, arguments, self.client_id, traceparent)
         future = asyncio.get_running_loop().create_future()
         self._waiting[command.command_id] = future
         try:

@@ -14,6 +14,7 @@ one place, and each method is a line or two of wiring.
 """
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import get_args
@@ -21,7 +22,7 @@ from typing import get_args
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from treemail.adapters import approvalindex, keys, tokens
+from treemail.adapters import approvalindex, keys, tokens, tracing
 from treemail.adapters.config import Config, load_config
 from treemail.adapters.connection import connect
 from treemail.adapters.eventstore import EventStore
@@ -32,9 +33,10 @@ from treemail.domain.commands import SendContext
 from treemail.domain.decide import routing
 from treemail.domain.errors import LifecycleError, Rejected
 from treemail.domain.state import MailItem
+from treemail.services.obligations import ObligationService
 from treemail.services.sessions import SessionService
 
-from . import plugins, subscriptions, tool, tools, toolschemas
+from . import inspection, plugins, subscriptions, tool, tools, toolschemas
 from .client import CommandClient
 from .interrupts import Interrupt, InterruptHost
 from .plugins import SendAttempt, SendHook
@@ -86,12 +88,14 @@ class Treemail(InterruptHost):
         self.commands = CommandClient(redis, listener, config.service)
         self.wake_reader = WakeReader(redis, config.service)
         self._init_interrupts()
+        self.obligations = ObligationService(self.sessions)
         self._listener = listener
         self._send_hooks: list[SendHook] = []
 
     @classmethod
     async def connect(cls, config: Config | None = None, url: str | None = None) -> "Treemail":
         config = config or load_config()
+        tracing.configure_from_env()
         url = url or config.service.redis_url
         if not url:
             raise ValueError("no Redis URL: set REDIS_URL or [service] redis_url")
@@ -160,14 +164,29 @@ class Treemail(InterruptHost):
 
     async def consume(self, session_id: str, message_id: str) -> None:
         """The model request that carried this claimed message succeeded."""
-        await self.sessions.execute(c.ConsumeMail(session_id, message_id))
+        async with self._delivery_span("consume", session_id, message_id):
+            await self.sessions.execute(c.ConsumeMail(session_id, message_id))
 
     async def release(self, session_id: str, message_id: str) -> None:
-        """The model request failed: the message is due again and still counts as pending."""
-        await self.sessions.execute(c.ReleaseMail(session_id, message_id))
+        """The model request failed: a failed attempt; due again after a backoff, parked once the budget is spent."""
+        async with self._delivery_span("release", session_id, message_id):
+            await self.sessions.execute(c.ReleaseMail(session_id, message_id))
 
     async def discard(self, session_id: str, message_id: str, reason: str = "") -> None:
-        await self.sessions.execute(c.DiscardMail(session_id, message_id, reason))
+        async with self._delivery_span("discard", session_id, message_id):
+            await self.sessions.execute(c.DiscardMail(session_id, message_id, reason))
+
+    @contextlib.asynccontextmanager
+    async def _delivery_span(self, step: str, session_id: str, message_id: str):
+        """Seed 004: a delivery step is a span of the message's own trace (read only when tracing is on)."""
+        if not tracing.enabled():
+            yield
+            return
+        record = await self.sessions.record(session_id)
+        raw = await self.redis.hget(keys.session_mail(record.partition, session_id), message_id)
+        parent = MailItem.from_json(raw).trace if raw else None
+        with tracing.span(f"treemail.{step}", parent or None, message_id=message_id, session_id=session_id):
+            yield
 
     async def start_run(self, session_id: str, run_id: str) -> None:
         await self.sessions.execute(c.StartRun(session_id, run_id))
@@ -191,6 +210,10 @@ class Treemail(InterruptHost):
         overlay = (await self.store.load(record)).state.rules_overlay
         reply_hint = tool.tool_definition(record.rules, record.send_message_tool, overlay=overlay) is not None
         events = [accepted[seq] for seq in seqs if seq in accepted]
+        for event in events:
+            with tracing.span("treemail.claim", event.traceparent, message_id=event.message_id,
+                              session_id=session_id, run_id=run_id):
+                pass
         if reply_hint and self.config.messaging.routing == "direct":
             # The recipient sees the tool, yet direct routing may not let it answer this sender.
             return [self._deliver(e, await self._may_reply(record, e)) for e in events]
@@ -233,25 +256,29 @@ class Treemail(InterruptHost):
         return started
 
     async def reconcile(self, interrupted_runs: bool = False) -> int:
-        """After a restart: make sure every session with mail due will be delivered to.
+        """After a restart: make sure every obligation is kept; what the delivery pump does at start.
 
         With ``interrupted_runs`` (the host restarted, so no run survived),
         runs still open in the streams are finished, which releases the mail
         they had claimed, and their sessions become idle. Then every session
-        asleep with mail due is asked to wake again (``RequestWake``). Returns
-        the number of wakes requested; a duplicate trigger is harmless.
+        with pending mail gets ``KeepObligations``: expired claims released,
+        passed deadlines parked, and a sleeping session with mail due asked to
+        wake again, even if a wake was requested before this call (its trigger
+        may be lost). Returns the number of wakes requested; a duplicate
+        trigger is harmless.
         """
-        written = 0
-        for p in range(self.config.service.partitions):
-            for session_id in await self.wake_reader.sessions(p):
-                if interrupted_runs:
+        started = time.time()
+        finished: list[ev.Event] = []
+        if interrupted_runs:
+            for p in range(self.config.service.partitions):
+                for session_id in await self.wake_reader.sessions(p):
                     record = await self.sessions.record(session_id)
                     run = (await self.store.load(record)).state.current_run
                     if run is not None:
-                        await self.finish_run(session_id, run)
-                        await self.set_status(session_id, "idle")
-                written += len(await self.sessions.execute(c.RequestWake(session_id)))
-        return written
+                        finished += await self.sessions.execute(c.FinishRun(session_id, run), record)
+                        finished += await self.sessions.execute(c.ChangeStatus(session_id, "idle"), record)
+        woken = sum(isinstance(e, ev.SessionWakeRequested) for e in finished)
+        return woken + (await self.obligations.sweep(stale_before=started)).wakes
 
     async def pending_mail(self, session_id: str) -> list[MailItem]:
         record = await self.sessions.record(session_id)
@@ -298,15 +325,47 @@ class Treemail(InterruptHost):
             refusal = await self._gate(context, parsed)
             if refusal is not None:
                 return refusal
+        with tracing.span("treemail.prepare", sender_session_id=context.session_id, run_id=context.run_id):
+            outcome = await self._request(context, parsed)
+        if "ok" in outcome:
+            return outcome["ok"]
+        return outcome
+
+    async def send(self, sender_session_id: str, to: str, body: str, *, mode: str = "steer",
+                   idempotency_key: str | None = None, run_id: str | None = None) -> dict:
+        """A programmatic send by the host (not a model's tool call), under the caller's own idempotency key.
+
+        The same key (for this sender and ``run_id``) returns the first
+        result and delivers once; no key means a new send each call. Results
+        and errors are those of ``send_message``.
+        """
+        if idempotency_key is not None and not (isinstance(idempotency_key, str) and 0 < len(idempotency_key) <= 200):
+            raise ValueError("idempotency_key must be a non-empty string of at most 200 characters")
+        call = f"key:{idempotency_key}" if idempotency_key is not None else f"host:{ids.uuid7()}"
+        return await self.send_message(SendContext(sender_session_id, run_id or "", call),
+                                       {"to": to, "body": body, "mode": mode})
+
+    async def inspect(self, message_id: str, caller_session_id: str | None = None) -> dict:
+        """A sent message's status (seed 004): accepted with its receipt, processed, parked or refused.
+
+        ``caller_session_id``: the session asking (the sender or a session it
+        was delegated from); None is the host itself. Errors are dicts with a
+        stable code (``message:unknown``, ``permission_denied``).
+        """
+        return await inspection.inspect(self, message_id, caller_session_id)
+
+    async def retry(self, message_id: str, caller_session_id: str | None = None) -> dict:
+        """Renew a parked message's retry budget; ``retry_message:settled`` for a processed or refused one."""
+        return await inspection.retry(self, message_id, caller_session_id)
+
+    async def _request(self, context: SendContext, parsed) -> dict:
         while True:
-            outcome = await self.commands.request(context, parsed)
+            outcome = await self.commands.request(context, parsed, tracing.traceparent())
             if "approval" not in outcome:
                 break
             # An `ask` rule: the send completes when a person approves, or fails when they deny.
             if not await self._wait_for_approval(outcome["approval"]["request_id"]):
                 return tool.engine_shutdown("the engine is shutting down while the send awaits approval")
-        if "ok" in outcome:
-            return outcome["ok"]
         return outcome
 
     # ---- every installed tool, for any agent (producers/tools.py is the table) -----------------

@@ -16,15 +16,19 @@ pytestmark = pytest.mark.cluster
 
 @pytest.mark.slow
 async def test_kill_9_worker_mid_batch_every_command_decided_once(redis_url):
-    messaging = {"max_pending_per_session": 100000, "max_inflight_per_pair": 0}
+    # One sender may have at most 1000 unsettled sends (seed 004): a third go down, the rest come back up.
+    messaging = {"max_pending_per_session": 100000, "max_inflight_per_pair": 0, "max_outstanding_per_source": 1000}
     config = make_config(redis_url, **messaging)
     async with worker_processes(redis_url, 3, **messaging) as pool:
         host = await Treemail.connect(config, redis_url)
         try:
             root = await host.register_root("planner", "x", rules={"child": "allow"})
-            children = [await host.register_child(root.session_id, "explore", "x") for _ in range(20)]
+            children = [await host.register_child(root.session_id, "explore", "x", rules={"parent": "allow"})
+                        for _ in range(20)]
             jobs = [
                 (SendContext(root.session_id, "run-1", f"call-{i}"), {"to": children[i % 20].handle, "body": f"#{i}"})
+                if i % 3 == 0 else
+                (SendContext(children[i % 20].session_id, "run-1", f"call-{i}"), {"to": root.handle, "body": f"#{i}"})
                 for i in range(3000)
             ]
 
@@ -48,7 +52,7 @@ async def test_kill_9_worker_mid_batch_every_command_decided_once(redis_url):
             # The kills landed while commands were still flowing.
             assert answered_at_kill[-1] < len(jobs)
             assert [p.poll() for p in pool[:2]] == [-9, -9]
-            histories = [await host.history(c.session_id) for c in children]
+            histories = [await host.history(c.session_id) for c in [root, *children]]
         finally:
             await host.close()
 

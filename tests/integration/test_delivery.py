@@ -214,24 +214,26 @@ async def test_restart_before_delivery_still_delivers():
 
 @pytest.mark.slow
 async def test_worker_told_to_stop_finishes_its_batch_and_nothing_is_lost(redis_url):
-    messaging = {"max_pending_per_session": 100000, "max_inflight_per_pair": 0}
+    # One sender may have at most 1000 unsettled sends (seed 004): the 2000 go both ways.
+    messaging = {"max_pending_per_session": 100000, "max_inflight_per_pair": 0, "max_outstanding_per_source": 1000}
     config = make_config(redis_url, **messaging)
     async with worker_processes(redis_url, 2, **messaging) as pool:
         host = await Treemail.connect(config, redis_url)
         try:
             root, child = await pair(host)
-            jobs = [SendContext(root.session_id, "run-1", f"call-{i}") for i in range(2000)]
+            ends = [(root.session_id, child.handle), (child.session_id, root.handle)]
+            jobs = [(SendContext(ends[i % 2][0], "run-1", f"call-{i}"), ends[i % 2][1]) for i in range(2000)]
 
             async def stop_one():
                 await asyncio.sleep(0.1)
                 os.kill(pool[0].pid, signal.SIGTERM)
 
             results, _ = await asyncio.gather(
-                asyncio.gather(*(host.send_message(ctx, {"to": child.handle, "body": "x"}) for ctx in jobs)),
+                asyncio.gather(*(host.send_message(ctx, {"to": to, "body": "x"}) for ctx, to in jobs)),
                 stop_one(),
             )
             assert pool[0].wait(timeout=30) == 0  # a clean exit, not a crash
-            history = await host.history(child.session_id)
+            history = await host.history(child.session_id) + await host.history(root.session_id)
         finally:
             await host.close()
     assert all("message_id" in r for r in results), collections.Counter(code(r) for r in results)

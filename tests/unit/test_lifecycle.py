@@ -120,14 +120,17 @@ def test_steer_mail_joins_the_current_run_but_queue_mail_waits_for_the_next():
     assert ids(h.then(decide_claim(ClaimMail("s", "run-2"), Given(h.state, h.mail, config()))), ev.ProducerMessageClaimed) == ["m-queue"]
 
 
-def test_released_mail_is_due_again():
+def test_released_mail_is_due_again_once_its_backoff_is_over():
     h = session()
     h.then(decide_start_run(StartRun("s", "run-1"), Given(h.state, h.mail, config())))
     h.then([accepted("m-1", T.root)])
-    h.then(decide_claim(ClaimMail("s", "run-1"), Given(h.state, h.mail, config())))
-    h.then(decide_release(ReleaseMail("s", "m-1"), Given(h.state, h.mail, config())))
+    h.then(decide_claim(ClaimMail("s", "run-1"), Given(h.state, h.mail, config(), now=100.0)))
+    h.then(decide_release(ReleaseMail("s", "m-1"), Given(h.state, h.mail, config(), now=100.0)))
 
-    assert ids(decide_claim(ClaimMail("s", "run-1"), Given(h.state, h.mail, config())), ev.ProducerMessageClaimed) == ["m-1"]
+    # Seed 004: the first failed attempt waits backoff_initial_s (1 s) before it is due again.
+    assert decide_claim(ClaimMail("s", "run-1"), Given(h.state, h.mail, config(), now=100.5)) == []
+    assert ids(decide_claim(ClaimMail("s", "run-1"), Given(h.state, h.mail, config(), now=101.0)),
+               ev.ProducerMessageClaimed) == ["m-1"]
 
 
 def test_claim_on_a_run_that_is_not_current_is_refused():

@@ -162,6 +162,11 @@ def one_of_each_event_type() -> list[ev.Event]:
         ev.ProducerMessageRestored(**message, mode="steer", accepted_seq=2),
         ev.SessionForked(source_session_id="s2", at_position=1),
         ev.MessageRulesOverlaid(rules=[("sibling", "deny")]),
+        ev.ProducerMessageParked(**message, reason="max_attempts"),
+        ev.ProducerMessageRetried(**message),
+        ev.MessageSent(message_id="m", recipient_session_id="s2", position=3, recipient_state="running"),
+        ev.MessageSettled(message_id="m", recipient_session_id="s2", outcome="consumed"),
+        ev.MessageRefused(message_id="m", recipient_session_id="s2", code="send_message:inbox_full"),
     ]
 
 

@@ -53,7 +53,8 @@ def test_running_or_queued_sessions_are_not_woken(status):
 
 def test_going_idle_with_mail_due_requests_a_wake_and_without_mail_does_not():
     with_mail = History(registered(T.child), accepted("m-1", T.root, mode="queue"))
-    assert len(wakes(with_mail.then(decide_status(ChangeStatus("s", "idle"), Given(with_mail.state, {}, config()))))) == 1
+    given = Given(with_mail.state, with_mail.mail, config())
+    assert len(wakes(with_mail.then(decide_status(ChangeStatus("s", "idle"), given)))) == 1
     empty = History(registered(T.child))
     assert wakes(empty.then(decide_status(ChangeStatus("s", "idle"), Given(empty.state, {}, config())))) == []
 

@@ -17,16 +17,16 @@ def encode_command(command: SendMessage) -> str:
     if a.blocks:
         # Content blocks (seed 002 part 2) ride as a fourth argument; a plain send is encoded as before.
         args.append(blocks.to_json(a.blocks))
-    return json.dumps(
-        {
-            "v": PROTOCOL_VERSION,
-            "id": command.command_id,
-            "ctx": [c.session_id, c.run_id, c.tool_call_id],
-            "args": args,
-            "reply_to": command.reply_to,
-        },
-        separators=(",", ":"),
-    )
+    data = {
+        "v": PROTOCOL_VERSION,
+        "id": command.command_id,
+        "ctx": [c.session_id, c.run_id, c.tool_call_id],
+        "args": args,
+        "reply_to": command.reply_to,
+    }
+    if command.traceparent:
+        data["tp"] = command.traceparent  # seed 004: the preparation's trace continues in the worker
+    return json.dumps(data, separators=(",", ":"))
 
 
 def parse_command(data: str | bytes, *, check_version: bool = True) -> SendMessage:
@@ -39,5 +39,6 @@ def parse_command(data: str | bytes, *, check_version: bool = True) -> SendMessa
     to, body, mode, *rest = decoded["args"]
     parsed_blocks = blocks.parse_blocks(rest[0]) if rest else None
     return SendMessage(
-        decoded["id"], SendContext(sid, run, call), SendArguments(to, body, mode, parsed_blocks), decoded["reply_to"]
+        decoded["id"], SendContext(sid, run, call), SendArguments(to, body, mode, parsed_blocks), decoded["reply_to"],
+        decoded.get("tp", ""),
     )

@@ -12,7 +12,9 @@
 -- KEYS: 1 stream, 2 state hash (version, snapshot), 3 pending-mail hash,
 --       4 the sender's idempotency hash (one field per tool call, no expiry), 5 tree handles hash, 6 tree members set,
 --       7 partition wake stream, 8 partition sessions set, 9 partition feed,
---       10 partition approvals hash, 11 tree grants set
+--       10 partition approvals hash, 11 tree grants set,
+--       12 partition due index, 13 partition outbound index,
+--       then per companion its stream and its state hash
 --       (all in one hash slot: the tree's partition tag)
 -- ARGV: 1 expected etag ('' for a new session) and new etag as "old new", 2 snapshot json,
 --       3 idempotency record ('' none), 4 its field (the tool call's digest),
@@ -22,7 +24,11 @@
 --       then wake count, then one wake trigger json each,
 --       then approval index count, then (field, value) each,
 --       then tree grant count, then one label each,
---       then the feed's approximate max length, then the protocol version every entry carries (`v`)
+--       then the feed's approximate max length,
+--       then the due index operation ('', 'set', 'lt', 'del') and score,
+--       then companion count, then per companion: etag "old new", snapshot json, session id,
+--       event count, (type, data) per event, outbound index count, (field, value) each,
+--       and last the protocol version every entry carries (`v`)
 if ARGV[3] ~= '' then
   local existing = redis.call('HGET', KEYS[4], ARGV[4])
   if existing then return {'dup', existing} end
@@ -32,6 +38,30 @@ local current = tonumber(state[1] or '0')
 local space = string.find(ARGV[1], ' ', 1, true)
 local expected_etag = string.sub(ARGV[1], 1, space - 1)
 if (state[2] or '') ~= expected_etag then return {'conflict', tostring(current)} end
+
+-- Companions (seed 004): other sessions of the partition the same decision appends to (a sender's
+-- record of the message its recipient accepted or settled). Every etag is checked before anything
+-- is written, so the step applies whole or not at all.
+local function companions_start()
+  local j = 8 + 2 * tonumber(ARGV[7])
+  j = j + 1 + 2 * tonumber(ARGV[j])
+  j = j + 1 + tonumber(ARGV[j])
+  j = j + 1 + 2 * tonumber(ARGV[j])
+  j = j + 1 + tonumber(ARGV[j])
+  return j + 3
+end
+local companions = {}
+local c = companions_start()
+for n = 1, tonumber(ARGV[c]) do
+  c = c + 1
+  local cstate = redis.call('HMGET', KEYS[13 + 2 * n], 'version', 'etag')
+  local cspace = string.find(ARGV[c], ' ', 1, true)
+  if (cstate[2] or '') ~= string.sub(ARGV[c], 1, cspace - 1) then return {'conflict', tostring(current)} end
+  companions[n] = {at = c, version = tonumber(cstate[1] or '0'), etag = string.sub(ARGV[c], cspace + 1)}
+  c = c + 3
+  c = c + 2 * tonumber(ARGV[c]) + 1
+  c = c + 2 * tonumber(ARGV[c])
+end
 if ARGV[5] ~= '' then
   if ARGV[5] ~= '*' and redis.call('HSETNX', KEYS[5], ARGV[5], ARGV[6]) == 0 then return {'handle_taken', ''} end
   redis.call('SADD', KEYS[6], ARGV[6])
@@ -85,6 +115,35 @@ for j = events_start, events_start + 2 * tonumber(ARGV[7]) - 1, 2 do
   seq = seq + 1
   redis.call('XADD', KEYS[9], 'MAXLEN', '~', feed_maxlen, '*',
     'session', ARGV[6], 'seq', seq, 'type', ARGV[j], 'data', ARGV[j + 1], 'v', protocol)
+end
+
+-- Seed 004: when the delivery pump must next look at this session (computed by the caller).
+local due_op = ARGV[i + 1]
+if due_op == 'set' then
+  redis.call('ZADD', KEYS[12], ARGV[i + 2], ARGV[6])
+elseif due_op == 'lt' then
+  redis.call('ZADD', KEYS[12], 'LT', ARGV[i + 2], ARGV[6])
+elseif due_op == 'del' then
+  redis.call('ZREM', KEYS[12], ARGV[6])
+end
+for n, companion in ipairs(companions) do
+  local k = companion.at
+  local csid = ARGV[k + 2]
+  local cversion = companion.version
+  local ccount = tonumber(ARGV[k + 3])
+  k = k + 4
+  for _ = 1, ccount do
+    cversion = cversion + 1
+    redis.call('XADD', KEYS[12 + 2 * n], cversion .. '-0', 'type', ARGV[k], 'data', ARGV[k + 1], 'v', protocol)
+    redis.call('XADD', KEYS[9], 'MAXLEN', '~', feed_maxlen, '*',
+      'session', csid, 'seq', cversion, 'type', ARGV[k], 'data', ARGV[k + 1], 'v', protocol)
+    k = k + 2
+  end
+  redis.call('HSET', KEYS[13 + 2 * n], 'version', cversion, 'snapshot', ARGV[companion.at + 1], 'etag', companion.etag)
+  for _ = 1, tonumber(ARGV[k]) do
+    redis.call('HSET', KEYS[13], ARGV[k + 1], ARGV[k + 2])
+    k = k + 2
+  end
 end
 if ARGV[3] ~= '' then redis.call('HSET', KEYS[4], ARGV[4], ARGV[3]) end
 return {'ok', tostring(version)}

@@ -12,7 +12,8 @@ sit beside the reads of the same keys, so the two cannot drift apart.
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
@@ -22,6 +23,9 @@ from redis.exceptions import NoScriptError, ResponseError
 from .. import PROTOCOL_VERSION
 from ..domain import events as ev
 from ..domain import protocol
+from ..domain.decide.delivery import next_check
+from ..domain.messaging import MessagingConfig
+from ..domain.outbound import index_entries
 from ..domain.records import SessionRecord
 from ..domain.state import Applied, MailItem, SessionState, apply
 from . import keys
@@ -41,11 +45,22 @@ class Loaded:
 
 
 @dataclass(frozen=True)
+class Companion:
+    """Another session of the partition that the same atomic step appends to (seed 004: a sender's record)."""
+
+    record: SessionRecord
+    loaded: Loaded
+    events: list[ev.Event]
+
+
+@dataclass(frozen=True)
 class PreparedAppend:
     keys: list[str]
     args: list[Any]
     applied: Applied
     etag: str
+    # session id -> the state each companion is left in, for chaining the next append.
+    companions: dict[str, Loaded] = field(default_factory=dict)
 
     @property
     def loaded(self) -> Loaded:
@@ -213,8 +228,15 @@ class EventStore:
         idempotency_digest: str | None = None,
         idempotency_record: dict | None = None,
         idempotency_session: str | None = None,
+        policy: MessagingConfig | None = None,
+        companions: list[Companion] = (),
     ) -> PreparedAppend:
-        """``idempotency_session``: the sender whose tool call the record answers (same tree, same slot)."""
+        """``mail``: the session's whole pending mail when the caller loaded it (None when not).
+
+        ``idempotency_session``: the sender whose tool call the record answers (same tree, same slot).
+        ``policy`` (seed 004) keeps the partition's due index: exact when the
+        mail was loaded, otherwise lowered to what the changed items need.
+        """
         p, sid = record.partition, record.session_id
         applied = apply(loaded.state, mail or {}, new_events, loaded.version)
         encoded = [part for event in new_events for part in ev.encode(event)]
@@ -239,6 +261,7 @@ class EventStore:
             keys.approvals(p),
             keys.tree_grants(p, record.root_session_id),
         ]
+        key_list.extend((keys.due_index(p), keys.outbound_index(p)))
         etag = os.urandom(8).hex()
         args: list[Any] = [
             f"{loaded.etag} {etag}",
@@ -253,9 +276,41 @@ class EventStore:
             len(index) // 2, *index,
             len(applied.tree_grants), *applied.tree_grants,
             self.config.feed_maxlen,
-            PROTOCOL_VERSION,
+            *self._due(applied, mail, policy),
         ]
-        return PreparedAppend(key_list, args, applied, etag)
+        after = self._companions(p, companions, key_list, args)
+        # Last, wherever the sections before it end: the commit script reads it as ARGV[#ARGV].
+        args.append(PROTOCOL_VERSION)
+        return PreparedAppend(key_list, args, applied, etag, after)
+
+    @staticmethod
+    def _due(applied: Applied, mail: dict[str, MailItem] | None, policy: MessagingConfig | None) -> tuple[str, str]:
+        if policy is None:
+            return "", ""
+        now = time.time()
+        if mail is not None:
+            items = {**mail, **applied.mail_changes}
+            when = next_check(applied.state, [i for i in items.values() if i is not None], policy, now)
+            return ("del", "") if when is None else ("set", repr(when))
+        when = next_check(applied.state, [i for i in applied.mail_changes.values() if i is not None], policy, now)
+        return ("", "") if when is None else ("lt", repr(when))
+
+    def _companions(self, partition: int, companions: list[Companion], key_list: list[str], args: list[Any]
+                    ) -> dict[str, Loaded]:
+        """Adds each companion's keys and arguments; returns the state each is left in."""
+        args.append(len(companions))
+        after: dict[str, Loaded] = {}
+        for companion in companions:
+            record, loaded = companion.record, companion.loaded
+            applied = apply(loaded.state, {}, companion.events, loaded.version)
+            etag = os.urandom(8).hex()
+            key_list.extend((keys.session_stream(partition, record.session_id), self.state_key(record)))
+            encoded = [part for event in companion.events for part in ev.encode(event)]
+            index = index_entries(record.session_id, companion.events)
+            args.extend((f"{loaded.etag} {etag}", applied.state.to_json(), record.session_id,
+                         len(companion.events), *encoded, len(index) // 2, *index))
+            after[record.session_id] = Loaded(applied.state, applied.version, etag)
+        return after
 
     def commit_call(self, prepared: PreparedAppend, pipe) -> None:
         # execute_command, not pipe.evalsha: redis-py refuses the latter in cluster pipelines,

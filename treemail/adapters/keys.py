@@ -82,6 +82,17 @@ def approvals(partition: int) -> str:
     return f"{PREFIX}:{tag(partition)}:approvals"
 
 
+# Delivery as an obligation (seed 004).
+def due_index(partition: int) -> str:
+    """Sorted set: session id -> the next time the delivery pump must look at it (derived from its stream)."""
+    return f"{PREFIX}:{tag(partition)}:due"
+
+
+def outbound_index(partition: int) -> str:
+    """Hash: ``<message id>`` -> its sender's record (receipt or refusal), ``<id>:settled`` -> its settlement."""
+    return f"{PREFIX}:{tag(partition)}:outbound"
+
+
 def directory(session_id: str) -> str:
     return f"{PREFIX}:dir:{session_id}"
 

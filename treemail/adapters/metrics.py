@@ -79,6 +79,18 @@ WAKES_OUTSTANDING = Gauge(
 )
 APPROVALS_PENDING = Gauge("treemail_approvals_pending", "Approval requests waiting for a person", registry=REGISTRY)
 
+# Delivery as an obligation (seed 004): the delivery pump.
+PUMP_LAG_SECONDS = Gauge(
+    "treemail_pump_lag_seconds",
+    "How long the oldest obligation had been due when the pump's last pass began (0: none overdue)",
+    registry=REGISTRY,
+)
+PUMP_PASSES = Counter("treemail_pump_passes", "Delivery pump passes over the due index", registry=REGISTRY)
+OBLIGATIONS = Counter(
+    "treemail_obligations", "What the delivery pump did: released (attempt timeout), parked, woken",
+    ["action"], registry=REGISTRY,
+)
+
 
 def start_server(port: int, what: str, *, free_port_if_taken: bool = False) -> WSGIServer:
     """Serve this process's metrics from a daemon thread; ``server.server_address[1]`` is the port.

@@ -37,6 +37,7 @@ class CommandPayload(BaseModel):
         Annotated[Literal["steer", "queue"], Field(description="mode")],
     ] = Field(description="the model's arguments after strict validation: [to, body, mode]")
     reply_to: str = Field(description="the producer's client id: the decision goes to the list `tm:reply:<reply_to>`")
+    tp: str | None = Field(default=None, description="W3C traceparent of the send's preparation, when tracing is on")
 
 
 class SendResult(BaseModel):

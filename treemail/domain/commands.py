@@ -39,6 +39,8 @@ class SendMessage:
     context: SendContext
     arguments: SendArguments
     reply_to: str
+    # W3C trace context of the preparation span ("" when tracing is off).
+    traceparent: str = ""
 
     @property
     def session_id(self) -> str:
@@ -187,7 +189,31 @@ class OverlayMessageRules:
     rules: list[tuple[str, str]]
 
 
+# Delivery as an obligation (seed 004).
+@dataclass(frozen=True)
+class KeepObligations:
+    """The pump (or reconcile): act on whatever this session's mail is owed at ``now``.
+
+    Expired claims are released (or parked), passed deadlines park, and an
+    asleep session with mail due gets a wake if none is outstanding, or if
+    the outstanding one was requested before ``stale_before`` or more than an
+    attempt timeout ago (its trigger may be lost).
+    """
+
+    session_id: str
+    stale_before: float = 0.0
+
+
+@dataclass(frozen=True)
+class RetryMail:
+    """Renew a parked message's retry budget (authorized as control over its sender, by the host)."""
+
+    session_id: str
+    message_id: str
+
+
 SessionCommand = (
     RegisterSession | ChangeStatus | StartRun | FinishRun | ClaimMail | ConsumeMail | ReleaseMail | DiscardMail
     | InjectMail | RequestWake | ResolveApproval | RevertSession | ForkSession | OverlayMessageRules
+    | KeepObligations | RetryMail
 )

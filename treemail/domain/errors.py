@@ -36,6 +36,11 @@ class Code(str, Enum):
     UNKNOWN_TOOL = "unknown_tool"
     # Plugins observe and gate: a pre-send hook the host registered refused the send.
     PLUGIN_REFUSED = "send_message:plugin_refused"
+    # Delivery as an obligation (seed 004).
+    SOURCE_CAPACITY = "send_message:source_capacity"
+    UNKNOWN_MESSAGE = "message:unknown"
+    NOT_PARKED = "retry_message:not_parked"
+    SETTLED = "retry_message:settled"
 
 
 class Rejected(Exception):

@@ -65,6 +65,8 @@ class ProducerMessageAccepted(Event):
     # Content blocks (text, image), when the message is more than text; ``body`` then holds its
     # text with an ``[image N]`` marker where each image stands. None: a plain text message.
     blocks: list[dict] | None = None
+    # W3C trace context of the send's preparation: the message's whole journey is one trace.
+    traceparent: str | None = None
 
 
 class SessionRunStarted(Event):
@@ -102,7 +104,10 @@ class ProducerMessageClaimed(MessageEvent):
 
 
 class ProducerMessageReleased(MessageEvent):
-    pass
+    # A failed attempt: a bounded code ("released", "attempt_timeout", "run_finished"), never raw text.
+    reason: str = ""
+    # Due again from then (backoff); 0: at once.
+    retry_at: float = 0.0
 
 
 class ProducerMessageConsumed(MessageEvent):
@@ -188,6 +193,39 @@ class MessageRulesOverlaid(Event):
     rules: list[tuple[str, str]]
 
 
+# Delivery as an obligation (seed 004). On the recipient's stream: a message whose retry budget ran
+# out is parked (kept, not delivered) until someone retries or discards it.
+class ProducerMessageParked(MessageEvent):
+    reason: str  # "max_attempts" or "deadline"
+
+
+class ProducerMessageRetried(MessageEvent):
+    """An explicit retry renewed a parked message's budget: attempts and deadline start again."""
+
+
+# On the sender's stream: its record of each send intent, written in the same atomic step as the
+# recipient's events, so the source's unsettled intents (its capacity) are counted exactly.
+class MessageSent(Event):
+    message_id: str
+    recipient_session_id: str
+    # The destination's receipt: the accepted event's position on its stream, and its state then.
+    position: int
+    recipient_state: str
+
+
+class MessageSettled(Event):
+    message_id: str
+    recipient_session_id: str
+    outcome: Literal["consumed", "discarded"]
+    reason: str = ""
+
+
+class MessageRefused(Event):
+    message_id: str
+    recipient_session_id: str
+    code: str
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.__name__: cls
     for cls in (
@@ -214,6 +252,12 @@ EVENT_TYPES: dict[str, type[Event]] = {
         SessionForked,
         # effective permissions: the session overlay
         MessageRulesOverlaid,
+        # Delivery as an obligation (seed 004).
+        ProducerMessageParked,
+        ProducerMessageRetried,
+        MessageSent,
+        MessageSettled,
+        MessageRefused,
     )
 }
 

@@ -28,6 +28,7 @@ from .decide.lifecycle import (
 )
 from .decide.interrupt import decide_interrupt
 from .decide.rules import decide_overlay_rules
+from .decide.obligations import decide_keep, decide_retry
 from .decide.send import decide_send
 
 
@@ -42,7 +43,8 @@ class Handler:
 HANDLERS: dict[type, Handler] = {
     c.SendMessage: Handler(decide_send),
     c.RegisterSession: Handler(decide_register),
-    c.ChangeStatus: Handler(decide_status),
+    # Reads mail since seed 004: going idle wakes only for mail deliverable now (not parked, not backing off).
+    c.ChangeStatus: Handler(decide_status, reads_mail=True),
     c.StartRun: Handler(decide_start_run, reads_mail=True),
     c.FinishRun: Handler(decide_finish_run, reads_mail=True),
     c.ClaimMail: Handler(decide_claim, reads_mail=True),
@@ -59,4 +61,7 @@ HANDLERS: dict[type, Handler] = {
     c.ForkSession: Handler(decide_fork, reads_history=attrgetter("source_session_id")),
     # effective permissions: the session overlay
     c.OverlayMessageRules: Handler(decide_overlay_rules),
+    # Delivery as an obligation (seed 004).
+    c.KeepObligations: Handler(decide_keep, reads_mail=True),
+    c.RetryMail: Handler(decide_retry, reads_mail=True),
 }

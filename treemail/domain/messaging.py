@@ -24,3 +24,14 @@ class MessagingConfig(BaseModel):
     routing: Literal["tree", "direct"] = "tree"
     # Messages as lists of text and image blocks; off keeps the seed-000 surface (`body` a string).
     content_blocks: bool = False
+    # Delivery as an obligation (seed 004): each claim of a message is an attempt; one neither
+    # consumed nor released within the timeout is released by treemail; a failed attempt is due
+    # again after an exponential backoff; after max_attempts, or delivery_deadline_s after its
+    # acceptance (or its last explicit retry), the message is parked.
+    attempt_timeout_s: float = Field(default=30.0, gt=0)
+    backoff_initial_s: float = Field(default=1.0, ge=0)
+    backoff_max_s: float = Field(default=60.0, ge=0)
+    max_attempts: int = Field(default=8, ge=1)
+    delivery_deadline_s: float = Field(default=86400.0, gt=0)
+    # Unsettled send intents of one source session across all its recipients.
+    max_outstanding_per_source: int = Field(default=256, ge=1, le=1000)

@@ -48,6 +48,10 @@ class SessionState:
     approvals: dict[str, "ApprovalEntry"] = field(default_factory=dict)
     # The host's overlay of message rules over the agent document's (empty: none).
     rules_overlay: tuple[tuple[str, str], ...] = ()
+    # Seed 004: this session's send intents not yet settled (its per-source capacity counts these),
+    # and when the outstanding wake was requested (a wake unanswered for long may have been lost).
+    outstanding: int = 0
+    wake_requested_at: float = 0.0
 
     def to_json(self) -> str:
         # Written for every append: spelled out, because dataclasses.asdict deep-copies.
@@ -64,6 +68,8 @@ class SessionState:
                 "run_hops": self.run_hops,
                 "approvals": {k: list(v) for k, v in self.approvals.items()},
                 "rules_overlay": [list(rule) for rule in self.rules_overlay],
+                "outstanding": self.outstanding,
+                "wake_requested_at": self.wake_requested_at,
             },
             separators=(",", ":"),
         )
@@ -95,11 +101,22 @@ class MailItem:
     run_id: str | None
     # Position of the ProducerMessageAccepted event in the stream (the body lives there).
     seq: int
+    # Seed 004 (an item stored before them reads with these defaults): claims so far (attempts),
+    # when the retry budget started (acceptance or the last explicit retry), when the current claim
+    # was made, when a failed attempt is due again, the latest failure or parking reason, and the
+    # W3C trace context the message was sent under.
+    attempts: int = 0
+    since: float = 0.0
+    claimed_at: float = 0.0
+    retry_at: float = 0.0
+    reason: str = ""
+    trace: str = ""
 
     def to_json(self) -> str:
         return json.dumps(
             [self.message_id, self.owner, self.sender_session_id, self.agent_hop, self.mode, self.state,
-             self.run_id, self.seq],
+             self.run_id, self.seq, self.attempts, self.since, self.claimed_at, self.retry_at, self.reason,
+             self.trace],
             separators=(",", ":"),
         )
 
@@ -143,7 +160,7 @@ def evolve(state: SessionState, event: ev.Event) -> SessionState:
         case ev.SessionRunStarted(run_id=run_id):
             return replace(state, status="running", current_run=run_id, wake_pending=False)
         case ev.SessionWakeRequested():
-            return replace(state, wake_pending=True)
+            return replace(state, wake_pending=True, wake_requested_at=event.at)
         case ev.SessionRunFinished(run_id=run_id):
             hops = {k: v for k, v in state.run_hops.items() if k != run_id}
             if state.current_run != run_id:
@@ -175,6 +192,11 @@ def evolve(state: SessionState, event: ev.Event) -> SessionState:
             return replace(state, approvals={**state.approvals, event.key: entry})
         case ev.MessageRulesOverlaid(rules=rules):
             return replace(state, rules_overlay=tuple(tuple(rule) for rule in rules))
+        # Seed 004: the sender's own record of its send intents.
+        case ev.MessageSent():
+            return replace(state, outstanding=state.outstanding + 1)
+        case ev.MessageSettled():
+            return replace(state, outstanding=max(0, state.outstanding - 1))
         case _:
             return state
 
@@ -198,6 +220,8 @@ def evolve_mail(mail: dict[str, MailItem], event: ev.Event, seq: int) -> dict[st
                 state="accepted",
                 run_id=None,
                 seq=seq,
+                since=event.at,
+                trace=event.traceparent or "",
             )
         case ev.ProducerMessageAdmitted() | ev.ProducerMessageClaimed() | ev.ProducerMessageReleased():
             item = mail.get(event.message_id)
@@ -207,7 +231,11 @@ def evolve_mail(mail: dict[str, MailItem], event: ev.Event, seq: int) -> dict[st
                     ev.ProducerMessageClaimed: "claimed",
                     ev.ProducerMessageReleased: "released",
                 }[type(event)]
-                mail[event.message_id] = replace(item, state=new_state, run_id=event.run_id)
+                mail[event.message_id] = _attempt(replace(item, state=new_state, run_id=event.run_id), event)
+        case ev.ProducerMessageParked() | ev.ProducerMessageRetried():
+            item = mail.get(event.message_id)
+            if item is not None:
+                mail[event.message_id] = _attempt(item, event)
         case ev.ProducerMessageConsumed() | ev.ProducerMessageDiscarded():
             mail.pop(event.message_id, None)
         case ev.ProducerMessageRestored():
@@ -219,6 +247,22 @@ def evolve_mail(mail: dict[str, MailItem], event: ev.Event, seq: int) -> dict[st
         case _:
             pass
     return mail
+
+
+def _attempt(item: MailItem, event: ev.MessageEvent) -> MailItem:
+    """Seed 004: what a lifecycle step does to the message's attempt record."""
+    match event:
+        case ev.ProducerMessageClaimed():
+            return replace(item, attempts=item.attempts + 1, claimed_at=event.at, retry_at=0.0)
+        case ev.ProducerMessageReleased():
+            return replace(item, retry_at=event.retry_at, reason=event.reason or "released")
+        case ev.ProducerMessageParked():
+            return replace(item, state="parked", reason=event.reason)
+        case ev.ProducerMessageRetried():
+            # A renewed budget: due at once, in any run, with every attempt and the deadline ahead of it.
+            return replace(item, state="released", run_id=None, attempts=0, since=event.at, retry_at=0.0,
+                           reason="retried")
+    return item
 
 
 @dataclass(frozen=True)

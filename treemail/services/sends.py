@@ -12,7 +12,8 @@ import time
 from dataclasses import dataclass
 
 from ..adapters import metrics
-from ..adapters.eventstore import EventStore, Loaded, PreparedAppend, parse_append
+from ..adapters.eventstore import Companion, EventStore, Loaded, PreparedAppend, parse_append
+from ..domain import events as ev
 from ..domain import ids
 from ..domain.commands import SendMessage
 from ..domain.decide import idempotency, routing
@@ -20,6 +21,7 @@ from ..domain.decide.guards import Found, NoSuchHandle, NoSuchSession, Target
 from ..domain.decide.send import Accepted, AwaitsApproval, Refused, Replayed, SendDecision, SendGiven, outcome_of
 from ..domain.handlers import HANDLERS
 from ..domain.messaging import MessagingConfig
+from ..domain.outbound import source_events
 from ..domain.records import Peer, SessionRecord
 from ..domain.state import SessionState
 
@@ -33,6 +35,7 @@ class _Work:
     digest: str = ""
     sender: SessionRecord | None = None
     target: SessionRecord | NoSuchSession | NoSuchHandle | None = None
+    new_id: str = ""
 
 
 class SendService:
@@ -110,12 +113,13 @@ class SendService:
             new_id=ids.uuid7(), now=time.time(),
             recorded=recorded.get((w.sender.session_id, w.digest)) if w.sender else None,
         )
+        w.new_id = given.new_id
         return decide_send(w.command, given)
 
     async def _round(self, work: list[_Work], outcomes: dict[str, dict]) -> list[_Work]:
         await self._resolve(work)
         loaded, grants, recorded = await self._load(work)
-        committing: list[tuple[_Work, SendDecision]] = []
+        committing: list[tuple[_Work, dict]] = []
         appends: list[PreparedAppend] = []
         alone: list[tuple[_Work, dict]] = []
         for w in work:
@@ -123,12 +127,13 @@ class SendService:
             if isinstance(decision, Refused) and decision.recorded_alone and w.sender is not None:
                 alone.append((w, idempotency.record(w.command.arguments, outcome_of(decision))))
                 continue
-            prepared = self._prepare(w, decision, loaded)
+            outcome = self._outcome(w, decision)
+            prepared = self._prepare(w, decision, outcome, loaded)
             if prepared is None:
-                outcomes[w.command.command_id] = outcome_of(decision)
+                outcomes[w.command.command_id] = outcome
                 continue
             appends.append(prepared)
-            committing.append((w, decision))
+            committing.append((w, outcome))
         if not committing and not alone:
             return []
 
@@ -146,10 +151,10 @@ class SendService:
                 json.loads(kept[2 * index + 1]), w.command.arguments
             )
         retry: list[_Work] = []
-        for (w, decision), reply in zip(committing, replies):
+        for (w, outcome), reply in zip(committing, replies):
             result = parse_append(reply)
             if result.status == "ok":
-                outcomes[w.command.command_id] = outcome_of(decision)
+                outcomes[w.command.command_id] = outcome
             elif result.status == "dup":
                 outcomes[w.command.command_id] = idempotency.replayed_outcome(result.record, w.command.arguments)
             else:
@@ -157,8 +162,18 @@ class SendService:
         metrics.CONFLICT_ROUNDS.inc(len(retry))
         return retry
 
-    def _prepare(self, w: _Work, decision: SendDecision, loaded: dict[str, Loaded]) -> PreparedAppend | None:
+    @staticmethod
+    def _outcome(w: _Work, decision: SendDecision) -> dict:
+        outcome = outcome_of(decision)
+        if isinstance(decision, Refused) and decision.recorded:
+            # Seed 004: a definite refusal stays inspectable under its own message id.
+            outcome["error"]["message_id"] = w.new_id
+        return outcome
+
+    def _prepare(self, w: _Work, decision: SendDecision, outcome: dict, loaded: dict[str, Loaded]
+                 ) -> PreparedAppend | None:
         """The append a decision needs, chained on the state earlier commands of the batch left; None if none."""
+        companions: list[Companion] = []
         match decision:
             case AwaitsApproval(events=[]) | Refused(recorded=False) | Replayed():
                 return None
@@ -169,10 +184,23 @@ class SendService:
                 events = decision.events if isinstance(decision, Accepted) else []
                 session = w.target
                 digest = w.digest
-                record = idempotency.record(w.command.arguments, outcome_of(decision))
+                record = idempotency.record(w.command.arguments, outcome)
+                companions = self._source_records(w, decision, loaded)
         prepared = self.store.prepare(
             session, loaded[session.session_id], events, idempotency_digest=digest, idempotency_record=record,
-            idempotency_session=w.sender.session_id,
+            idempotency_session=w.sender.session_id, policy=self.config, companions=companions,
         )
         loaded[session.session_id] = prepared.loaded
+        loaded.update(prepared.companions)
         return prepared
+
+    def _source_records(self, w: _Work, decision: Accepted | Refused, loaded: dict[str, Loaded]) -> list[Companion]:
+        """Seed 004: the sender's record of this intent, appended in the same step (its capacity is exact)."""
+        recipient = loaded[w.target.session_id]
+        if isinstance(decision, Accepted):
+            implied = source_events(w.target.session_id, recipient.state.status, decision.events, recipient.version)
+            events = implied.get(w.sender.session_id, [])
+        else:
+            events = [ev.MessageRefused(at=time.time(), message_id=w.new_id, recipient_session_id=w.target.session_id,
+                                        code=decision.code.value)]
+        return [Companion(w.sender, loaded[w.sender.session_id], events)] if events else []

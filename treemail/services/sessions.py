@@ -20,6 +20,7 @@ from ..domain.decide.lifecycle import Given
 from ..domain.errors import LifecycleError, UnknownSessionError
 from ..domain.handlers import HANDLERS
 from ..domain.records import SessionRecord
+from .outbound import companions_for
 
 HANDLE_ATTEMPTS = 16
 # Writers racing on one session retry with jitter; past this many conflicts in
@@ -38,8 +39,14 @@ class SessionService:
             raise UnknownSessionError(f"no session has id {session_id}")
         return record
 
-    async def execute(self, command: SessionCommand, record: SessionRecord | None = None) -> list[ev.Event]:
-        """Decide ``command`` on fresh state and append; on a conflict decide again on newer state."""
+    async def execute(self, command: SessionCommand, record: SessionRecord | None = None, *,
+                      refresh_index: bool = False) -> list[ev.Event]:
+        """Decide ``command`` on fresh state and append; on a conflict decide again on newer state.
+
+        ``refresh_index`` (the delivery pump): append even when nothing is to
+        be done, which rewrites the session's entry in the due index exactly,
+        under the same etag check as any append.
+        """
         handler = HANDLERS[type(command)]
         record = record or await self.record(command.session_id)
         for attempt in range(CONFLICT_ATTEMPTS):
@@ -49,14 +56,17 @@ class SessionService:
             loaded = await self.store.load(record)
             if not loaded.state.registered and not isinstance(command, (RegisterSession, ForkSession)):
                 raise LifecycleError("lifecycle:unknown_session", f"session {command.session_id} is not registered")
-            mail = await self.store.load_mail(record) if handler.reads_mail else {}
+            mail = await self.store.load_mail(record) if handler.reads_mail else None
             history = await self._history(handler, command, record, loaded.version)
             new_events = handler.decide(
-                command, Given(loaded.state, mail, self.config.messaging, time.time(), history)
+                command, Given(loaded.state, mail or {}, self.config.messaging, time.time(), history)
             )
-            if not new_events:
+            if not new_events and not refresh_index:
                 return []
-            result = await self.store.append(self.store.prepare(record, loaded, new_events, mail=mail))
+            companions = await companions_for(self.store, record, loaded, new_events)
+            result = await self.store.append(self.store.prepare(
+                record, loaded, new_events, mail=mail, policy=self.config.messaging, companions=companions
+            ))
             if result.status == "ok":
                 return new_events
             if result.status == "handle_taken":

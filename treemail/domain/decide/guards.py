@@ -157,3 +157,13 @@ def require_window_room(state: SessionState, sender_id: str, config: MessagingCo
             f"you already have {window} messages to this recipient that it has not processed; "
             "wait for it to read them before sending more",
         )
+
+
+# Delivery as an obligation (seed 004).
+def require_source_capacity(sender_state: SessionState, config: MessagingConfig) -> None:
+    if sender_state.outstanding >= config.max_outstanding_per_source:
+        raise Rejected(
+            Code.SOURCE_CAPACITY,
+            f"you already have {sender_state.outstanding} sent messages that their recipients have not "
+            f"processed (limit {config.max_outstanding_per_source}); wait for them before sending more",
+        )

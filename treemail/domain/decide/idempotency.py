@@ -21,10 +21,10 @@ from .. import blocks
 from ..commands import SendArguments, SendContext
 from ..errors import Code
 
-# Refusals decided on the recipient's state: recorded in the same atomic step
-# as the recipient's appends, against its etag, so a refusal decided on a
-# state that has since changed is decided again rather than kept.
-WITH_RECIPIENT = frozenset({Code.MAX_HOPS_EXCEEDED, Code.INBOX_FULL, Code.INFLIGHT_FULL})
+# Refusals decided on the recipient's state (and, for source_capacity, the sender's): recorded in
+# the same atomic step as the appends, against the etags, so a refusal decided on a state that has
+# since changed is decided again rather than kept.
+WITH_RECIPIENT = frozenset({Code.MAX_HOPS_EXCEEDED, Code.INBOX_FULL, Code.INFLIGHT_FULL, Code.SOURCE_CAPACITY})
 # Never recorded: a conflict says nothing about the first call; the others are
 # answered by the producer, never decided by a worker.
 NEVER = frozenset({Code.IDEMPOTENCY_CONFLICT, Code.ENGINE_SHUTDOWN, Code.INVALID_ARGUMENTS})

@@ -26,6 +26,7 @@ from ..errors import LifecycleError, Rejected
 from ..messaging import MessagingConfig
 from ..state import MailItem, SessionState
 from .guards import require_body
+from .obligations import RELEASED, RUN_FINISHED, fail_attempt
 from .wake import decide_reconcile_wake, with_wake
 
 
@@ -93,7 +94,7 @@ def decide_status(command: ChangeStatus, given: Given) -> list[ev.Event]:
     require_registered(given.state)
     if given.state.status == command.status:
         return []
-    return with_wake(given.state, [ev.SessionStatusChanged(at=given.now, status=command.status)], given.now)
+    return with_wake(given.state, [ev.SessionStatusChanged(at=given.now, status=command.status)], given.now, given.mail)
 
 
 def decide_start_run(command: StartRun, given: Given) -> list[ev.Event]:
@@ -108,7 +109,7 @@ def decide_start_run(command: StartRun, given: Given) -> list[ev.Event]:
         )
     events: list[ev.Event] = [ev.SessionRunStarted(at=given.now, run_id=run_id)]
     for item in _in_order(given.mail):
-        if item.state != "claimed":
+        if item.state not in ("claimed", "parked"):
             events.append(_message_event(ev.ProducerMessageAdmitted, item, run_id, given.now))
     return events
 
@@ -125,7 +126,8 @@ def due_in_run(item: MailItem, run_id: str) -> bool:
 def decide_claim(command: ClaimMail, given: Given) -> list[ev.Event]:
     require_registered(given.state)
     require_current_run(given.state, command.run_id)
-    due = [m for m in _in_order(given.mail) if due_in_run(m, command.run_id)]
+    # A failed attempt's message waits out its backoff (seed 004).
+    due = [m for m in _in_order(given.mail) if due_in_run(m, command.run_id) and m.retry_at <= given.now]
     return [_message_event(ev.ProducerMessageClaimed, item, command.run_id, given.now) for item in due]
 
 
@@ -140,7 +142,7 @@ def decide_release(command: ReleaseMail, given: Given) -> list[ev.Event]:
     require_registered(given.state)
     item = require_mail(given.mail, command.message_id)
     require_claimed(item)
-    return [_message_event(ev.ProducerMessageReleased, item, item.run_id, given.now)]
+    return [fail_attempt(item, RELEASED, given.config, given.now)]
 
 
 def decide_discard(command: DiscardMail, given: Given) -> list[ev.Event]:
@@ -155,12 +157,12 @@ def decide_finish_run(command: FinishRun, given: Given) -> list[ev.Event]:
     require_registered(state)
     require_current_run(state, run_id)
     released = [
-        _message_event(ev.ProducerMessageReleased, item, run_id, given.now)
+        fail_attempt(item, RUN_FINISHED, given.config, given.now, backoff=False)
         for item in _in_order(given.mail)
         if item.state == "claimed" and item.run_id == run_id
     ]
     finished = ev.SessionRunFinished(at=given.now, run_id=run_id, reason=command.reason)
-    return with_wake(state, [*released, finished], given.now)
+    return with_wake(state, [*released, finished], given.now, given.mail)
 
 
 def decide_inject(command: InjectMail, given: Given) -> list[ev.Event]:

@@ -130,6 +130,7 @@ def decide_send(command: SendMessage, given: SendGiven) -> SendDecision:
                 return waiting
         hop = guards.sending_hop(given.sender_state, context.run_id)
         guards.require_hops(hop, config)
+        guards.require_source_capacity(given.sender_state, config)
         guards.require_inbox_room(found.state, config)
         guards.require_window_room(found.state, sender.session_id, config)
     except Rejected as rejection:
@@ -189,6 +190,7 @@ def _accept(command: SendMessage, given: SendGiven, sender: SessionRecord, found
             run_id=command.context.run_id,
             tool_call_id=command.context.tool_call_id,
             blocks=blocks.to_json(command.arguments.blocks) if command.arguments.blocks else None,
+            traceparent=command.traceparent or None,
         )
     )
     result = {

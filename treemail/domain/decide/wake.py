@@ -1,22 +1,43 @@
 """Wake: the one place that decides whether a session needs a host runner to start a run."""
 
+from collections.abc import Mapping
+
 from .. import events as ev
-from ..state import SessionState, fold
+from ..state import MailItem, SessionState, evolve_mail, fold
+from .delivery import asleep, deliverable
 
 
-def has_mail_due_while_asleep(state: SessionState) -> bool:
-    """Idle or finished, no run open, and mail pending: only a new run will ever deliver it."""
-    return state.status in ("idle", "finished") and state.current_run is None and state.pending_all > 0
+def has_mail_due_while_asleep(state: SessionState, mail: Mapping[str, MailItem] | None = None,
+                              now: float = 0.0) -> bool:
+    """Idle or finished, no run open, and mail pending: only a new run will ever deliver it.
+
+    Given the session's mail (seed 004), only mail deliverable at ``now``
+    counts: parked mail and mail still in its backoff need no run yet (the
+    pump wakes the session when the backoff ends), so a run that ends with
+    only such mail is not woken again at once, and again, and again.
+    """
+    if not (asleep(state) and state.pending_all > 0):
+        return False
+    return mail is None or any(deliverable(item, now) for item in mail.values())
 
 
-def with_wake(state: SessionState, events: list[ev.Event], now: float = 0.0) -> list[ev.Event]:
+def mail_after(mail: Mapping[str, MailItem], events: list[ev.Event]) -> dict[str, MailItem]:
+    after = dict(mail)
+    for event in events:
+        evolve_mail(after, event, 0)
+    return after
+
+
+def with_wake(state: SessionState, events: list[ev.Event], now: float = 0.0,
+              mail: Mapping[str, MailItem] | None = None) -> list[ev.Event]:
     """Add a wake request when these events leave the session asleep with mail due.
 
     At most one wake is outstanding per session: more mail before the woken
     run starts rides on the same wake.
     """
     after = fold(events, state)
-    if has_mail_due_while_asleep(after) and not after.wake_pending:
+    due = has_mail_due_while_asleep(after, None if mail is None else mail_after(mail, events), now)
+    if due and not after.wake_pending:
         reason = next((e.message_id for e in reversed(events) if isinstance(e, ev.ProducerMessageAccepted)), None)
         return [*events, ev.SessionWakeRequested(at=now, message_id=reason)]
     return events

@@ -1,0 +1,74 @@
+"""Model-facing ``inspect_message`` and ``retry_message`` tools (seed 004); a host installs either, both or none.
+
+Like send_message, the caller's identity comes from the host's context
+(``SendContext.session_id``), never from the arguments, and every answer is
+a result or ``{"error": {"code", "message"}}``; nothing a model sends raises.
+
+    definition = message_tools.tool_definition("inspect_message")
+    result = await message_tools.handle(tm, "inspect_message", ctx, {"message_id": ...})
+"""
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from treemail.domain.commands import SendContext
+from treemail.domain.errors import Code
+from treemail.domain.results import error_result
+
+from . import inspection
+
+DESCRIPTIONS = {
+    "inspect_message": (
+        "See what became of a message you sent: `accepted` (stored for its recipient; with how many delivery "
+        "attempts failed and why), `processed` (the recipient consumed it, or it was discarded and why), "
+        "`parked` (delivery stopped after repeated failures or its deadline; retry_message can restart it) or "
+        "`refused`. Give the `message_id` that send_message returned. Accepted does not mean read."
+    ),
+    "retry_message": (
+        "Restart delivery of a parked message you sent (inspect_message says `parked`). A processed or "
+        "refused message cannot be retried: send a new one instead."
+    ),
+}
+TOOL_NAMES = tuple(DESCRIPTIONS)
+
+
+def tool_definition(name: str) -> dict:
+    return {
+        "name": name,
+        "description": DESCRIPTIONS[name],
+        "input_schema": {
+            "type": "object",
+            "properties": {"message_id": {"type": "string", "description": "The message_id send_message returned."}},
+            "required": ["message_id"],
+            "additionalProperties": False,
+        },
+    }
+
+
+def parse_arguments(raw: Any) -> str | dict:
+    """The message id, or the invalid_arguments error to return."""
+    if isinstance(raw, (str, bytes, bytearray)):
+        try:
+            raw = json.loads(raw)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            raw = None
+    if not isinstance(raw, Mapping) or set(raw) != {"message_id"} or not isinstance(raw["message_id"], str) \
+            or not raw["message_id"].strip():
+        return error_result(Code.INVALID_ARGUMENTS.value, "arguments must be exactly {\"message_id\": \"<id>\"}")
+    return raw["message_id"].strip()
+
+
+async def handle(host, name: str, context: SendContext, arguments: Any) -> dict:
+    """Run the tool ``name`` for the session in ``context``."""
+    if name not in DESCRIPTIONS:
+        raise ValueError(f"unknown message tool {name!r}; one of {', '.join(TOOL_NAMES)}")
+    message_id = parse_arguments(arguments)
+    if isinstance(message_id, dict):
+        return message_id
+    action = inspection.inspect if name == "inspect_message" else inspection.retry
+    return await action(host, message_id, context.session_id)
+
+
+# One line per fact, for `treemail inspect` too.
+render = inspection.render

@@ -1,0 +1,98 @@
+"""The delivery pump process (seed 004): `treemail pump`, or `python -m treemail.projections.pump`.
+
+It keeps every delivery obligation stored in the streams: claims past their
+attempt timeout are released (or parked), passed deadlines park, and an idle
+or finished session with mail due (after a backoff, or whose wake trigger was
+lost) is asked to wake. At start it sweeps every session with pending mail,
+which is what ``Treemail.reconcile`` does; then, every ``interval_s``, it
+takes the sessions whose time has come from each partition's due index.
+
+It acts only through ``KeepObligations``, decided by a pure function and
+appended under the session's etag, so pumps scale like workers: run one for
+availability, two or more for speed; none ever doubles a release, a park or
+a wake. Its lag (how long the oldest due obligation waited for a pass) is
+``treemail_pump_lag_seconds``, alerted on in deploy/alerts.yml.
+"""
+
+import asyncio
+import logging
+import signal
+
+from treemail.adapters import metrics, tracing
+from treemail.adapters.config import Config, load_config
+from treemail.adapters.connection import connect
+from treemail.adapters.eventstore import EventStore
+from treemail.services.obligations import ObligationService
+from treemail.services.sessions import SessionService
+
+log = logging.getLogger("treemail.pump")
+
+DEFAULT_METRICS_PORT = 9466
+
+
+class Pump:
+    def __init__(self, store: EventStore, config: Config, interval_s: float = 1.0) -> None:
+        self.config = config
+        self.interval_s = interval_s
+        self.service = ObligationService(SessionService(store, config))
+        self.passes = 0
+
+    async def start(self) -> int:
+        """The first pass: every session with pending mail, whatever the due index says. Returns sessions seen."""
+        swept = await self.service.sweep()
+        log.info("pump swept %d sessions with pending mail; %d events", swept.sessions, len(swept.events))
+        return swept.sessions
+
+    async def step(self) -> int:
+        done = await self.service.step()
+        self.passes += 1
+        return len(done.events)
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        await self.start()
+        while not stopping.is_set():
+            try:
+                await self.step()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - a failed pass (a server blip) is retried at the next interval
+                log.warning("pump pass failed", exc_info=True)
+            try:
+                await asyncio.wait_for(stopping.wait(), self.interval_s)
+            except asyncio.TimeoutError:
+                pass
+
+
+async def serve_pump(config: Config, url: str, metrics_port: int | None = None, interval_s: float = 1.0) -> None:
+    """Run one pump until SIGINT/SIGTERM. ``metrics_port``: None or negative serves none, 0 a free port."""
+    tracing.configure_from_env()
+    redis = await connect(url, config.service)
+    if metrics_port is not None and metrics_port >= 0:
+        metrics.serve(metrics_port, "pump")
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stopping.set)
+    store = EventStore(redis, config.service)
+    await store.load_scripts()
+    try:
+        await Pump(store, config, interval_s).run(stopping)
+    finally:
+        await redis.aclose()
+
+
+def main() -> None:
+    """Until the CLI wires `treemail pump`: configuration from TREEMAIL_CONFIG and the environment."""
+    import os
+
+    logging.basicConfig(level=os.environ.get("TREEMAIL_LOG", "WARNING"), format="%(asctime)s %(name)s %(message)s")
+    config = load_config()
+    if not config.service.redis_url:
+        raise SystemExit("treemail pump: error: no server: set REDIS_URL (or [service] redis_url in TREEMAIL_CONFIG)")
+    port = int(os.environ.get("TREEMAIL_PUMP_METRICS_PORT", str(DEFAULT_METRICS_PORT)))
+    interval = float(os.environ.get("TREEMAIL_PUMP_INTERVAL_S", "1.0"))
+    asyncio.run(serve_pump(config, config.service.redis_url, port, interval))
+
+
+if __name__ == "__main__":
+    main()

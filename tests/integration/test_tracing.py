@@ -1,0 +1,66 @@
+"""OpenTelemetry (seed 004): one message's journey (prepare, admit, claim, release by the pump, consume) is one
+trace, read back with the SDK's in-memory exporter; off by default."""
+
+import asyncio
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from treemail.adapters import tracing
+from treemail.domain import events as ev
+
+from .conftest import running_stack
+
+
+def test_tracing_is_off_unless_an_exporter_is_named():
+    assert tracing.configure_from_env({}) is False
+    assert tracing.configure_from_env({"OTEL_TRACES_EXPORTER": "none"}) is False
+    assert tracing.configure_from_env({"OTEL_TRACES_EXPORTER": "console", "OTEL_SDK_DISABLED": "true"}) is False
+
+
+@pytest.fixture(scope="module")
+def exporter():
+    """The process's tracer provider can be set once: every test of this module shares the exporter."""
+    memory = InMemorySpanExporter()
+    if not tracing.enabled():
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(memory))
+        trace.set_tracer_provider(provider)
+    else:
+        trace.get_tracer_provider().add_span_processor(SimpleSpanProcessor(memory))
+    return memory
+
+
+async def test_one_message_is_one_trace_from_preparation_to_consumption(redis_url, calls, exporter):
+    async with running_stack(redis_url, attempt_timeout_s=0.2, backoff_initial_s=0, backoff_max_s=0) as host:
+        root = await host.register_root("planner", "x", rules={"child": "allow"})
+        child = await host.register_child(root.session_id, "explore", "x", rules={"parent": "allow"}, status="running")
+        await host.start_run(child.session_id, "run-1")
+        exporter.clear()
+        sent = await host.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "traced"})
+        [delivery] = await host.claim(child.session_id, "run-1")
+        await asyncio.sleep(0.25)
+        await host.obligations.step()  # the claim timed out: the pump releases it
+        [again] = await host.claim(child.session_id, "run-1")
+        await host.consume(child.session_id, again.message_id)
+        history = await host.history(child.session_id)
+
+    spans = [s for s in exporter.get_finished_spans() if s.name.startswith("treemail.")]
+    by_name = {}
+    for span in spans:
+        by_name.setdefault(span.name, []).append(span)
+    [prepare] = by_name["treemail.prepare"]
+    [admit] = by_name["treemail.admit"]
+    assert [s.name for s in spans if s.context.trace_id != prepare.context.trace_id] == []
+    assert admit.parent.span_id == prepare.context.span_id
+    assert admit.attributes["treemail.message_id"] == sent["message_id"]
+    assert len(by_name["treemail.claim"]) == 2
+    assert [s.attributes["treemail.reason"] for s in by_name["treemail.release"]] == ["attempt_timeout"]
+    assert len(by_name["treemail.consume"]) == 1
+    # The context is recorded on the message itself: any later process continues the same trace.
+    [accepted] = [e for _, e in history if isinstance(e, ev.ProducerMessageAccepted)]
+    assert accepted.traceparent.split("-")[1] == format(prepare.context.trace_id, "032x")
+    assert delivery.message_id == sent["message_id"]

@@ -1,0 +1,79 @@
+"""Delivery policy (seed 004): when a message is deliverable, how long a failed attempt waits, and when
+the pump must next look at a session. Pure: every function takes the clock as ``now``.
+"""
+
+from collections.abc import Iterable
+
+from ..messaging import MessagingConfig
+from ..state import MailItem, SessionState
+
+# Pending, not claimed, not parked: a run may take it once its backoff is over.
+WAITING = ("accepted", "admitted", "released")
+
+
+def asleep(state: SessionState) -> bool:
+    """Idle or finished with no run open: only a new run (a wake) will ever deliver its mail."""
+    return state.status in ("idle", "finished") and state.current_run is None
+
+
+def deliverable(item: MailItem, now: float) -> bool:
+    return item.state in WAITING and item.retry_at <= now
+
+
+def backoff_delay(policy: MessagingConfig, attempts: int) -> float:
+    """Exponential from ``backoff_initial_s`` after the first failed attempt, capped at ``backoff_max_s``."""
+    if attempts <= 0:
+        return 0.0
+    return min(policy.backoff_max_s, policy.backoff_initial_s * 2 ** min(attempts - 1, 62))
+
+
+def deadline_of(item: MailItem, policy: MessagingConfig) -> float | None:
+    """When an unprocessed message parks; None for an item stored before the budget was recorded."""
+    return item.since + policy.delivery_deadline_s if item.since > 0 else None
+
+
+def claim_expires_at(item: MailItem, policy: MessagingConfig) -> float:
+    return item.claimed_at + policy.attempt_timeout_s
+
+
+def wake_stale(state: SessionState, policy: MessagingConfig, now: float, stale_before: float = 0.0) -> bool:
+    """An outstanding wake nobody acted on within an attempt timeout (or before ``stale_before``) may be lost."""
+    requested = state.wake_requested_at
+    return requested < stale_before or requested + policy.attempt_timeout_s <= now
+
+
+def check_times(state: SessionState, item: MailItem, policy: MessagingConfig, now: float) -> list[float]:
+    """When the pump must look at this item: its claim's expiry, else its deadline, and for an asleep
+    session the end of a backoff still running (a running session's next claim takes it without
+    help; once over, the item is due and the session-wide wake check below covers it)."""
+    if item.state == "claimed":
+        return [claim_expires_at(item, policy)]
+    if item.state not in WAITING:
+        return []
+    times = [t for t in (deadline_of(item, policy),) if t is not None]
+    if asleep(state) and item.retry_at > now:
+        times.append(item.retry_at)
+    return times
+
+
+def next_check(
+    state: SessionState, items: Iterable[MailItem], policy: MessagingConfig, now: float
+) -> float | None:
+    """The earliest time the pump must act on this session, over ``items``; None if never.
+
+    Given every pending item the answer is exact; given only the items one
+    append changed it is a bound that the index keeps with ``ZADD LT``.
+    """
+    times: list[float] = []
+    due_now = False
+    for item in items:
+        times.extend(check_times(state, item, policy, now))
+        due_now = due_now or deliverable(item, now)
+    if asleep(state) and state.pending_all > 0:
+        wake_expires = state.wake_requested_at + policy.attempt_timeout_s
+        if state.wake_pending and wake_expires > now:
+            times.append(wake_expires)
+        elif due_now:
+            # No wake outstanding (or it looks lost) and mail is due: act now.
+            times.append(now)
+    return min(times) if times else None

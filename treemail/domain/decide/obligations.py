@@ -1,0 +1,83 @@
+"""Delivery as an obligation (seed 004): failed attempts, parking, what the pump does, explicit retry.
+
+Every decision here is a pure function of the session's state, its pending
+mail, the policy and the clock, so two pumps deciding on the same state
+append the same events once: the second one's etag check fails, it decides
+again on the newer state and finds nothing left to do.
+"""
+
+from .. import events as ev
+from ..commands import KeepObligations, RetryMail
+from ..errors import LifecycleError
+from ..messaging import MessagingConfig
+from ..state import MailItem, fold
+from .delivery import WAITING, asleep, backoff_delay, claim_expires_at, deadline_of, deliverable, wake_stale
+from .wake import mail_after, with_wake
+
+# Bounded reasons: what inspect shows. Diagnostics never leave storage as raw text.
+RELEASED = "released"
+ATTEMPT_TIMEOUT = "attempt_timeout"
+RUN_FINISHED = "run_finished"
+MAX_ATTEMPTS = "max_attempts"
+DEADLINE = "deadline"
+
+
+def step_event(cls, item: MailItem, run_id: str | None, now: float, **extra) -> ev.MessageEvent:
+    return cls(
+        at=now, message_id=item.message_id, owner=item.owner, sender_session_id=item.sender_session_id,
+        agent_hop=item.agent_hop, run_id=run_id, **extra,
+    )
+
+
+def past_deadline(item: MailItem, policy: MessagingConfig, now: float) -> bool:
+    deadline = deadline_of(item, policy)
+    return deadline is not None and deadline <= now
+
+
+def fail_attempt(item: MailItem, reason: str, policy: MessagingConfig, now: float,
+                 backoff: bool = True) -> ev.MessageEvent:
+    """A claim that did not end in consumption: released with a backoff, or parked once the budget is spent.
+
+    ``backoff=False`` for a run that ended with the claim open: the message
+    is due at once in the next run (the attempt still counts).
+    """
+    if item.attempts >= policy.max_attempts:
+        return step_event(ev.ProducerMessageParked, item, item.run_id, now, reason=MAX_ATTEMPTS)
+    if past_deadline(item, policy, now):
+        return step_event(ev.ProducerMessageParked, item, item.run_id, now, reason=DEADLINE)
+    retry_at = now + backoff_delay(policy, item.attempts) if backoff else 0.0
+    return step_event(ev.ProducerMessageReleased, item, item.run_id, now, reason=reason, retry_at=retry_at)
+
+
+def decide_keep(command: KeepObligations, given) -> list[ev.Event]:
+    """What the session's mail is owed now: expired claims failed, passed deadlines parked, a wake if needed."""
+    policy, now = given.config, given.now
+    events: list[ev.Event] = []
+    for item in sorted(given.mail.values(), key=lambda m: m.seq):
+        if item.state == "claimed" and claim_expires_at(item, policy) <= now:
+            events.append(fail_attempt(item, ATTEMPT_TIMEOUT, policy, now))
+        elif item.state in WAITING and past_deadline(item, policy, now):
+            # A claimed message past its deadline is left to its attempt: parked when that fails.
+            events.append(step_event(ev.ProducerMessageParked, item, item.run_id, now, reason=DEADLINE))
+    state = fold(events, given.state)
+    mail = mail_after(given.mail, events)
+    needs_wake = asleep(state) and any(deliverable(item, now) for item in mail.values())
+    if needs_wake and (not state.wake_pending or wake_stale(state, policy, now, command.stale_before)):
+        events.append(ev.SessionWakeRequested(at=now))
+    return events
+
+
+def require_parked(mail, message_id: str) -> MailItem:
+    item = mail.get(message_id)
+    if item is None:
+        raise LifecycleError("lifecycle:unknown_message", f"message {message_id} is not pending on this session")
+    if item.state != "parked":
+        raise LifecycleError("retry_message:not_parked", f"message {message_id} is {item.state}, not parked")
+    return item
+
+
+def decide_retry(command: RetryMail, given) -> list[ev.Event]:
+    """A parked message gets a new budget (attempts and deadline from now) and is due at once."""
+    item = require_parked(given.mail, command.message_id)
+    events: list[ev.Event] = [step_event(ev.ProducerMessageRetried, item, None, given.now)]
+    return with_wake(given.state, events, given.now, given.mail)

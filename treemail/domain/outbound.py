@@ -1,0 +1,104 @@
+"""The sender's side of a message (seed 004): its record of each send intent, the index inspect reads,
+and the status a sender, its controllers or the host are shown. Pure.
+
+The recipient's stream holds the message's delivery (accepted, claimed,
+released, parked, consumed...). The sender's stream holds what its capacity
+and ``inspect`` need: ``MessageSent`` (the destination's receipt),
+``MessageRefused`` and ``MessageSettled``, written in the same atomic step as
+the recipient's events that imply them, so the two streams never disagree.
+"""
+
+import json
+import re
+from collections.abc import Mapping
+
+from . import events as ev
+from .decide.send import recipient_state_label as state_label
+from .messaging import MessagingConfig
+from .state import MailItem
+
+REASON_LIMIT = 120
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f]+")
+
+
+def bounded(text: str | None) -> str:
+    """A reason fit to show anyone allowed to inspect: one line, at most REASON_LIMIT characters."""
+    text = _UNPRINTABLE.sub(" ", text or "").strip()
+    return text if len(text) <= REASON_LIMIT else text[: REASON_LIMIT - 1] + "…"
+
+
+def source_events(recipient_id: str, recipient_status: str, events: list[ev.Event], version: int
+                  ) -> dict[str, list[ev.Event]]:
+    """sender session id -> the records the recipient's ``events`` (appended after ``version``) imply."""
+    out: dict[str, list[ev.Event]] = {}
+    for seq, event in enumerate(events, start=version + 1):
+        sender = getattr(event, "sender_session_id", None)
+        if getattr(event, "owner", None) != "agent" or sender is None:
+            continue
+        match event:
+            case ev.ProducerMessageAccepted():
+                record = ev.MessageSent(at=event.at, message_id=event.message_id, recipient_session_id=recipient_id,
+                                        position=seq, recipient_state=state_label(recipient_status))
+            case ev.ProducerMessageConsumed():
+                record = ev.MessageSettled(at=event.at, message_id=event.message_id,
+                                           recipient_session_id=recipient_id, outcome="consumed")
+            case ev.ProducerMessageDiscarded():
+                record = ev.MessageSettled(at=event.at, message_id=event.message_id,
+                                           recipient_session_id=recipient_id, outcome="discarded",
+                                           reason=bounded(event.reason))
+            case ev.ProducerMessageRestored():
+                # A revert undid its consumption: the intent is unsettled again, and counts again.
+                record = ev.MessageSent(at=event.at, message_id=event.message_id, recipient_session_id=recipient_id,
+                                        position=event.accepted_seq, recipient_state=state_label(recipient_status))
+            case _:
+                continue
+        out.setdefault(sender, []).append(record)
+    return out
+
+
+def index_entries(sender_id: str, events: list[ev.Event]) -> list[str]:
+    """(field, value) pairs of the partition's outbound index that the sender's ``events`` write."""
+    pairs: list[str] = []
+    for event in events:
+        match event:
+            case ev.MessageSent():
+                value = {"sender": sender_id, "recipient": event.recipient_session_id, "status": "accepted",
+                         "position": event.position, "recipient_state": event.recipient_state, "at": event.at}
+                pairs.extend((event.message_id, json.dumps(value, separators=(",", ":"))))
+            case ev.MessageRefused():
+                value = {"sender": sender_id, "recipient": event.recipient_session_id, "status": "refused",
+                         "code": event.code, "at": event.at}
+                pairs.extend((event.message_id, json.dumps(value, separators=(",", ":"))))
+            case ev.MessageSettled():
+                value = {"outcome": event.outcome, "reason": event.reason, "at": event.at}
+                pairs.extend((f"{event.message_id}:settled", json.dumps(value, separators=(",", ":"))))
+    return pairs
+
+
+def may_inspect(caller_id: str | None, sender_id: str, sender_ancestors: list[str]) -> bool:
+    """The host (no caller), the sender, or a session it was delegated from (its controllers)."""
+    return caller_id is None or caller_id == sender_id or caller_id in sender_ancestors
+
+
+def status_of(message_id: str, sent: Mapping, settled: Mapping | None, item: MailItem | None,
+              policy: MessagingConfig, now: float) -> dict:
+    """What inspect answers: accepted (with the receipt), processed (with the settlement), parked or refused."""
+    out: dict = {"message_id": message_id, "sender_session_id": sent["sender"]}
+    if sent["status"] == "refused":
+        return {**out, "status": "refused", "recipient_session_id": sent["recipient"], "reason": sent["code"]}
+    out["receipt"] = {"recipient_session_id": sent["recipient"], "position": sent["position"],
+                      "recipient_state": sent["recipient_state"], "accepted_at": sent["at"]}
+    if settled is not None:
+        return {**out, "status": "processed", "reason": settled["reason"] or None,
+                "settlement": {"outcome": settled["outcome"], "reason": settled["reason"], "at": settled["at"]}}
+    if item is None:
+        return {**out, "status": "accepted", "reason": None}
+    out.update(attempts=item.attempts, delivery=item.state, reason=item.reason or None)
+    if item.state == "parked":
+        return {**out, "status": "parked"}
+    out["status"] = "accepted"
+    if item.retry_at > now:
+        out["next_attempt_at"] = item.retry_at
+    if item.since > 0:
+        out["deadline_at"] = item.since + policy.delivery_deadline_s
+    return out

@@ -1,0 +1,107 @@
+"""Keeping delivery obligations (seed 004): what the delivery pump and ``reconcile`` do.
+
+Everything is rediscovered from storage the commit step derives from the
+streams: the partition's due index says which sessions need a look and
+when, and each look is one ``KeepObligations`` command decided on the
+session's state and mail. The pump acts only through that command, so any
+number of pumps (or a pump and a reconcile) can race: a decision made on a
+state another one already changed fails its etag check and is decided again.
+"""
+
+import time
+from dataclasses import dataclass, field
+
+from ..adapters import keys, metrics, tracing
+from ..domain import events as ev
+from ..domain.commands import KeepObligations
+from ..domain.errors import LifecycleError, UnknownSessionError
+from ..domain.state import MailItem
+from .sessions import SessionService
+
+
+@dataclass
+class Pass:
+    """What one pass did: sessions looked at, events appended, and the lag it began with."""
+
+    sessions: int = 0
+    events: list[ev.Event] = field(default_factory=list)
+    lag_s: float = 0.0
+
+    @property
+    def wakes(self) -> int:
+        return sum(isinstance(e, ev.SessionWakeRequested) for e in self.events)
+
+
+class ObligationService:
+    def __init__(self, sessions: SessionService) -> None:
+        self.sessions = sessions
+        self.store = sessions.store
+        self.redis = sessions.store.redis
+        self.partitions = list(range(sessions.config.service.partitions))
+
+    async def keep(self, session_id: str, stale_before: float = 0.0, refresh: bool = True) -> list[ev.Event]:
+        """Decide ``KeepObligations`` for one session; ``refresh`` rewrites its due entry even when idle."""
+        try:
+            record = await self.sessions.record(session_id)
+            # The spans of what the pump does belong to each message's own trace.
+            mail = await self.store.load_mail(record) if tracing.enabled() else {}
+            events = await self.sessions.execute(KeepObligations(session_id, stale_before), record,
+                                                 refresh_index=refresh)
+        except (UnknownSessionError, LifecycleError):
+            return []  # a session gone from the directory, or never registered: nothing is owed
+        self._observe(session_id, events, mail)
+        return events
+
+    @staticmethod
+    def _observe(session_id: str, events: list[ev.Event], mail: dict[str, MailItem]) -> None:
+        for event in events:
+            match event:
+                case ev.ProducerMessageReleased():
+                    action = "released"
+                case ev.ProducerMessageParked():
+                    action = "parked"
+                case ev.SessionWakeRequested():
+                    metrics.OBLIGATIONS.labels("woken").inc()
+                    continue
+                case _:
+                    continue
+            metrics.OBLIGATIONS.labels(action).inc()
+            item = mail.get(event.message_id)
+            if item is not None:
+                with tracing.span(f"treemail.{'park' if action == 'parked' else 'release'}", item.trace or None,
+                                  message_id=event.message_id, session_id=session_id,
+                                  reason=getattr(event, "reason", None), attempts=item.attempts):
+                    pass
+
+    async def sweep(self, stale_before: float = 0.0) -> Pass:
+        """Every session with pending mail, in every partition: the pump's first pass, and ``reconcile``.
+
+        It also rewrites each such session's due entry, so an index that
+        lost entries (or mail stored before the index existed) is complete again.
+        """
+        done = Pass()
+        for partition in self.partitions:
+            members = sorted(m.decode() for m in await self.redis.smembers(keys.partition_sessions(partition)))
+            records = [r for r in (await self.store.directory.many(members)).values() if r is not None]
+            states = await self.store.load_many(records)
+            for record in records:
+                if states[record.session_id].state.pending_all > 0:
+                    done.sessions += 1
+                    done.events.extend(await self.keep(record.session_id, stale_before))
+        return done
+
+    async def step(self, limit: int = 500, now: float | None = None) -> Pass:
+        """Every session whose due time has come, at most ``limit`` per partition."""
+        now = time.time() if now is None else now
+        done = Pass()
+        for partition in self.partitions:
+            entries = await self.redis.zrangebyscore(keys.due_index(partition), "-inf", now, start=0, num=limit,
+                                                     withscores=True)
+            if entries:
+                done.lag_s = max(done.lag_s, now - min(score for _, score in entries))
+            for member, _ in entries:
+                done.sessions += 1
+                done.events.extend(await self.keep(member.decode() if isinstance(member, bytes) else member))
+        metrics.PUMP_PASSES.inc()
+        metrics.PUMP_LAG_SECONDS.set(done.lag_s)
+        return done
