@@ -146,6 +146,10 @@ def one_of_each_event_type() -> list[ev.Event]:
         ev.ApprovalDenied(request_id="q", key="k"),
         # seed 002 part 2
         ev.SessionInterruptRequested(interrupt_id="i", run_id="r", sender_session_id="s0", sender_handle="h0"),
+        # seed 004 part 2
+        ev.PeerRouteRegistered(source_kind="session", source="s0", name="advisor"),
+        ev.PeerRouteRevoked(source_kind="session", source="s0", name="advisor"),
+        ev.PeerGrantSet(source_kind="agent_type", source="planner", send=True, principal="acme"),
     ]
 
 

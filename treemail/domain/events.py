@@ -64,6 +64,16 @@ class ProducerMessageAccepted(Event):
     # Content blocks (text, image), when the message is more than text; ``body`` then holds its
     # text with an ``[image N]`` marker where each image stands. None: a plain text message.
     blocks: list[dict] | None = None
+    # seed 004 part 2: who sent it, apart from the body, set by treemail (never by a model). The return
+    # address is the session a reply goes to; principal, peer (the sender's route name) and in_reply_to
+    # are set for mail over a peer route, ``reply`` when in_reply_to was checked to be a real inbound
+    # message. ``proof``: the keyed source proof over all of it (``domain/proof.py``).
+    return_address: str | None = None
+    principal: str | None = None
+    peer: str | None = None
+    in_reply_to: str | None = None
+    reply: bool = False
+    proof: dict | None = None
 
 
 class SessionRunStarted(Event):
@@ -152,6 +162,40 @@ class SessionInterruptRequested(Event):
     tool_call_id: str | None = None
 
 
+# seed 004 part 2: peer routes and grants, on the target session's stream. A send over a route is
+# committed on that stream with its etag, so the route and grant it was decided on are still in force.
+PeerSourceKind = Literal["session", "agent_type"]
+
+
+class PeerRouteRegistered(Event):
+    """Sessions of ``source`` (a session id, or every session of an agent type) may address this one as ``name``."""
+
+    source_kind: PeerSourceKind
+    source: str
+    name: str
+    description: str = ""
+    # The receiving agent's input, as a JSON Schema; a send that does not match is refused.
+    input_schema: dict | None = None
+
+
+class PeerRouteRevoked(Event):
+    source_kind: PeerSourceKind
+    source: str
+    name: str
+
+
+class PeerGrantSet(Event):
+    """What ``source`` may do to this session, each operation separately, and the principal it delivers as."""
+
+    source_kind: PeerSourceKind
+    source: str
+    context: bool = False
+    read: bool = False
+    send: bool = False
+    control: bool = False
+    principal: str
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.__name__: cls
     for cls in (
@@ -172,6 +216,10 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ApprovalDenied,
         # seed 002 part 2: interrupt_agent
         SessionInterruptRequested,
+        # seed 004 part 2: peer routes and grants
+        PeerRouteRegistered,
+        PeerRouteRevoked,
+        PeerGrantSet,
     )
 }
 

@@ -24,6 +24,7 @@ from .decide.lifecycle import (
     decide_status,
 )
 from .decide.interrupt import decide_interrupt
+from .decide.routes import decide_peer_send, decide_register_route, decide_revoke_route, decide_set_grant
 from .decide.send import decide_send
 
 
@@ -48,4 +49,10 @@ HANDLERS: dict[type, Handler] = {
     c.ResolveApproval: Handler(decide_resolve_approval),
     # seed 002 part 2: interrupt_agent (decided like the send, on what ``services.interrupts`` loads)
     c.InterruptAgent: Handler(decide_interrupt),
+    # seed 004 part 2: peer routes and grants (on the target's stream); a peer send is decided like the
+    # interrupt, on what ``services.peers`` loads, by the send's own guards
+    c.RegisterPeerRoute: Handler(decide_register_route),
+    c.RevokePeerRoute: Handler(decide_revoke_route),
+    c.SetPeerGrant: Handler(decide_set_grant),
+    c.SendToPeer: Handler(decide_peer_send),
 }

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from . import events as ev
+from . import peers as peer_state
 
 PENDING_STATES = ("accepted", "admitted", "claimed", "released")
 
@@ -46,6 +47,8 @@ class SessionState:
     run_hops: dict[str, int] = field(default_factory=dict)
     # Approval requests this session's sends opened: idempotency digest -> request.
     approvals: dict[str, "ApprovalEntry"] = field(default_factory=dict)
+    # seed 004 part 2: routes and grants leading to this session, and its peer inbox (``peers.py``).
+    peers: peer_state.PeerState = peer_state.EMPTY
 
     def to_json(self) -> str:
         # Written for every append: spelled out, because dataclasses.asdict deep-copies.
@@ -61,6 +64,7 @@ class SessionState:
                 "producers": sorted(self.producers),
                 "run_hops": self.run_hops,
                 "approvals": {k: list(v) for k, v in self.approvals.items()},
+                **({"peers": self.peers.to_obj()} if self.peers else {}),
             },
             separators=(",", ":"),
         )
@@ -72,6 +76,7 @@ class SessionState:
         data = json.loads(text)
         data["producers"] = frozenset(data.get("producers", ()))
         data["approvals"] = {k: ApprovalEntry(*v) for k, v in data.get("approvals", {}).items()}
+        data["peers"] = peer_state.PeerState.from_obj(data["peers"]) if "peers" in data else peer_state.EMPTY
         # A snapshot written by a newer version may carry fields this one does not know.
         return cls(**{k: v for k, v in data.items() if k in _STATE_FIELDS})
 
@@ -131,6 +136,10 @@ def _drain(state: SessionState, event: ev.MessageEvent) -> SessionState:
 
 
 def evolve(state: SessionState, event: ev.Event) -> SessionState:
+    if type(event) in peer_state.FOLDED:  # seed 004 part 2: then the cases below, as for any event
+        peers = peer_state.evolve(state.peers, event)
+        if peers is not state.peers:
+            state = replace(state, peers=peers)
     match event:
         case ev.SessionRegistered(status=status):
             return replace(state, registered=True, status=status)
