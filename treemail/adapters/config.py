@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..domain.errors import ConfigError
 from ..domain.messaging import MessagingConfig
+from .proofkeys import ProofConfig
 
 
 class ServiceConfig(BaseModel):
@@ -50,13 +51,15 @@ class Config(BaseModel):
 
     messaging: MessagingConfig = MessagingConfig()
     service: ServiceConfig = ServiceConfig()
+    # seed 004 part 2: the source-proof keyring (``proofkeys.py``)
+    proof: ProofConfig = ProofConfig()
 
 
-_ENV_PREFIXES = {"messaging": "TREEMAIL_MESSAGING_", "service": "TREEMAIL_SERVICE_"}
+_ENV_PREFIXES = {"messaging": "TREEMAIL_MESSAGING_", "service": "TREEMAIL_SERVICE_", "proof": "TREEMAIL_PROOF_"}
 
 
 def _env_overrides(environ: dict[str, str]) -> dict[str, dict[str, Any]]:
-    tables: dict[str, dict[str, Any]] = {"messaging": {}, "service": {}}
+    tables: dict[str, dict[str, Any]] = {table: {} for table in _ENV_PREFIXES}
     for table, prefix in _ENV_PREFIXES.items():
         for name, value in environ.items():
             if name.startswith(prefix):

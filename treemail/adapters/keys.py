@@ -98,3 +98,9 @@ INTERRUPT_GROUP = "treemail-interrupts"
 def approval_notify(request_id: str) -> str:
     """Wakes a send waiting on this request at once; only a hint (waiting sends poll the status too)."""
     return f"{PREFIX}:approval-notify:{request_id}"
+
+
+# seed 004 part 2: the peer route index, source -> (name -> target session id). Only a lookup:
+# the route itself is an event on the target's stream, checked under its etag by every send.
+def peer_routes(source_kind: str, source: str) -> str:
+    return f"{PREFIX}:peers:{source_kind}:{source}"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ..adapters import metrics
 from ..adapters.eventstore import EventStore, Loaded, PreparedAppend, parse_append
-from ..domain import ids
+from ..domain import ids, proof
 from ..domain.commands import SendMessage
 from ..domain.decide import idempotency, routing
 from ..domain.decide.guards import Found, NoSuchHandle, NoSuchSession, Target
@@ -33,10 +33,12 @@ class _Work:
 
 
 class SendService:
-    def __init__(self, store: EventStore, config: MessagingConfig) -> None:
+    def __init__(self, store: EventStore, config: MessagingConfig, keyring: proof.Keyring | None = None) -> None:
         self.store = store
         self.directory = store.directory
         self.config = config
+        # seed 004 part 2: every accepted agent message is signed with the current key (None: proofs off).
+        self.keyring = keyring
 
     async def decide(self, commands: list[SendMessage]) -> dict[str, dict]:
         """Decide every command; returns command id -> outcome. Appends are durable on return."""
@@ -150,6 +152,7 @@ class SendService:
             case Accepted() | Refused():
                 events = decision.events if isinstance(decision, Accepted) else []
                 session = w.target
+                events = proof.sign_events(events, session.session_id, self.keyring)
                 digest = idempotency.key_digest(w.command.context)
                 record = idempotency.record(w.command.arguments, outcome_of(decision))
         prepared = self.store.prepare(
