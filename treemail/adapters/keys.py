@@ -104,3 +104,8 @@ def approval_notify(request_id: str) -> str:
 # the route itself is an event on the target's stream, checked under its etag by every send.
 def peer_routes(source_kind: str, source: str) -> str:
     return f"{PREFIX}:peers:{source_kind}:{source}"
+
+
+def peer_intent(partition: int, key_digest: str) -> str:
+    """In the sender's partition: the target a peer tool call first went to, so its retry finds its record there."""
+    return f"{PREFIX}:{tag(partition)}:peer-intent:{key_digest}"

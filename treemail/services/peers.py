@@ -163,14 +163,17 @@ class PeerService:
         """The outcome the model is answered: ``{"ok": result}`` or ``{"error": ...}``; durable on return."""
         context, arguments = command.context, command.arguments
         sender = await self.store.directory.get(context.session_id)
+        digest = idempotency.key_digest(context)  # the tool call, exactly as tree mail keys it
+        if sender is not None:
+            recorded = await self._recorded(sender, digest)
+            if recorded is not None:
+                # A retried tool call is answered first, whatever changed since (a route revoked or moved).
+                return routes.replayed_outcome(recorded, arguments)
         target_id = await self.index.resolve(sender, arguments.peer) if sender is not None else None
         target_record = await self.store.directory.get(target_id) if target_id else None
-        digest = idempotency.key_digest(context)  # the tool call, exactly as tree mail keys it
         if target_record is not None:
-            # A retried tool call is answered first, whatever changed since (a route revoked, a full inbox).
-            recorded = await self.store.redis.get(keys.idempotency(target_record.partition, digest))
-            if recorded is not None:
-                return routes.replayed_outcome(json.loads(recorded), arguments)
+            await self.store.redis.set(keys.peer_intent(sender.partition, digest), target_id,
+                                       ex=self.store.config.idempotency_ttl_s)
         for attempt in range(CONFLICT_ATTEMPTS):
             if attempt:
                 await asyncio.sleep(random.uniform(0, 0.001 * min(attempt, 20)))
@@ -203,3 +206,17 @@ class PeerService:
             metrics.CONFLICT_ROUNDS.inc()
         raise LifecycleError("lifecycle:contention",
                              f"session {target_record.session_id} kept changing under {CONFLICT_ATTEMPTS} attempts")
+
+    async def _recorded(self, sender: SessionRecord, digest: str) -> dict | None:
+        """The outcome this tool call already has, wherever its first attempt went.
+
+        The record is written in the target's partition by the commit; the
+        sender's partition keeps which target that was (written before the
+        commit), so a retry finds it even once the route no longer leads there.
+        """
+        first = await self.store.redis.get(keys.peer_intent(sender.partition, digest))
+        target = await self.store.directory.get(first.decode()) if first else None
+        if target is None:
+            return None
+        recorded = await self.store.redis.get(keys.idempotency(target.partition, digest))
+        return json.loads(recorded) if recorded is not None else None
