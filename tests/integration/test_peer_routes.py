@@ -224,3 +224,16 @@ async def test_a_retried_peer_send_returns_the_first_outcome_even_after_its_rout
     conflict = await host.send_to_peer(ctx, {"peer": "advisor", "body": "other"})
     assert conflict["error"]["code"] == "peer_message:idempotency_conflict"
     assert len(await of_type(host, advisor.session_id, ev.ProducerMessageAccepted)) == 1
+
+
+async def test_with_proofs_off_mail_is_delivered_as_before_but_never_reported_verified(stack, calls):
+    planner, advisor = await independent_trees(stack)
+    await route(stack, planner, advisor, "advisor", send=True)
+    await stack.send_to_peer(calls.ctx(planner.session_id), {"peer": "advisor", "body": "unsigned"})
+    root = await stack.register_root("lead", "leads", rules={"child": "allow"})
+    child = await stack.register_child(root.session_id, "explore", "reads", rules={"parent": "allow"})
+    await stack.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "tree mail"})
+    for session_id in (advisor.session_id, child.session_id):
+        [delivery] = await deliveries(stack, session_id)
+        assert delivery.verified is False
+    assert all(e.proof is None for e in await of_type(stack, advisor.session_id, ev.ProducerMessageAccepted))
