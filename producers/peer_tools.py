@@ -20,6 +20,7 @@ REPLY_TOOL = "reply_to_peer"
 INBOX_TOOL = "peer_inbox"
 MODES = ("steer", "queue")
 MAX_SCHEMA_CHARS = 2000
+MAX_REFERENCE_CHARS = 128
 
 SEND_DESCRIPTION = (
     "Send a message to an independent agent over a peer route your host set up. `peer` is one of the names "
@@ -174,27 +175,35 @@ def _body(raw: Mapping) -> str:
 
 def _common(raw: Mapping) -> tuple[str, str, str]:
     peer = (_text(raw, "peer") or "").strip()
-    if not peer:
-        raise _invalid("`peer` is empty: give one of your peers' names")
+    if not peer or len(peer) > 64:
+        raise _invalid("`peer` must be one of your peers' names (at most 64 characters)")
     mode = raw.get("mode", "steer")
     if mode not in MODES:
         raise _invalid('`mode` must be "steer" or "queue"')
     return peer, _body(raw), mode
 
 
+def _reference(raw: Mapping, name: str, required: bool) -> str | None:
+    value = _text(raw, name, required)
+    if value is None:
+        return None
+    value = value.strip()
+    if not value or len(value) > MAX_REFERENCE_CHARS:
+        raise _invalid(f"`{name}` must be a message id (1 to {MAX_REFERENCE_CHARS} characters)")
+    return value
+
+
 def parse_send(raw: Any) -> PeerSendArguments:
     raw = _object(raw, ["peer", "body", "mode", "in_reply_to"])
     peer, body, mode = _common(raw)
-    return PeerSendArguments(peer=peer, body=body, mode=mode, in_reply_to=_text(raw, "in_reply_to", False))
+    return PeerSendArguments(peer=peer, body=body, mode=mode, in_reply_to=_reference(raw, "in_reply_to", False))
 
 
 def parse_reply(raw: Any) -> PeerSendArguments:
     raw = _object(raw, ["peer", "message_id", "body", "mode"])
     peer, body, mode = _common(raw)
-    reference = (_text(raw, "message_id") or "").strip()
-    if not reference:
-        raise _invalid("`message_id` is empty: give the id of the message you are answering")
-    return PeerSendArguments(peer=peer, body=body, mode=mode, in_reply_to=reference, reply=True)
+    return PeerSendArguments(peer=peer, body=body, mode=mode, in_reply_to=_reference(raw, "message_id", True),
+                             reply=True)
 
 
 def parse_inbox(raw: Any) -> int:

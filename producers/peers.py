@@ -22,7 +22,7 @@ from treemail.adapters.proofmetrics import PROOF_FAILURES
 from treemail.domain import events as ev
 from treemail.domain import peers, proof
 from treemail.domain.commands import SendContext, SendToPeer
-from treemail.domain.errors import Code, LifecycleError, Rejected
+from treemail.domain.errors import Code, LifecycleError, Rejected, UnknownSessionError
 from treemail.domain.peer_envelope import render_peer_message
 from treemail.domain.records import SessionRecord
 from treemail.domain.results import error_result
@@ -117,6 +117,8 @@ class PeerHost:
             entries, back = await self.peer_service.inbox(await self.sessions.record(context.session_id))
         except Rejected as rejection:
             return error_result(rejection.code.value, rejection.message)
+        except UnknownSessionError:
+            return error_result(Code.UNKNOWN_SESSION.value, "the calling session is not registered with treemail")
         except RedisError as error:
             return error_result(Code.PEER_ENGINE_SHUTDOWN.value, f"the inbox could not be read ({type(error).__name__})")
         return {"messages": [{

@@ -237,3 +237,16 @@ async def test_with_proofs_off_mail_is_delivered_as_before_but_never_reported_ve
         [delivery] = await deliveries(stack, session_id)
         assert delivery.verified is False
     assert all(e.proof is None for e in await of_type(stack, advisor.session_id, ev.ProducerMessageAccepted))
+
+
+async def test_a_route_leads_only_to_an_independent_agent_never_to_another_trees_delegated_worker(host):
+    planner, advisor = await independent_trees(host)
+    worker = await host.register_child(advisor.session_id, "explore", "reads", rules={})
+    with pytest.raises(ValueError, match="delegated child"):
+        await host.register_peer_route("worker", worker.session_id, source_session_id=planner.session_id)
+    with pytest.raises(ValueError, match="itself"):
+        await host.register_peer_route("me", planner.session_id, source_session_id=planner.session_id)
+    with pytest.raises(ValueError, match="not a valid JSON Schema"):
+        await host.register_peer_route("advisor", advisor.session_id, source_session_id=planner.session_id,
+                                       input_schema={"type": "no-such-type"})
+    assert await host.peer_routes(planner.session_id) == []

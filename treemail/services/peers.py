@@ -80,6 +80,11 @@ class PeerService:
             raise ValueError(f"peer name {name!r}: use a lower-case letter, then letters, digits, '_' or '-' (max 64)")
         schema = json.dumps(peerinput.check_schema(input_schema)) if input_schema is not None else ""
         target = await self.sessions.record(target_session_id)
+        if target.parent_session_id is not None:
+            # Seed 004: peers are independent agents. A delegated child is its parent's worker; a route
+            # to it would bypass the parent's admission and budget, so it is reached by tree mail only.
+            raise ValueError(f"session {target_session_id} is a delegated child; a peer route may only lead to "
+                             "the root of a tree (an independent agent)")
         if kind == "session":
             await self.sessions.record(source)
             if source == target_session_id:
