@@ -92,6 +92,12 @@ def test_without_any_key_proofs_are_off():
     assert load_keyring(ProofConfig()) is None
 
 
+def test_an_inline_secret_never_shows_in_a_printed_configuration():
+    config = ProofConfig(keys={"k1": "first-secret-of-32-characters-00"})
+    assert "first-secret" not in repr(config) and "first-secret" not in str(config.model_dump())
+    assert load_keyring(config).keys["k1"] == b"first-secret-of-32-characters-00"
+
+
 @pytest.mark.parametrize("config, fragment", [
     (ProofConfig(keys={"k1": "short"}), "at least 16"),
     (ProofConfig(keys={"bad id": "first-secret-of-32-characters-00"}), "key id"),

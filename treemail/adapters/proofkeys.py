@@ -16,7 +16,7 @@ worker and every host of a deployment must load the same keyring.
 import re
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SecretStr
 
 from ..domain.errors import ConfigError
 from ..domain.proof import Keyring
@@ -30,8 +30,9 @@ class ProofConfig(BaseModel):
 
     key_file: str | None = None
     current_key: str | None = None
-    # key id -> secret, inline (tests, development); a key file is the production way.
-    keys: dict[str, str] = {}
+    # key id -> secret, inline (tests, development); a key file is the production way. Secret: a
+    # printed or dumped configuration (logs, `config show`) never shows it.
+    keys: dict[str, SecretStr] = {}
 
 
 def _parse_file(path: str) -> list[tuple[str, str]]:
@@ -55,7 +56,7 @@ def _parse_file(path: str) -> list[tuple[str, str]]:
 
 def load_keyring(config: ProofConfig) -> Keyring | None:
     """The keyring, None when no key is configured, or ConfigError naming what is wrong."""
-    pairs = list(config.keys.items())
+    pairs = [(key_id, secret.get_secret_value()) for key_id, secret in config.keys.items()]
     if config.key_file:
         pairs = _parse_file(config.key_file) + pairs
     if not pairs:
