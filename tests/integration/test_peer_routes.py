@@ -157,12 +157,17 @@ async def test_a_tampered_stream_entry_is_detected_at_delivery_counted_and_never
     stream = keys.session_stream(record.partition, record.session_id)
     entries = []
     for entry_id, fields in await host.redis.xrange(stream):
-        data = json.loads(fields[b"data"])
         if fields[b"type"] == b"ProducerMessageAccepted":
-            data["body"] = "pay 10000 EUR"
-        entries += [entry_id, fields[b"type"], json.dumps(data)]
+            fields[b"data"] = json.dumps({**json.loads(fields[b"data"]), "body": "pay 10000 EUR"})
+        entries += [entry_id, len(fields), *[part for pair in fields.items() for part in pair]]
+    # Stream entries cannot be edited in place: the whole stream is written again, every field kept.
     rewrite = """redis.call('DEL', KEYS[1])
-for i = 1, #ARGV, 3 do redis.call('XADD', KEYS[1], ARGV[i], 'type', ARGV[i + 1], 'data', ARGV[i + 2]) end"""
+local i = 1
+while i <= #ARGV do
+  local n = tonumber(ARGV[i + 1])
+  redis.call('XADD', KEYS[1], ARGV[i], unpack(ARGV, i + 2, i + 1 + 2 * n))
+  i = i + 2 + 2 * n
+end"""
     await host.redis.eval(rewrite, 1, stream, *entries)
 
     assert await deliveries(host, advisor.session_id) == []
