@@ -32,6 +32,7 @@ from treemail.adapters import keys, metrics, tracing
 from treemail.adapters.config import Config
 from treemail.adapters.connection import connect, require_durable_server
 from treemail.adapters.eventstore import EventStore
+from treemail.adapters.proofkeys import load_keyring
 from treemail.domain.commands import SendMessage
 from treemail.services.sends import SendService
 
@@ -228,7 +229,7 @@ class Worker:
         store = EventStore(self.redis, self.config.service)
         await store.ensure_command_group(self.config.service.command_streams)
         await store.load_scripts()
-        self.decider = SendService(store, self.config.messaging)
+        self.decider = SendService(store, self.config.messaging, load_keyring(self.config.proof))
         if self.metrics_port is not None:
             self._metrics_server = metrics.start_server(
                 self.metrics_port, f"worker {self.consumer}", free_port_if_taken=self._metrics_port_is_default

@@ -41,6 +41,7 @@ from .client import CommandClient
 from .interrupts import Interrupt, InterruptHost
 from .plugins import SendAttempt, SendHook
 from .subscriptions import MAIL_EVENTS, Observed, SubscriptionGap
+from .peers import PeerHost
 from .wakes import Wake, WakeReader
 
 __all__ = [
@@ -69,6 +70,9 @@ class Delivery:
     text: str
     # The message as the host's content parts, in order: the rendered text, then its images (content blocks).
     parts: tuple[dict, ...] = ()
+    # seed 004 part 2: the principal of mail over a peer route; verified: its source proof held (proofs on).
+    principal: str | None = None
+    verified: bool = False
 
 
 @dataclass(frozen=True)
@@ -79,7 +83,7 @@ class Registration:
     root_session_id: str
 
 
-class Treemail(InterruptHost):
+class Treemail(InterruptHost, PeerHost):
     def __init__(self, redis: aioredis.Redis, listener: aioredis.Redis, config: Config) -> None:
         self.config = config
         self.redis = redis
@@ -89,6 +93,7 @@ class Treemail(InterruptHost):
         self.wake_reader = WakeReader(redis, config.service)
         self._init_interrupts()
         self.obligations = ObligationService(self.sessions)
+        self._init_peers()
         self._listener = listener
         self._send_hooks: list[SendHook] = []
 
@@ -205,29 +210,29 @@ class Treemail(InterruptHost):
         record = await self.sessions.record(session_id)
         # The accepted events carry the bodies; claims name them by message id.
         accepted_at = {item.message_id: item.seq for item in await self.pending_mail(session_id)}
-        seqs = [accepted_at[e.message_id] for e in claimed if e.message_id in accepted_at]
-        accepted = await self.store.read_at(record, seqs)
+        claimed_at = [(e.message_id, accepted_at[e.message_id]) for e in claimed if e.message_id in accepted_at]
+        # seed 004 part 2: entries are read tolerantly and each source proof is checked (producers/peers.py).
+        accepted = await self._read_claimed(record, [seq for _, seq in claimed_at])
+        for event in accepted.values():
+            if isinstance(event, ev.ProducerMessageAccepted):
+                with tracing.span("treemail.claim", event.traceparent, message_id=event.message_id,
+                                  session_id=session_id, run_id=run_id):
+                    pass
         overlay = (await self.store.load(record)).state.rules_overlay
         reply_hint = tool.tool_definition(record.rules, record.send_message_tool, overlay=overlay) is not None
-        events = [accepted[seq] for seq in seqs if seq in accepted]
-        for event in events:
-            with tracing.span("treemail.claim", event.traceparent, message_id=event.message_id,
-                              session_id=session_id, run_id=run_id):
-                pass
-        if reply_hint and self.config.messaging.routing == "direct":
-            # The recipient sees the tool, yet direct routing may not let it answer this sender.
-            return [self._deliver(e, await self._may_reply(record, e)) for e in events]
-        return [self._deliver(e, reply_hint) for e in events]
+        return await self._deliver_claimed(record, [(mid, accepted[seq]) for mid, seq in claimed_at], reply_hint)
 
     @staticmethod
-    def _deliver(event: ev.ProducerMessageAccepted, reply_hint: bool) -> Delivery:
-        if event.owner == "agent":
+    def _deliver(event: ev.ProducerMessageAccepted, reply_hint: bool, *, text: str | None = None,
+                 verified: bool = False) -> Delivery:
+        if text is None and event.owner == "agent":
             sender = event.sender_handle or event.sender_session_id
             text = envelope.render_agent_message(sender, event.body, reply_hint)
-        else:
+        elif text is None:
             text = event.body
         parts = ({"type": "text", "text": text}, *blocks.image_parts(event.blocks))
-        return Delivery(event.message_id, event.owner, event.mode, event.sender_session_id, text, parts)
+        return Delivery(event.message_id, event.owner, event.mode, event.sender_session_id, text, parts,
+                        principal=event.principal, verified=verified)
 
     async def _may_reply(self, record, event: ev.ProducerMessageAccepted) -> bool:
         sender = await self.store.directory.get(event.sender_session_id) if event.owner == "agent" else None

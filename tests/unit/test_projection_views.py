@@ -167,6 +167,10 @@ def one_of_each_event_type() -> list[ev.Event]:
         ev.MessageSent(message_id="m", recipient_session_id="s2", position=3, recipient_state="running"),
         ev.MessageSettled(message_id="m", recipient_session_id="s2", outcome="consumed"),
         ev.MessageRefused(message_id="m", recipient_session_id="s2", code="send_message:inbox_full"),
+        # seed 004 part 2
+        ev.PeerRouteRegistered(source_kind="session", source="s0", name="advisor"),
+        ev.PeerRouteRevoked(source_kind="session", source="s0", name="advisor"),
+        ev.PeerGrantSet(source_kind="agent_type", source="planner", send=True, principal="acme"),
     ]
 
 

@@ -27,6 +27,7 @@ from treemail.domain.commands import (
     StartRun,
 )
 from treemail.domain.decide import guards
+from treemail.domain.decide.wake import has_mail_due_while_asleep
 from treemail.domain.decide.branches import decide_fork, decide_revert, reverted_at
 from treemail.domain.decide.lifecycle import (
     Given,
@@ -386,6 +387,7 @@ def test_live_state_equals_a_full_replay_and_the_mail_model_after_any_reverts(da
         assert int(views["inbox"].get("s", 0)) == s.state.pending_agent
         assert {k.split(">")[0]: int(v) for k, v in views["pairs"].items() if ">" in k} == s.state.pair_inflight
         assert int(views["trees"].get(f"{T.child.root_session_id}:pending", 0)) == s.state.pending_all
-        # Asleep with mail due always has a wake outstanding.
-        if s.state.status == "idle" and s.state.current_run is None and s.state.pending_all:
+        # Asleep with mail deliverable now always has a wake outstanding (mail in its backoff after a
+        # failed attempt waits for the delivery pump, which wakes the session when the backoff ends).
+        if s.state.status == "idle" and has_mail_due_while_asleep(s.state, s.mail, 0.0):
             assert s.state.wake_pending

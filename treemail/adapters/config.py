@@ -32,6 +32,7 @@ from ..domain.errors import ConfigError
 from ..domain.messaging import MessagingConfig
 from . import configlayers
 from .configlayers import Layer
+from .proofkeys import ProofConfig
 
 
 class ServiceConfig(BaseModel):
@@ -70,9 +71,11 @@ class Config(BaseModel):
 
     messaging: MessagingConfig = MessagingConfig()
     service: ServiceConfig = ServiceConfig()
+    # seed 004 part 2: the source-proof keyring (``proofkeys.py``)
+    proof: ProofConfig = ProofConfig()
 
 
-TABLES: dict[str, type[BaseModel]] = {"messaging": MessagingConfig, "service": ServiceConfig}
+TABLES: dict[str, type[BaseModel]] = {"messaging": MessagingConfig, "service": ServiceConfig, "proof": ProofConfig}
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from ..domain.errors import ConfigError
 
 SYSTEM_FILE = Path("/etc/treemail/treemail.toml")
 WORKSPACE_FILE = Path("treemail.toml")
-KNOWN_TABLES = ("messaging", "service")
+KNOWN_TABLES = ("messaging", "service", "proof")
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,7 @@ class Environment(BaseSettings):
     config: str | None = None
     messaging: dict[str, str] = {}
     service: dict[str, str] = {}
+    proof: dict[str, str] = {}
     redis_url: str | None = Field(default=None, validation_alias="REDIS_URL")
 
 

@@ -123,3 +123,12 @@ def approval_notify(request_id: str) -> str:
 def access_token(digest: str) -> str:
     """A bearer token binding an MCP connection to one session: only its SHA-256 is ever stored."""
     return f"{PREFIX}:token:{digest}"
+# seed 004 part 2: the peer route index, source -> (name -> target session id). Only a lookup:
+# the route itself is an event on the target's stream, checked under its etag by every send.
+def peer_routes(source_kind: str, source: str) -> str:
+    return f"{PREFIX}:peers:{source_kind}:{source}"
+
+
+def peer_intent(partition: int, key_digest: str) -> str:
+    """In the sender's partition: the target a peer tool call first went to, so its retry finds its record there."""
+    return f"{PREFIX}:{tag(partition)}:peer-intent:{key_digest}"

@@ -210,10 +210,71 @@ class RetryMail:
 
     session_id: str
     message_id: str
+# seed 004 part 2: peer routes between independent agents
+@dataclass(frozen=True)
+class PeerSendArguments:
+    """The model's send_to_peer / reply_to_peer arguments after strict validation: a peer name, never an address."""
+
+    peer: str
+    # The message text; over a route with an input schema, the JSON text of an input matching it.
+    body: str
+    mode: Literal["steer", "queue"] = "steer"
+    # A plain send: correlation only, it grants nothing. A reply: one of the caller's actual inbound references.
+    in_reply_to: str | None = None
+    reply: bool = False
+    # Peer mail is text (or JSON text); the send path reads ``blocks`` of every argument type.
+    blocks: None = None
+
+
+@dataclass(frozen=True)
+class SendToPeer:
+    """Decided in the host process (``services.peers``) on the target's stream, by the send's own guards."""
+
+    context: SendContext
+    arguments: PeerSendArguments
+
+    @property
+    def session_id(self) -> str:
+        return self.context.session_id
+
+
+@dataclass(frozen=True)
+class RegisterPeerRoute:
+    """On the target's stream: sessions of ``source`` may address it as ``name``."""
+
+    session_id: str
+    source_kind: Literal["session", "agent_type"]
+    source: str
+    name: str
+    description: str = ""
+    # JSON text of the receiving agent's input schema ("" for none): frozen commands hold no dicts.
+    input_schema: str = ""
+
+
+@dataclass(frozen=True)
+class RevokePeerRoute:
+    session_id: str
+    source_kind: Literal["session", "agent_type"]
+    source: str
+    name: str
+
+
+@dataclass(frozen=True)
+class SetPeerGrant:
+    """On the target's stream: what ``source`` may do to it; every operation not named is denied."""
+
+    session_id: str
+    source_kind: Literal["session", "agent_type"]
+    source: str
+    principal: str
+    context: bool = False
+    read: bool = False
+    send: bool = False
+    control: bool = False
 
 
 SessionCommand = (
     RegisterSession | ChangeStatus | StartRun | FinishRun | ClaimMail | ConsumeMail | ReleaseMail | DiscardMail
     | InjectMail | RequestWake | ResolveApproval | RevertSession | ForkSession | OverlayMessageRules
-    | KeepObligations | RetryMail
+    | KeepObligations | RetryMail | RegisterPeerRoute | RevokePeerRoute | SetPeerGrant
 )

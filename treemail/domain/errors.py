@@ -41,6 +41,15 @@ class Code(str, Enum):
     UNKNOWN_MESSAGE = "message:unknown"
     NOT_PARKED = "retry_message:not_parked"
     SETTLED = "retry_message:settled"
+    # seed 004 part 2: peer routes, grants, reply and inbox
+    PEER_INVALID_ARGUMENTS = "peer_message:invalid_arguments"
+    PEER_UNKNOWN = "peer_message:unknown_peer"
+    PEER_NOT_GRANTED = "peer_message:not_granted"
+    PEER_INPUT_MISMATCH = "peer_message:input_mismatch"
+    PEER_UNKNOWN_REFERENCE = "peer_message:unknown_reference"
+    PEER_FOREIGN_REFERENCE = "peer_message:reference_not_from_peer"
+    PEER_IDEMPOTENCY_CONFLICT = "peer_message:idempotency_conflict"
+    PEER_ENGINE_SHUTDOWN = "peer_message:engine_shutdown"
 
 
 class Rejected(Exception):

@@ -67,6 +67,16 @@ class ProducerMessageAccepted(Event):
     blocks: list[dict] | None = None
     # W3C trace context of the send's preparation: the message's whole journey is one trace.
     traceparent: str | None = None
+    # seed 004 part 2: who sent it, apart from the body, set by treemail (never by a model). The return
+    # address is the session a reply goes to; principal, peer (the sender's route name) and in_reply_to
+    # are set for mail over a peer route, ``reply`` when in_reply_to was checked to be a real inbound
+    # message. ``proof``: the keyed source proof over all of it (``domain/proof.py``).
+    return_address: str | None = None
+    principal: str | None = None
+    peer: str | None = None
+    in_reply_to: str | None = None
+    reply: bool = False
+    proof: dict | None = None
 
 
 class SessionRunStarted(Event):
@@ -226,6 +236,40 @@ class MessageRefused(Event):
     code: str
 
 
+# seed 004 part 2: peer routes and grants, on the target session's stream. A send over a route is
+# committed on that stream with its etag, so the route and grant it was decided on are still in force.
+PeerSourceKind = Literal["session", "agent_type"]
+
+
+class PeerRouteRegistered(Event):
+    """Sessions of ``source`` (a session id, or every session of an agent type) may address this one as ``name``."""
+
+    source_kind: PeerSourceKind
+    source: str
+    name: str
+    description: str = ""
+    # The receiving agent's input, as a JSON Schema; a send that does not match is refused.
+    input_schema: dict | None = None
+
+
+class PeerRouteRevoked(Event):
+    source_kind: PeerSourceKind
+    source: str
+    name: str
+
+
+class PeerGrantSet(Event):
+    """What ``source`` may do to this session, each operation separately, and the principal it delivers as."""
+
+    source_kind: PeerSourceKind
+    source: str
+    context: bool = False
+    read: bool = False
+    send: bool = False
+    control: bool = False
+    principal: str
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.__name__: cls
     for cls in (
@@ -258,6 +302,10 @@ EVENT_TYPES: dict[str, type[Event]] = {
         MessageSent,
         MessageSettled,
         MessageRefused,
+        # seed 004 part 2: peer routes and grants
+        PeerRouteRegistered,
+        PeerRouteRevoked,
+        PeerGrantSet,
     )
 }
 

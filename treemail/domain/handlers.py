@@ -29,6 +29,7 @@ from .decide.lifecycle import (
 from .decide.interrupt import decide_interrupt
 from .decide.rules import decide_overlay_rules
 from .decide.obligations import decide_keep, decide_retry
+from .decide.routes import decide_peer_send, decide_register_route, decide_revoke_route, decide_set_grant
 from .decide.send import decide_send
 
 
@@ -64,4 +65,10 @@ HANDLERS: dict[type, Handler] = {
     # Delivery as an obligation (seed 004).
     c.KeepObligations: Handler(decide_keep, reads_mail=True),
     c.RetryMail: Handler(decide_retry, reads_mail=True),
+    # seed 004 part 2: peer routes and grants (on the target's stream); a peer send is decided like the
+    # interrupt, on what ``services.peers`` loads, by the send's own guards
+    c.RegisterPeerRoute: Handler(decide_register_route),
+    c.RevokePeerRoute: Handler(decide_revoke_route),
+    c.SetPeerGrant: Handler(decide_set_grant),
+    c.SendToPeer: Handler(decide_peer_send),
 }

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from . import events as ev
+from . import peers as peer_state
 
 PENDING_STATES = ("accepted", "admitted", "claimed", "released")
 
@@ -52,6 +53,8 @@ class SessionState:
     # and when the outstanding wake was requested (a wake unanswered for long may have been lost).
     outstanding: int = 0
     wake_requested_at: float = 0.0
+    # seed 004 part 2: routes and grants leading to this session, and its peer inbox (``peers.py``).
+    peers: peer_state.PeerState = peer_state.EMPTY
 
     def to_json(self) -> str:
         # Written for every append: spelled out, because dataclasses.asdict deep-copies.
@@ -70,6 +73,7 @@ class SessionState:
                 "rules_overlay": [list(rule) for rule in self.rules_overlay],
                 "outstanding": self.outstanding,
                 "wake_requested_at": self.wake_requested_at,
+                **({"peers": self.peers.to_obj()} if self.peers else {}),
             },
             separators=(",", ":"),
         )
@@ -82,6 +86,7 @@ class SessionState:
         data["producers"] = frozenset(data.get("producers", ()))
         data["approvals"] = {k: ApprovalEntry(*v) for k, v in data.get("approvals", {}).items()}
         data["rules_overlay"] = tuple(tuple(rule) for rule in data.get("rules_overlay", ()))
+        data["peers"] = peer_state.PeerState.from_obj(data["peers"]) if "peers" in data else peer_state.EMPTY
         # A snapshot written by a newer version may carry fields this one does not know.
         return cls(**{k: v for k, v in data.items() if k in _STATE_FIELDS})
 
@@ -152,6 +157,10 @@ def _drain(state: SessionState, event: ev.MessageEvent) -> SessionState:
 
 
 def evolve(state: SessionState, event: ev.Event) -> SessionState:
+    if type(event) in peer_state.FOLDED:  # seed 004 part 2: then the cases below, as for any event
+        peers = peer_state.evolve(state.peers, event)
+        if peers is not state.peers:
+            state = replace(state, peers=peers)
     match event:
         case ev.SessionRegistered(status=status):
             return replace(state, registered=True, status=status)

@@ -22,11 +22,12 @@ async def companions_for(store: EventStore, record: SessionRecord, loaded: Loade
     implied = source_events(record.session_id, loaded.state.status, events, loaded.version)
     if not implied:
         return []
-    senders = await store.directory.many(list(implied))
-    present = [r for r in senders.values() if r is not None]
-    # Sends never leave a tree, so a sender shares its recipient's partition and slot.
-    assert all(r.partition == record.partition for r in present), "a companion must share the partition"
+    found = await store.directory.many(list(implied))
+    # Tree mail never leaves a tree, so its sender shares the recipient's partition and slot. A sender in
+    # another partition wrote over a peer route: one atomic step cannot reach its slot, and peer mail is
+    # not counted against the per-source capacity (README, "Peer routes").
+    senders = {sid: r for sid, r in found.items() if r is not None and r.partition == record.partition}
     held = senders_loaded or {}
-    missing = [r for r in present if r.session_id not in held]
+    missing = [r for r in senders.values() if r.session_id not in held]
     states = {**(await store.load_many(missing) if missing else {}), **held}
-    return [Companion(senders[sid], states[sid], evs) for sid, evs in implied.items() if senders[sid] is not None]
+    return [Companion(senders[sid], states[sid], evs) for sid, evs in implied.items() if sid in senders]

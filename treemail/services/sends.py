@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ..adapters import metrics
 from ..adapters.eventstore import Companion, EventStore, Loaded, PreparedAppend, parse_append
 from ..domain import events as ev
-from ..domain import ids
+from ..domain import ids, proof
 from ..domain.commands import SendMessage
 from ..domain.decide import idempotency, routing
 from ..domain.decide.guards import Found, NoSuchHandle, NoSuchSession, Target
@@ -39,10 +39,12 @@ class _Work:
 
 
 class SendService:
-    def __init__(self, store: EventStore, config: MessagingConfig) -> None:
+    def __init__(self, store: EventStore, config: MessagingConfig, keyring: proof.Keyring | None = None) -> None:
         self.store = store
         self.directory = store.directory
         self.config = config
+        # seed 004 part 2: every accepted agent message is signed with the current key (None: proofs off).
+        self.keyring = keyring
 
     async def decide(self, commands: list[SendMessage]) -> dict[str, dict]:
         """Decide every command; returns command id -> outcome. Appends are durable on return."""
@@ -183,6 +185,7 @@ class SendService:
             case Accepted() | Refused():
                 events = decision.events if isinstance(decision, Accepted) else []
                 session = w.target
+                events = proof.sign_events(events, session.session_id, self.keyring)
                 digest = w.digest
                 record = idempotency.record(w.command.arguments, outcome)
                 companions = self._source_records(w, decision, loaded)

@@ -128,14 +128,20 @@ def decide_send(command: SendMessage, given: SendGiven) -> SendDecision:
             waiting = _approval(command, given, sender, found, label)
             if waiting is not None:
                 return waiting
-        hop = guards.sending_hop(given.sender_state, context.run_id)
-        guards.require_hops(hop, config)
-        guards.require_source_capacity(given.sender_state, config)
-        guards.require_inbox_room(found.state, config)
-        guards.require_window_room(found.state, sender.session_id, config)
+        hop = admit(given, sender, found, context.run_id)
     except Rejected as rejection:
         return Refused(rejection.code, rejection.message)
-    return _accept(command, given, sender, found, hop)
+    return accept(command, given, sender, found, hop)
+
+
+def admit(given: SendGiven, sender: SessionRecord, found: Found, run_id: str) -> int:
+    """The guards every authorized agent send passes, tree mail and peer routes alike; returns its hop."""
+    hop = guards.sending_hop(given.sender_state, run_id)
+    guards.require_hops(hop, given.config)
+    guards.require_source_capacity(given.sender_state, given.config)
+    guards.require_inbox_room(found.state, given.config)
+    guards.require_window_room(found.state, sender.session_id, given.config)
+    return hop
 
 
 def _may_address(sender: SessionRecord, overlay, peer) -> bool:
@@ -167,7 +173,8 @@ def _approval(command: SendMessage, given: SendGiven, sender: SessionRecord, fou
     return None
 
 
-def _accept(command: SendMessage, given: SendGiven, sender: SessionRecord, found: Found, hop: int) -> Accepted:
+def accept(command, given: SendGiven, sender: SessionRecord, found: Found, hop: int, **provenance) -> Accepted:
+    """The accepted message on the recipient's stream; ``provenance``: a peer route's principal, name, reference."""
     producer_id = agent_producer_id(sender.session_id)
     events: list[ev.Event] = []
     if producer_id not in found.state.producers:
@@ -190,7 +197,9 @@ def _accept(command: SendMessage, given: SendGiven, sender: SessionRecord, found
             run_id=command.context.run_id,
             tool_call_id=command.context.tool_call_id,
             blocks=blocks.to_json(command.arguments.blocks) if command.arguments.blocks else None,
-            traceparent=command.traceparent or None,
+            traceparent=getattr(command, "traceparent", "") or None,
+            return_address=sender.session_id,
+            **provenance,
         )
     )
     result = {

@@ -1,0 +1,257 @@
+"""Peer routes through the real stack (seed 004 part 2): two independent trees, grants, replies, proofs.
+
+Every test here runs with a proof keyring on the host and the worker, as a
+deployment that turns proofs on does.
+"""
+
+import contextlib
+import json
+
+import pytest
+
+from treemail.adapters import keys
+from treemail.adapters.metrics import REGISTRY
+from treemail.adapters.proofkeys import ProofConfig
+from treemail.consumers.app import Worker
+from treemail.domain import events as ev
+from treemail.host import Treemail
+
+from .conftest import make_config
+
+pytestmark = pytest.mark.cluster
+
+KEYRING = ProofConfig(keys={"k1": "first-secret-of-32-characters-00"})
+QUESTION = {"type": "object", "properties": {"question": {"type": "string"}}, "required": ["question"],
+            "additionalProperties": False}
+
+
+@contextlib.asynccontextmanager
+async def proven_stack(url: str, proof: ProofConfig = KEYRING):
+    config = make_config(url).model_copy(update={"proof": proof})
+    worker = Worker(config, url, consumer="peer-worker")
+    await worker.start()
+    host = await Treemail.connect(config, url)
+    try:
+        yield host
+    finally:
+        await host.close()
+        await worker.stop()
+
+
+@pytest.fixture
+async def host(redis_url):
+    async with proven_stack(redis_url) as host:
+        yield host
+
+
+async def independent_trees(host):
+    """A planner and an advisor, each the root of its own tree, in different partitions (so different slots)."""
+    planner = await host.register_root("planner", "plans the work", rules={})
+    for _ in range(50):
+        advisor = await host.register_root("advisor", "reviews designs", rules={}, status="idle")
+        partitions = host.config.service.partitions
+        if keys.partition_of(advisor.root_session_id, partitions) != keys.partition_of(planner.root_session_id,
+                                                                                       partitions):
+            return planner, advisor
+    raise AssertionError("no two partitions")
+
+
+async def route(host, source, target, name, **grant):
+    await host.register_peer_route(name, target.session_id, source_session_id=source.session_id)
+    if grant:
+        await host.set_peer_grant(target.session_id, source_session_id=source.session_id, **grant)
+
+
+async def of_type(host, session_id, cls):
+    return [e for _, e in await host.history(session_id) if isinstance(e, cls)]
+
+
+async def deliveries(host, session_id, run_id="run-a"):
+    await host.start_run(session_id, run_id)
+    return await host.claim(session_id, run_id)
+
+
+def failures(reason: str) -> float:
+    return REGISTRY.get_sample_value("treemail_source_proof_failures_total", {"reason": reason}) or 0.0
+
+
+async def test_a_message_crosses_to_another_tree_over_a_route_with_its_principal_and_a_verified_proof(host, calls):
+    planner, advisor = await independent_trees(host)
+    await route(host, planner, advisor, "advisor", send=True, context=True, principal="acme/planning")
+
+    result = await host.send_to_peer(calls.ctx(planner.session_id), {"peer": "advisor", "body": "review cache.py"})
+    assert set(result) == {"message_id", "peer", "mode"}, result  # no read grant: the target's state stays hidden
+
+    [delivery] = await deliveries(host, advisor.session_id)
+    assert (delivery.message_id, delivery.principal, delivery.verified) == (result["message_id"], "acme/planning",
+                                                                           True)
+    assert delivery.text.startswith(f'<agent_message from="{planner.handle}" via="peer" principal="acme/planning"')
+    assert "review cache.py" in delivery.text and "reply_to_peer" not in delivery.text  # no route back
+    [accepted] = await of_type(host, advisor.session_id, ev.ProducerMessageAccepted)
+    assert (accepted.sender_session_id, accepted.return_address, accepted.peer) == (
+        planner.session_id, planner.session_id, "advisor")
+    assert accepted.proof["key_id"] == "k1" and accepted.body == "review cache.py"
+    # The route and the grant are in the target's history, as events.
+    assert [type(e) for e in await of_type(host, advisor.session_id, (ev.PeerRouteRegistered, ev.PeerGrantSet))] == [
+        ev.PeerRouteRegistered, ev.PeerGrantSet]
+
+
+async def test_routes_and_grants_deny_by_default_and_revoking_a_route_refuses_the_next_send(host, calls):
+    planner, advisor = await independent_trees(host)
+    assert await host.peer_send_tool_definition(planner.session_id) is None
+    result = await host.send_to_peer(calls.ctx(planner.session_id), {"peer": "advisor", "body": "hi"})
+    assert result["error"]["code"] == "peer_message:unknown_peer"
+
+    await route(host, planner, advisor, "advisor")  # a route, but no grant
+    assert await host.peer_send_tool_definition(planner.session_id) is None
+    result = await host.send_to_peer(calls.ctx(planner.session_id), {"peer": "advisor", "body": "hi"})
+    assert result["error"]["code"] == "peer_message:not_granted"
+
+    await host.set_peer_grant(advisor.session_id, source_session_id=planner.session_id, send=True)
+    assert "message_id" in await host.send_to_peer(calls.ctx(planner.session_id), {"peer": "advisor", "body": "hi"})
+    assert await host.revoke_peer_route("advisor", source_session_id=planner.session_id) is True
+    result = await host.send_to_peer(calls.ctx(planner.session_id), {"peer": "advisor", "body": "again"})
+    assert result["error"]["code"] == "peer_message:unknown_peer"
+    assert len(await of_type(host, advisor.session_id, ev.ProducerMessageAccepted)) == 1
+
+
+async def test_receiving_grants_nothing_back_and_a_reply_needs_its_own_route_and_a_real_reference(host, calls):
+    planner, advisor = await independent_trees(host)
+    await route(host, planner, advisor, "advisor", send=True)
+    sent = await host.send_to_peer(calls.ctx(planner.session_id), {"peer": "advisor", "body": "which cache?"})
+
+    # The advisor received it: an inbox with provenance, and no way back.
+    assert await host.peer_inbox_tool_definition(advisor.session_id) is not None
+    assert await host.peer_reply_tool_definition(advisor.session_id) is None
+    [entry] = (await host.peer_inbox(calls.ctx(advisor.session_id), {}))["messages"]
+    assert (entry["message_id"], entry["sender_session_id"], entry["principal"], entry["reply_peer"]) == (
+        sent["message_id"], planner.session_id, f"session:{planner.session_id}", None)
+    reply = {"peer": "planner", "message_id": sent["message_id"], "body": "the LRU one"}
+    assert (await host.reply_to_peer(calls.ctx(advisor.session_id), reply))["error"]["code"] == \
+        "peer_message:unknown_peer"
+    for operation in ("context", "read", "send", "control"):
+        assert not (await host.authorize_peer(advisor.session_id, planner.session_id, operation)).allowed
+
+    # The host gives the advisor its own route and grant back; now only a real reference can be answered.
+    await route(host, advisor, planner, "planner", send=True, principal="acme/advice")
+    forged = {**reply, "message_id": "0190a000-0000-7000-8000-00000000beef"}
+    assert (await host.reply_to_peer(calls.ctx(advisor.session_id), forged))["error"]["code"] == \
+        "peer_message:unknown_reference"
+    answered = await host.reply_to_peer(calls.ctx(advisor.session_id), reply)
+    assert answered["in_reply_to"] == sent["message_id"], answered
+
+    [delivery] = await deliveries(host, planner.session_id)
+    assert delivery.principal == "acme/advice" and delivery.verified
+    [accepted] = await of_type(host, planner.session_id, ev.ProducerMessageAccepted)
+    assert (accepted.in_reply_to, accepted.reply) == (sent["message_id"], True)
+
+
+async def test_a_tampered_stream_entry_is_detected_at_delivery_counted_and_never_delivered(host, calls):
+    planner, advisor = await independent_trees(host)
+    await route(host, planner, advisor, "advisor", send=True)
+    sent = await host.send_to_peer(calls.ctx(planner.session_id), {"peer": "advisor", "body": "pay 10 EUR"})
+    before = failures("mismatch")
+
+    # Someone with write access to the server rewrites the accepted entry after the fact.
+    record = await host.sessions.record(advisor.session_id)
+    stream = keys.session_stream(record.partition, record.session_id)
+    entries = []
+    for entry_id, fields in await host.redis.xrange(stream):
+        if fields[b"type"] == b"ProducerMessageAccepted":
+            fields[b"data"] = json.dumps({**json.loads(fields[b"data"]), "body": "pay 10000 EUR"})
+        entries += [entry_id, len(fields), *[part for pair in fields.items() for part in pair]]
+    # Stream entries cannot be edited in place: the whole stream is written again, every field kept.
+    rewrite = """redis.call('DEL', KEYS[1])
+local i = 1
+while i <= #ARGV do
+  local n = tonumber(ARGV[i + 1])
+  redis.call('XADD', KEYS[1], ARGV[i], unpack(ARGV, i + 2, i + 1 + 2 * n))
+  i = i + 2 + 2 * n
+end"""
+    await host.redis.eval(rewrite, 1, stream, *entries)
+
+    assert await deliveries(host, advisor.session_id) == []
+    assert failures("mismatch") == before + 1
+    [discarded] = await of_type(host, advisor.session_id, ev.ProducerMessageDiscarded)
+    assert (discarded.message_id, discarded.reason) == (sent["message_id"], "source_proof_mismatch")
+    assert await host.pending_mail(advisor.session_id) == []
+
+
+async def test_tree_mail_decided_by_a_worker_is_signed_and_verified_at_delivery(host, calls):
+    root = await host.register_root("planner", "plans", rules={"child": "allow"})
+    child = await host.register_child(root.session_id, "explore", "reads", rules={"parent": "allow"})
+    sent = await host.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "look"})
+    [delivery] = await deliveries(host, child.session_id)
+    assert (delivery.message_id, delivery.verified, delivery.principal) == (sent["message_id"], True, None)
+    [accepted] = await of_type(host, child.session_id, ev.ProducerMessageAccepted)
+    assert accepted.return_address == root.session_id and accepted.proof["key_id"] == "k1"
+
+
+async def test_after_a_key_rotation_older_messages_still_verify_and_new_ones_use_the_new_key(redis_url, calls):
+    async with proven_stack(redis_url) as host:
+        planner, advisor = await independent_trees(host)
+        await route(host, planner, advisor, "advisor", send=True)
+        old = await host.send_to_peer(calls.ctx(planner.session_id), {"peer": "advisor", "body": "before"})
+    rotated = ProofConfig(keys={"k2": "second-secret-of-32-characters-0", **KEYRING.keys}, current_key="k2")
+    async with proven_stack(redis_url, rotated) as host:
+        new = await host.send_to_peer(calls.ctx(planner.session_id), {"peer": "advisor", "body": "after"})
+        got = await deliveries(host, advisor.session_id)
+        assert [(d.message_id, d.verified) for d in got] == [(old["message_id"], True), (new["message_id"], True)]
+        proofs = [e.proof["key_id"] for e in await of_type(host, advisor.session_id, ev.ProducerMessageAccepted)]
+        assert proofs == ["k1", "k2"]
+
+
+async def test_an_input_that_does_not_match_the_route_schema_is_refused_and_stores_nothing(host, calls):
+    planner, advisor = await independent_trees(host)
+    await host.register_peer_route("advisor", advisor.session_id, source_agent_type="planner", input_schema=QUESTION)
+    await host.set_peer_grant(advisor.session_id, source_agent_type="planner", send=True, context=True)
+    definition = await host.peer_send_tool_definition(planner.session_id)
+    assert '"required":["question"]' in definition["description"]
+
+    wrong = await host.send_to_peer(calls.ctx(planner.session_id), {"peer": "advisor", "body": {"q": "x"}})
+    assert wrong["error"]["code"] == "peer_message:input_mismatch"
+    assert await of_type(host, advisor.session_id, ev.ProducerMessageAccepted) == []
+    right = await host.send_to_peer(calls.ctx(planner.session_id),
+                                    {"peer": "advisor", "body": {"question": "LRU or LFU?"}})
+    assert "message_id" in right
+    [accepted] = await of_type(host, advisor.session_id, ev.ProducerMessageAccepted)
+    assert json.loads(accepted.body) == {"question": "LRU or LFU?"}
+
+
+async def test_a_retried_peer_send_returns_the_first_outcome_even_after_its_route_is_revoked(host, calls):
+    planner, advisor = await independent_trees(host)
+    await route(host, planner, advisor, "advisor", send=True, read=True)
+    ctx = calls.ctx(planner.session_id)
+    first = await host.send_to_peer(ctx, {"peer": "advisor", "body": "once"})
+    assert first["recipient_state"] == "queued"  # a read grant shows the target's state (idle: queued, woken)
+    await host.revoke_peer_route("advisor", source_session_id=planner.session_id)
+    assert await host.send_to_peer(ctx, {"peer": "advisor", "body": "once"}) == first
+    conflict = await host.send_to_peer(ctx, {"peer": "advisor", "body": "other"})
+    assert conflict["error"]["code"] == "peer_message:idempotency_conflict"
+    assert len(await of_type(host, advisor.session_id, ev.ProducerMessageAccepted)) == 1
+
+
+async def test_with_proofs_off_mail_is_delivered_as_before_but_never_reported_verified(stack, calls):
+    planner, advisor = await independent_trees(stack)
+    await route(stack, planner, advisor, "advisor", send=True)
+    await stack.send_to_peer(calls.ctx(planner.session_id), {"peer": "advisor", "body": "unsigned"})
+    root = await stack.register_root("lead", "leads", rules={"child": "allow"})
+    child = await stack.register_child(root.session_id, "explore", "reads", rules={"parent": "allow"})
+    await stack.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "tree mail"})
+    for session_id in (advisor.session_id, child.session_id):
+        [delivery] = await deliveries(stack, session_id)
+        assert delivery.verified is False
+    assert all(e.proof is None for e in await of_type(stack, advisor.session_id, ev.ProducerMessageAccepted))
+
+
+async def test_a_route_leads_only_to_an_independent_agent_never_to_another_trees_delegated_worker(host):
+    planner, advisor = await independent_trees(host)
+    worker = await host.register_child(advisor.session_id, "explore", "reads", rules={})
+    with pytest.raises(ValueError, match="delegated child"):
+        await host.register_peer_route("worker", worker.session_id, source_session_id=planner.session_id)
+    with pytest.raises(ValueError, match="itself"):
+        await host.register_peer_route("me", planner.session_id, source_session_id=planner.session_id)
+    with pytest.raises(ValueError, match="not a valid JSON Schema"):
+        await host.register_peer_route("advisor", advisor.session_id, source_session_id=planner.session_id,
+                                       input_schema={"type": "no-such-type"})
+    assert await host.peer_routes(planner.session_id) == []

@@ -1,0 +1,271 @@
+"""Peer routes, grants, replies and input schemas (seed 004 part 2), given/when/then on the pure decisions."""
+
+import json
+
+import pytest
+
+from treemail.domain import events as ev
+from treemail.domain import grants, peers
+from treemail.domain import state as st
+from treemail.domain.commands import (
+    PeerSendArguments,
+    RegisterPeerRoute,
+    RevokePeerRoute,
+    SendContext,
+    SendToPeer,
+    SetPeerGrant,
+)
+from treemail.domain.decide import routes
+from treemail.domain.decide.guards import Found
+from treemail.domain.decide.send import Accepted, Refused, SendGiven
+from treemail.domain.errors import Code
+from treemail.domain.handlers import HANDLERS
+
+from .builders import History, accepted, claimed, config, given_lifecycle, registered, run_started, session_record
+
+PLANNER = session_record("0190a000-0000-7000-8000-0000000000a1", agent_type="planner", rules=[])
+ADVISOR = session_record("0190a000-0000-7000-8000-0000000000b1", agent_type="advisor", rules=[])
+OTHER_PLANNER = session_record("0190a000-0000-7000-8000-0000000000a2", agent_type="planner", rules=[])
+QUESTION = {"type": "object", "properties": {"question": {"type": "string"}}, "required": ["question"]}
+
+
+def route(source=PLANNER, name="advisor", kind="session", schema=None) -> ev.PeerRouteRegistered:
+    who = source.session_id if kind == "session" else source.agent_type
+    return ev.PeerRouteRegistered(source_kind=kind, source=who, name=name, input_schema=schema)
+
+
+def grant(source=PLANNER, kind="session", principal="acme", **operations) -> ev.PeerGrantSet:
+    who = source.session_id if kind == "session" else source.agent_type
+    return ev.PeerGrantSet(source_kind=kind, source=who, principal=principal, **operations)
+
+
+def peer_accepted(message_id: str, sender, principal="acme", body="hello") -> ev.ProducerMessageAccepted:
+    return accepted(message_id, sender, body=body).model_copy(update={"principal": principal, "peer": "x"})
+
+
+def target(record, *events) -> Found:
+    return Found(record, st.fold([registered(record), *events]))
+
+
+def decide(sender, found, *, peer="advisor", body="hello", reply=False, in_reply_to=None, sender_events=(),
+           cfg=None, tool_call_id="call-1"):
+    command = SendToPeer(SendContext(sender.session_id, "run-1", tool_call_id),
+                         PeerSendArguments(peer, body, "steer", in_reply_to, reply))
+    given = SendGiven(sender=sender, sender_state=st.fold([registered(sender), *sender_events]), target=found,
+                      config=cfg or config(), new_id="m-1", now=5.0)
+    return HANDLERS[SendToPeer].decide(command, given)
+
+
+def code_of(decision) -> Code:
+    assert isinstance(decision, Refused), decision
+    return decision.code
+
+
+# ---- routes ------------------------------------------------------------------------------------------------
+
+
+def test_a_send_over_a_granted_route_is_accepted_with_its_principal_and_the_senders_return_address():
+    decision = decide(PLANNER, target(ADVISOR, route(), grant(send=True, principal="acme/planning")))
+    assert isinstance(decision, Accepted)
+    [registered_producer, message] = decision.events
+    assert isinstance(registered_producer, ev.ProducerRegistered)
+    assert (message.principal, message.peer, message.return_address, message.sender_session_id) == (
+        "acme/planning", "advisor", PLANNER.session_id, PLANNER.session_id)
+    assert decision.result == {"message_id": "m-1", "peer": "advisor", "mode": "steer"}
+
+
+def test_without_a_route_or_with_a_route_under_another_name_the_peer_is_unknown():
+    assert code_of(decide(PLANNER, target(ADVISOR, grant(send=True)))) is Code.PEER_UNKNOWN
+    assert code_of(decide(PLANNER, target(ADVISOR, route(name="critic"), grant(send=True)))) is Code.PEER_UNKNOWN
+    nowhere = decide(PLANNER, routes.NoSuchPeer("advisor", ["critic"]))
+    assert code_of(nowhere) is Code.PEER_UNKNOWN and "`critic`" in nowhere.message
+
+
+def test_a_route_registered_for_another_session_does_not_carry_this_one():
+    found = target(ADVISOR, route(source=OTHER_PLANNER), grant(source=OTHER_PLANNER, send=True))
+    assert code_of(decide(PLANNER, found)) is Code.PEER_UNKNOWN
+    assert isinstance(decide(OTHER_PLANNER, found), Accepted)
+
+
+def test_a_route_by_agent_type_carries_every_session_of_that_type_and_a_revoked_route_nothing():
+    by_type = target(ADVISOR, route(kind="agent_type"), grant(kind="agent_type", send=True))
+    assert isinstance(decide(PLANNER, by_type), Accepted)
+    assert isinstance(decide(OTHER_PLANNER, by_type), Accepted)
+    revoked = ev.PeerRouteRevoked(source_kind="agent_type", source="planner", name="advisor")
+    assert code_of(decide(PLANNER, target(ADVISOR, route(kind="agent_type"), revoked,
+                                          grant(kind="agent_type", send=True)))) is Code.PEER_UNKNOWN
+
+
+def test_a_route_to_the_sender_itself_is_a_self_send():
+    assert code_of(decide(PLANNER, target(PLANNER, route(), grant(send=True)), peer="advisor")) is Code.SELF_SEND
+
+
+def test_registering_the_same_route_or_grant_twice_appends_once_and_revoking_an_absent_route_nothing():
+    h = History(registered(ADVISOR))
+    register = RegisterPeerRoute(ADVISOR.session_id, "session", PLANNER.session_id, "advisor", "reviews",
+                                 json.dumps(QUESTION))
+    first = h.then(HANDLERS[RegisterPeerRoute].decide(register, given_lifecycle(h)))
+    assert [type(e) for e in first] == [ev.PeerRouteRegistered] and first[0].input_schema == QUESTION
+    assert HANDLERS[RegisterPeerRoute].decide(register, given_lifecycle(h)) == []
+    set_grant = SetPeerGrant(ADVISOR.session_id, "session", PLANNER.session_id, "acme", send=True)
+    assert len(h.then(HANDLERS[SetPeerGrant].decide(set_grant, given_lifecycle(h)))) == 1
+    assert HANDLERS[SetPeerGrant].decide(set_grant, given_lifecycle(h)) == []
+    revoke = RevokePeerRoute(ADVISOR.session_id, "session", PLANNER.session_id, "advisor")
+    assert len(h.then(HANDLERS[RevokePeerRoute].decide(revoke, given_lifecycle(h)))) == 1
+    assert HANDLERS[RevokePeerRoute].decide(revoke, given_lifecycle(h)) == []
+    assert h.state.peers.routes == {} and "session:" + PLANNER.session_id in h.state.peers.grants
+
+
+def test_a_send_over_a_route_passes_the_same_inbox_window_and_hop_guards_as_tree_mail():
+    base = (route(), grant(send=True))
+    full_inbox = [accepted(f"m{i}", OTHER_PLANNER) for i in range(2)]
+    assert code_of(decide(PLANNER, target(ADVISOR, *base, *full_inbox),
+                          cfg=config(max_pending_per_session=2))) is Code.INBOX_FULL
+    window = [accepted(f"m{i}", PLANNER) for i in range(2)]
+    assert code_of(decide(PLANNER, target(ADVISOR, *base, *window), cfg=config(max_inflight_per_pair=2))) \
+        is Code.INFLIGHT_FULL
+    relayed = (run_started("run-1"), accepted("in", OTHER_PLANNER, hop=2), claimed("in", OTHER_PLANNER, hop=2))
+    refused = decide(PLANNER, target(ADVISOR, *base), sender_events=relayed, cfg=config(max_hops=2))
+    assert code_of(refused) is Code.MAX_HOPS_EXCEEDED and refused.recorded
+    assert code_of(decide(PLANNER, target(ADVISOR, *base), body="")) is Code.INVALID_BODY
+    assert code_of(decide(PLANNER, target(ADVISOR, *base), cfg=config(enabled=False))) is Code.DISABLED
+
+
+# ---- grants, each on its own -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("operation", peers.OPERATIONS)
+def test_each_operation_is_granted_only_by_its_own_flag(operation):
+    state = st.fold([grant(**{operation: True}, principal="acme")]).peers
+    for other in peers.OPERATIONS:
+        authorization = grants.authorize(state, PLANNER.agent_type, PLANNER.session_id, other)
+        assert authorization.allowed is (other == operation)
+        assert authorization.principal == ("acme" if other == operation else None)
+
+
+def test_nothing_is_granted_by_default_and_an_unknown_operation_is_a_programming_error():
+    for operation in peers.OPERATIONS:
+        assert not grants.authorize(st.INITIAL.peers, "planner", PLANNER.session_id, operation).allowed
+    with pytest.raises(ValueError):
+        grants.authorize(st.INITIAL.peers, "planner", PLANNER.session_id, "delete")
+
+
+def test_a_sessions_own_grant_replaces_its_types_grant_whole():
+    state = st.fold([grant(kind="agent_type", send=True, read=True, principal="team"),
+                     grant(read=True, principal="narrowed")]).peers
+    assert not grants.authorize(state, "planner", PLANNER.session_id, "send").allowed
+    assert grants.authorize(state, "planner", PLANNER.session_id, "read").principal == "narrowed"
+    assert grants.authorize(state, "planner", OTHER_PLANNER.session_id, "send").principal == "team"
+
+
+def test_a_route_without_a_send_grant_is_refused_whatever_else_is_granted():
+    found = target(ADVISOR, route(), grant(context=True, read=True, control=True))
+    assert code_of(decide(PLANNER, found)) is Code.PEER_NOT_GRANTED
+
+
+def test_only_a_read_grant_shows_the_recipients_state_in_the_result():
+    assert "recipient_state" not in decide(PLANNER, target(ADVISOR, route(), grant(send=True))).result
+    shown = decide(PLANNER, target(ADVISOR, route(), grant(send=True, read=True))).result
+    assert shown["recipient_state"] == "running"
+
+
+def test_receiving_a_message_grants_no_operation_back_to_its_sender():
+    # The advisor received mail from the planner; the planner's own stream holds nothing about the advisor.
+    advisor_state = st.fold([registered(ADVISOR), route(), grant(send=True), peer_accepted("m-in", PLANNER)])
+    assert len(advisor_state.peers.inbox) == 1
+    planner_side = target(PLANNER)
+    for operation in peers.OPERATIONS:
+        assert not grants.authorize(planner_side.state.peers, "advisor", ADVISOR.session_id, operation).allowed
+    reply = decide(ADVISOR, planner_side, peer="planner", reply=True, in_reply_to="m-in",
+                   sender_events=(route(), grant(send=True), peer_accepted("m-in", PLANNER)))
+    assert code_of(reply) is Code.PEER_UNKNOWN
+
+
+# ---- replies -------------------------------------------------------------------------------------------------
+
+ADVISOR_HAS_MAIL = (peer_accepted("m-in", PLANNER),)
+BACK = (route(source=ADVISOR, name="planner"), grant(source=ADVISOR, send=True, principal="acme/advice"))
+
+
+def test_a_reply_to_a_real_inbound_reference_from_that_peer_goes_back_over_the_route():
+    decision = decide(ADVISOR, target(PLANNER, *BACK), peer="planner", reply=True, in_reply_to="m-in",
+                      sender_events=ADVISOR_HAS_MAIL)
+    assert isinstance(decision, Accepted), decision
+    message = decision.events[-1]
+    assert (message.in_reply_to, message.reply, message.principal) == ("m-in", True, "acme/advice")
+    assert decision.result["in_reply_to"] == "m-in"
+
+
+def test_a_reply_to_a_forged_reference_is_refused():
+    for reference in ("m-forged", None):
+        decision = decide(ADVISOR, target(PLANNER, *BACK), peer="planner", reply=True, in_reply_to=reference,
+                          sender_events=ADVISOR_HAS_MAIL)
+        assert code_of(decision) is Code.PEER_UNKNOWN_REFERENCE
+
+
+def test_a_reply_to_a_message_from_another_sender_is_refused_as_foreign():
+    decision = decide(ADVISOR, target(PLANNER, *BACK), peer="planner", reply=True, in_reply_to="m-other",
+                      sender_events=(peer_accepted("m-other", OTHER_PLANNER),))
+    assert code_of(decision) is Code.PEER_FOREIGN_REFERENCE
+
+
+def test_tree_mail_is_no_reference_a_peer_reply_can_name():
+    decision = decide(ADVISOR, target(PLANNER, *BACK), peer="planner", reply=True, in_reply_to="m-tree",
+                      sender_events=(accepted("m-tree", PLANNER),))
+    assert code_of(decision) is Code.PEER_UNKNOWN_REFERENCE
+
+
+def test_in_reply_to_on_a_plain_send_is_correlation_only_and_grants_nothing():
+    refused = decide(ADVISOR, target(PLANNER, route(source=ADVISOR, name="planner")), peer="planner",
+                     in_reply_to="m-in", sender_events=ADVISOR_HAS_MAIL)
+    assert code_of(refused) is Code.PEER_NOT_GRANTED
+    unchecked = decide(ADVISOR, target(PLANNER, *BACK), peer="planner", in_reply_to="anything")
+    assert isinstance(unchecked, Accepted)
+    assert (unchecked.events[-1].in_reply_to, unchecked.events[-1].reply) == ("anything", False)
+
+
+def test_the_inbox_keeps_the_latest_peer_mail_with_its_provenance_and_is_bounded():
+    events = [peer_accepted(f"m{i}", PLANNER, principal=f"p{i}") for i in range(peers.INBOX_LIMIT + 3)]
+    inbox = st.fold([registered(ADVISOR), accepted("tree", OTHER_PLANNER), *events]).peers.inbox
+    assert len(inbox) == peers.INBOX_LIMIT
+    assert inbox[-1] == peers.InboxEntry(f"m{peers.INBOX_LIMIT + 2}", PLANNER.session_id, PLANNER.handle,
+                                         f"p{peers.INBOX_LIMIT + 2}", 0.0, None)
+    assert inbox[0].message_id == "m3"
+
+
+def test_peer_state_survives_the_snapshot_and_an_empty_one_costs_the_snapshot_nothing():
+    state = st.fold([registered(ADVISOR), route(schema=QUESTION), grant(send=True), peer_accepted("m", PLANNER)])
+    assert st.SessionState.from_json(state.to_json()) == state
+    assert "peers" not in json.loads(st.fold([registered(ADVISOR)]).to_json())
+
+
+# ---- input schemas -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("body, fragment", [
+    ('{"q": "x"}', "'question' is a required property"),
+    ('{"question": 3}', "at question: 3 is not of type 'string'"),
+    ("plain words", "`body` is not JSON"),
+])
+def test_an_input_that_does_not_match_the_receivers_schema_is_refused_with_a_stable_code(body, fragment):
+    refused = decide(PLANNER, target(ADVISOR, route(schema=QUESTION), grant(send=True)), body=body)
+    assert code_of(refused) is Code.PEER_INPUT_MISMATCH and fragment in refused.message
+    assert isinstance(decide(PLANNER, target(ADVISOR, route(schema=QUESTION), grant(send=True)),
+                             body='{"question": "LRU?"}'), Accepted)
+
+
+def test_a_schema_reference_that_would_need_the_network_is_refused_not_fetched():
+    remote = {"$ref": "https://schemas.invalid/input.json"}
+    refused = decide(PLANNER, target(ADVISOR, route(schema=remote), grant(send=True)), body="{}")
+    assert code_of(refused) is Code.PEER_INPUT_MISMATCH and "cannot be resolved" in refused.message
+
+
+# ---- idempotency -------------------------------------------------------------------------------------------
+
+
+def test_a_retried_peer_call_replays_its_outcome_and_other_arguments_conflict():
+    arguments = PeerSendArguments("advisor", "hello")
+    recorded = routes.record(arguments, {"ok": {"message_id": "m-1"}})
+    assert routes.replayed_outcome(recorded, arguments) == {"ok": {"message_id": "m-1"}}
+    other = routes.replayed_outcome(recorded, PeerSendArguments("advisor", "hello", in_reply_to="m-0"))
+    assert other["error"]["code"] == Code.PEER_IDEMPOTENCY_CONFLICT.value

@@ -1,0 +1,16 @@
+"""The source-proof failure counter (seed 004 part 2), on the process's metrics registry.
+
+Counted where delivery verifies proofs: the host process that claims mail.
+``reason`` is bounded: ``missing``, ``unknown_key``, ``mismatch`` or ``unreadable``.
+"""
+
+from prometheus_client import Counter
+
+from .metrics import REGISTRY
+
+PROOF_FAILURES = Counter(
+    "treemail_source_proof_failures",
+    "Claimed messages whose source proof did not verify (altered after acceptance): set aside, never delivered",
+    ["reason"],
+    registry=REGISTRY,
+)

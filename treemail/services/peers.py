@@ -1,0 +1,228 @@
+"""Peer routes in the host process (seed 004 part 2): register routes and grants, decide sends and replies over them.
+
+A peer send touches one session, the target, which may live in another tree
+and so in another partition. It is decided here, as an interrupt is: load
+the sender and the target, decide with the command table (the send's own
+guards), sign, and commit on the target's stream with the same atomic step,
+expected etag and idempotency record as tree mail. That step writes only
+keys of the target's partition (its stream, state, mail, wake stream, feed,
+and the tool call's idempotency record), so it is one hash slot on a
+cluster whichever tree the sender is in. What is read from the sender's side
+(its registration, hops, inbox references) is not part of the step; none of
+it can be taken back once written, so reading it just before is as good.
+"""
+
+import asyncio
+import json
+import random
+import time
+from dataclasses import dataclass
+
+from ..adapters import keys, metrics
+from ..adapters.eventstore import EventStore
+from ..adapters.peerindex import PeerIndex
+from ..domain import grants, ids, peerinput, peers, proof
+from ..domain.commands import RegisterPeerRoute, RevokePeerRoute, SendToPeer, SetPeerGrant
+from ..domain.decide import idempotency, routes
+from ..domain.decide.guards import Found
+from ..domain.decide.send import Accepted, Refused, SendGiven, outcome_of
+from ..domain.errors import LifecycleError, UnknownSessionError
+from ..domain.handlers import HANDLERS
+from ..domain.messaging import MessagingConfig
+from ..domain.records import SessionRecord
+from ..domain.state import SessionState
+from .sessions import SessionService
+
+decide_peer_send = HANDLERS[SendToPeer].decide
+CONFLICT_ATTEMPTS = 200
+
+
+@dataclass(frozen=True)
+class PeerView:
+    """One of a sender's peer names as its target holds it: the route, the grant, and the target's status."""
+
+    name: str
+    target: SessionRecord
+    route: peers.Route
+    grant: peers.Grant | None
+    status: str
+
+    def allows(self, operation: str) -> bool:
+        return self.grant is not None and self.grant.allows(operation)
+
+
+def _source(source_session_id: str | None, source_agent_type: str | None) -> tuple[str, str]:
+    if (source_session_id is None) == (source_agent_type is None):
+        raise ValueError("name exactly one source: source_session_id or source_agent_type")
+    if source_session_id is not None:
+        return "session", source_session_id
+    if not source_agent_type:
+        raise ValueError("source_agent_type must not be empty")
+    return "agent_type", source_agent_type
+
+
+class PeerService:
+    def __init__(self, store: EventStore, sessions: SessionService, config: MessagingConfig,
+                 keyring: proof.Keyring | None) -> None:
+        self.store = store
+        self.sessions = sessions
+        self.config = config
+        self.keyring = keyring
+        self.index = PeerIndex(store.redis)
+
+    # ---- the host's registrations ----------------------------------------------------------------
+
+    async def register_route(self, name: str, target_session_id: str, *, source_session_id: str | None = None,
+                             source_agent_type: str | None = None, description: str | None = None,
+                             input_schema: dict | None = None) -> None:
+        kind, source = _source(source_session_id, source_agent_type)
+        if not peers.NAME_PATTERN.match(name):
+            raise ValueError(f"peer name {name!r}: use a lower-case letter, then letters, digits, '_' or '-' (max 64)")
+        schema = json.dumps(peerinput.check_schema(input_schema)) if input_schema is not None else ""
+        target = await self.sessions.record(target_session_id)
+        if target.parent_session_id is not None:
+            # Seed 004: peers are independent agents. A delegated child is its parent's worker; a route
+            # to it would bypass the parent's admission and budget, so it is reached by tree mail only.
+            raise ValueError(f"session {target_session_id} is a delegated child; a peer route may only lead to "
+                             "the root of a tree (an independent agent)")
+        if kind == "session":
+            await self.sessions.record(source)
+            if source == target_session_id:
+                raise ValueError("a session cannot have a peer route to itself")
+        previous = await self.index.get(kind, source, name)
+        # The index first: a route event it does not lead to yet would only go unused, never misused.
+        await self.index.put(kind, source, name, target_session_id)
+        await self.sessions.execute(RegisterPeerRoute(
+            target_session_id, kind, source, name,
+            target.description if description is None else description, schema,
+        ))
+        if previous is not None and previous != target_session_id:
+            await self._revoke_at(previous, kind, source, name)
+
+    async def revoke_route(self, name: str, *, source_session_id: str | None = None,
+                           source_agent_type: str | None = None) -> bool:
+        """False when no such route was registered."""
+        kind, source = _source(source_session_id, source_agent_type)
+        target_session_id = await self.index.get(kind, source, name)
+        if target_session_id is None:
+            return False
+        await self._revoke_at(target_session_id, kind, source, name)
+        await self.index.remove_if(kind, source, name, target_session_id)
+        return True
+
+    async def _revoke_at(self, target_session_id: str, kind: str, source: str, name: str) -> None:
+        try:
+            await self.sessions.execute(RevokePeerRoute(target_session_id, kind, source, name))
+        except (UnknownSessionError, LifecycleError):
+            pass  # no such target any more: nothing holds the route
+
+    async def set_grant(self, target_session_id: str, *, source_session_id: str | None = None,
+                        source_agent_type: str | None = None, principal: str | None = None, context: bool = False,
+                        read: bool = False, send: bool = False, control: bool = False) -> str:
+        """Replace the pair's grant whole; returns its principal (by default the source's own name)."""
+        kind, source = _source(source_session_id, source_agent_type)
+        principal = principal if principal is not None else peers.source_key(kind, source)
+        if not principal.strip() or len(principal) > 256:
+            raise ValueError("principal must be 1 to 256 characters")
+        await self.sessions.record(target_session_id)
+        await self.sessions.execute(SetPeerGrant(target_session_id, kind, source, principal, context=context,
+                                                 read=read, send=send, control=control))
+        return principal
+
+    # ---- what a sender sees --------------------------------------------------------------------------
+
+    async def views(self, sender: SessionRecord) -> list[PeerView]:
+        """The sender's peer names whose target still holds the route, in name order."""
+        names = await self.index.routes_of(sender)
+        records = await self.store.directory.many(sorted(set(names.values())))
+        present = [r for r in records.values() if r is not None]
+        loaded = await self.store.load_many(present)
+        found = []
+        for name in sorted(names):
+            target = records.get(names[name])
+            if target is None:
+                continue
+            state = loaded[target.session_id].state
+            route = peers.route_for(state.peers, sender.agent_type, sender.session_id, name)
+            if route is not None and state.registered:
+                grant = grants.grant_for(state.peers, sender.agent_type, sender.session_id)
+                found.append(PeerView(name, target, route, grant, state.status))
+        return found
+
+    async def authorize(self, source_session_id: str, target_session_id: str, operation: str) -> grants.Authorization:
+        """The authorizer, for the peer tools and for inspect and retry: one operation of a (source, target) pair."""
+        source = await self.sessions.record(source_session_id)
+        target = await self.sessions.record(target_session_id)
+        state = (await self.store.load(target)).state
+        return grants.authorize(state.peers, source.agent_type, source.session_id, operation)
+
+    async def inbox(self, record: SessionRecord) -> tuple[list[peers.InboxEntry], dict[str, str]]:
+        """The session's peer inbox, newest first, and sender session -> the peer name it can reply to it by."""
+        state = (await self.store.load(record)).state
+        back = {v.target.session_id: v.name for v in await self.views(record) if v.allows("send")}
+        return list(reversed(state.peers.inbox)), back
+
+    # ---- a send or a reply ------------------------------------------------------------------------------
+
+    async def send(self, command: SendToPeer) -> dict:
+        """The outcome the model is answered: ``{"ok": result}`` or ``{"error": ...}``; durable on return."""
+        context, arguments = command.context, command.arguments
+        sender = await self.store.directory.get(context.session_id)
+        digest = idempotency.key_digest(context)  # the tool call, exactly as tree mail keys it
+        if sender is not None:
+            recorded = await self._recorded(sender, digest)
+            if recorded is not None:
+                # A retried tool call is answered first, whatever changed since (a route revoked or moved).
+                return routes.replayed_outcome(recorded, arguments)
+        target_id = await self.index.resolve(sender, arguments.peer) if sender is not None else None
+        target_record = await self.store.directory.get(target_id) if target_id else None
+        if target_record is not None:
+            # Kept as long as the records it points to (no expiry): a retry must always find its first outcome.
+            await self.store.redis.set(keys.peer_intent(sender.partition, digest), target_id, nx=True)
+        for attempt in range(CONFLICT_ATTEMPTS):
+            if attempt:
+                await asyncio.sleep(random.uniform(0, 0.001 * min(attempt, 20)))
+            present = [r for r in (sender, target_record) if r is not None]
+            loaded = await self.store.load_many(present)
+            if target_record is not None:
+                target = Found(target_record, loaded[target_record.session_id].state)
+            else:
+                available = [v.name for v in await self.views(sender) if v.allows("send")] if sender else []
+                target = routes.NoSuchPeer(arguments.peer, available)
+            given = SendGiven(
+                sender=sender, sender_state=loaded[sender.session_id].state if sender else SessionState(),
+                target=target, config=self.config, new_id=ids.uuid7(), now=time.time(),
+            )
+            decision = decide_peer_send(command, given)
+            if isinstance(decision, Refused) and not decision.recorded:
+                return outcome_of(decision)
+            outcome = outcome_of(decision)
+            events = decision.events if isinstance(decision, Accepted) else []
+            prepared = self.store.prepare(
+                target_record, loaded[target_record.session_id],
+                proof.sign_events(events, target_record.session_id, self.keyring),
+                idempotency_digest=digest, idempotency_record=routes.record(arguments, outcome), policy=self.config,
+            )
+            result = await self.store.append(prepared)
+            if result.status == "ok":
+                return outcome
+            if result.status == "dup":
+                return routes.replayed_outcome(result.record, arguments)
+            metrics.CONFLICT_ROUNDS.inc()
+        raise LifecycleError("lifecycle:contention",
+                             f"session {target_record.session_id} kept changing under {CONFLICT_ATTEMPTS} attempts")
+
+    async def _recorded(self, sender: SessionRecord, digest: str) -> dict | None:
+        """The outcome this tool call already has, wherever its first attempt went.
+
+        The record is written in the target's partition by the commit; the
+        sender's partition keeps which target that was (written before the
+        commit), so a retry finds it even once the route no longer leads there.
+        """
+        first = await self.store.redis.get(keys.peer_intent(sender.partition, digest))
+        target = await self.store.directory.get(first.decode()) if first else None
+        if target is None:
+            return None
+        # The commit keeps the record with the session it appended to: the target's.
+        recorded = await self.store.redis.hget(keys.session_idempotency(target.partition, target.session_id), digest)
+        return json.loads(recorded) if recorded is not None else None
