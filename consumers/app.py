@@ -30,7 +30,7 @@ from faststream.redis.subscriber.usecases import stream_subscriber
 
 from treemail.adapters import keys, metrics
 from treemail.adapters.config import Config
-from treemail.adapters.connection import connect, require_durable_server
+from treemail.adapters.connection import connect, redact, require_durable_server
 from treemail.adapters.eventstore import EventStore
 from treemail.domain.commands import SendMessage
 from treemail.services.sends import SendService
@@ -261,6 +261,6 @@ async def serve(
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stopping.set)
     await worker.start()
-    log.info("worker %s deciding commands on %s", worker.consumer, url)
+    log.info("worker %s deciding commands on %s", worker.consumer, redact(url))
     await stopping.wait()
     await worker.stop()

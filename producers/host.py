@@ -230,30 +230,41 @@ class Treemail:
     async def send_message(self, context: SendContext, arguments) -> dict:
         try:
             parsed = tool.parse_arguments(arguments)
+            tool.require_storable(parsed, self.config.messaging)
         except Rejected as rejection:
             return tool.error_result(rejection.code.value, rejection.message)
+        deadline = None
         while True:
             outcome = await self.commands.request(context, parsed)
             if "approval" not in outcome:
                 break
             # An `ask` rule: the send completes when a person approves, or fails when they deny.
-            if not await self._wait_for_approval(outcome["approval"]["request_id"]):
+            request_id = outcome["approval"]["request_id"]
+            deadline = deadline or time.monotonic() + self.config.service.approval_timeout_s
+            waited = await self._wait_for_approval(request_id, deadline)
+            if waited == "closing":
                 return tool.engine_shutdown("the engine is shutting down while the send awaits approval")
+            if waited == "timeout":
+                return tool.approval_timeout(request_id, self.config.service.approval_timeout_s)
         if "ok" in outcome:
             return outcome["ok"]
         return outcome
 
-    async def _wait_for_approval(self, request_id: str) -> bool:
+    async def _wait_for_approval(self, request_id: str, deadline: float) -> str:
+        """"resolved" once a person answered, else "timeout" or "closing"; never raises."""
         while not self.commands.closing:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return "timeout"
             try:
                 request = await approvalindex.find(self.redis, request_id, self.config.service.partitions)
                 if request is not None and request["status"] != "pending":
-                    return True
-                await self.redis.blpop([keys.approval_notify(request_id)], timeout=1)
-            except RedisError:
+                    return "resolved"
+                await self.redis.blpop([keys.approval_notify(request_id)], timeout=min(1.0, max(left, 0.01)))
+            except (RedisError, OSError):
                 # A server blip: keep waiting; the request is durable and the next poll finds it.
-                await asyncio.sleep(0.2)
-        return False
+                await asyncio.sleep(min(0.2, max(left, 0)))
+        return "closing"
 
     # ---- approvals ---------------------------------------------------------------------------------
 

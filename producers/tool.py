@@ -10,12 +10,18 @@ from typing import Any
 
 from treemail.domain import permissions
 from treemail.domain.commands import SendArguments
+from treemail.domain.decide.guards import require_body
 from treemail.domain.errors import Code, Rejected
-from treemail.domain.results import engine_shutdown, error_result
+from treemail.domain.messaging import MessagingConfig
+from treemail.domain.results import clip, engine_shutdown, error_result
 
-__all__ = ["TOOL_NAME", "tool_definition", "parse_arguments", "error_result", "engine_shutdown"]
+__all__ = [
+    "TOOL_NAME", "tool_definition", "parse_arguments", "require_storable", "error_result", "engine_shutdown",
+    "approval_timeout",
+]
 
 TOOL_NAME = "send_message"
+SHOWN_KEYS = 5
 ALLOWED = {"to", "body", "mode"}
 MODES = ("steer", "queue")
 
@@ -72,9 +78,12 @@ def parse_arguments(raw: Any) -> SendArguments:
         raise _invalid("arguments must be a JSON object with `to`, `body` and optional `mode`")
     if "recipient_session_id" in raw:
         raise _invalid("`recipient_session_id` was renamed: put the recipient's handle or session id in `to`")
-    unknown = sorted(str(k) for k in raw if k not in ALLOWED)
+    unknown = [k for k in raw if k not in ALLOWED]
     if unknown:
-        raise _invalid(f"unknown argument(s) {', '.join(unknown)}; allowed: to, body, mode")
+        # Named, but never echoed whole: 100,000 keys must not come back as a 1 MB error.
+        shown = ", ".join(clip(str(k), 40) for k in sorted(unknown[:SHOWN_KEYS * 4], key=str)[:SHOWN_KEYS])
+        more = f" and {len(unknown) - SHOWN_KEYS} more" if len(unknown) > SHOWN_KEYS else ""
+        raise _invalid(f"unknown argument(s) {shown}{more}; allowed: to, body, mode")
     for name in ("to", "body"):
         if name not in raw:
             raise _invalid(f"missing required argument `{name}`")
@@ -89,3 +98,22 @@ def parse_arguments(raw: Any) -> SendArguments:
     if not raw["to"].strip():
         raise _invalid("`to` is empty: give the recipient's handle or session id")
     return SendArguments(to=raw["to"].strip(), body=raw["body"], mode=mode)
+
+
+def require_storable(arguments: SendArguments, config: MessagingConfig) -> None:
+    """Refuse, before anything is stored, a body every worker would refuse for its size.
+
+    The decision checks it again (a worker may run another configuration);
+    this check only keeps a 10 MB body out of the command stream. Messaging
+    that is disabled is left to the decision, whose code says so.
+    """
+    if config.enabled and arguments.body:
+        require_body(arguments.body, config.max_body_bytes)
+
+
+def approval_timeout(request_id: str, waited_s: float) -> dict:
+    return error_result(
+        Code.APPROVAL_TIMEOUT.value,
+        f"nobody answered approval request {request_id} within {waited_s:g} s, so nothing was sent. The "
+        "request stays open: if a person approves it later, retrying this same tool call sends the message.",
+    )

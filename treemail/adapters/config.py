@@ -38,6 +38,8 @@ class ServiceConfig(BaseModel):
     max_deliveries: int = Field(default=5, ge=1)
     # A producer waits this long for a decision before answering engine_shutdown.
     decision_timeout_s: float = Field(default=30.0, gt=0)
+    # A send waiting on a person (an `ask` rule) answers send_message:approval_timeout after this long.
+    approval_timeout_s: float = Field(default=600.0, gt=0)
     idempotency_ttl_s: int = Field(default=7 * 24 * 3600, ge=60)
     connect_attempts: int = Field(default=5, ge=1)
     # The partition feeds projections follow are trimmed to about this many

@@ -6,6 +6,7 @@ from .. import permissions
 from ..errors import Code, Rejected
 from ..messaging import MessagingConfig
 from ..records import Peer, SessionRecord
+from ..results import clip
 from ..state import SessionState
 
 
@@ -57,9 +58,17 @@ def require_body(body: str, limit: int) -> None:
         )
 
 
+# The self-repairing error lists at most this many peers, each description cut to a line:
+# a tree of thousands must not answer one typo with a megabyte.
+LISTED_PEERS = 40
+DESCRIPTION_CHARS = 80
+ECHOED_REFERENCE_CHARS = 80
+
+
 def render_peer(peer: Peer) -> str:
     record = peer.record
-    return f"{record.handle} — {record.description} — {peer.status} (session_id {record.session_id})"
+    description = clip(record.description, DESCRIPTION_CHARS)
+    return f"{record.handle} — {description} — {peer.status} (session_id {record.session_id})"
 
 
 def require_recipient(sender: SessionRecord, target: Target) -> Found:
@@ -67,11 +76,14 @@ def require_recipient(sender: SessionRecord, target: Target) -> Found:
         case NoSuchSession(session_id=session_id):
             raise Rejected(Code.UNKNOWN_SESSION, f"no session has id {session_id}")
         case NoSuchHandle(reference=reference, peers=peers):
-            listing = "\n".join(f"- {render_peer(p)}" for p in peers) or "- (no addressable peers)"
+            lines = [f"- {render_peer(p)}" for p in peers[:LISTED_PEERS]]
+            if len(peers) > LISTED_PEERS:
+                lines.append(f"- … and {len(peers) - LISTED_PEERS} more (ask your parent for the one you need)")
+            listing = "\n".join(lines) or "- (no addressable peers)"
             raise Rejected(
                 Code.UNKNOWN_SESSION,
-                f"unknown subagent reference `{reference}`: use a handle or session_id from this list of "
-                f"agents in your tree:\n{listing}",
+                f"unknown subagent reference `{clip(reference, ECHOED_REFERENCE_CHARS)}`: use a handle or "
+                f"session_id from this list of agents in your tree:\n{listing}",
             )
         case Found(record=record, state=state) if not state.registered:
             raise Rejected(Code.UNKNOWN_SESSION, f"no session has id {record.session_id}")
