@@ -27,6 +27,8 @@ import time
 from faststream.redis import RedisBroker, RedisClusterBroker, StreamSub
 from faststream.redis.annotations import RedisBatchStreamMessage
 from faststream.redis.subscriber.usecases import stream_subscriber
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from treemail.adapters import keys, metrics
 from treemail.adapters.config import Config
@@ -35,7 +37,7 @@ from treemail.adapters.eventstore import EventStore
 from treemail.domain.commands import SendMessage
 from treemail.services.sends import SendService
 
-from .deadletters import dead_letter
+from .deadletters import REPLY_TTL_S, Letter, dead_letter, gave_up
 from .entries import no_body, raw_batch, split_malformed, text
 from .stats import record_batch, refresh_stats
 
@@ -45,7 +47,6 @@ log = logging.getLogger("treemail.worker")
 # made during that time waits, long after the server is back. A worker should
 # retry within a fraction of a second; the constant is read at each failure.
 stream_subscriber.CONSUME_ERROR_BACKOFF_SECONDS = 0.25
-REPLY_TTL_S = 120
 STATS_INTERVAL_S = 5.0
 
 
@@ -90,12 +91,21 @@ class Worker:
 
     async def handle(self, message: RedisBatchStreamMessage) -> None:
         """A batch read by XREADGROUP; returning lets FastStream XACK it, raising leaves it pending."""
-        entries = zip(message.raw_message["message_ids"], message.raw_message["data"])
-        parsed, malformed = split_malformed(entries)
-        if malformed:
+        stream = message.raw_message["channel"]
+        entries = list(zip(message.raw_message["message_ids"], message.raw_message["data"]))
+        parsed, unreadable = split_malformed(entries)
+        if unreadable:
             # No worker will ever decide these: set them aside now rather than after max_deliveries.
-            await self._dead_letter(message.raw_message["channel"], malformed, "malformed")
-        await self.decide_commands([command for _, command in parsed])
+            await self._dead_letter(stream, unreadable)
+        try:
+            await self.decide_commands([command for _, command in parsed])
+        except (RedisConnectionError, RedisTimeoutError):
+            raise  # the server, not a command: every command would fail alone as well
+        except Exception:  # noqa: BLE001 - one failing command must not hold its batch back until reclaim
+            log.warning("a batch of %d failed; deciding its commands one by one", len(parsed), exc_info=True)
+            if await self._decide_alone(stream, parsed):
+                # The failed ones stay pending (their delivery count grows); the others were acknowledged.
+                raise
 
     async def decide_commands(self, commands: list[SendMessage]) -> None:
         """Decide, make durable, answer. Only after this returns may the commands be acknowledged."""
@@ -148,14 +158,16 @@ class Worker:
         )
         deliveries = {p["message_id"]: p["times_delivered"] for p in pending}
         limit = self.config.service.max_deliveries
-        parsed, malformed = split_malformed(entries)
+        parsed, unreadable = split_malformed(entries)
         fields_of = dict(entries)
-        poison = [(i, fields_of[i]) for i, _ in parsed if deliveries.get(i, 0) > limit]
+        poison = [
+            Letter(i, fields_of[i], "max_deliveries", answer=(command.reply_to, {
+                "command_id": command.command_id, **gave_up(limit)}))
+            for i, command in parsed if deliveries.get(i, 0) > limit
+        ]
         good = [(i, command) for i, command in parsed if deliveries.get(i, 0) <= limit]
-        if malformed:
-            await self._dead_letter(stream, malformed, "malformed")
-        if poison:
-            await self._dead_letter(stream, poison, "max_deliveries")
+        if unreadable or poison:
+            await self._dead_letter(stream, unreadable + poison)
         if not good:
             return len(entries)
         try:
@@ -163,16 +175,23 @@ class Worker:
             await self.redis.xack(stream, keys.COMMAND_GROUP, *[entry_id for entry_id, _ in good])
         except Exception:  # noqa: BLE001 - isolate the command that fails; the others go through
             log.warning("a reclaimed batch failed; deciding its commands one by one", exc_info=True)
-            for entry_id, command in good:
-                try:
-                    await self.decide_commands([command])
-                    await self.redis.xack(stream, keys.COMMAND_GROUP, entry_id)
-                except Exception:  # noqa: BLE001 - stays pending; its delivery count grows
-                    log.warning("command %s failed again", text(entry_id), exc_info=True)
+            await self._decide_alone(stream, good)
         return len(entries)
 
-    async def _dead_letter(self, stream: str, entries: list, reason: str) -> None:
-        await dead_letter(self.redis, stream, entries, reason, self.consumer, self.config.service.max_deliveries)
+    async def _decide_alone(self, stream: str, commands: list[tuple]) -> int:
+        """Decide and acknowledge each command by itself; returns how many failed (they stay pending)."""
+        failed = 0
+        for entry_id, command in commands:
+            try:
+                await self.decide_commands([command])
+                await self.redis.xack(stream, keys.COMMAND_GROUP, entry_id)
+            except Exception:  # noqa: BLE001 - stays pending; its delivery count grows
+                failed += 1
+                log.warning("command %s failed", text(entry_id), exc_info=True)
+        return failed
+
+    async def _dead_letter(self, stream: str, letters: list[Letter]) -> None:
+        await dead_letter(self.redis, stream, letters, self.consumer)
 
     async def revive(self) -> int:
         """Restart subscribers FastStream stopped for good, after recreating the group they lost.

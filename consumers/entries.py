@@ -1,18 +1,35 @@
-"""Command stream entries as the worker reads them: FastStream hooks, and what will never parse."""
+"""Command stream entries as the worker reads them: FastStream hooks, and what will never be decided."""
 
-from treemail.adapters.codec import parse_command
+from treemail.adapters.codec import InvalidCommand, parse_command
 from treemail.domain.commands import SendMessage
+from treemail.domain.errors import Code
+from treemail.domain.results import error_result
+
+from .deadletters import Letter
 
 
-def split_malformed(entries) -> tuple[list[tuple[bytes, SendMessage]], list[tuple[bytes, dict]]]:
-    """(entry id, command) for the entries that parse; (entry id, fields) for those that never will."""
-    parsed, malformed = [], []
+def split_malformed(entries) -> tuple[list[tuple[bytes, SendMessage]], list[Letter]]:
+    """(entry id, command) for the entries that parse; a dead letter for each of the others, checked alone.
+
+    One entry that is not a command (not JSON; or JSON with ``to=123``,
+    ``mode="bogus"``) must not fail the batch it came in: it is set aside at
+    once with its reason, and answered when it says whom to answer.
+    """
+    parsed, unreadable = [], []
     for entry_id, fields in entries:
         try:
             parsed.append((entry_id, parse_command(fields[b"__data__"])))
-        except Exception:  # noqa: BLE001 - anything unreadable is malformed
-            malformed.append((entry_id, fields))
-    return parsed, malformed
+        except InvalidCommand as invalid:
+            answer = None
+            if invalid.command_id and invalid.reply_to:
+                answer = (invalid.reply_to, {"command_id": invalid.command_id, **error_result(
+                    Code.INVALID_ARGUMENTS.value,
+                    f"the message service could not read this send ({invalid.reason}); it was not sent",
+                )})
+            unreadable.append(Letter(entry_id, fields, "invalid", invalid.reason, answer))
+        except Exception as exc:  # noqa: BLE001 - anything unreadable is malformed
+            unreadable.append(Letter(entry_id, fields, "malformed", f"{type(exc).__name__}: {exc}"))
+    return parsed, unreadable
 
 
 async def raw_batch(message, original_parser):
