@@ -5,6 +5,8 @@ consumer group, decides them (``services.sends``), answers each producer, and
 only then lets FastStream XACK the batch. A reclaim task XAUTOCLAIMs commands
 left pending by a dead worker for ``reclaim_idle_ms`` and decides them
 again; idempotency makes that second decision return the first one's result.
+The same periodic task trims what every reader has handled from the command
+and wake streams (``retention.trim_handled``).
 
 Metrics: outcomes, latency and batch sizes are recorded per batch in
 ``handle``; stream and group statistics (backlog, pending, live consumers,
@@ -13,7 +15,7 @@ off the hot path, and every worker reports the same group-wide values (so
 dashboards take ``max``, not ``sum``, across workers).
 
 Over the house's 200 lines: the worker's life cycle (subscribe, decide,
-reclaim, revive, stop) reads best as one class.
+reclaim, trim, revive, stop) reads best as one class.
 """
 
 import asyncio
@@ -34,6 +36,7 @@ from treemail.adapters import keys, metrics
 from treemail.adapters.config import Config
 from treemail.adapters.connection import connect, redact, require_durable_server
 from treemail.adapters.eventstore import EventStore
+from treemail.adapters.retention import trim_handled
 from treemail.domain.commands import SendMessage
 from treemail.services.sends import SendService
 
@@ -151,6 +154,19 @@ class Worker:
                     break
         return taken
 
+    async def trim(self) -> int:
+        """Drop commands and wakes every reader has handled (they are queues; the session streams are history).
+
+        Run by the periodic task beside reclaim; any number of workers may trim at once.
+        """
+        service = self.config.service
+        dropped = 0
+        for index in range(service.command_streams):
+            dropped += await trim_handled(self.redis, keys.command_stream(index), keys.COMMAND_GROUP)
+        for partition in range(service.partitions):
+            dropped += await trim_handled(self.redis, keys.wake_stream(partition), keys.WAKE_GROUP)
+        return dropped
+
     async def _decide_reclaimed(self, stream: str, entries: list) -> int:
         ids = [entry_id for entry_id, _ in entries]
         pending = await self.redis.xpending_range(
@@ -219,6 +235,7 @@ class Worker:
             try:
                 await self.revive()
                 await self.reclaim()
+                await self.trim()
             except asyncio.CancelledError:
                 raise
             except Exception:  # noqa: BLE001 - a failed pass is retried at the next interval

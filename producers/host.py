@@ -143,9 +143,9 @@ class Treemail:
         if not claimed:
             return []
         record = await self.sessions.record(session_id)
-        # The accepted events carry the bodies; claims name them by message id.
-        accepted_at = {item.message_id: item.seq for item in await self.pending_mail(session_id)}
-        seqs = [accepted_at[e.message_id] for e in claimed if e.message_id in accepted_at]
+        # The accepted events carry the bodies; claims name them by message id (only those are read).
+        items = await self.store.load_mail_items(record, [e.message_id for e in claimed])
+        seqs = [items[e.message_id].seq for e in claimed if e.message_id in items]
         accepted = await self.store.read_at(record, seqs)
         reply_hint = tool.tool_definition(record.rules, record.send_message_tool) is not None
         return [self._deliver(accepted[seq], reply_hint) for seq in seqs if seq in accepted]

@@ -12,12 +12,12 @@
 -- KEYS: 1 stream, 2 state hash (version, snapshot), 3 pending-mail hash,
 --       4 idempotency key, 5 tree handles hash, 6 tree members set,
 --       7 partition wake stream, 8 partition sessions set, 9 partition feed,
---       10 partition approvals hash, 11 tree grants set
+--       10 partition approvals hash, 11 tree grants set, 12 due-mail hash (what a claim may take)
 --       (all in one hash slot: the tree's partition tag)
 -- ARGV: 1 expected etag ('' for a new session) and new etag as "old new", 2 snapshot json,
 --       3 idempotency record ('' none), 4 idempotency ttl seconds, 5 handle to reserve ('' none),
 --       6 session id, 7 event count, then (type, data) per event,
---       then mail change count, then (message id, item json or '' to delete),
+--       then mail change count, then (message id, item json or '' to delete, '1' if due or ''),
 --       then wake count, then one wake trigger json each,
 --       then approval index count, then (field, value) each,
 --       then tree grant count, then one label each,
@@ -54,7 +54,12 @@ for _ = 1, changes do
   else
     redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
   end
-  i = i + 2
+  if ARGV[i + 2] == '1' then
+    redis.call('HSET', KEYS[12], ARGV[i], ARGV[i + 1])
+  else
+    redis.call('HDEL', KEYS[12], ARGV[i])
+  end
+  i = i + 3
 end
 local wakes = tonumber(ARGV[i])
 i = i + 1

@@ -20,6 +20,7 @@ from redis.asyncio import Redis
 from redis.exceptions import NoScriptError, ResponseError
 
 from ..domain import events as ev
+from ..domain.decide.lifecycle import claimable
 from ..domain.records import SessionRecord
 from ..domain.state import Applied, MailItem, SessionState, apply
 from . import keys
@@ -141,9 +142,22 @@ class EventStore:
             replies = await pipe.execute()
         return {record.session_id: self.parse_loaded(r) for record, r in zip(records, replies)}
 
-    async def load_mail(self, record: SessionRecord) -> dict[str, MailItem]:
-        raw = await self.redis.hgetall(keys.session_mail(record.partition, record.session_id))
+    async def load_mail(self, record: SessionRecord, which: str = "all", message_id: str | None = None
+                        ) -> dict[str, MailItem]:
+        """The pending mail a decision reads (``Handler.reads_mail``): all, the due index, or one named item."""
+        p, sid = record.partition, record.session_id
+        if which == "named":
+            return await self.load_mail_items(record, [message_id] if message_id else [])
+        if which not in ("all", "due"):
+            return {}
+        raw = await self.redis.hgetall(keys.session_mail(p, sid) if which == "all" else keys.session_due(p, sid))
         return {k.decode(): MailItem.from_json(v) for k, v in raw.items()}
+
+    async def load_mail_items(self, record: SessionRecord, message_ids: list[str]) -> dict[str, MailItem]:
+        if not message_ids:
+            return {}
+        raw = await self.redis.hmget(keys.session_mail(record.partition, record.session_id), message_ids)
+        return {m: MailItem.from_json(v) for m, v in zip(message_ids, raw) if v is not None}
 
     # ---- append ------------------------------------------------------------------------------
 
@@ -160,8 +174,9 @@ class EventStore:
         p, sid = record.partition, record.session_id
         applied = apply(loaded.state, mail or {}, new_events, loaded.version)
         encoded = [part for event in new_events for part in ev.encode(event)]
+        # (message id, item or '' once done, '1' if a claim may take it): the Lua keeps the due index too.
         changes = [part for message_id, item in applied.mail_changes.items()
-                   for part in (message_id, item.to_json() if item else "")]
+                   for part in (message_id, item.to_json() if item else "", "1" if item and claimable(item) else "")]
         wakes = [wake_trigger(record, message_id, seq) for seq, message_id in applied.wakes]
         index = approval_index(record, applied)
         idem_key = keys.idempotency(p, idempotency_digest) if idempotency_digest else self.state_key(record)
@@ -177,6 +192,7 @@ class EventStore:
             keys.feed(p),
             keys.approvals(p),
             keys.tree_grants(p, record.root_session_id),
+            keys.session_due(p, sid),
         ]
         etag = os.urandom(8).hex()
         args: list[Any] = [
@@ -187,7 +203,7 @@ class EventStore:
             applied.handle or "",
             sid,
             len(new_events), *encoded,
-            len(changes) // 2, *changes,
+            len(changes) // 3, *changes,
             len(wakes), *wakes,
             len(index) // 2, *index,
             len(applied.tree_grants), *applied.tree_grants,

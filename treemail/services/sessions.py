@@ -48,7 +48,7 @@ class SessionService:
             loaded = await self.store.load(record)
             if not loaded.state.registered and not isinstance(command, RegisterSession):
                 raise LifecycleError("lifecycle:unknown_session", f"session {command.session_id} is not registered")
-            mail = await self.store.load_mail(record) if handler.reads_mail else {}
+            mail = await self.store.load_mail(record, handler.reads_mail, getattr(command, "message_id", None))
             new_events = handler.decide(command, Given(loaded.state, mail, self.config.messaging, time.time()))
             if not new_events:
                 return []
