@@ -246,19 +246,24 @@ class Treemail:
                 return tool.engine_shutdown("the engine is shutting down while the send awaits approval")
             if waited == "timeout":
                 return tool.approval_timeout(request_id, self.config.service.approval_timeout_s)
+            # "resolved": decide again, now with the answer; "vanished": a server that lost its last
+            # writes lost the request too, and deciding again opens it anew.
         if "ok" in outcome:
             return outcome["ok"]
         return outcome
 
     async def _wait_for_approval(self, request_id: str, deadline: float) -> str:
-        """"resolved" once a person answered, else "timeout" or "closing"; never raises."""
+        """"resolved" once a person answered, "vanished" if the server lost the request, else "timeout" or
+        "closing"; never raises."""
         while not self.commands.closing:
             left = deadline - time.monotonic()
             if left <= 0:
                 return "timeout"
             try:
                 request = await approvalindex.find(self.redis, request_id, self.config.service.partitions)
-                if request is not None and request["status"] != "pending":
+                if request is None:
+                    return "vanished"  # written in the same step as the answer we got: only data loss removes it
+                if request["status"] != "pending":
                     return "resolved"
                 await self.redis.blpop([keys.approval_notify(request_id)], timeout=min(1.0, max(left, 0.01)))
             except (RedisError, OSError):
