@@ -15,9 +15,18 @@ from treemail.domain import commands as c
 from treemail.domain.handlers import HANDLERS
 from treemail.host import Treemail
 
+from ..conftest import CLUSTER
 from .conftest import make_config
 
 pytestmark = pytest.mark.cluster
+
+
+def raw_client(url: str):
+    if CLUSTER:
+        from redis.asyncio.cluster import RedisCluster
+
+        return RedisCluster.from_url(url)
+    return aioredis.Redis.from_url(url)
 
 
 async def eventually(predicate, timeout: float = 10.0) -> bool:
@@ -45,7 +54,7 @@ async def test_command_streams_keep_only_commands_not_yet_handled(stack, calls):
 
 
 async def test_trimming_keeps_every_pending_and_every_unread_entry(redis_url):
-    raw = aioredis.Redis.from_url(redis_url)
+    raw = raw_client(redis_url)
     stream = keys.command_stream(0)
     try:
         await raw.xgroup_create(stream, "readers", id="0", mkstream=True)
@@ -86,7 +95,7 @@ async def test_dead_letters_keep_a_bounded_count_and_payload(redis_url, monkeypa
     monkeypatch.setattr(deadletters, "MAXLEN", 10)
     config = make_config(redis_url)
     worker = Worker(config, redis_url, consumer="dead-letter-bounds")
-    raw = aioredis.Redis.from_url(redis_url)
+    raw = raw_client(redis_url)
     await worker.start()
     try:
         for _ in range(30):
