@@ -5,6 +5,8 @@ consumer group, decides them (``services.sends``), answers each producer, and
 only then lets FastStream XACK the batch. A reclaim task XAUTOCLAIMs commands
 left pending by a dead worker for ``reclaim_idle_ms`` and decides them
 again; idempotency makes that second decision return the first one's result.
+The same periodic task trims what every reader has handled from the command
+and wake streams (``retention.trim_handled``).
 
 Metrics: outcomes, latency and batch sizes are recorded per batch in
 ``handle``; stream and group statistics (backlog, pending, live consumers,
@@ -13,7 +15,7 @@ off the hot path, and every worker reports the same group-wide values (so
 dashboards take ``max``, not ``sum``, across workers).
 
 Over the house's 200 lines: the worker's life cycle (subscribe, decide,
-reclaim, revive, stop) reads best as one class.
+reclaim, trim, revive, stop) reads best as one class.
 """
 
 import asyncio
@@ -27,18 +29,21 @@ import time
 from faststream.redis import RedisBroker, RedisClusterBroker, StreamSub
 from faststream.redis.annotations import RedisBatchStreamMessage
 from faststream.redis.subscriber.usecases import stream_subscriber
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from treemail.adapters import keys, metrics, tracing
 from treemail.adapters.config import Config
-from treemail.adapters.connection import connect, require_durable_server
+from treemail.adapters.connection import connect, redact, require_durable_server
 from treemail.adapters.eventstore import EventStore
 from treemail.adapters.proofkeys import load_keyring
+from treemail.adapters.retention import trim_handled
 from treemail.domain.commands import SendMessage
 from treemail.services.sends import SendService
 
 from . import admission
-from .deadletters import dead_letter
-from .entries import by_reason, no_body, raw_batch, split_malformed, text
+from .deadletters import REPLY_TTL_S, Letter, dead_letter, gave_up
+from .entries import no_body, raw_batch, split_malformed, text
 from .stats import record_batch, refresh_stats
 
 log = logging.getLogger("treemail.worker")
@@ -47,7 +52,6 @@ log = logging.getLogger("treemail.worker")
 # made during that time waits, long after the server is back. A worker should
 # retry within a fraction of a second; the constant is read at each failure.
 stream_subscriber.CONSUME_ERROR_BACKOFF_SECONDS = 0.25
-REPLY_TTL_S = 120
 STATS_INTERVAL_S = 5.0
 
 
@@ -92,12 +96,21 @@ class Worker:
 
     async def handle(self, message: RedisBatchStreamMessage) -> None:
         """A batch read by XREADGROUP; returning lets FastStream XACK it, raising leaves it pending."""
-        entries = zip(message.raw_message["message_ids"], message.raw_message["data"])
-        parsed, malformed = split_malformed(entries)
-        for reason, entries in by_reason(malformed).items():
-            # No worker of this version will ever decide these: set them aside now, not after max_deliveries.
-            await self._dead_letter(message.raw_message["channel"], entries, reason)
-        await self.decide_commands([command for _, command in parsed])
+        stream = message.raw_message["channel"]
+        entries = list(zip(message.raw_message["message_ids"], message.raw_message["data"]))
+        parsed, unreadable = split_malformed(entries)
+        if unreadable:
+            # No worker will ever decide these: set them aside now rather than after max_deliveries.
+            await self._dead_letter(stream, unreadable)
+        try:
+            await self.decide_commands([command for _, command in parsed])
+        except (RedisConnectionError, RedisTimeoutError):
+            raise  # the server, not a command: every command would fail alone as well
+        except Exception:  # noqa: BLE001 - one failing command must not hold its batch back until reclaim
+            log.warning("a batch of %d failed; deciding its commands one by one", len(parsed), exc_info=True)
+            if await self._decide_alone(stream, parsed):
+                # The failed ones stay pending (their delivery count grows); the others were acknowledged.
+                raise
 
     async def decide_commands(self, commands: list[SendMessage]) -> None:
         """Decide, make durable, answer. Only after this returns may the commands be acknowledged."""
@@ -145,6 +158,19 @@ class Worker:
                     break
         return taken
 
+    async def trim(self) -> int:
+        """Drop commands and wakes every reader has handled (they are queues; the session streams are history).
+
+        Run by the periodic task beside reclaim; any number of workers may trim at once.
+        """
+        service = self.config.service
+        dropped = 0
+        for index in range(service.command_streams):
+            dropped += await trim_handled(self.redis, keys.command_stream(index), keys.COMMAND_GROUP)
+        for partition in range(service.partitions):
+            dropped += await trim_handled(self.redis, keys.wake_stream(partition), keys.WAKE_GROUP)
+        return dropped
+
     async def _decide_reclaimed(self, stream: str, entries: list) -> int:
         ids = [entry_id for entry_id, _ in entries]
         pending = await self.redis.xpending_range(
@@ -152,14 +178,16 @@ class Worker:
         )
         deliveries = {p["message_id"]: p["times_delivered"] for p in pending}
         limit = self.config.service.max_deliveries
-        parsed, malformed = split_malformed(entries)
+        parsed, unreadable = split_malformed(entries)
         fields_of = dict(entries)
-        poison = [(i, fields_of[i]) for i, _ in parsed if deliveries.get(i, 0) > limit]
+        poison = [
+            Letter(i, fields_of[i], "max_deliveries", answer=(command.reply_to, {
+                "command_id": command.command_id, **gave_up(limit)}))
+            for i, command in parsed if deliveries.get(i, 0) > limit
+        ]
         good = [(i, command) for i, command in parsed if deliveries.get(i, 0) <= limit]
-        for reason, unreadable in by_reason(malformed).items():
-            await self._dead_letter(stream, unreadable, reason)
-        if poison:
-            await self._dead_letter(stream, poison, "max_deliveries")
+        if unreadable or poison:
+            await self._dead_letter(stream, unreadable + poison)
         if not good:
             return len(entries)
         try:
@@ -167,16 +195,23 @@ class Worker:
             await self.redis.xack(stream, keys.COMMAND_GROUP, *[entry_id for entry_id, _ in good])
         except Exception:  # noqa: BLE001 - isolate the command that fails; the others go through
             log.warning("a reclaimed batch failed; deciding its commands one by one", exc_info=True)
-            for entry_id, command in good:
-                try:
-                    await self.decide_commands([command])
-                    await self.redis.xack(stream, keys.COMMAND_GROUP, entry_id)
-                except Exception:  # noqa: BLE001 - stays pending; its delivery count grows
-                    log.warning("command %s failed again", text(entry_id), exc_info=True)
+            await self._decide_alone(stream, good)
         return len(entries)
 
-    async def _dead_letter(self, stream: str, entries: list, reason: str) -> None:
-        await dead_letter(self.redis, stream, entries, reason, self.consumer, self.config.service.max_deliveries)
+    async def _decide_alone(self, stream: str, commands: list[tuple]) -> int:
+        """Decide and acknowledge each command by itself; returns how many failed (they stay pending)."""
+        failed = 0
+        for entry_id, command in commands:
+            try:
+                await self.decide_commands([command])
+                await self.redis.xack(stream, keys.COMMAND_GROUP, entry_id)
+            except Exception:  # noqa: BLE001 - stays pending; its delivery count grows
+                failed += 1
+                log.warning("command %s failed", text(entry_id), exc_info=True)
+        return failed
+
+    async def _dead_letter(self, stream: str, letters: list[Letter]) -> None:
+        await dead_letter(self.redis, stream, letters, self.consumer)
 
     async def revive(self) -> int:
         """Restart subscribers FastStream stopped for good, after recreating the group they lost.
@@ -204,6 +239,7 @@ class Worker:
             try:
                 await self.revive()
                 await self.reclaim()
+                await self.trim()
             except asyncio.CancelledError:
                 raise
             except Exception:  # noqa: BLE001 - a failed pass is retried at the next interval
@@ -266,6 +302,6 @@ async def serve(
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stopping.set)
     await worker.start()
-    log.info("worker %s deciding commands on %s", worker.consumer, url)
+    log.info("worker %s deciding commands on %s", worker.consumer, redact(url))
     await stopping.wait()
     await worker.stop()

@@ -10,6 +10,7 @@ the idempotency key is the tool call, retrying that tool call is safe.
 import asyncio
 import contextlib
 import json
+import logging
 import zlib
 
 from redis.asyncio import Redis
@@ -21,6 +22,8 @@ from treemail.adapters.config import ServiceConfig
 from treemail.domain import ids
 from treemail.domain.commands import SendArguments, SendContext, SendMessage
 from treemail.domain.results import engine_shutdown
+
+log = logging.getLogger("treemail.client")
 
 
 class CommandClient:
@@ -77,10 +80,23 @@ class CommandClient:
             if first is None:
                 continue
             for raw in [first[1], *(rest or [])]:
-                answer = json.loads(raw)
-                future = self._waiting.get(answer.pop("command_id"))
-                if future is not None and not future.done():
-                    future.set_result(answer)
+                self._deliver(raw)
+
+    def _deliver(self, raw: bytes) -> None:
+        """Hand one answer to its send. Anything else in the list is skipped: the listener must outlive it.
+
+        Whoever can write to the server can write here (see the README's trust
+        boundary); a stray entry must not stop the answers behind it.
+        """
+        try:
+            answer = json.loads(raw)
+            command_id = answer.pop("command_id")
+            future = self._waiting.get(command_id)
+        except (ValueError, TypeError, KeyError, AttributeError):
+            log.warning("skipped an unreadable entry in reply list %s", keys.reply_list(self.client_id))
+            return
+        if future is not None and not future.done():
+            future.set_result(answer)
 
     async def close(self) -> None:
         self._closing = True
@@ -88,5 +104,6 @@ class CommandClient:
             if not future.done():
                 future.set_result(engine_shutdown("the engine is shutting down"))
         self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
+        # Closing never raises: whatever ended the listener, the sends were answered above.
+        with contextlib.suppress(asyncio.CancelledError, Exception):
             await self._task

@@ -208,9 +208,9 @@ class Treemail(InterruptHost, PeerHost):
         if not claimed:
             return []
         record = await self.sessions.record(session_id)
-        # The accepted events carry the bodies; claims name them by message id.
-        accepted_at = {item.message_id: item.seq for item in await self.pending_mail(session_id)}
-        claimed_at = [(e.message_id, accepted_at[e.message_id]) for e in claimed if e.message_id in accepted_at]
+        # The accepted events carry the bodies; claims name them by message id (only those are read).
+        items = await self.store.load_mail_items(record, [e.message_id for e in claimed])
+        claimed_at = [(e.message_id, items[e.message_id].seq) for e in claimed if e.message_id in items]
         # seed 004 part 2: entries are read tolerantly and each source proof is checked (producers/peers.py).
         accepted = await self._read_claimed(record, [seq for _, seq in claimed_at])
         for event in accepted.values():
@@ -324,6 +324,7 @@ class Treemail(InterruptHost, PeerHost):
     async def send_message(self, context: SendContext, arguments) -> dict:
         try:
             parsed = tool.parse_arguments(arguments, self.config.messaging.content_blocks)
+            tool.require_storable(parsed, self.config.messaging)
         except Rejected as rejection:
             return tool.error_result(rejection.code.value, rejection.message)
         if self._send_hooks:
@@ -364,13 +365,21 @@ class Treemail(InterruptHost, PeerHost):
         return await inspection.retry(self, message_id, caller_session_id)
 
     async def _request(self, context: SendContext, parsed) -> dict:
+        deadline = None
         while True:
             outcome = await self.commands.request(context, parsed, tracing.traceparent())
             if "approval" not in outcome:
                 break
             # An `ask` rule: the send completes when a person approves, or fails when they deny.
-            if not await self._wait_for_approval(outcome["approval"]["request_id"]):
+            request_id = outcome["approval"]["request_id"]
+            deadline = deadline or time.monotonic() + self.config.service.approval_timeout_s
+            waited = await self._wait_for_approval(request_id, deadline)
+            if waited == "closing":
                 return tool.engine_shutdown("the engine is shutting down while the send awaits approval")
+            if waited == "timeout":
+                return tool.approval_timeout(request_id, self.config.service.approval_timeout_s)
+            # "resolved": decide again, now with the answer; "vanished": a server that lost its last
+            # writes lost the request too, and deciding again opens it anew.
         return outcome
 
     # ---- every installed tool, for any agent (producers/tools.py is the table) -----------------
@@ -392,17 +401,24 @@ class Treemail(InterruptHost, PeerHost):
     async def revoke_token(self, token: str) -> bool:
         return await tokens.revoke(self.redis, token)
 
-    async def _wait_for_approval(self, request_id: str) -> bool:
+    async def _wait_for_approval(self, request_id: str, deadline: float) -> str:
+        """"resolved" once a person answered, "vanished" if the server lost the request, else "timeout" or
+        "closing"; never raises."""
         while not self.commands.closing:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return "timeout"
             try:
                 request = await approvalindex.find(self.redis, request_id, self.config.service.partitions)
-                if request is not None and request["status"] != "pending":
-                    return True
-                await self.redis.blpop([keys.approval_notify(request_id)], timeout=1)
-            except RedisError:
+                if request is None:
+                    return "vanished"  # written in the same step as the answer we got: only data loss removes it
+                if request["status"] != "pending":
+                    return "resolved"
+                await self.redis.blpop([keys.approval_notify(request_id)], timeout=min(1.0, max(left, 0.01)))
+            except (RedisError, OSError):
                 # A server blip: keep waiting; the request is durable and the next poll finds it.
-                await asyncio.sleep(0.2)
-        return False
+                await asyncio.sleep(min(0.2, max(left, 0)))
+        return "closing"
 
     # ---- approvals ---------------------------------------------------------------------------------
 

@@ -11,15 +11,21 @@ from typing import Any
 from treemail.domain import effective
 from treemail.domain.blocks import text_of
 from treemail.domain.commands import SendArguments
-from treemail.domain.decide.guards import clip, require_not_blank
+from treemail.domain.decide import content
+from treemail.domain.decide.guards import require_not_blank
 from treemail.domain.errors import Code, Rejected
-from treemail.domain.results import engine_shutdown, error_result
+from treemail.domain.messaging import MessagingConfig
+from treemail.domain.results import clip, engine_shutdown, error_result
 
 from . import surface
 
-__all__ = ["TOOL_NAME", "tool_definition", "parse_arguments", "result_text", "error_result", "engine_shutdown"]
+__all__ = [
+    "TOOL_NAME", "tool_definition", "parse_arguments", "require_storable", "result_text", "error_result",
+    "engine_shutdown", "approval_timeout",
+]
 
 TOOL_NAME = "send_message"
+SHOWN_KEYS = 5
 ALLOWED = {"to", "body", "mode"}
 MODES = ("steer", "queue")
 UNKNOWN_NAMED = 5
@@ -94,10 +100,10 @@ def parse_arguments(raw: Any, content_blocks: bool = False) -> SendArguments:
         raise _invalid("arguments must be a JSON object with `to`, `body` and optional `mode`")
     if "recipient_session_id" in raw:
         raise _invalid("`recipient_session_id` was renamed: put the recipient's handle or session id in `to`")
-    unknown = sorted(str(k) for k in raw if k not in ALLOWED)
+    unknown = [k for k in raw if k not in ALLOWED]
     if unknown:
         # Bounded: a model that sent thousands of keys must not get them all echoed back.
-        named = ", ".join(clip(name, 40) for name in unknown[:UNKNOWN_NAMED])
+        named = ", ".join(clip(str(name), 40) for name in unknown[:UNKNOWN_NAMED])
         more = f" and {len(unknown) - UNKNOWN_NAMED} more" if len(unknown) > UNKNOWN_NAMED else ""
         raise _invalid(f"unknown argument(s) {named}{more}; allowed: to, body, mode")
     blocks = None
@@ -152,4 +158,23 @@ def result_text(result: dict) -> str:
     return (
         f"send_message accepted: message_id={result['message_id']} mode={mode} recipient_state={state}; "
         f"durably accepted, not yet read: {after}. Replies arrive as new messages; do not poll."
+    )
+
+
+def require_storable(arguments: SendArguments, config: MessagingConfig) -> None:
+    """Refuse, before anything is stored, a body every worker would refuse for its size.
+
+    The decision checks it again (a worker may run another configuration);
+    this check only keeps a 10 MB body out of the command stream. Messaging
+    that is disabled is left to the decision, whose code says so.
+    """
+    if config.enabled and (arguments.body or arguments.blocks):
+        content.require_content(arguments, config)  # every content block counted, as the decision does
+
+
+def approval_timeout(request_id: str, waited_s: float) -> dict:
+    return error_result(
+        Code.APPROVAL_TIMEOUT.value,
+        f"nobody answered approval request {request_id} within {waited_s:g} s, so nothing was sent. The "
+        "request stays open: if a person approves it later, retrying this same tool call sends the message.",
     )

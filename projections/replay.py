@@ -1,7 +1,7 @@
 """Rebuild projections from the session streams alone: reset the position, fold again.
 
-The rebuild notes where each partition feed ends before it reads any stream,
-and checkpoints there. Events appended while it runs are in the streams it
+The rebuild notes where each partition feed ends before it reads any session
+set or stream, and checkpoints there. Events appended while it runs are in the streams it
 reads and again in the feed after that checkpoint; the per-session positions
 in each view make the live runner skip them, so nothing counts twice.
 """
@@ -32,13 +32,17 @@ async def rebuild(
     names = names or list(PROJECTIONS)
     redis = store.redis
     views: dict[tuple[str, int], TrackedView] = {}
+    # Feed positions first, session sets after: a session registered in between is then in the set
+    # (and folded here), and one registered later has its whole history after the checkpoint (and is
+    # folded by the live runner). Read the other way round, a registration in between was in neither.
+    checkpoints = {p: (await feed_position(redis, p))[0] for p in partitions}
     sessions_by_partition = {
         p: sorted(s.decode() for s in await redis.smembers(keys.partition_sessions(p))) for p in partitions
     }
     total = sum(len(s) for s in sessions_by_partition.values())
     done = events = 0
     for partition in partitions:
-        checkpoint, _ = await feed_position(redis, partition)
+        checkpoint = checkpoints[partition]
         partition_views: dict[str, dict] = {name: {} for name in names}
         for session_id in sessions_by_partition[partition]:
             record = await store.directory.get(session_id)

@@ -2,6 +2,13 @@
 
 Every command carries the protocol version it was written with (``v``); a
 worker refuses one from a newer protocol (``NewerProtocol``) rather than guess.
+
+Whatever reads the stream checks every entry alone: a producer of another
+version (or anything else with server access) can write entries that parse
+as JSON but are no command this version decides (``to=123``,
+``mode="bogus"``). Those raise ``InvalidCommand`` with the reason and, when
+they can be read, the id and reply list to answer; they must never reach a
+decision, where one of them would fail the whole batch.
 """
 
 import json
@@ -9,6 +16,20 @@ import json
 from .. import PROTOCOL_VERSION
 from ..domain import blocks, protocol
 from ..domain.commands import SendArguments, SendContext, SendMessage
+
+MODES = ("steer", "queue")
+# An id or reply list longer than this is not one a producer wrote.
+MAX_ID_CHARS = 200
+
+
+class InvalidCommand(ValueError):
+    """Valid JSON, but not a command; ``command_id`` and ``reply_to`` are set when they can be answered."""
+
+    def __init__(self, reason: str, command_id: str | None = None, reply_to: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.command_id = command_id
+        self.reply_to = reply_to
 
 
 def encode_command(command: SendMessage) -> str:
@@ -29,16 +50,59 @@ def encode_command(command: SendMessage) -> str:
     return json.dumps(data, separators=(",", ":"))
 
 
+def _is_text(value) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        value.encode("utf-8")  # a JSON "\ud800" escape decodes to a lone surrogate no store accepts
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _identifier(value) -> str | None:
+    return value if _is_text(value) and 0 < len(value) <= MAX_ID_CHARS else None
+
+
+def _type_name(value) -> str:
+    return "a string with a lone surrogate" if isinstance(value, str) else type(value).__name__
+
+
 def parse_command(data: str | bytes, *, check_version: bool = True) -> SendMessage:
-    """The command, or an exception for an entry that never will be one (``NewerProtocol`` for one a
-    newer treemail wrote; ``check_version=False`` reads it anyway, to answer its producer)."""
+    """The command; ``ValueError`` for an entry that is not JSON, ``InvalidCommand`` for one that is no
+    command, ``NewerProtocol`` for one a newer treemail wrote (``check_version=False`` reads it anyway,
+    to answer its producer)."""
     decoded = json.loads(data)
+    if not isinstance(decoded, dict):
+        raise InvalidCommand(f"the entry is a JSON {type(decoded).__name__}, not an object")
     if check_version:
         protocol.require_known(decoded.get("v"), f"command {decoded.get('id')}")
-    sid, run, call = decoded["ctx"]
-    to, body, mode, *rest = decoded["args"]
-    parsed_blocks = blocks.parse_blocks(rest[0]) if rest else None
+    command_id, reply_to = _identifier(decoded.get("id")), _identifier(decoded.get("reply_to"))
+
+    def invalid(reason: str) -> InvalidCommand:
+        return InvalidCommand(reason, command_id, reply_to)
+
+    if command_id is None or reply_to is None:
+        raise invalid("`id` and `reply_to` must be short strings")
+    ctx, args = decoded.get("ctx"), decoded.get("args")
+    if not (isinstance(ctx, list) and len(ctx) == 3):
+        raise invalid("`ctx` must be [session id, run id, tool call id]")
+    if not (isinstance(args, list) and len(args) in (3, 4)):
+        raise invalid("`args` must be [to, body, mode] (and content blocks)")
+    for name, value in zip(("session id", "run id", "tool call id", "to", "body"), [*ctx, *args[:2]]):
+        if not _is_text(value):
+            raise invalid(f"`{name}` must be a string, not {_type_name(value)}")
+    if args[2] not in MODES:
+        raise invalid("`mode` must be \"steer\" or \"queue\"")
+    try:
+        parsed_blocks = blocks.parse_blocks(args[3]) if len(args) == 4 else None
+    except (ValueError, TypeError, KeyError) as exc:
+        raise invalid(f"content blocks: {exc}") from None
+    traceparent = decoded.get("tp", "")
+    if not _is_text(traceparent):
+        raise invalid("`tp` must be a traceparent string")
+    sid, run, call = ctx
+    to, body, mode = args[:3]
     return SendMessage(
-        decoded["id"], SendContext(sid, run, call), SendArguments(to, body, mode, parsed_blocks), decoded["reply_to"],
-        decoded.get("tp", ""),
+        command_id, SendContext(sid, run, call), SendArguments(to, body, mode, parsed_blocks), reply_to, traceparent
     )

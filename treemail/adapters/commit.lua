@@ -12,15 +12,15 @@
 -- KEYS: 1 stream, 2 state hash (version, snapshot), 3 pending-mail hash,
 --       4 the sender's idempotency hash (one field per tool call, no expiry), 5 tree handles hash, 6 tree members set,
 --       7 partition wake stream, 8 partition sessions set, 9 partition feed,
---       10 partition approvals hash, 11 tree grants set,
---       12 partition due index, 13 partition outbound index,
+--       10 partition approvals hash, 11 tree grants set, 12 the session's due-mail hash (what a claim
+--       may take), 13 partition due index, 14 partition outbound index,
 --       then per companion its stream and its state hash
 --       (all in one hash slot: the tree's partition tag)
 -- ARGV: 1 expected etag ('' for a new session) and new etag as "old new", 2 snapshot json,
 --       3 idempotency record ('' none), 4 its field (the tool call's digest),
 --       5 the session's registration: '' none, '*' without a handle, else the handle to reserve,
 --       6 session id, 7 event count, then (type, data) per event,
---       then mail change count, then (message id, item json or '' to delete),
+--       then mail change count, then (message id, item json or '' to delete, '1' if due or ''),
 --       then wake count, then one wake trigger json each,
 --       then approval index count, then (field, value) each,
 --       then tree grant count, then one label each,
@@ -44,7 +44,7 @@ if (state[2] or '') ~= expected_etag then return {'conflict', tostring(current)}
 -- is written, so the step applies whole or not at all.
 local function companions_start()
   local j = 8 + 2 * tonumber(ARGV[7])
-  j = j + 1 + 2 * tonumber(ARGV[j])
+  j = j + 1 + 3 * tonumber(ARGV[j])
   j = j + 1 + tonumber(ARGV[j])
   j = j + 1 + 2 * tonumber(ARGV[j])
   j = j + 1 + tonumber(ARGV[j])
@@ -54,7 +54,7 @@ local companions = {}
 local c = companions_start()
 for n = 1, tonumber(ARGV[c]) do
   c = c + 1
-  local cstate = redis.call('HMGET', KEYS[13 + 2 * n], 'version', 'etag')
+  local cstate = redis.call('HMGET', KEYS[14 + 2 * n], 'version', 'etag')
   local cspace = string.find(ARGV[c], ' ', 1, true)
   if (cstate[2] or '') ~= string.sub(ARGV[c], 1, cspace - 1) then return {'conflict', tostring(current)} end
   companions[n] = {at = c, version = tonumber(cstate[1] or '0'), etag = string.sub(ARGV[c], cspace + 1)}
@@ -86,7 +86,12 @@ for _ = 1, changes do
   else
     redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
   end
-  i = i + 2
+  if ARGV[i + 2] == '1' then
+    redis.call('HSET', KEYS[12], ARGV[i], ARGV[i + 1])
+  else
+    redis.call('HDEL', KEYS[12], ARGV[i])
+  end
+  i = i + 3
 end
 local wakes = tonumber(ARGV[i])
 i = i + 1
@@ -120,11 +125,11 @@ end
 -- Seed 004: when the delivery pump must next look at this session (computed by the caller).
 local due_op = ARGV[i + 1]
 if due_op == 'set' then
-  redis.call('ZADD', KEYS[12], ARGV[i + 2], ARGV[6])
+  redis.call('ZADD', KEYS[13], ARGV[i + 2], ARGV[6])
 elseif due_op == 'lt' then
-  redis.call('ZADD', KEYS[12], 'LT', ARGV[i + 2], ARGV[6])
+  redis.call('ZADD', KEYS[13], 'LT', ARGV[i + 2], ARGV[6])
 elseif due_op == 'del' then
-  redis.call('ZREM', KEYS[12], ARGV[6])
+  redis.call('ZREM', KEYS[13], ARGV[6])
 end
 for n, companion in ipairs(companions) do
   local k = companion.at
@@ -134,14 +139,14 @@ for n, companion in ipairs(companions) do
   k = k + 4
   for _ = 1, ccount do
     cversion = cversion + 1
-    redis.call('XADD', KEYS[12 + 2 * n], cversion .. '-0', 'type', ARGV[k], 'data', ARGV[k + 1], 'v', protocol)
+    redis.call('XADD', KEYS[13 + 2 * n], cversion .. '-0', 'type', ARGV[k], 'data', ARGV[k + 1], 'v', protocol)
     redis.call('XADD', KEYS[9], 'MAXLEN', '~', feed_maxlen, '*',
       'session', csid, 'seq', cversion, 'type', ARGV[k], 'data', ARGV[k + 1], 'v', protocol)
     k = k + 2
   end
-  redis.call('HSET', KEYS[13 + 2 * n], 'version', cversion, 'snapshot', ARGV[companion.at + 1], 'etag', companion.etag)
+  redis.call('HSET', KEYS[14 + 2 * n], 'version', cversion, 'snapshot', ARGV[companion.at + 1], 'etag', companion.etag)
   for _ = 1, tonumber(ARGV[k]) do
-    redis.call('HSET', KEYS[13], ARGV[k + 1], ARGV[k + 2])
+    redis.call('HSET', KEYS[14], ARGV[k + 1], ARGV[k + 2])
     k = k + 2
   end
 end

@@ -59,6 +59,8 @@ class ServiceConfig(BaseModel):
     # Deprecated, ignored: a tool call's outcome is now kept as long as the sender's
     # session (seed 000: a retry must never send twice). Accepted so that existing
     # files keep loading.
+    # A send waiting on a person (an `ask` rule) answers send_message:approval_timeout after this long.
+    approval_timeout_s: float = Field(default=600.0, gt=0)
     idempotency_ttl_s: int = Field(default=7 * 24 * 3600, ge=60)
     connect_attempts: int = Field(default=5, ge=1)
     # The partition feeds projections follow are trimmed to about this many

@@ -24,6 +24,7 @@ from .. import PROTOCOL_VERSION
 from ..domain import events as ev
 from ..domain import protocol
 from ..domain.decide.delivery import next_check
+from ..domain.decide.lifecycle import claimable
 from ..domain.messaging import MessagingConfig
 from ..domain.outbound import index_entries
 from ..domain.records import SessionRecord
@@ -212,9 +213,22 @@ class EventStore:
         pipe.hsetnx(key, digest, json.dumps(record, separators=(",", ":")))
         pipe.hget(key, digest)
 
-    async def load_mail(self, record: SessionRecord) -> dict[str, MailItem]:
-        raw = await self.redis.hgetall(keys.session_mail(record.partition, record.session_id))
+    async def load_mail(self, record: SessionRecord, which: str = "all", message_id: str | None = None
+                        ) -> dict[str, MailItem]:
+        """The pending mail a decision reads (``Handler.reads_mail``): all, the due index, or one named item."""
+        p, sid = record.partition, record.session_id
+        if which == "named":
+            return await self.load_mail_items(record, [message_id] if message_id else [])
+        if which not in ("all", "due"):
+            return {}
+        raw = await self.redis.hgetall(keys.session_mail(p, sid) if which == "all" else keys.session_due(p, sid))
         return {k.decode(): MailItem.from_json(v) for k, v in raw.items()}
+
+    async def load_mail_items(self, record: SessionRecord, message_ids: list[str]) -> dict[str, MailItem]:
+        if not message_ids:
+            return {}
+        raw = await self.redis.hmget(keys.session_mail(record.partition, record.session_id), message_ids)
+        return {m: MailItem.from_json(v) for m, v in zip(message_ids, raw) if v is not None}
 
     # ---- append ------------------------------------------------------------------------------
 
@@ -230,18 +244,21 @@ class EventStore:
         idempotency_session: str | None = None,
         policy: MessagingConfig | None = None,
         companions: list[Companion] = (),
+        mail_complete: bool = False,
     ) -> PreparedAppend:
-        """``mail``: the session's whole pending mail when the caller loaded it (None when not).
+        """``mail``: the pending mail the decision read; ``mail_complete`` when it is all of it
+        (``Handler.reads_mail == "all"``), not just the due index or the one item a command named.
 
         ``idempotency_session``: the sender whose tool call the record answers (same tree, same slot).
-        ``policy`` (seed 004) keeps the partition's due index: exact when the
+        ``policy`` (seed 004) keeps the partition's due index: exact when all the
         mail was loaded, otherwise lowered to what the changed items need.
         """
         p, sid = record.partition, record.session_id
         applied = apply(loaded.state, mail or {}, new_events, loaded.version)
         encoded = [part for event in new_events for part in ev.encode(event)]
+        # (message id, item or '' once done, '1' if a claim may take it): the Lua keeps the due index too.
         changes = [part for message_id, item in applied.mail_changes.items()
-                   for part in (message_id, item.to_json() if item else "")]
+                   for part in (message_id, item.to_json() if item else "", "1" if item and claimable(item) else "")]
         wakes = [wake_trigger(record, message_id, seq) for seq, message_id in applied.wakes]
         wakes += [interrupt_trigger(record, event, seq) for seq, event in applied.interrupts]
         index = approval_index(record, applied)
@@ -260,8 +277,10 @@ class EventStore:
             keys.feed(p),
             keys.approvals(p),
             keys.tree_grants(p, record.root_session_id),
+            keys.session_due(p, sid),
+            keys.due_index(p),
+            keys.outbound_index(p),
         ]
-        key_list.extend((keys.due_index(p), keys.outbound_index(p)))
         etag = os.urandom(8).hex()
         args: list[Any] = [
             f"{loaded.etag} {etag}",
@@ -271,12 +290,12 @@ class EventStore:
             registration_arg(applied),
             sid,
             len(new_events), *encoded,
-            len(changes) // 2, *changes,
+            len(changes) // 3, *changes,
             len(wakes), *wakes,
             len(index) // 2, *index,
             len(applied.tree_grants), *applied.tree_grants,
             self.config.feed_maxlen,
-            *self._due(applied, mail, policy),
+            *self._due(applied, mail if mail_complete else None, policy),
         ]
         after = self._companions(p, companions, key_list, args)
         # Last, wherever the sections before it end: the commit script reads it as ARGV[#ARGV].

@@ -32,6 +32,11 @@ def session_mail(partition: int, session_id: str) -> str:
     return f"{PREFIX}:{tag(partition)}:s:{session_id}:mail"
 
 
+def session_due(partition: int, session_id: str) -> str:
+    """The pending mail a claim may take (``lifecycle.claimable``): a subset of ``session_mail``."""
+    return f"{PREFIX}:{tag(partition)}:s:{session_id}:due"
+
+
 def wake_stream(partition: int) -> str:
     return f"{PREFIX}:{tag(partition)}:wakes"
 

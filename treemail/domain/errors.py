@@ -50,12 +50,19 @@ class Code(str, Enum):
     PEER_FOREIGN_REFERENCE = "peer_message:reference_not_from_peer"
     PEER_IDEMPOTENCY_CONFLICT = "peer_message:idempotency_conflict"
     PEER_ENGINE_SHUTDOWN = "peer_message:engine_shutdown"
+    # Under attack and under faults: a send waiting on a person has its own deadline.
+    APPROVAL_TIMEOUT = "send_message:approval_timeout"
+
+
+MAX_MESSAGE_CHARS = 8192
 
 
 class Rejected(Exception):
     """A decision that refuses a command. Carries its stable code and a message for the model."""
 
     def __init__(self, code: Code, message: str) -> None:
+        # A model reads this: it is bounded whatever the model sent (a 1 MB `to` is not echoed back).
+        message = message if len(message) <= MAX_MESSAGE_CHARS else message[:MAX_MESSAGE_CHARS - 1] + "…"
         super().__init__(f"{code.value}: {message}")
         self.code = code
         self.message = message

@@ -1,7 +1,9 @@
 """Routing as data: every command type and the pure function that decides it.
 
-Adding a command is one row here. ``reads_mail`` says whether the decision
-needs the session's pending mail (loading it costs a read the others skip);
+Adding a command is one row here. ``reads_mail`` says which of the session's
+pending mail the decision needs: ``"all"`` of it, the ``"due"`` index (what a
+claim may take), the one item the command ``"named"``, or none (``""``). The
+per-message commands read one item, so their cost does not grow with a backlog.
 ``reads_history`` names the stream whose events it needs (revert and fork).
 The send is decided by the worker pool on what it loads in bulk
 (``SendGiven``); every other command by the session service on ``Given``.
@@ -10,6 +12,7 @@ The send is decided by the worker pool on what it loads in bulk
 from collections.abc import Callable
 from dataclasses import dataclass
 from operator import attrgetter
+from typing import Literal
 
 from . import commands as c
 from .decide.approvals import decide_resolve_approval
@@ -36,7 +39,7 @@ from .decide.send import decide_send
 @dataclass(frozen=True)
 class Handler:
     decide: Callable
-    reads_mail: bool = False
+    reads_mail: Literal["", "all", "due", "named"] = ""
     # The session whose whole stream the decision reads (``Given.history``), from the command; None: none.
     reads_history: Callable | None = None
 
@@ -44,27 +47,27 @@ class Handler:
 HANDLERS: dict[type, Handler] = {
     c.SendMessage: Handler(decide_send),
     c.RegisterSession: Handler(decide_register),
-    # Reads mail since seed 004: going idle wakes only for mail deliverable now (not parked, not backing off).
-    c.ChangeStatus: Handler(decide_status, reads_mail=True),
-    c.StartRun: Handler(decide_start_run, reads_mail=True),
-    c.FinishRun: Handler(decide_finish_run, reads_mail=True),
-    c.ClaimMail: Handler(decide_claim, reads_mail=True),
-    c.ConsumeMail: Handler(decide_consume, reads_mail=True),
-    c.ReleaseMail: Handler(decide_release, reads_mail=True),
-    c.DiscardMail: Handler(decide_discard, reads_mail=True),
+    # Reads all mail since seed 004: going idle wakes only for mail deliverable now (not parked, not backing off).
+    c.ChangeStatus: Handler(decide_status, reads_mail="all"),
+    c.StartRun: Handler(decide_start_run, reads_mail="all"),
+    c.FinishRun: Handler(decide_finish_run, reads_mail="all"),
+    c.ClaimMail: Handler(decide_claim, reads_mail="due"),
+    c.ConsumeMail: Handler(decide_consume, reads_mail="named"),
+    c.ReleaseMail: Handler(decide_release, reads_mail="named"),
+    c.DiscardMail: Handler(decide_discard, reads_mail="named"),
     c.InjectMail: Handler(decide_inject),
     c.RequestWake: Handler(decide_request_wake),
     c.ResolveApproval: Handler(decide_resolve_approval),
     # seed 002 part 2: interrupt_agent (decided like the send, on what ``services.interrupts`` loads)
     c.InterruptAgent: Handler(decide_interrupt),
     # Revert and fork: decided on the session's own history, or on the fork source's.
-    c.RevertSession: Handler(decide_revert, reads_mail=True, reads_history=attrgetter("session_id")),
+    c.RevertSession: Handler(decide_revert, reads_mail="all", reads_history=attrgetter("session_id")),
     c.ForkSession: Handler(decide_fork, reads_history=attrgetter("source_session_id")),
     # effective permissions: the session overlay
     c.OverlayMessageRules: Handler(decide_overlay_rules),
     # Delivery as an obligation (seed 004).
-    c.KeepObligations: Handler(decide_keep, reads_mail=True),
-    c.RetryMail: Handler(decide_retry, reads_mail=True),
+    c.KeepObligations: Handler(decide_keep, reads_mail="all"),
+    c.RetryMail: Handler(decide_retry, reads_mail="all"),
     # seed 004 part 2: peer routes and grants (on the target's stream); a peer send is decided like the
     # interrupt, on what ``services.peers`` loads, by the send's own guards
     c.RegisterPeerRoute: Handler(decide_register_route),

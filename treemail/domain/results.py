@@ -1,10 +1,15 @@
 """What a send's caller is answered when no decision could be had: shared by producers and workers."""
 
-from .errors import Code
+from .errors import MAX_MESSAGE_CHARS, Code
+
+
+def clip(text: str, limit: int) -> str:
+    """At most ``limit`` characters of ``text``, marked with an ellipsis when cut."""
+    return text if len(text) <= limit else text[:max(limit - 1, 0)] + "…"
 
 
 def error_result(code: str, message: str) -> dict:
-    return {"error": {"code": code, "message": message}}
+    return {"error": {"code": code, "message": clip(message, MAX_MESSAGE_CHARS)}}
 
 
 def engine_shutdown(reason: str) -> dict:

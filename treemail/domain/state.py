@@ -18,6 +18,7 @@ from . import events as ev
 from . import peers as peer_state
 
 PENDING_STATES = ("accepted", "admitted", "claimed", "released")
+MAX_PRODUCERS = 64
 
 
 class ApprovalEntry(NamedTuple):
@@ -41,8 +42,10 @@ class SessionState:
     wake_pending: bool = False
     # sender session id -> unacknowledged agent mail from it (the pair window).
     pair_inflight: dict[str, int] = field(default_factory=dict)
-    # Producer ids already registered on this session (one per sending agent).
-    producers: frozenset[str] = frozenset()
+    # Producer ids registered on this session, least recently sending first, at most MAX_PRODUCERS:
+    # the snapshot is rewritten on every append, so it must not keep one entry per sender ever seen.
+    # A sender that fell off registers again (one more ProducerRegistered) when it next sends.
+    producers: tuple[str, ...] = ()
     # run id -> highest hop of agent mail that run observed (admitted, claimed, consumed).
     run_hops: dict[str, int] = field(default_factory=dict)
     # Approval requests this session's sends opened: idempotency digest -> request.
@@ -67,7 +70,7 @@ class SessionState:
                 "pending_all": self.pending_all,
                 "wake_pending": self.wake_pending,
                 "pair_inflight": self.pair_inflight,
-                "producers": sorted(self.producers),
+                "producers": list(self.producers),
                 "run_hops": self.run_hops,
                 "approvals": {k: list(v) for k, v in self.approvals.items()},
                 "rules_overlay": [list(rule) for rule in self.rules_overlay],
@@ -83,7 +86,7 @@ class SessionState:
         if not text:
             return INITIAL
         data = json.loads(text)
-        data["producers"] = frozenset(data.get("producers", ()))
+        data["producers"] = tuple(data.get("producers", ()))[-MAX_PRODUCERS:]
         data["approvals"] = {k: ApprovalEntry(*v) for k, v in data.get("approvals", {}).items()}
         data["rules_overlay"] = tuple(tuple(rule) for rule in data.get("rules_overlay", ()))
         data["peers"] = peer_state.PeerState.from_obj(data["peers"]) if "peers" in data else peer_state.EMPTY
@@ -128,6 +131,13 @@ class MailItem:
     @classmethod
     def from_json(cls, text: str | bytes) -> "MailItem":
         return cls(*json.loads(text))
+
+
+def _recent(producers: tuple[str, ...], producer_id: str) -> tuple[str, ...]:
+    """``producer_id`` moved (or added) to the most recent end, the oldest dropped past MAX_PRODUCERS."""
+    if producers and producers[-1] == producer_id:
+        return producers
+    return (*(p for p in producers if p != producer_id), producer_id)[-MAX_PRODUCERS:]
 
 
 def _counted(owner: str) -> bool:
@@ -177,10 +187,13 @@ def evolve(state: SessionState, event: ev.Event) -> SessionState:
             # A session whose run ended is idle until its host says it finished or a new run starts.
             return replace(state, status="idle", current_run=None, run_hops=hops)
         case ev.ProducerRegistered(producer_id=producer_id):
-            return replace(state, producers=state.producers | {producer_id})
+            return replace(state, producers=_recent(state.producers, producer_id))
         case (ev.ProducerMessageAccepted(owner=owner, sender_session_id=sender)
               | ev.ProducerMessageRestored(owner=owner, sender_session_id=sender)):
             state = replace(state, pending_all=state.pending_all + 1)
+            producer_id = getattr(event, "producer_id", None)  # a restored message names none
+            if producer_id in state.producers:
+                state = replace(state, producers=_recent(state.producers, producer_id))
             if not _counted(owner):
                 return state
             pairs = dict(state.pair_inflight)

@@ -56,16 +56,17 @@ class SessionService:
             loaded = await self.store.load(record)
             if not loaded.state.registered and not isinstance(command, (RegisterSession, ForkSession)):
                 raise LifecycleError("lifecycle:unknown_session", f"session {command.session_id} is not registered")
-            mail = await self.store.load_mail(record) if handler.reads_mail else None
+            mail = await self.store.load_mail(record, handler.reads_mail, getattr(command, "message_id", None))
             history = await self._history(handler, command, record, loaded.version)
             new_events = handler.decide(
-                command, Given(loaded.state, mail or {}, self.config.messaging, time.time(), history)
+                command, Given(loaded.state, mail, self.config.messaging, time.time(), history)
             )
             if not new_events and not refresh_index:
                 return []
             companions = await companions_for(self.store, record, loaded, new_events)
             result = await self.store.append(self.store.prepare(
-                record, loaded, new_events, mail=mail, policy=self.config.messaging, companions=companions
+                record, loaded, new_events, mail=mail, mail_complete=handler.reads_mail == "all",
+                policy=self.config.messaging, companions=companions,
             ))
             if result.status == "ok":
                 return new_events

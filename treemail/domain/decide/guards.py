@@ -7,6 +7,7 @@ from .. import effective
 from ..errors import Code, Rejected
 from ..messaging import MessagingConfig
 from ..records import Peer, SessionRecord
+from ..results import clip
 from ..state import SessionState
 
 
@@ -31,16 +32,12 @@ class NoSuchHandle:
 Target = Found | NoSuchSession | NoSuchHandle
 
 # The self-repairing candidate list is bounded (the seed's bounded result truncation):
-# at most this many rows, then a line saying how many were left out.
-CANDIDATE_LIMIT = 50
+# at most this many rows, then a line saying how many were left out. 40 rows of at most ~180
+# characters keep the whole list, its last line included, inside the 8 KiB any error text is cut to.
+CANDIDATE_LIMIT = 40
 # How much of the model's own `to` an error echoes, and of a peer's description a row shows.
 REFERENCE_SHOWN = 80
 DESCRIPTION_SHOWN = 100
-
-
-def clip(text: str, limit: int) -> str:
-    """Model input echoed in a result is bounded (the seed's bounded result truncation)."""
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def require_sender(sender: SessionRecord | None, state: SessionState) -> SessionRecord:
@@ -74,6 +71,7 @@ def require_body(body: str, limit: int) -> None:
             Code.INVALID_BODY,
             f"body is {size} bytes (UTF-8); the limit is {limit} bytes: shorten the message",
         )
+
 
 
 def render_peer(peer: Peer) -> str:

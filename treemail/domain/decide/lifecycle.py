@@ -114,6 +114,15 @@ def decide_start_run(command: StartRun, given: Given) -> list[ev.Event]:
     return events
 
 
+def claimable(item: MailItem) -> bool:
+    """Due in some run (``due_in_run`` says which): kept in the session's due index, read by a claim.
+
+    A claim then reads what it may take, not every pending message: a backlog
+    of queued or already claimed mail costs it nothing.
+    """
+    return item.state in ("admitted", "released") or (item.state == "accepted" and item.mode == "steer")
+
+
 def due_in_run(item: MailItem, run_id: str) -> bool:
     """Due at this boundary: admitted to this run, released, or steer mail joining the running turn."""
     if item.state == "admitted":

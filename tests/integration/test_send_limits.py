@@ -1,0 +1,97 @@
+"""What a model (or anything else with a pen) can throw at send_message: bounded answers, nothing stored
+for a refusal, a deadline for a send waiting on a person, and a reply listener that outlives junk."""
+
+import asyncio
+import contextlib
+
+import pytest
+
+from treemail.adapters import keys
+from treemail.consumers.app import Worker
+from treemail.host import Treemail
+
+from .conftest import make_config
+
+pytestmark = pytest.mark.cluster
+
+
+def code(result):
+    return result.get("error", {}).get("code")
+
+
+@contextlib.asynccontextmanager
+async def stack_with(url: str, **service):
+    config = make_config(url)
+    config = config.model_copy(update={"service": config.service.model_copy(update=service)})
+    worker = Worker(config, url, consumer="limits-worker")
+    await worker.start()
+    host = await Treemail.connect(config, url)
+    try:
+        yield host
+    finally:
+        await host.close()
+        await worker.stop()
+
+
+async def command_stream_lengths(host) -> int:
+    return sum([await host.redis.xlen(keys.command_stream(i)) for i in range(host.config.service.command_streams)])
+
+
+async def test_a_send_waiting_on_a_person_ends_at_its_own_deadline_with_approval_timeout(redis_url, calls):
+    async with stack_with(redis_url, approval_timeout_s=0.5) as host:
+        root = await host.register_root("planner", "x", rules={"child": "allow"})
+        a = await host.register_child(root.session_id, "explore", "a", rules={"sibling": "ask"})
+        b = await host.register_child(root.session_id, "review", "b", rules={"sibling": "ask"})
+        ctx = calls.ctx(a.session_id)
+        result = await asyncio.wait_for(host.send_message(ctx, {"to": b.handle, "body": "may I?"}), 10)
+        assert code(result) == "send_message:approval_timeout"
+        [request] = await host.pending_approvals()
+        assert request["request_id"] in result["error"]["message"]
+        # The request stays open: approved later, the same tool call goes through.
+        await host.approve(request["request_id"])
+        again = await asyncio.wait_for(host.send_message(ctx, {"to": b.handle, "body": "may I?"}), 10)
+        assert "message_id" in again
+
+
+async def test_an_oversized_body_is_refused_before_anything_is_stored(stack, calls):
+    root = await stack.register_root("planner", "x", rules={"child": "allow"})
+    child = await stack.register_child(root.session_id, "explore", "x")
+    before = await command_stream_lengths(stack)
+    result = await stack.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "x" * 10_000_000})
+    assert code(result) == "send_message:invalid_body"
+    assert "10000000 bytes" in result["error"]["message"]
+    assert await command_stream_lengths(stack) == before
+    # A body at the limit still goes through the workers.
+    limit = stack.config.messaging.max_body_bytes
+    fits = await stack.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "y" * limit})
+    assert "message_id" in fits
+
+
+async def test_huge_arguments_come_back_as_bounded_errors(stack, calls):
+    root = await stack.register_root("planner", "x", rules={"child": "allow"})
+    for n in range(60):  # more peers than an error lists
+        await stack.register_child(root.session_id, "explore", "d" * 5000)
+    huge_to = await stack.send_message(calls.ctx(root.session_id), {"to": "z" * 1_000_000, "body": "x"})
+    assert code(huge_to) == "send_message:unknown_session"
+    assert len(huge_to["error"]["message"]) <= 8192
+    assert "unknown subagent reference `zzz" in huge_to["error"]["message"]
+    assert "and 20 more" in huge_to["error"]["message"]
+    many_keys = {"to": "x", "body": "y", **{f"k{i}": i for i in range(100_000)}}
+    unknown = await stack.send_message(calls.ctx(root.session_id), many_keys)
+    assert code(unknown) == "send_message:invalid_arguments"
+    assert len(unknown["error"]["message"]) < 500
+    assert "and 99995 more" in unknown["error"]["message"]
+
+
+async def test_a_stray_entry_in_the_reply_list_does_not_stop_the_listener(redis_url, calls):
+    async with stack_with(redis_url, decision_timeout_s=5) as host:
+        root = await host.register_root("planner", "x", rules={"child": "allow"})
+        child = await host.register_child(root.session_id, "explore", "x")
+        reply_list = keys.reply_list(host.commands.client_id)
+        junk = [b"\xff not json", b"[1, 2]", b"42", b'{"no": "command id"}', b'{"command_id": ["x"]}']
+        await host.redis.lpush(reply_list, *junk)
+        await asyncio.sleep(0.3)  # the listener has read the junk
+        result = await host.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "still heard"})
+        assert "message_id" in result, result
+    # (close() ran in the context manager and did not raise)
+
