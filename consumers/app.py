@@ -6,6 +6,13 @@ only then lets FastStream XACK the batch. A reclaim task XAUTOCLAIMs commands
 left pending by a dead worker for ``reclaim_idle_ms`` and decides them
 again; idempotency makes that second decision return the first one's result.
 
+Health: ``/healthz`` answers while the event loop ticks, ``/readyz`` while the
+last probe (every second) found the server and the consumer group on every
+command stream; a probe that finds the group gone (a server back without its
+data) recreates it and restarts stopped subscribers. During an outage the
+loops log one line per change of state (``OutageLog``), not a traceback per
+retry.
+
 Metrics: outcomes, latency and batch sizes are recorded per batch in
 ``handle``; stream and group statistics (backlog, pending, live consumers,
 approvals waiting) are polled by a separate task every ``STATS_INTERVAL_S``,
@@ -20,6 +27,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import time
@@ -27,17 +35,19 @@ import time
 from faststream.redis import RedisBroker, RedisClusterBroker, StreamSub
 from faststream.redis.annotations import RedisBatchStreamMessage
 from faststream.redis.subscriber.usecases import stream_subscriber
+from redis.exceptions import ResponseError as RedisResponseError
 
 from treemail.adapters import keys, metrics
 from treemail.adapters.config import Config
 from treemail.adapters.connection import connect, require_durable_server
 from treemail.adapters.eventstore import EventStore
+from treemail.adapters.health import UNREACHABLE, Health, OutageLog, watch
 from treemail.domain.commands import SendMessage
 from treemail.services.sends import SendService
 
 from .deadletters import dead_letter
 from .entries import no_body, raw_batch, split_malformed, text
-from .stats import record_batch, refresh_stats
+from .stats import record_batch, refresh_stats, server_unreachable
 
 log = logging.getLogger("treemail.worker")
 
@@ -72,6 +82,9 @@ class Worker:
         self._metrics_server = None
         self._stats_task: asyncio.Task | None = None
         self._reclaim_task: asyncio.Task | None = None
+        self._health_task: asyncio.Task | None = None
+        self.health = Health()
+        self.outages = OutageLog(log)
         self._subscribers: list = []
         self._stopping = False
         self.revived = 0
@@ -200,10 +213,41 @@ class Worker:
             try:
                 await self.revive()
                 await self.reclaim()
+                self.outages.ok("reclaim pass")
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001 - a failed pass is retried at the next interval
-                log.warning("reclaim pass failed", exc_info=True)
+            except Exception as exc:  # noqa: BLE001 - a failed pass is retried at the next interval
+                self._failed("reclaim pass", exc)
+
+    def _failed(self, subject: str, exc: Exception) -> None:
+        # Lost connections are the health probe's to report, once, as the server's state.
+        self.outages.failed("server" if isinstance(exc, UNREACHABLE) else subject, exc)
+
+    async def _streams_without_group(self) -> list[str]:
+        missing = []
+        for index in range(self.config.service.command_streams):
+            stream = keys.command_stream(index)
+            try:
+                groups = await self.redis.xinfo_groups(stream)
+            except RedisResponseError:  # no such key: the stream is gone with the server's data
+                groups = []
+            if not any(text(g["name"]) == keys.COMMAND_GROUP for g in groups):
+                missing.append(stream)
+        return missing
+
+    async def probe(self) -> str | None:
+        """None when ready; otherwise why not. Heals what it can: a lost group, stopped subscribers."""
+        await self.redis.ping()
+        if await self._streams_without_group():
+            await self.decider.store.ensure_command_group(self.config.service.command_streams)
+        await self.revive()
+        missing = await self._streams_without_group()
+        if missing:
+            return f"consumer group {keys.COMMAND_GROUP} missing on {', '.join(missing)}"
+        stopped = sum(1 for s in self._subscribers if not s.running)
+        if stopped:
+            return f"{stopped} command stream subscriber(s) stopped"
+        return None
 
     async def refresh_stats(self) -> None:
         await refresh_stats(self.redis, self.config.service)
@@ -212,10 +256,13 @@ class Worker:
         while not self._stopping:
             try:
                 await self.refresh_stats()
+                self.outages.ok("stats refresh")
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001 - observability must never stop a worker deciding
-                log.warning("worker stats refresh failed", exc_info=True)
+            except Exception as exc:  # noqa: BLE001 - observability must never stop a worker deciding
+                if isinstance(exc, UNREACHABLE):
+                    server_unreachable(self.config.service)
+                self._failed("stats refresh", exc)
             await asyncio.sleep(STATS_INTERVAL_S)
 
     async def start(self) -> None:
@@ -228,18 +275,23 @@ class Worker:
         self.decider = SendService(store, self.config.messaging)
         if self.metrics_port is not None:
             self._metrics_server = metrics.start_server(
-                self.metrics_port, f"worker {self.consumer}", free_port_if_taken=self._metrics_port_is_default
+                self.metrics_port, f"worker {self.consumer}", metrics.WORKER_REGISTRY, self.health,
+                free_port_if_taken=self._metrics_port_is_default,
             )
             self.metrics_port = self._metrics_server.server_address[1]
         await self.broker.start()
         self._reclaim_task = asyncio.create_task(self._reclaim_loop(), name="treemail-worker-reclaim")
+        self._health_task = asyncio.create_task(
+            watch(self.health, self.probe, self.outages, lambda: self._stopping), name="treemail-worker-health"
+        )
         if self._metrics_server is not None:  # nobody would read the gauges otherwise
             self._stats_task = asyncio.create_task(self._stats_loop(), name="treemail-worker-stats")
 
     async def stop(self) -> None:
         """Finish the batch in hand, take no new commands, close."""
         self._stopping = True
-        for task in (self._stats_task, self._reclaim_task):
+        self.health.set(False, "stopping")
+        for task in (self._stats_task, self._reclaim_task, self._health_task):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
@@ -261,6 +313,7 @@ async def serve(
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stopping.set)
     await worker.start()
-    log.info("worker %s deciding commands on %s", worker.consumer, url)
+    # The URL may carry a password: log where, not how.
+    log.info("worker %s deciding commands on %s", worker.consumer, re.sub(r"//[^@/]*@", "//***@", url))
     await stopping.wait()
     await worker.stop()
