@@ -104,7 +104,7 @@ def test_worker_readiness_follows_the_server_and_an_outage_is_a_few_lines_not_tr
     assert "Traceback" not in err
     during = outage_lines(err, "server failing: Connection")
     assert during, err
-    # One line when it broke, at most one per change of kind, one when it healed; not one per retry.
+    # One line when it broke and one when it healed (and the group recreated), not one per retry.
     assert len([line for line in during if "failing" in line]) <= 3, during
     assert any("server working again" in line for line in during), during
     assert len(during) <= 8, during
