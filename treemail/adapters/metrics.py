@@ -122,6 +122,7 @@ def known_projections(names: list[str]) -> None:
 
 class _Server(socketserver.ThreadingMixIn, WSGIServer):
     daemon_threads = True
+    block_on_close = False  # a scraper that hangs must not hold up the process's exit
 
 
 class _Quiet(WSGIRequestHandler):

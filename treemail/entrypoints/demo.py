@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from treemail.adapters import keys
@@ -47,13 +48,15 @@ class Pool:
         self.metrics[name] = port
         return process
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float = 20.0) -> None:
+        """SIGTERM all at once, one shared grace period, then SIGKILL whatever is left."""
         for process in self.processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
         for process in self.processes:
             try:
-                process.wait(timeout=30)
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
