@@ -176,3 +176,25 @@ async def test_against_a_server_whose_workers_lack_max_hops_the_demo_says_so(red
     assert done.returncode == 0, done.stderr
     assert f"using the server at {redis_url}" in done.stdout
     assert "note: 1 other worker(s) on this server decide sends too, with their own max_hops" in done.stdout
+
+
+def test_ctrl_c_in_the_middle_of_the_script_stops_everything_quietly():
+    import re
+    import signal
+    import socket
+
+    process = subprocess.Popen([sys.executable, "-m", "treemail", "demo"], env=_demo_env(),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out = ""
+    while "1. a child reports" not in out:
+        line = process.stdout.readline()
+        assert line, out
+        out += line
+    process.send_signal(signal.SIGINT)
+    rest, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    assert rest.rstrip().endswith("stopped") and "stack is up" not in rest
+    assert "Traceback" not in err
+    port = int(re.search(r"127\.0\.0\.1:(\d+)", out).group(1))
+    with socket.socket() as sock:
+        assert sock.connect_ex(("127.0.0.1", port)) != 0

@@ -120,33 +120,53 @@ def _next_steps(url: str, story: Story, pool: Pool, cluster: bool, once: bool) -
     say(f"  logs of the processes the demo started: {pool.log_dir}")
 
 
-async def _wait_for_signal() -> None:
+def _stop_on_signals() -> asyncio.Event:
+    """Installed before anything is printed: a Ctrl-C right after "stack is up" must not be lost."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    return stop
+
+
+async def _until(stop: asyncio.Event, work) -> bool:
+    """Run ``work`` unless ``stop`` comes first; True when it finished."""
+    task = asyncio.ensure_future(work)
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    if task.done():
+        task.result()
+        return True
+    task.cancel()
+    await asyncio.wait({task}, timeout=5)
+    return False
 
 
 async def _main(config: Config, url: str, pool: Pool, hop_guard: str | None, once: bool) -> None:
+    stop = _stop_on_signals()
     host = await Treemail.connect(config, url)
     story = Story()
     try:
         if hop_guard is None and (others := await _other_workers(host, pool.processes)):
             hop_guard = (f"{others} other worker(s) on this server decide sends too, with their own max_hops; "
                          "give them TREEMAIL_MESSAGING_MAX_HOPS to stop storms there")
-        story = await play(host, hop_guard, story)
+        if not await _until(stop, play(host, hop_guard, story)):
+            return
         _next_steps(url, story, pool, config.service.cluster, once)
         if once:
             return
         say("\nstack is up; Ctrl-C stops it")
-        await _wait_for_signal()
+        await stop.wait()
     finally:
-        # The send still waiting for a person stays a request on the server; its caller goes away quietly.
-        if story.waiting_send is not None and not story.waiting_send.done():
-            story.waiting_send.cancel()
-            await asyncio.gather(story.waiting_send, return_exceptions=True)
+        # The send still waiting for a person stays a request on the server. Not cancelled: a
+        # cancelled blocking read can come back from redis-py as a TimeoutError, which the
+        # approval wait retries until its client closes; closing answers it engine_shutdown.
+        story.closing = True
         await host.close()
+        if story.waiting_send is not None:
+            await asyncio.wait({story.waiting_send}, timeout=5)
+            story.waiting_send.cancel()
 
 
 def run_demo(config: Config, workers: int = 2, once: bool = False, config_path: Path | None = None) -> int:
@@ -196,7 +216,11 @@ def run_cluster(masters: int = 3, workers: int = 3) -> None:
         say(f"started {workers} workers and 1 projection worker (logs: {pool.log_dir}); use it with:")
         say(f"  export REDIS_URL={cluster.url} TREEMAIL_SERVICE_CLUSTER=true")
         say("Ctrl-C stops everything")
-        asyncio.run(_wait_for_signal())
+
+        async def wait() -> None:
+            await _stop_on_signals().wait()
+
+        asyncio.run(wait())
     except KeyboardInterrupt:
         pass
     finally:

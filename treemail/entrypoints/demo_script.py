@@ -36,6 +36,8 @@ class Story:
     handles: dict[str, str] = field(default_factory=dict)
     approval_id: str | None = None
     waiting_send: asyncio.Task | None = None
+    # Set when the demo stops: the waiting send is then answered engine_shutdown, which is not news.
+    closing: bool = False
 
 
 class ScriptedEngine:
@@ -58,8 +60,10 @@ class ScriptedEngine:
             await self.host.set_status(session.session_id, status)
         say(f"  [{session.handle} is {status}]")
 
-    async def send(self, sender, to: str, body: str, mode: str = "steer") -> dict:
+    async def send(self, sender, to: str, body: str, mode: str = "steer", quiet=lambda: False) -> dict:
         result = await self.host.send_message(self.ctx(sender), {"to": to, "body": body, "mode": mode})
+        if quiet():
+            return result
         outcome = result["error"]["code"] if "error" in result else f"accepted, recipient {result['recipient_state']}"
         say(f"  {sender.handle} -> {to} ({mode}): {body!r}\n      => {outcome}")
         return result
@@ -133,7 +137,8 @@ async def play(host: Treemail, hop_guard: str | None, story: Story) -> Story:
     say("\n7. a send under an `ask` rule waits for a person")
     c = await host.register_child(root.session_id, "writer", "drafts the release note", rules={"parent": "ask"})
     await engine.start(c)
-    story.waiting_send = asyncio.create_task(engine.send(c, root.handle, "May I publish the release note?"))
+    story.waiting_send = asyncio.create_task(engine.send(c, root.handle, "May I publish the release note?",
+                                                         quiet=lambda: story.closing))
     story.approval_id = await _approval_appears(host, story.waiting_send, c.handle)
     say(f"  {c.handle} -> {root.handle}: waiting for a person, request {story.approval_id}")
 
