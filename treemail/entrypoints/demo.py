@@ -6,6 +6,9 @@ processes and a projection worker, plays the scripted tree
 leaves running: the REDIS_URL and commands to paste. The processes it starts
 write their logs to files (named at the end), so the transcript holds only
 the story. Ctrl-C stops everything it started.
+
+A little over the house's 200 lines: the demo and `treemail cluster` share
+the process pool and its orderly stop; the scenarios live in demo_script.
 """
 
 import asyncio
