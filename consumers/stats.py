@@ -9,9 +9,14 @@ from treemail.adapters.config import ServiceConfig
 
 from .entries import text
 
-# A consumer idle longer than this is not counted as a live worker: a live one
-# polls every 100 ms, and a dead one stays in XINFO CONSUMERS until deleted.
-LIVE_CONSUMER_IDLE_MS = 60_000
+# A live worker polls every 100 ms, and a dead one stays in XINFO CONSUMERS until
+# deleted. One idle for reclaim_idle_ms is treated as dead by reclaim (its commands
+# are taken over), so it is not counted as live either; the floor absorbs a busy host.
+MIN_LIVE_CONSUMER_IDLE_MS = 2_000
+
+
+def live_consumer_idle_ms(config: ServiceConfig) -> int:
+    return max(config.reclaim_idle_ms, MIN_LIVE_CONSUMER_IDLE_MS)
 
 
 def outcome_label(outcome: dict) -> str:
@@ -45,10 +50,16 @@ async def refresh_stats(redis, config: ServiceConfig) -> None:
                 metrics.COMMAND_BACKLOG.labels(stream).set(group["lag"])
             metrics.COMMAND_PENDING.labels(stream).set(group["pending"])
         consumers = await redis.xinfo_consumers(stream, keys.COMMAND_GROUP)
-        live = sum(1 for c in consumers if c["idle"] < LIVE_CONSUMER_IDLE_MS)
+        live = sum(1 for c in consumers if c["idle"] < live_consumer_idle_ms(config))
         metrics.WORKER_CONSUMERS.labels(stream).set(live)
     pending = 0
     for partition in range(config.partitions):
         statuses = await redis.hvals(keys.approvals(partition))
         pending += sum(1 for s in statuses if s == b"pending")
     metrics.APPROVALS_PENDING.set(pending)
+
+
+def server_unreachable(config: ServiceConfig) -> None:
+    """No worker can read while the server is gone: the live-worker gauge must say so, not keep its last value."""
+    for index in range(config.command_streams):
+        metrics.WORKER_CONSUMERS.labels(keys.command_stream(index)).set(0)

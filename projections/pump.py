@@ -68,7 +68,7 @@ async def serve_pump(config: Config, url: str, metrics_port: int | None = None, 
     tracing.configure_from_env()
     redis = await connect(url, config.service)
     if metrics_port is not None and metrics_port >= 0:
-        metrics.serve(metrics_port, "pump")
+        metrics.start_server(metrics_port, "pump", metrics.PUMP_REGISTRY)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -1,5 +1,7 @@
 """How events print for people: one row per event, the same live and replayed."""
 
+import json
+
 from treemail.domain import events as ev
 
 
@@ -19,4 +21,15 @@ def history_row(seq: int, event: ev.Event) -> str:
         case ev.SessionStatusChanged():
             return f"{seq:>6} {name:<26} status={event.status}"
         case _:
-            return f"{seq:>6} {name:<26} {event.model_dump_json(exclude={'at'})}"
+            return f"{seq:>6} {name:<26} {_fields(event)}".rstrip()
+
+
+def _fields(event: ev.Event) -> str:
+    """key=value for any other event, like the rows above; raw JSON rows read as a different tool's output."""
+    parts = []
+    for key, value in event.model_dump(mode="json", exclude={"at"}).items():
+        if value is None or value == "" or value == [] or value == {}:
+            continue
+        text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+        parts.append(f"{key}={text if text and not any(c.isspace() for c in text) else repr(text)}")
+    return " ".join(parts)

@@ -12,7 +12,7 @@ from treemail.adapters.wire import Reply, WakeTrigger
 from treemail.domain import ids
 from treemail.domain.commands import SendArguments, SendContext, SendMessage
 from treemail.domain.errors import UnknownSessionError
-from treemail.entrypoints import agents
+from treemail.entrypoints import cli
 from treemail.producers import tools, toolschemas
 
 from .conftest import running_stack
@@ -71,7 +71,7 @@ async def test_tool_schema_and_asyncapi_subcommands_print_json(stack, monkeypatc
 
 async def _main(argv: list[str]) -> int:
     # The subcommands run their own event loop (asyncio.run), as from a shell.
-    return await asyncio.to_thread(agents.main, argv)
+    return await asyncio.to_thread(cli.main, argv)
 
 
 async def test_what_the_stack_puts_on_the_reply_and_wake_channels_is_the_documented_payload(redis_url):

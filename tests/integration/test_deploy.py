@@ -30,8 +30,9 @@ YAML_FILES = sorted(p for p in DEPLOY.rglob("*") if p.suffix in (".yaml", ".yml"
 K8S_FILES = sorted(p for p in K8S.rglob("*.yaml") if p.name != "kustomization.yaml")
 KUSTOMIZATIONS = sorted(K8S.rglob("kustomization.yaml"))
 
-# Read by treemail/cli.py, not by load_config.
-EXTRA_ENV = {"TREEMAIL_CONFIG", "TREEMAIL_METRICS_PORT", "TREEMAIL_PROJECTION_METRICS_PORT", "REDIS_URL"}
+# Read by treemail/cli.py and its logging setup, not by load_config.
+EXTRA_ENV = {"TREEMAIL_CONFIG", "TREEMAIL_METRICS_PORT", "TREEMAIL_PROJECTION_METRICS_PORT", "REDIS_URL",
+             "TREEMAIL_LOG", "TREEMAIL_LOG_FORMAT"}
 ENV_NAME = re.compile(r"\b(TREEMAIL_[A-Z0-9_]+|REDIS_URL)\b")
 
 
@@ -146,8 +147,10 @@ def test_worker_and_projection_deployments():
         (container,) = template["spec"]["containers"]
         assert container["args"] == [command]
         assert {p["containerPort"] for p in container["ports"]} == {port}
-        for probe in ("livenessProbe", "readinessProbe"):
-            assert container[probe]["httpGet"]["path"] == "/metrics", f"{command}: {probe}"
+        # /metrics answered 200 with the server gone: alive is /healthz, ready (server and group there) /readyz.
+        for probe, path in (("startupProbe", "/healthz"), ("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+            assert container[probe]["httpGet"]["path"] == path, f"{command}: {probe}"
+            assert container[probe]["httpGet"]["port"] == "metrics", f"{command}: {probe}"
         env = {e["name"]: e.get("value") for e in container["env"]}
         config_mount = env["TREEMAIL_CONFIG"]
         mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
@@ -206,9 +209,13 @@ def test_valkey_confs_are_durable():
     single = conf_directives(DEPLOY / "valkey" / "valkey.conf")
     cluster = conf_directives(DEPLOY / "valkey" / "valkey-cluster.conf")
     for conf in (single, cluster):
-        # The durable profile needs the append-only file (WAITAOF), and the streams must never be evicted.
-        assert conf["appendonly"] == "yes" and conf["appendfsync"] == "everysec"
+        # The durable profile needs the append-only file, and the streams must never be evicted.
+        assert conf["appendonly"] == "yes"
         assert conf["maxmemory-policy"] == "noeviction"
+    # One server: WAITAOF confirms each fsync. A cluster: every primary must fsync each write itself
+    # (treemail.adapters.connection.require_durable_server refuses anything else).
+    assert single["appendfsync"] == "everysec"
+    assert cluster["appendfsync"] == "always"
     assert single.get("cluster-enabled", "no") == "no"
     assert cluster["cluster-enabled"] == "yes" and cluster["cluster-config-file"]
 
@@ -426,3 +433,33 @@ def test_service_env_values_load(tmp_path):
         for port_var in ("TREEMAIL_METRICS_PORT", "TREEMAIL_PROJECTION_METRICS_PORT"):
             if port_var in env:
                 assert env[port_var].isdigit(), f"{where}: {port_var}={env[port_var]!r}"
+
+
+# -- (e) health, dashboards and what the README promises ------------------------------------
+
+
+def test_compose_healthchecks_ask_readiness_not_metrics():
+    services = compose()["services"]
+    for name, port in (("worker", 9464), ("projections", 9465)):
+        test = " ".join(services[name]["healthcheck"]["test"])
+        assert f"127.0.0.1:{port}/readyz" in test, f"compose {name}: healthcheck {test}"
+
+
+def test_dashboard_panels_show_zero_where_zero_is_meant():
+    """An aggregate over no series is "No data"; a count of workers up or a rate of a counter means 0 then."""
+    dashboard = json.loads((DEPLOY / "grafana" / "treemail-dashboard.json").read_text(encoding="utf-8"))
+    unlabelled = []
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", []):
+            expr = target["expr"]
+            if re.match(r"(count|sum)\(", expr) and "/" not in expr and not expr.endswith("or vector(0)"):
+                unlabelled.append(f"{panel['title']}: {expr}")
+    assert not unlabelled, unlabelled
+
+
+def test_deploy_readme_knows_the_cluster_client():
+    text = (DEPLOY / "README.md").read_text(encoding="utf-8")
+    assert "single-node client" not in text
+    assert "cluster = true" in text and "/readyz" in text and "/healthz" in text
+    example = (K8S / "valkey-cluster" / "valkey-cluster.yaml").read_text(encoding="utf-8")
+    assert "cluster-aware" not in example and "cluster = true" in example

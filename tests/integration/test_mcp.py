@@ -1,6 +1,6 @@
 """`treemail mcp` driven by the MCP SDK's own client, over stdio and streamable HTTP, against the real stack.
 
-Stdio servers are real child processes (`python -m treemail.entrypoints.agents mcp --session ...`);
+Stdio servers are real child processes (`python -m treemail mcp --session ...`);
 HTTP servers are the real Starlette app under uvicorn on loopback, with the bearer tokens the host
 mints. The workers deciding the sends are the running_stack's.
 """
@@ -35,7 +35,7 @@ CHILD_ENV = {"TREEMAIL_SERVICE_COMMAND_STREAMS": "2", "TREEMAIL_SERVICE_DECISION
 def stdio(url: str, session_id: str, *extra: str) -> StdioServerParameters:
     env = {**os.environ, "REDIS_URL": url, **CHILD_ENV, **backend_env()}
     return StdioServerParameters(
-        command=sys.executable, args=["-m", "treemail.entrypoints.agents", "mcp", "--session", session_id, *extra],
+        command=sys.executable, args=["-m", "treemail", "mcp", "--session", session_id, *extra],
         env=env,
     )
 
@@ -126,7 +126,7 @@ async def test_stdio_session_without_rules_sees_no_tool_and_cannot_call_one(redi
 async def test_stdio_server_for_an_unknown_session_stops_with_one_line(redis_url):
     env = {**os.environ, "REDIS_URL": redis_url, **CHILD_ENV, **backend_env()}
     done = subprocess.run(
-        [sys.executable, "-m", "treemail.entrypoints.agents", "mcp", "--session", ids.uuid7()],
+        [sys.executable, "-m", "treemail", "mcp", "--session", ids.uuid7()],
         env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 2
@@ -281,7 +281,7 @@ async def test_http_server_process_serves_tokens_minted_elsewhere_and_stops_on_s
             port = probe.getsockname()[1]
         env = {**os.environ, "REDIS_URL": redis_url, **CHILD_ENV, **backend_env()}
         process = subprocess.Popen(
-            [sys.executable, "-m", "treemail.entrypoints.agents", "mcp", "--http", "--port", str(port)],
+            [sys.executable, "-m", "treemail", "mcp", "--http", "--port", str(port)],
             env=env, stdin=subprocess.DEVNULL,
         )
         try:

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from treemail.adapters import keys
-from treemail.adapters.metrics import REGISTRY
+from treemail.adapters.metrics import HOST_REGISTRY as REGISTRY
 from treemail.adapters.proofkeys import ProofConfig
 from treemail.consumers.app import Worker
 from treemail.domain import events as ev

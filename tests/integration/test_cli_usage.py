@@ -1,0 +1,174 @@
+"""The CLI as people use it: every error they can cause is one line and a non-zero exit, never a traceback;
+data comes as JSON on request; a session can be named by its handle."""
+
+import json
+import os
+import subprocess
+import sys
+from importlib.metadata import version
+
+import pytest
+import typer
+
+import treemail
+from treemail.adapters import keys
+from treemail.adapters.embedded import LocalValkeyCluster
+from treemail.entrypoints.cli import app
+from treemail.projections.render import history_row
+
+from ..conftest import CLUSTER
+from .conftest import Calls
+
+
+def cli(redis_url, *args, timeout=60, **env):
+    full = {**os.environ, "REDIS_URL": redis_url, **env}
+    full.pop("TREEMAIL_CONFIG", None)
+    return subprocess.run([sys.executable, "-m", "treemail", *args], env=full, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def one_line_error(done) -> str:
+    assert done.returncode != 0, done
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("treemail: error: "), done.stderr
+    return lines[0]
+
+
+def test_version_is_the_package_version():
+    done = cli("", "--version")
+    assert done.returncode == 0
+    assert done.stdout.split()[:2] == ["treemail", version("treemail")]
+    assert treemail.__version__ == version("treemail")
+
+
+def test_every_argument_and_option_has_help():
+    missing = []
+
+    def walk(command, path):
+        for param in command.params:
+            if param.name != "help" and not getattr(param, "help", None):
+                missing.append(f"{path} {param.name}")
+        for name, sub in getattr(command, "commands", {}).items():
+            if not sub.help:
+                missing.append(f"{path} {name} (the command)")
+            walk(sub, f"{path} {name}")
+
+    walk(typer.main.get_command(app), "treemail")
+    assert not missing, missing
+
+
+def test_config_is_accepted_before_or_after_the_subcommand(tmp_path):
+    path = tmp_path / "treemail.toml"
+    path.write_text("[messaging]\nmax_hop = 3\n")
+    for args in (("--config", str(path), "trees"), ("trees", "--config", str(path)),
+                 ("approvals", "list", "--config", str(path))):
+        assert "unknown key `messaging.max_hop`" in one_line_error(cli("redis://127.0.0.1:1/0", *args)), args
+
+
+def test_a_bad_metrics_port_breaks_only_the_command_that_uses_it():
+    env = {"TREEMAIL_PROJECTION_METRICS_PORT": "nine", "TREEMAIL_METRICS_PORT": "x"}
+    assert cli("", "--help", **env).returncode == 0
+    assert cli("", "projections", "--help", **env).returncode == 0
+    assert cli("", "schema", **env).returncode == 0
+    assert "TREEMAIL_PROJECTION_METRICS_PORT" in one_line_error(cli("", "projections", **env))
+    assert "TREEMAIL_METRICS_PORT" in one_line_error(cli("", "worker", **env))
+
+
+@pytest.mark.parametrize("args,says", [
+    (("dead-letters", "--count", "0"), "--count"),
+    (("no-such-command",), "No such command"),
+    (("history",), "Missing argument"),
+    (("worker", "--metrics-port", "70000"), "--metrics-port"),
+    (("approvals", "approve"), "need a request id"),
+    (("--log-format", "xml", "schema"), "--log-format"),
+])
+def test_usage_errors_are_one_line(args, says):
+    assert says in one_line_error(cli("redis://127.0.0.1:1/0", *args))
+
+
+async def test_empty_listings_say_so(redis_url):
+    assert cli(redis_url, "approvals", "list").stdout.strip() == "no approval requests are waiting"
+    assert cli(redis_url, "dead-letters").stdout.strip() == "no dead letters"
+    assert "no trees in the views yet" in cli(redis_url, "trees").stdout
+
+
+async def test_data_commands_speak_json(stack, redis_url):
+    root = await stack.register_root("planner", "x", rules={"child": "allow"})
+    child = await stack.register_child(root.session_id, "explore", "x", rules={"parent": "ask"})
+    await stack.start_run(child.session_id, "r")
+    import asyncio
+
+    waiting = asyncio.create_task(stack.send_message(Calls().ctx(child.session_id, "r"),
+                                                     {"to": root.handle, "body": "may I?"}))
+    while not await stack.pending_approvals():
+        await asyncio.sleep(0.02)
+    await stack.redis.xadd(keys.dead_letters(), {"reason": "malformed", "stream": "s", "entry_id": "1-0",
+                                                 "consumer": "c", "data": "{not json"})
+    from treemail.projections.replay import rebuild
+
+    await rebuild(stack.store, list(range(stack.config.service.partitions)))
+    try:
+        approvals = [json.loads(line) for line in cli(redis_url, "approvals", "list", "--json").stdout.splitlines()]
+        assert [a["body"] for a in approvals] == ["may I?"] and approvals[0]["sender_handle"] == child.handle
+        assert child.handle in cli(redis_url, "approvals", "list").stdout
+        letters = [json.loads(line) for line in cli(redis_url, "dead-letters", "--json").stdout.splitlines()]
+        assert letters[0]["reason"] == "malformed" and letters[0]["data"] == "{not json"
+        trees = [json.loads(line) for line in cli(redis_url, "trees", "--json").stdout.splitlines()]
+        assert [(t["root_session_id"], t["sessions"]) for t in trees] == [(root.session_id, 2)]
+    finally:
+        waiting.cancel()
+        await asyncio.gather(waiting, return_exceptions=True)
+
+
+async def test_history_and_tail_take_a_handle(stack, redis_url):
+    root = await stack.register_root("planner", "x", rules={"child": "allow"})
+    child = await stack.register_child(root.session_id, "explore", "x")
+    await stack.send_message(Calls().ctx(root.session_id), {"to": child.handle, "body": "by handle"})
+    expected = [history_row(seq, e) for seq, e in await stack.history(child.session_id)]
+    by_handle = cli(redis_url, "history", child.handle)
+    assert by_handle.returncode == 0, by_handle.stderr
+    assert by_handle.stdout.splitlines() == expected
+    env = {**os.environ, "REDIS_URL": redis_url}
+    follow = subprocess.Popen([sys.executable, "-m", "treemail", "tail", child.handle, "--from-start"], env=env,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert "by handle" in follow.stdout.readline()
+    finally:
+        follow.terminate()
+        follow.wait(timeout=30)
+    assert "no session has id or handle 'nobody_00000000'" in one_line_error(
+        cli(redis_url, "history", "nobody_00000000"))
+
+
+async def test_a_handle_two_trees_share_is_a_one_line_error(stack, redis_url):
+    first = await stack.register_root("planner", "x")
+    second = await stack.register_root("planner", "y")
+    # Handles are unique per tree only: give the second tree the first one's handle, as a collision would.
+    record = await stack.sessions.record(second.session_id)
+    await stack.redis.hset(keys.tree_handles(record.partition, second.session_id), first.handle, second.session_id)
+    await stack.redis.sadd(keys.partition_sessions(record.partition), second.session_id)
+    line = one_line_error(cli(redis_url, "history", first.handle))
+    assert "names 2 sessions" in line and first.session_id in line and second.session_id in line
+
+
+async def test_history_into_head_ends_quietly(stack, redis_url):
+    root = await stack.register_root("planner", "x")
+    for i in range(120):
+        await stack.inject(root.session_id, "plugin", f"note {i} " + "x" * 2000)
+    env = {**os.environ, "REDIS_URL": redis_url}
+    done = subprocess.run(f"{sys.executable} -m treemail history {root.session_id} --json | head -n 1",
+                          shell=True, env=env, capture_output=True, text=True, timeout=60)
+    assert done.stdout.count("\n") == 1
+    assert done.stderr == "", done.stderr
+
+
+@pytest.mark.skipif(CLUSTER, reason="starts its own cluster")
+def test_a_cluster_without_cluster_true_is_one_line_saying_to_set_it():
+    cluster = LocalValkeyCluster(masters=3).start()
+    try:
+        for args in (("trees",), ("approvals", "list"), ("dead-letters",)):
+            line = one_line_error(cli(cluster.url, *args))
+            assert "cluster = true" in line and "TREEMAIL_SERVICE_CLUSTER=true" in line, line
+    finally:
+        cluster.cleanup()

@@ -1,0 +1,25 @@
+"""History rows for people: every event type reads as `key=value` fields, never a raw JSON object."""
+
+import pytest
+
+from treemail.domain import events as ev
+from treemail.projections.render import history_row
+
+
+@pytest.mark.parametrize("event,fields", [
+    (ev.SessionRunStarted(run_id="run-1"), "run_id=run-1"),
+    (ev.ProducerRegistered(producer_id="agent:abc", owner="agent", sender_session_id="abc"),
+     "producer_id=agent:abc owner=agent sender_session_id=abc"),
+    (ev.SessionWakeRequested(message_id=None), ""),
+])
+def test_an_event_without_its_own_row_prints_as_key_value_fields(event, fields):
+    # given an event type render.py has no case for; when it is printed
+    row = history_row(7, event)
+    # then its fields follow the name, the way message rows read, and no JSON object appears
+    assert row == f"{7:>6} {type(event).__name__:<26} {fields}".rstrip()
+    assert "{" not in row
+
+
+def test_a_field_with_spaces_is_quoted_so_the_row_still_splits_into_fields():
+    row = history_row(1, ev.SessionRunStarted(run_id="run one"))
+    assert row.endswith("run_id='run one'")

@@ -1,0 +1,58 @@
+"""What every `treemail` subcommand shares: the common options, configuration, a connected host."""
+
+import asyncio
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from treemail.adapters.config import load_config
+from treemail.domain.errors import ConfigError, UnknownSessionError
+
+ConfigOpt = Annotated[Optional[Path], typer.Option(
+    "--config", help="TOML file with [messaging] and [service] tables (default: TREEMAIL_CONFIG); "
+    "accepted before or after the subcommand", show_default=False)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="one JSON object per line, for scripts")]
+SessionArg = Annotated[str, typer.Argument(
+    metavar="SESSION", help="a session id, or a handle such as explore_1a2b3c4d (unique per tree)")]
+
+
+def config_of(ctx: typer.Context, config: Path | None):
+    return load_config(config or (ctx.obj or {}).get("config"))
+
+
+def url_of(config) -> str:
+    url = config.service.redis_url
+    if not url:
+        raise ConfigError("no server: set REDIS_URL (or [service] redis_url in TREEMAIL_CONFIG)")
+    return url
+
+
+async def with_host(config, action):
+    from treemail.producers.host import Treemail
+
+    host = await Treemail.connect(config, url_of(config))
+    try:
+        return await action(host)
+    finally:
+        await host.close()
+
+
+def run_with_host(ctx, config, action):
+    return asyncio.run(with_host(config_of(ctx, config), action))
+
+
+async def session_id(host, ref: str) -> str:
+    """A session id as given, or the one session a handle names in any tree."""
+    from treemail.adapters.handles import sessions_with_handle
+    from treemail.domain.ids import is_uuid
+
+    if is_uuid(ref):
+        return ref
+    found = await sessions_with_handle(host.redis, host.config.service.partitions, ref)
+    if not found:
+        raise UnknownSessionError(f"no session has id or handle {ref!r}")
+    if len(found) > 1:
+        raise UnknownSessionError(f"handle {ref!r} names {len(found)} sessions in different trees "
+                                  f"({', '.join(found)}): give the session id")
+    return found[0]

@@ -1,0 +1,79 @@
+"""Subcommands for operators and hosts beyond the core: `pump`, `inspect`, `retry`, `config show`,
+`permissions`. ``register(app)`` adds them; each only wires a function of a lower floor."""
+
+import asyncio
+import json
+from typing import Annotated
+
+import typer
+
+from .clicommon import ConfigOpt, JsonOpt, SessionArg, config_of, run_with_host, session_id, url_of
+
+DEFAULT_PUMP_METRICS_PORT = 9466
+
+config_app = typer.Typer(help="Show the configuration in force.", no_args_is_help=True, rich_markup_mode=None)
+
+
+def pump(
+    ctx: typer.Context,
+    metrics_port: Annotated[int, typer.Option(
+        envvar="TREEMAIL_PUMP_METRICS_PORT", min=-1, max=65535,
+        help="port of /metrics; 0 picks a free port and logs it, -1 serves none")] = DEFAULT_PUMP_METRICS_PORT,
+    interval: Annotated[float, typer.Option(min=0.05, help="seconds between passes over the due index")] = 1.0,
+    config: ConfigOpt = None,
+) -> None:
+    """Run a delivery pump: releases expired claims, parks spent messages, wakes sessions with mail due."""
+    from treemail.projections.pump import serve_pump
+
+    cfg = config_of(ctx, config)
+    asyncio.run(serve_pump(cfg, url_of(cfg), None if metrics_port < 0 else metrics_port, interval))
+
+
+MessageArg = Annotated[str, typer.Argument(metavar="MESSAGE_ID", help="the message_id send_message returned")]
+
+
+def inspect(ctx: typer.Context, message_id: MessageArg, as_json: JsonOpt = False, config: ConfigOpt = None) -> None:
+    """What became of a message: accepted (with its receipt), processed, parked or refused."""
+    from treemail.producers import inspection
+
+    async def action(host):
+        print(await inspection.cli_inspect(host, message_id, as_json))
+
+    run_with_host(ctx, config, action)
+
+
+def retry(ctx: typer.Context, message_id: MessageArg, config: ConfigOpt = None) -> None:
+    """Renew a parked message's retry budget (a processed or refused one cannot be rewound)."""
+    from treemail.producers import inspection
+
+    async def action(host):
+        print(await inspection.cli_retry(host, message_id))
+
+    run_with_host(ctx, config, action)
+
+
+def permissions(ctx: typer.Context, session: SessionArg, as_json: JsonOpt = False, config: ConfigOpt = None) -> None:
+    """A session's effective permissions: tool visibility, and what each label resolves to and why."""
+    from treemail.domain.effective import render_report
+
+    async def action(host):
+        report = await host.effective_permissions(await session_id(host, session))
+        print(json.dumps(report, ensure_ascii=False) if as_json else render_report(report))
+
+    run_with_host(ctx, config, action)
+
+
+@config_app.command("show")
+def config_show(ctx: typer.Context, config: ConfigOpt = None) -> None:
+    """The effective configuration, and which layer (file, environment, defaults) each table came from."""
+    from treemail.adapters.config import show_config
+
+    print(show_config(config or (ctx.obj or {}).get("config")), end="")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(pump)
+    app.command()(inspect)
+    app.command()(retry)
+    app.command()(permissions)
+    app.add_typer(config_app, name="config")
