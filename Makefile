@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-unit test-integration test-slow test-cluster cluster bench install clean prometheus
+.PHONY: run test soak test-unit test-integration test-slow test-cluster cluster bench install clean prometheus
 
 # pip's own progress, not --quiet: a first install takes a minute or two and must not look hung.
 # setuptools says "Editable installation ... Please be careful" on every editable install; it is
@@ -27,10 +27,15 @@ run: $(STAMP)
 	$(BIN)/treemail demo
 
 ## test: the whole suite, slow fault tests included, on one Valkey; then every decision and
-## delivery path again on a 3-master Valkey Cluster. Starts its own servers.
+## delivery path again on a 3-master Valkey Cluster. Starts its own servers. The 200,000-send
+## soak (several minutes) runs with `make soak`, not here.
 test: $(STAMP) prometheus
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -m "not soak"
 	TREEMAIL_TEST_BACKEND=cluster $(BIN)/pytest -q -m cluster tests/integration
+
+## soak: 200,000 sends through real workers; reports memory per retained message
+soak: $(STAMP)
+	$(BIN)/pytest -q -s -m soak tests/faults
 
 test-cluster: $(STAMP)
 	TREEMAIL_TEST_BACKEND=cluster $(BIN)/pytest -q -m cluster tests/integration

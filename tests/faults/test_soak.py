@@ -39,7 +39,8 @@ async def memory(redis) -> tuple[int, int]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)
+@pytest.mark.soak
+@pytest.mark.timeout(1200)
 async def test_soak_keeps_only_history_and_returns_every_transient_structure_to_near_empty():
     server = LocalValkey(durable=False).start()
     try:
