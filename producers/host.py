@@ -25,18 +25,21 @@ from treemail.adapters.config import Config, load_config
 from treemail.adapters.connection import connect
 from treemail.adapters.eventstore import EventStore
 from treemail.domain import commands as c
-from treemail.domain import envelope, ids
+from treemail.domain import envelope, ids, notices
 from treemail.domain import events as ev
 from treemail.domain.commands import SendContext
 from treemail.domain.errors import LifecycleError, Rejected
 from treemail.domain.state import MailItem
+from treemail.services.disposal import Disposed, DisposalService
+from treemail.services.drains import DrainService
 from treemail.services.sessions import SessionService
+from treemail.services.settlement import SettlementService
 
 from . import tool
 from .client import CommandClient
 from .wakes import Wake, WakeReader
 
-__all__ = ["Treemail", "SendContext", "Registration", "Delivery", "Wake"]
+__all__ = ["Treemail", "SendContext", "Registration", "Delivery", "Wake", "Disposed"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,9 @@ class Treemail:
         self.redis = redis
         self.store = EventStore(redis, config.service)
         self.sessions = SessionService(self.store, config)
+        self.settlement = SettlementService(self.store, self.sessions)
+        self.disposal = DisposalService(self.store, self.sessions, self.settlement)
+        self.drains = DrainService(self.store, self.sessions)
         self.commands = CommandClient(redis, listener, config.service)
         self.wake_reader = WakeReader(redis, config.service)
         self._listener = listener
@@ -102,15 +108,22 @@ class Treemail:
 
     async def register_child(
         self, parent_session_id: str, agent_type: str, description: str = "", *, rules=None,
-        send_message_tool: bool = True, status: str = "queued",
+        send_message_tool: bool = True, status: str = "queued", continuable: bool = True,
     ) -> Registration:
-        return await self._register(agent_type, description, rules, send_message_tool, status, parent_session_id)
+        """``continuable=False``: the host will never run it again once it finished; mail then is refused."""
+        return await self._register(
+            agent_type, description, rules, send_message_tool, status, parent_session_id, continuable
+        )
 
-    async def _register(self, agent_type, description, rules, send_message_tool, status, parent) -> Registration:
+    async def _register(
+        self, agent_type, description, rules, send_message_tool, status, parent, continuable=True
+    ) -> Registration:
         record = await self.sessions.register(
             agent_type=agent_type, description=description, rules=rules,
-            send_message_tool=send_message_tool, status=status, parent_session_id=parent,
+            send_message_tool=send_message_tool, status=status, parent_session_id=parent, continuable=continuable,
         )
+        if parent is not None:
+            await self.drains.inherit(record)
         return Registration(record.session_id, record.handle, record.root_session_id)
 
     async def set_status(self, session_id: str, status: str) -> None:
@@ -134,8 +147,20 @@ class Treemail:
     async def start_run(self, session_id: str, run_id: str) -> None:
         await self.sessions.execute(c.StartRun(session_id, run_id))
 
-    async def finish_run(self, session_id: str, run_id: str) -> None:
+    async def finish_run(
+        self, session_id: str, run_id: str, stop_reason: str | None = None, closing_text: str | None = None
+    ) -> str | None:
+        """With a ``stop_reason`` the run ended for good: the parent gets a settlement notice (seed 002).
+
+        Returns the notice's gate (``not_announced``, ``parent_unavailable``,
+        ``injected``, ``queued``, ``steered``, or ``failed``: logged and counted,
+        the finish stands), or None without a stop reason.
+        """
+        _check_stop_reason(stop_reason)
         await self.sessions.execute(c.FinishRun(session_id, run_id))
+        if stop_reason is None:
+            return None
+        return await self.settlement.settle(session_id, run_id, stop_reason, closing_text)
 
     async def claim(self, session_id: str, run_id: str) -> list[Delivery]:
         """At a safe model-request boundary: the mail due in this run, claimed by it, in acceptance order."""
@@ -155,6 +180,8 @@ class Treemail:
         if event.owner == "agent":
             sender = event.sender_handle or event.sender_session_id
             text = envelope.render_agent_message(sender, event.body, reply_hint)
+        elif event.owner in notices.NOTICE_KINDS:
+            text = notices.render_notice(event.owner, event.body)
         else:
             text = event.body
         return Delivery(event.message_id, event.owner, event.mode, event.sender_session_id, text)
@@ -175,7 +202,8 @@ class Treemail:
             await self.start_run(wake.session_id, run_id)
             started = True
         except LifecycleError as error:
-            if error.code != "lifecycle:run_active":
+            # Running already, or disposed since the trigger was written: either way nothing to start.
+            if error.code not in ("lifecycle:run_active", "lifecycle:closing"):
                 raise
             started = False
         await self.wake_reader.ack(wake)
@@ -287,3 +315,34 @@ class Treemail:
     async def history(self, session_id: str) -> list[tuple[int, ev.Event]]:
         record = await self.sessions.record(session_id)
         return await self.store.read(record)
+
+    # ---- seed 002: disposal, draining, return guidance ------------------------------------------------
+
+    async def dispose(
+        self, session_id: str, stop_reason: str | None = None, closing_text: str | None = None
+    ) -> Disposed:
+        """Closing (the cutoff: sends to and from it are refused), pending agent mail returned to its
+        senders as notices, closed; then, with a ``stop_reason``, the parent's settlement notice.
+        Safe to call again to complete a disposal that was interrupted."""
+        _check_stop_reason(stop_reason)
+        return await self.disposal.dispose(session_id, stop_reason, closing_text)
+
+    async def drain(self, session_id: str | None = None) -> int:
+        """Refuse new sends from or to the whole service (no ``session_id``) or this session and every
+        session below it (``send_message:draining``); accepted mail is still delivered."""
+        return await self.drains.drain(session_id)
+
+    async def undrain(self, session_id: str | None = None) -> int:
+        return await self.drains.undrain(session_id)
+
+    async def return_guidance(self, session_id: str) -> str | None:
+        """The sentence to append to a child's first prompt, or None when it cannot message its parent."""
+        record = await self.sessions.record(session_id)
+        if record.parent_session_id is None:
+            return None
+        parent = await self.sessions.record(record.parent_session_id)
+        return notices.return_guidance_for(record, parent.handle)
+
+def _check_stop_reason(stop_reason: str | None) -> None:
+    if stop_reason is not None and stop_reason not in c.STOP_REASONS:
+        raise ValueError(f"stop_reason must be one of {', '.join(c.STOP_REASONS)}, got {stop_reason!r}")

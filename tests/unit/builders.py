@@ -241,7 +241,10 @@ def send(
     message_id: str = "m-1",
 ):
     """Decide one send. ``approval``: what a person already said about this exact send (None: never asked)."""
-    events = list(sender_events) if sender_events is not None else ([registered(sender)] if sender else [])
+    # The sender sends from its open run (seed 002: only the exact live sender may send).
+    events = list(sender_events) if sender_events is not None else (
+        [registered(sender), run_started(run_id)] if sender else []
+    )
     if approval is not None and sender is not None and isinstance(target, Found):
         events += approval_events(sender, target.record.session_id, approval, to=to, body=body, mode=mode,
                                   run_id=run_id, tool_call_id=tool_call_id)

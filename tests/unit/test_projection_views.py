@@ -144,6 +144,12 @@ def one_of_each_event_type() -> list[ev.Event]:
                              mode="steer"),
         ev.ApprovalGranted(request_id="q", key="k", scope="tree", label="sibling"),
         ev.ApprovalDenied(request_id="q", key="k"),
+        # Seed 002, part 1.
+        ev.SessionClosing(stop_reason="aborted", closing_text="bye"),
+        ev.SessionClosed(),
+        ev.SessionSettled(run_id="r", stop_reason="completed", notice="queued", message_id="m"),
+        ev.SessionDrainStarted(by="s1"),
+        ev.SessionDrainLifted(by="s1"),
     ]
 
 

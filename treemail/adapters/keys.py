@@ -96,3 +96,8 @@ WAKE_GROUP = "treemail-hosts"
 def approval_notify(request_id: str) -> str:
     """Wakes a send waiting on this request at once; only a hint (waiting sends poll the status too)."""
     return f"{PREFIX}:approval-notify:{request_id}"
+
+
+# Seed 002: set while the whole service drains (a flag, not a stream: no session owns it).
+def service_drain() -> str:
+    return f"{PREFIX}:drain"

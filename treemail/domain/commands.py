@@ -54,6 +54,7 @@ class RegisterSession:
     rules: list[tuple[str, str]]
     send_message_tool: bool
     status: Status
+    continuable: bool = True
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,71 @@ class ResolveApproval:
     decision: Literal["approve_once", "approve_tree", "deny"]
 
 
+# Seed 002, part 1: disposal, settlement notices, draining.
+STOP_REASONS = ("completed", "aborted", "max_tokens", "refusal", "error")
+
+
+@dataclass(frozen=True)
+class DisposeSession:
+    """Open the send-versus-dispose cutoff (closing); ``CloseSession`` completes the disposal."""
+
+    session_id: str
+    stop_reason: str | None = None
+    closing_text: str | None = None
+
+
+@dataclass(frozen=True)
+class CloseSession:
+    """Set aside every message still pending, each with what became of it, and close the session.
+
+    ``returned``: (message id, discard reason) for every pending agent message,
+    after its sender was given a notice (or found gone).
+    """
+
+    session_id: str
+    returned: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class ReturnMail:
+    """Decided on the original sender's stream: a notice that its message was not delivered, and why."""
+
+    session_id: str
+    message_id: str
+    notice_id: str
+    recipient_handle: str
+    body: str
+    stop_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class SettleSession:
+    """A child's run ended for good (``run_id``) or it was disposed: notify its parent, gated as the seed says."""
+
+    session_id: str
+    run_id: str | None
+    stop_reason: str
+    closing_text: str | None
+    disposed: bool
+    notice_id: str
+
+
+@dataclass(frozen=True)
+class DrainSession:
+    """``by``: the session whose subtree is draining (this one, or an ancestor)."""
+
+    session_id: str
+    by: str
+
+
+@dataclass(frozen=True)
+class LiftDrain:
+    session_id: str
+    by: str
+
+
 SessionCommand = (
     RegisterSession | ChangeStatus | StartRun | FinishRun | ClaimMail | ConsumeMail | ReleaseMail | DiscardMail
     | InjectMail | RequestWake | ResolveApproval
+    | DisposeSession | CloseSession | ReturnMail | SettleSession | DrainSession | LiftDrain
 )

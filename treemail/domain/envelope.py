@@ -16,7 +16,8 @@ durable event keeps the body byte for byte.
 
 import re
 
-TAG = re.compile(r"<(\s*/?\s*agent_message)", re.IGNORECASE)
+# treemail_notice too: a body must not be able to forge a notice treemail writes (seed 002) either.
+TAG = re.compile(r"<(\s*/?\s*(?:agent_message|treemail_notice))", re.IGNORECASE)
 
 
 def neutralize(body: str) -> str:

@@ -20,6 +20,13 @@ class Code(str, Enum):
     ENGINE_SHUTDOWN = "send_message:engine_shutdown"
     IDEMPOTENCY_CONFLICT = "send_message:idempotency_conflict"
     PERMISSION_DENIED = "permission_denied"
+    # Seed 002, part 1: who may send, and sends that race the end of a session.
+    SENDER_NOT_LIVE = "send_message:sender_not_live"
+    DRAINING = "send_message:draining"
+    RECIPIENT_CLOSING = "send_message:recipient_closing"
+    SENDER_CLOSING = "send_message:sender_closing"
+    PARENT_UNAVAILABLE = "send_message:parent_unavailable"
+    NOT_RESUMABLE = "send_message:not_resumable"
 
 
 class Rejected(Exception):

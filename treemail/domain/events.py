@@ -13,7 +13,8 @@ Status = Literal["queued", "running", "idle", "finished"]
 Mode = Literal["steer", "queue"]
 # Who produced a message on the recipient: an agent via send_message, or one
 # of the host's own producers that inject mail.
-OwnerKind = Literal["agent", "plugin", "delegation", "goal"]
+# "settlement" and "returned" are notices treemail itself writes (seed 002): never an agent's words.
+OwnerKind = Literal["agent", "plugin", "delegation", "goal", "settlement", "returned"]
 
 
 class Event(BaseModel):
@@ -31,6 +32,8 @@ class SessionRegistered(Event):
     rules: list[tuple[str, str]]
     send_message_tool: bool
     status: Status
+    # False: the host cannot start another run for it; treemail never wakes it (seed 002).
+    continuable: bool = True
 
 
 class SessionStatusChanged(Event):
@@ -130,6 +133,40 @@ class ApprovalDenied(Event):
     key: str
 
 
+# Seed 002, part 1: disposal, settlement notices, draining.
+class SessionClosing(Event):
+    """The send-versus-dispose cutoff: from here on sends to and from the session are refused."""
+
+    stop_reason: str | None = None
+    closing_text: str | None = None
+
+
+class SessionClosed(Event):
+    """Disposal is complete: every message still pending was returned to its sender or set aside with its reason."""
+
+
+class SessionSettled(Event):
+    """The session's run ended for good, or it was disposed; and what treemail told its parent about it."""
+
+    run_id: str | None = None
+    stop_reason: str
+    closing_text: str | None = None
+    disposed: bool = False
+    # not_announced, parent_unavailable, injected, queued or steered (the seed's gates, in order).
+    notice: str
+    message_id: str | None = None
+
+
+class SessionDrainStarted(Event):
+    """New sends from or to this session are refused; ``by`` is the session whose subtree is draining."""
+
+    by: str
+
+
+class SessionDrainLifted(Event):
+    by: str
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.__name__: cls
     for cls in (
@@ -148,6 +185,12 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ApprovalRequested,
         ApprovalGranted,
         ApprovalDenied,
+        # Seed 002, part 1.
+        SessionClosing,
+        SessionClosed,
+        SessionSettled,
+        SessionDrainStarted,
+        SessionDrainLifted,
     )
 }
 

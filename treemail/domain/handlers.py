@@ -24,6 +24,8 @@ from .decide.lifecycle import (
     decide_status,
 )
 from .decide.send import decide_send
+from .decide.disposal import decide_close, decide_dispose, decide_drain, decide_lift_drain, decide_return_mail
+from .decide.settlement import decide_settle
 
 
 @dataclass(frozen=True)
@@ -45,4 +47,12 @@ HANDLERS: dict[type, Handler] = {
     c.InjectMail: Handler(decide_inject),
     c.RequestWake: Handler(decide_request_wake),
     c.ResolveApproval: Handler(decide_resolve_approval),
+    # Seed 002, part 1: disposal, settlement notices, draining. SettleSession is decided on
+    # the child and its parent together (``SettlementGiven``), by ``services.settlement``.
+    c.DisposeSession: Handler(decide_dispose, reads_mail=True),
+    c.ReturnMail: Handler(decide_return_mail),
+    c.CloseSession: Handler(decide_close, reads_mail=True),
+    c.SettleSession: Handler(decide_settle),
+    c.DrainSession: Handler(decide_drain),
+    c.LiftDrain: Handler(decide_lift_drain),
 }

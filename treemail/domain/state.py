@@ -46,6 +46,12 @@ class SessionState:
     run_hops: dict[str, int] = field(default_factory=dict)
     # Approval requests this session's sends opened: idempotency digest -> request.
     approvals: dict[str, "ApprovalEntry"] = field(default_factory=dict)
+    # Seed 002: whether the host can run it again (never woken if not), its disposal
+    # (None, "closing", "closed"), the sessions whose drain covers it, and whether it was ever sent mail.
+    continuable: bool = True
+    disposal: str | None = None
+    drained_by: frozenset[str] = frozenset()
+    announced: bool = False
 
     def to_json(self) -> str:
         # Written for every append: spelled out, because dataclasses.asdict deep-copies.
@@ -61,6 +67,10 @@ class SessionState:
                 "producers": sorted(self.producers),
                 "run_hops": self.run_hops,
                 "approvals": {k: list(v) for k, v in self.approvals.items()},
+                "continuable": self.continuable,
+                "disposal": self.disposal,
+                "drained_by": sorted(self.drained_by),
+                "announced": self.announced,
             },
             separators=(",", ":"),
         )
@@ -72,6 +82,7 @@ class SessionState:
         data = json.loads(text)
         data["producers"] = frozenset(data.get("producers", ()))
         data["approvals"] = {k: ApprovalEntry(*v) for k, v in data.get("approvals", {}).items()}
+        data["drained_by"] = frozenset(data.get("drained_by", ()))
         # A snapshot written by a newer version may carry fields this one does not know.
         return cls(**{k: v for k, v in data.items() if k in _STATE_FIELDS})
 
@@ -132,8 +143,8 @@ def _drain(state: SessionState, event: ev.MessageEvent) -> SessionState:
 
 def evolve(state: SessionState, event: ev.Event) -> SessionState:
     match event:
-        case ev.SessionRegistered(status=status):
-            return replace(state, registered=True, status=status)
+        case ev.SessionRegistered(status=status, continuable=continuable):
+            return replace(state, registered=True, status=status, continuable=continuable)
         case ev.SessionStatusChanged(status=status):
             return replace(state, status=status)
         case ev.SessionRunStarted(run_id=run_id):
@@ -149,7 +160,7 @@ def evolve(state: SessionState, event: ev.Event) -> SessionState:
         case ev.ProducerRegistered(producer_id=producer_id):
             return replace(state, producers=state.producers | {producer_id})
         case ev.ProducerMessageAccepted(owner=owner, sender_session_id=sender):
-            state = replace(state, pending_all=state.pending_all + 1)
+            state = replace(state, pending_all=state.pending_all + 1, announced=True)
             if not _counted(owner):
                 return state
             pairs = dict(state.pair_inflight)
@@ -168,6 +179,15 @@ def evolve(state: SessionState, event: ev.Event) -> SessionState:
             status = "approved" if isinstance(event, ev.ApprovalGranted) else "denied"
             entry = state.approvals[event.key]._replace(status=status)
             return replace(state, approvals={**state.approvals, event.key: entry})
+        # Seed 002, part 1.
+        case ev.SessionClosing():
+            return replace(state, disposal="closing")
+        case ev.SessionClosed():
+            return replace(state, disposal="closed")
+        case ev.SessionDrainStarted(by=by):
+            return replace(state, drained_by=state.drained_by | {by})
+        case ev.SessionDrainLifted(by=by):
+            return replace(state, drained_by=state.drained_by - {by})
         case _:
             return state
 

@@ -21,6 +21,7 @@ from ..domain.handlers import HANDLERS
 from ..domain.messaging import MessagingConfig
 from ..domain.records import Peer, SessionRecord
 from ..domain.state import SessionState
+from . import admission
 
 decide_send = HANDLERS[SendMessage].decide
 
@@ -77,8 +78,8 @@ class SendService:
         states = await self.store.load_many(present)
         return [Peer(r, states[r.session_id].state.status) for r in present]
 
-    async def _load(self, work: list[_Work]) -> tuple[dict[str, Loaded], dict[str, frozenset[str]]]:
-        """Every sender's and recipient's state, and the senders' tree grants.
+    async def _load(self, work: list[_Work]) -> tuple[dict[str, Loaded], dict[str, frozenset[str]], bool]:
+        """Every sender's and recipient's state, the senders' tree grants, and whether the service drains.
 
         The idempotency record is not read here: the commit script checks it
         atomically and answers a duplicate with the recorded outcome.
@@ -91,9 +92,11 @@ class SendService:
                 records[w.target.session_id] = w.target
         loaded = await self.store.load_many(list(records.values()))
         grants = await self.directory.tree_grants([w.sender for w in work if w.sender is not None])
-        return loaded, grants
+        return loaded, grants, await admission.service_draining(self.store)
 
-    def _decide_one(self, w: _Work, loaded: dict[str, Loaded], grants: dict[str, frozenset[str]]) -> SendDecision:
+    def _decide_one(
+        self, w: _Work, loaded: dict[str, Loaded], grants: dict[str, frozenset[str]], draining: bool = False
+    ) -> SendDecision:
         sender_state = loaded[w.sender.session_id].state if w.sender else SessionState()
         target: Target = w.target
         if isinstance(target, SessionRecord):
@@ -101,23 +104,28 @@ class SendService:
         given = SendGiven(
             sender=w.sender, sender_state=sender_state, target=target, config=self.config,
             tree_grants=grants.get(w.sender.root_session_id, frozenset()) if w.sender else frozenset(),
-            new_id=ids.uuid7(), now=time.time(),
+            new_id=ids.uuid7(), now=time.time(), service_draining=draining,
         )
         return decide_send(w.command, given)
 
     async def _round(self, work: list[_Work], outcomes: dict[str, dict]) -> list[_Work]:
         await self._resolve(work)
-        loaded, grants = await self._load(work)
+        loaded, grants, draining = await self._load(work)
         committing: list[tuple[_Work, SendDecision]] = []
         appends: list[PreparedAppend] = []
+        record_first: list[tuple[SendMessage, SessionRecord]] = []
         for w in work:
-            decision = self._decide_one(w, loaded, grants)
+            decision = self._decide_one(w, loaded, grants, draining)
             prepared = self._prepare(w, decision, loaded)
             if prepared is None:
                 outcomes[w.command.command_id] = outcome_of(decision)
+                if isinstance(decision, Refused) and idempotency.answers_from_record_first(decision.code):
+                    record_first.append((w.command, w.sender))
                 continue
             appends.append(prepared)
             committing.append((w, decision))
+        # Seed 002: a refusal because time moved on must not hide what this tool call got before.
+        await admission.answer_from_records(self.store, record_first, outcomes)
         if not committing:
             return []
 

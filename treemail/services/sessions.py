@@ -70,6 +70,7 @@ class SessionService:
         send_message_tool: bool,
         status: str,
         parent_session_id: str | None,
+        continuable: bool = True,
     ) -> SessionRecord:
         if status not in STATUSES:
             raise ValueError(f"status must be queued, running, idle or finished, got {status!r}")
@@ -81,7 +82,7 @@ class SessionService:
             command = RegisterSession(
                 session_id=session_id, root_session_id=root_id, parent_session_id=parent_session_id,
                 agent_type=agent_type, description=description, handle=ids.new_handle(agent_type),
-                rules=normalized, send_message_tool=send_message_tool, status=status,
+                rules=normalized, send_message_tool=send_message_tool, status=status, continuable=continuable,
             )
             record = SessionRecord(
                 session_id=session_id, root_session_id=root_id, parent_session_id=parent_session_id,

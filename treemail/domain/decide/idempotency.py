@@ -16,7 +16,23 @@ from ..errors import Code
 # key, so a redelivered command is answered the same although room may have
 # freed up since. Refusals that depend only on the arguments or on settings
 # are not recorded; deciding them again gives the same answer anyway.
-RECORDED_REFUSALS = frozenset({Code.MAX_HOPS_EXCEEDED, Code.INBOX_FULL, Code.INFLIGHT_FULL})
+# Seed 002: the cutoff, drains and a parent's disposal are re-checked on every
+# attempt, as the seed re-checks before each retry; a finished session could be
+# run again by its host, so not_resumable is recorded.
+RECORDED_REFUSALS = frozenset({Code.MAX_HOPS_EXCEEDED, Code.INBOX_FULL, Code.INFLIGHT_FULL, Code.NOT_RESUMABLE})
+
+
+# Seed 002: refusals on state that moves on (a run ended, a drain, a disposal)
+# and is not recorded. An earlier decision of the same tool call, made before
+# the state moved, may have accepted it: the key's record is read first and,
+# if there is one, it is the answer (a retried call returns its original outcome).
+RECORD_FIRST = frozenset({
+    Code.SENDER_NOT_LIVE, Code.DRAINING, Code.RECIPIENT_CLOSING, Code.SENDER_CLOSING, Code.PARENT_UNAVAILABLE,
+})
+
+
+def answers_from_record_first(code: Code) -> bool:
+    return code in RECORD_FIRST
 
 
 def key_digest(context: SendContext) -> str:

@@ -11,7 +11,7 @@ from ..errors import Code, Rejected
 from ..messaging import MessagingConfig
 from ..records import SessionRecord
 from ..state import SessionState
-from . import guards, idempotency
+from . import admission, guards, idempotency
 from .guards import Found, Target
 from .wake import with_wake
 
@@ -29,6 +29,8 @@ class SendGiven:
     # A fresh id: the message's if accepted, the approval request's if one is opened.
     new_id: str = ""
     now: float = 0.0
+    # Seed 002: the whole service is draining.
+    service_draining: bool = False
 
 
 # Outcomes of a send decision.
@@ -93,10 +95,13 @@ def decide_send(command: SendMessage, given: SendGiven) -> SendDecision:
     context, arguments, config = command.context, command.arguments, given.config
     try:
         sender = guards.require_sender(given.sender, given.sender_state)
+        admission.require_sender_admitted(given.sender_state, context.run_id, given.service_draining)
         guards.require_enabled(config)
         guards.require_tool(sender)
         guards.require_body(arguments.body, config.max_body_bytes)
+        admission.require_parent_available(sender, given.target)
         found = guards.require_recipient(sender, given.target)
+        admission.require_recipient_admitting(found)
         label = permissions.relationship(sender.origin, found.record.origin)
         effect = permissions.evaluate(sender.rules, label)
         if effect == "deny":

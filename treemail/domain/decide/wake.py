@@ -5,8 +5,14 @@ from ..state import SessionState, fold
 
 
 def has_mail_due_while_asleep(state: SessionState) -> bool:
-    """Idle or finished, no run open, and mail pending: only a new run will ever deliver it."""
-    return state.status in ("idle", "finished") and state.current_run is None and state.pending_all > 0
+    """Idle or finished, no run open, and mail pending: only a new run will ever deliver it.
+
+    Never for a session that is not continuable or is being disposed (seed 002).
+    """
+    return (
+        state.status in ("idle", "finished") and state.current_run is None and state.pending_all > 0
+        and state.continuable and state.disposal is None
+    )
 
 
 def with_wake(state: SessionState, events: list[ev.Event], now: float = 0.0) -> list[ev.Event]:
