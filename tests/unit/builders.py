@@ -239,6 +239,7 @@ def send(
     approval: str | None = None,
     tree_granted: bool = False,
     message_id: str = "m-1",
+    service_draining: bool = False,
 ):
     """Decide one send. ``approval``: what a person already said about this exact send (None: never asked)."""
     # The sender sends from its open run (seed 002: only the exact live sender may send).
@@ -254,10 +255,29 @@ def send(
     given = SendGiven(
         sender=sender, sender_state=st.fold(events), target=target, config=cfg or config(),
         tree_grants=frozenset({label, "child", "parent", "*"}) if tree_granted else frozenset(),
-        new_id=message_id, now=1.0,
+        new_id=message_id, now=1.0, service_draining=service_draining,
     )
     return decide_send(command, given)
 
 
 def given_lifecycle(h: "History", cfg: MessagingConfig | None = None, now: float = 0.0) -> Given:
     return Given(h.state, h.mail, cfg or config(), now)
+
+
+# ---- seed 002 ----------------------------------------------------------------------------------
+
+
+def registered_as(record: SessionRecord, status: str = "running", continuable: bool = True) -> ev.SessionRegistered:
+    return registered(record, status).model_copy(update={"continuable": continuable})
+
+
+def closing(stop_reason: str | None = "aborted") -> ev.SessionClosing:
+    return ev.SessionClosing(stop_reason=stop_reason)
+
+
+def closed() -> ev.SessionClosed:
+    return ev.SessionClosed()
+
+
+def drain_started(by: str) -> ev.SessionDrainStarted:
+    return ev.SessionDrainStarted(by=by)
