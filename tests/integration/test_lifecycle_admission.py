@@ -158,6 +158,14 @@ async def test_dispose_returns_unprocessed_mail_to_its_senders_and_refuses_sends
     assert len(of_type(await stack.history(b.session_id), "ProducerMessageAccepted")) == 1
 
 
+async def test_a_tool_call_accepted_before_the_cutoff_and_retried_after_it_keeps_its_outcome(stack):
+    root, a, _ = await family(stack)
+    first = await send(stack, root, "run-root", "c1", a.handle, "before")
+    await stack.dispose(a.session_id)
+    assert await send(stack, root, "run-root", "c1", a.handle, "before") == first
+    assert code(await send(stack, root, "run-root", "c2", a.handle)) == "send_message:recipient_closing"
+
+
 async def test_a_sender_being_disposed_is_refused_and_an_interrupted_disposal_completes(stack):
     root, a, b = await family(stack)
     await send(stack, b, "run-1", "c0", a.handle, "pending when a closes")
