@@ -23,6 +23,7 @@ async def test_kill_9_worker_mid_batch_every_command_decided_once(redis_url):
         try:
             root = await host.register_root("planner", "x", rules={"child": "allow"})
             children = [await host.register_child(root.session_id, "explore", "x") for _ in range(20)]
+            await host.start_run(root.session_id, "run-1")
             jobs = [
                 (SendContext(root.session_id, "run-1", f"call-{i}"), {"to": children[i % 20].handle, "body": f"#{i}"})
                 for i in range(3000)
