@@ -215,7 +215,8 @@ class Treemail:
         With ``interrupted_runs`` (the host restarted, so no run survived),
         runs still open in the streams are finished, which releases the mail
         they had claimed, and their sessions become idle. Then every session
-        asleep with mail due is asked to wake again (``RequestWake``). Returns
+        asleep with mail due is asked to wake again (``RequestWake``), and
+        every disposal interrupted after its cutoff is completed. Returns
         the number of wakes requested; a duplicate trigger is harmless.
         """
         written = 0
@@ -228,6 +229,8 @@ class Treemail:
                         await self.finish_run(session_id, run)
                         await self.set_status(session_id, "idle")
                 written += len(await self.sessions.execute(c.RequestWake(session_id)))
+                # Seed 002: a disposal the host did not live to complete is completed now.
+                await self.disposal.complete_interrupted(session_id)
         return written
 
     async def pending_mail(self, session_id: str) -> list[MailItem]:

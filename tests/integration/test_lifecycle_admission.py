@@ -178,6 +178,21 @@ async def test_a_sender_being_disposed_is_refused_and_an_interrupted_disposal_co
     assert of_type(await stack.history(a.session_id), "SessionClosed")
 
 
+async def test_reconcile_completes_a_disposal_the_host_did_not_live_to_finish(stack):
+    root, a, b = await family(stack)
+    await send(stack, root, "run-root", "c0", a.handle, "go")
+    await send(stack, b, "run-1", "c1", a.handle, "unread when the host died")
+    await stack.sessions.execute(c.DisposeSession(a.session_id, "error", "host crashed"))
+    await stack.reconcile(interrupted_runs=True)
+    history = await stack.history(a.session_id)
+    assert of_type(history, "SessionClosed")
+    [settled] = of_type(history, "SessionSettled")
+    assert (settled.stop_reason, settled.closing_text, settled.disposed) == ("error", "host crashed", True)
+    returned = [e for e in of_type(await stack.history(b.session_id), "ProducerMessageAccepted")
+                if e.owner == "returned"]
+    assert len(returned) == 1 and returned[0].body.endswith("unread when the host died")
+
+
 async def test_a_child_writing_to_a_disposed_parent_gets_parent_unavailable(stack):
     root, a, _ = await family(stack)
     await stack.dispose(root.session_id)

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 
 from ..adapters.eventstore import EventStore
+from ..domain import events as ev
 from ..domain import ids
 from ..domain.commands import CloseSession, DisposeSession, ReturnMail
 from ..domain.decide.disposal import returned_reason
@@ -61,6 +62,15 @@ class DisposalService:
         if stop_reason is not None:
             settled = await self.settlement.settle(session_id, None, stop_reason, closing_text, disposed=True)
         return Disposed(returned, settled)
+
+    async def complete_interrupted(self, session_id: str) -> Disposed | None:
+        """A disposal that stopped after its cutoff (the host died) is completed, with the stop reason and
+        closing text its ``SessionClosing`` recorded; None when the session is not closing."""
+        record = await self.sessions.record(session_id)
+        if (await self.store.load(record)).state.disposal != "closing":
+            return None
+        closing = [e for _, e in await self.store.read(record) if isinstance(e, ev.SessionClosing)][-1]
+        return await self.dispose(session_id, closing.stop_reason, closing.closing_text)
 
     async def _return_pending(self, record: SessionRecord, stop_reason: str | None, skip) -> dict[str, str]:
         """Hand every pending agent message back to its sender as a notice; message id -> discard reason."""
