@@ -1,3 +1,3 @@
 """treemail: durable agent-to-agent mail for LLM agent delegation trees."""
 
-PROTOCOL_VERSION = 8
+PROTOCOL_VERSION = 9

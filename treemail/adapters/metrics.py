@@ -78,6 +78,11 @@ WAKES_OUTSTANDING = Gauge(
     "treemail_wakes_outstanding", "Sessions with a wake requested and no run started yet", registry=REGISTRY
 )
 APPROVALS_PENDING = Gauge("treemail_approvals_pending", "Approval requests waiting for a person", registry=REGISTRY)
+# Seed 002: counted in the process that disposes or finishes the child (the host's), never failing either.
+SETTLEMENT_FAILURES = Counter(
+    "treemail_settlement_notice_failures", "Settlement notices that could not be delivered to a parent",
+    registry=REGISTRY,
+)
 
 # Delivery as an obligation (seed 004): the delivery pump.
 PUMP_LAG_SECONDS = Gauge(
