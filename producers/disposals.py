@@ -4,15 +4,11 @@ A part of ``Treemail`` (like ``InterruptHost`` and ``PeerHost``), so the
 facade stays wiring: each method here is one call into ``services``.
 """
 
-from typing import get_args
-
-from treemail.domain import events as ev
 from treemail.domain import notices
+from treemail.domain.commands import STOP_REASONS
 from treemail.services.disposal import Disposed, DisposalService
 from treemail.services.drains import DrainService
 from treemail.services.settlement import SettlementService
-
-STOP_REASONS = get_args(ev.StopReason)
 
 
 def check_stop_reason(reason: str | None) -> None:

@@ -525,9 +525,12 @@ class Treemail(InterruptHost, PeerHost, DisposalHost):
     ) -> Registration:
         """A new session (own id and handle, same tree and origin) forked from ``session_id`` at ``at_position``.
 
-        The source's pending mail stays with the source (it is delivered once, there).
+        The source's pending mail stays with the source (it is delivered once, there). A fork below a
+        draining session drains too (seed 002), as any session registered there does.
         """
         record = await self.sessions.fork(session_id, at_position, description=description, status=status)
+        if record.parent_session_id is not None:
+            await self.drains.inherit(record)
         return Registration(record.session_id, record.handle, record.root_session_id)
 
     # ---- plugins: observe and gate (producers/plugins.py, producers/subscriptions.py) -------------------

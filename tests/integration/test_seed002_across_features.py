@@ -43,6 +43,18 @@ async def test_a_peer_send_needs_the_senders_open_run_and_a_target_before_its_cu
     assert notice.text.startswith('<treemail_notice kind="message_returned">') and "before the cutoff" in notice.text
 
 
+async def test_a_fork_below_a_draining_session_drains_too(stack, calls):
+    root = await stack.register_root("planner", "plans", rules={"*": "allow"}, status="running")
+    child = await stack.register_child(root.session_id, "explore", "reads", rules={"*": "allow"}, status="running")
+    await stack.drain(root.session_id)
+    fork = await stack.fork(child.session_id, await stack.position(child.session_id))
+    await live(stack, fork)
+    refused = await stack.send_message(calls.ctx(fork.session_id), {"to": root.handle, "body": "x"})
+    assert code(refused) == "send_message:draining"
+    await stack.undrain(root.session_id)
+    assert "message_id" in await stack.send_message(calls.ctx(fork.session_id), {"to": root.handle, "body": "y"})
+
+
 async def test_only_the_callers_open_run_interrupts_and_a_retry_after_it_ended_gets_the_first_outcome(stack, calls):
     rules = {"message": {"child": "allow"}, "interrupt": {"child": "allow"}}
     root = await stack.register_root("planner", "plans", rules=rules)
