@@ -101,6 +101,7 @@ async def register_trees(host, trees: int, children: int) -> list[tuple[str, lis
                                 status="running")
             for c in range(children)
         ])
+        await host.start_run(root.session_id, "run-1")  # only a session's open run may send (seed 002)
         out.append((root.session_id, [k.session_id for k in kids]))
     return out
 

@@ -172,7 +172,7 @@ async def phase_latency(url: str, sizes: Sizes, rate: int) -> dict:
         workers.start(1)
         # Warm up: the worker has started and created its group; connections are open.
         for i in range(200):
-            _, result = await timed_send(host, SendContext(root, "run-w", f"w{i}"), kids[i % len(kids)], "warm up")
+            _, result = await timed_send(host, SendContext(root, "run-1", f"w{i}"), kids[i % len(kids)], "warm up")
             if "message_id" not in result:
                 raise RuntimeError(f"warm-up send failed: {result}")
         total = int(rate * sizes.latency_seconds)
@@ -290,7 +290,7 @@ async def phase_history(url: str, sizes: Sizes) -> dict:
         workers.start(1)
         for i in range(50):  # warm up both recipients (the fresh one registers its producer here)
             for to in (big, fresh):
-                _, result = await timed_send(host, SendContext(root, "run-w", f"w{i}-{to}"), to, "warm up")
+                _, result = await timed_send(host, SendContext(root, "run-1", f"w{i}-{to}"), to, "warm up")
                 if "message_id" not in result:
                     raise RuntimeError(f"warm-up send failed: {result}")
         timings = {big: [], fresh: []}

@@ -46,6 +46,7 @@ async def balanced_trees(host: Treemail, trees: int, children: int, streams: int
             host.register_child(root, "worker", f"child {c}", rules={"parent": "allow"}, status="running")
             for c in range(children)
         ])
+        await host.start_run(root, "run-1")  # only a session's open run may send (seed 002)
         out.append((root, [k.session_id for k in kids]))
     return out
 

@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import time
 from dataclasses import dataclass
-from typing import get_args
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -27,17 +26,19 @@ from treemail.adapters.config import Config, load_config
 from treemail.adapters.connection import connect
 from treemail.adapters.eventstore import EventStore
 from treemail.domain import commands as c
-from treemail.domain import blocks, effective, envelope, ids, permissions
+from treemail.domain import blocks, effective, envelope, ids, notices, permissions
 from treemail.domain import events as ev
 from treemail.domain.commands import SendContext
 from treemail.domain.decide import routing
 from treemail.domain.errors import LifecycleError, Rejected
 from treemail.domain.state import MailItem
+from treemail.services.disposal import Disposed
 from treemail.services.obligations import ObligationService
 from treemail.services.sessions import SessionService
 
 from . import inspection, plugins, subscriptions, tool, tools, toolschemas
 from .client import CommandClient
+from .disposals import DisposalHost, check_stop_reason
 from .interrupts import Interrupt, InterruptHost
 from .plugins import SendAttempt, SendHook
 from .subscriptions import MAIL_EVENTS, Observed, SubscriptionGap
@@ -46,7 +47,7 @@ from .wakes import Wake, WakeReader
 
 __all__ = [
     "Treemail", "SendContext", "Registration", "Delivery", "Wake", "Interrupt", "SendAttempt", "Observed",
-    "SubscriptionGap", "ToolResult",
+    "SubscriptionGap", "ToolResult", "Disposed",
 ]
 
 
@@ -83,7 +84,7 @@ class Registration:
     root_session_id: str
 
 
-class Treemail(InterruptHost, PeerHost):
+class Treemail(InterruptHost, PeerHost, DisposalHost):
     def __init__(self, redis: aioredis.Redis, listener: aioredis.Redis, config: Config) -> None:
         self.config = config
         self.redis = redis
@@ -94,6 +95,7 @@ class Treemail(InterruptHost, PeerHost):
         self._init_interrupts()
         self.obligations = ObligationService(self.sessions)
         self._init_peers()
+        self._init_disposal()
         self._listener = listener
         self._send_hooks: list[SendHook] = []
 
@@ -143,7 +145,9 @@ class Treemail(InterruptHost, PeerHost):
         send_message_tool: bool = True, status: str = "queued", with_handle: bool = True, resident: bool = True,
         continuable: bool = True, accepts_images: bool = False,
     ) -> Registration:
-        """``resident``/``continuable``: what direct routing asks of a child writing to its parent."""
+        """``resident``/``continuable``: what direct routing asks of a child writing to its parent.
+        ``continuable=False`` also says the host never runs it again once it finished (seed 002): treemail
+        never wakes it, and mail to it, finished, is refused (``send_message:not_resumable``)."""
         return await self._register(
             agent_type, description, rules, send_message_tool, status, parent_session_id, with_handle=with_handle,
             resident=resident, continuable=continuable, accepts_images=accepts_images,
@@ -158,6 +162,8 @@ class Treemail(InterruptHost, PeerHost):
             send_message_tool=send_message_tool, status=status, parent_session_id=parent, with_handle=with_handle,
             resident=resident, continuable=continuable, accepts_images=accepts_images,
         )
+        if parent is not None:
+            await self.drains.inherit(record)
         return Registration(record.session_id, record.handle, record.root_session_id)
 
     async def set_status(self, session_id: str, status: str) -> None:
@@ -196,11 +202,26 @@ class Treemail(InterruptHost, PeerHost):
     async def start_run(self, session_id: str, run_id: str) -> None:
         await self.sessions.execute(c.StartRun(session_id, run_id))
 
-    async def finish_run(self, session_id: str, run_id: str, reason: str = "completed") -> None:
-        """``reason``: completed, aborted (the run was interrupted), max_tokens, refusal or error."""
-        if reason not in get_args(ev.StopReason):
-            raise ValueError(f"reason must be one of {', '.join(get_args(ev.StopReason))}, got {reason!r}")
-        await self.sessions.execute(c.FinishRun(session_id, run_id, reason))
+    async def finish_run(
+        self, session_id: str, run_id: str, reason: str | None = None, closing_text: str | None = None
+    ) -> str | None:
+        """The run ended; unacknowledged claims are released and the session is idle.
+
+        ``reason``: how it ended (completed, aborted, max_tokens, refusal or
+        error). Given one, the run's turn is over and the parent is told (seed
+        002): a settlement notice with the summary line for the reason and
+        ``closing_text`` (the child's last words), gated as the seed says;
+        returns the gate (``not_announced``, ``parent_unavailable``,
+        ``injected``, ``queued``, ``steered``, or ``failed``: logged and
+        counted, the finish stands). Without one the run is recorded as
+        completed and nobody is told (a run the host will take up again);
+        returns None.
+        """
+        check_stop_reason(reason)
+        await self.sessions.execute(c.FinishRun(session_id, run_id, reason or "completed"))
+        if reason is None:
+            return None
+        return await self.settlement.settle(session_id, run_id, reason, closing_text)
 
     async def claim(self, session_id: str, run_id: str) -> list[Delivery]:
         """At a safe model-request boundary: the mail due in this run, claimed by it, in acceptance order."""
@@ -228,6 +249,9 @@ class Treemail(InterruptHost, PeerHost):
         if text is None and event.owner == "agent":
             sender = event.sender_handle or event.sender_session_id
             text = envelope.render_agent_message(sender, event.body, reply_hint)
+        elif text is None and event.owner in notices.NOTICE_KINDS:
+            # Seed 002: treemail's own words, never rendered as (or credited to) an agent's message.
+            text = notices.render_notice(event.owner, event.body)
         elif text is None:
             text = event.body
         parts = ({"type": "text", "text": text}, *blocks.image_parts(event.blocks))
@@ -254,7 +278,8 @@ class Treemail(InterruptHost, PeerHost):
             await self.start_run(wake.session_id, run_id)
             started = True
         except LifecycleError as error:
-            if error.code != "lifecycle:run_active":
+            # Running already, or disposed since the trigger was written: either way nothing to start.
+            if error.code not in ("lifecycle:run_active", "lifecycle:closing"):
                 raise
             started = False
         await self.wake_reader.ack(wake)
@@ -270,7 +295,8 @@ class Treemail(InterruptHost, PeerHost):
         passed deadlines parked, and a sleeping session with mail due asked to
         wake again, even if a wake was requested before this call (its trigger
         may be lost). Returns the number of wakes requested; a duplicate
-        trigger is harmless.
+        trigger is harmless. With ``interrupted_runs``, every disposal the
+        host did not live to complete after its cutoff is completed (seed 002).
         """
         started = time.time()
         finished: list[ev.Event] = []
@@ -278,10 +304,13 @@ class Treemail(InterruptHost, PeerHost):
             for p in range(self.config.service.partitions):
                 for session_id in await self.wake_reader.sessions(p):
                     record = await self.sessions.record(session_id)
-                    run = (await self.store.load(record)).state.current_run
+                    state = (await self.store.load(record)).state
+                    run = state.current_run
                     if run is not None:
                         finished += await self.sessions.execute(c.FinishRun(session_id, run), record)
                         finished += await self.sessions.execute(c.ChangeStatus(session_id, "idle"), record)
+                    if state.disposal == "closing":
+                        await self.disposal.complete_interrupted(session_id)
         woken = sum(isinstance(e, ev.SessionWakeRequested) for e in finished)
         return woken + (await self.obligations.sweep(stale_before=started)).wakes
 
@@ -343,11 +372,16 @@ class Treemail(InterruptHost, PeerHost):
 
         The same key (for this sender and ``run_id``) returns the first
         result and delivers once; no key means a new send each call. Results
-        and errors are those of ``send_message``.
+        and errors are those of ``send_message``. ``run_id``: the run it is
+        sent from, by default the sender's open run (seed 002: only a
+        session's open run may send; with none open it is ``sender_not_live``).
         """
         if idempotency_key is not None and not (isinstance(idempotency_key, str) and 0 < len(idempotency_key) <= 200):
             raise ValueError("idempotency_key must be a non-empty string of at most 200 characters")
         call = f"key:{idempotency_key}" if idempotency_key is not None else f"host:{ids.uuid7()}"
+        if run_id is None:
+            record = await self.store.directory.get(sender_session_id)
+            run_id = (await self.store.load(record)).state.current_run if record is not None else None
         return await self.send_message(SendContext(sender_session_id, run_id or "", call),
                                        {"to": to, "body": body, "mode": mode})
 
@@ -491,9 +525,12 @@ class Treemail(InterruptHost, PeerHost):
     ) -> Registration:
         """A new session (own id and handle, same tree and origin) forked from ``session_id`` at ``at_position``.
 
-        The source's pending mail stays with the source (it is delivered once, there).
+        The source's pending mail stays with the source (it is delivered once, there). A fork below a
+        draining session drains too (seed 002), as any session registered there does.
         """
         record = await self.sessions.fork(session_id, at_position, description=description, status=status)
+        if record.parent_session_id is not None:
+            await self.drains.inherit(record)
         return Registration(record.session_id, record.handle, record.root_session_id)
 
     # ---- plugins: observe and gate (producers/plugins.py, producers/subscriptions.py) -------------------

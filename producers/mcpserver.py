@@ -11,7 +11,8 @@ binding travels with the request rather than living in one process.
 
 Each call's context (see ``tools.bound_context``):
 - session: the binding's;
-- run: the binding's, else the session's current run at the time of the call;
+- run: the binding's, else the session's current run at the time of the call
+  (with none open, a send or an interrupt is refused: ``sender_not_live``);
 - tool call id: ``params._meta["treemail/tool_call_id"]`` when the client
   gives one (an engine passes its model's tool-use id, so a retried tool call
   meets its first outcome: the original message id); otherwise a fresh id,

@@ -131,8 +131,10 @@ async def bound_context(host, binding: TokenBinding, tool_call_id: str) -> SendC
     """The context of one call made through a binding (an MCP token, or the session a stdio server serves).
 
     The run is the binding's when it names one; otherwise the session's
-    current run at the time of the call; with no run open, a run named after
-    the binding, so retries through it still meet their first outcome.
+    current run at the time of the call. With no run open, a run named after
+    the binding, which is never live: a send or an interrupt through it is
+    refused (``sender_not_live``, seed 002), and tools that need no run
+    (inbox, inspect) work as before.
     """
     run_id = binding.run_id
     if run_id is None:

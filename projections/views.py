@@ -50,11 +50,14 @@ def pairs(view: View, session_id: str, event: ev.Event) -> None:
 
 
 def wakes(view: View, session_id: str, event: ev.Event) -> None:
-    """Sessions with a wake requested and no run started since: what host runners still owe."""
+    """Sessions with a wake requested and no run started since: what host runners still owe.
+
+    A session past its disposal cutoff (seed 002) starts no run again: it is owed nothing.
+    """
     match event:
         case ev.SessionWakeRequested():
             view[session_id] = event.message_id or "-"
-        case ev.SessionRunStarted():
+        case ev.SessionRunStarted() | ev.SessionClosing():
             view.pop(session_id, None)
 
 
@@ -100,7 +103,7 @@ PROJECTIONS: dict[str, Projection] = {
     for p in (
         Projection("inbox", frozenset(_MAIL_DONE), inbox),
         Projection("pairs", frozenset(_MAIL_DONE), pairs),
-        Projection("wakes", frozenset((ev.SessionWakeRequested, ev.SessionRunStarted)), wakes),
+        Projection("wakes", frozenset((ev.SessionWakeRequested, ev.SessionRunStarted, ev.SessionClosing)), wakes),
         Projection("trees", frozenset((ev.SessionRegistered, *_MAIL_DONE)), trees),
     )
 }

@@ -2,7 +2,7 @@
 
 from importlib.metadata import PackageNotFoundError, version
 
-PROTOCOL_VERSION = 8
+PROTOCOL_VERSION = 9
 
 try:
     __version__ = version("treemail")

@@ -6,6 +6,7 @@ module is its public address.
 
 from treemail.producers.host import (
     Delivery,
+    Disposed,
     Observed,
     Registration,
     SendAttempt,
@@ -19,5 +20,5 @@ from treemail.producers.tools import result_text
 
 __all__ = [
     "Treemail", "SendContext", "Registration", "Delivery", "Wake", "SendAttempt", "Observed", "SubscriptionGap",
-    "ToolResult", "result_text",
+    "ToolResult", "result_text", "Disposed",
 ]

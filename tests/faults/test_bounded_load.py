@@ -47,6 +47,11 @@ async def test_bounded_load_invariants(redis_url):
             await projections.start()
             tree = await build_tree(host, [20, 10], status="idle")  # 1 + 20 + 200 sessions
             assert len(tree.sessions) == 221
+            # Only a session's open run may send (seed 002): the root and the 20 in the middle send from
+            # runs open all along; the 200 leaves are idle, woken by mail, and reply from their woken runs.
+            always_running = tree.sessions[:21]
+            for session in always_running:
+                await host.start_run(session, f"run-of-{session}")
             phases["tree registered"] = time.monotonic()
 
             results = []
@@ -60,7 +65,7 @@ async def test_bounded_load_invariants(redis_url):
                 local = random.Random(n)
                 count = 0
                 while loading.is_set():
-                    me = local.choice(tree.sessions)
+                    me = local.choice(always_running)
                     to = local.choice(tree.neighbours[me])
                     ctx = SendContext(me, f"run-of-{me}", f"sender{n}-{count}")
                     count += 1
@@ -89,6 +94,11 @@ async def test_bounded_load_invariants(redis_url):
                                     served["discarded"] += 1
                                 else:
                                     served["left_claimed"] += 1  # released by finish_run
+                        # The woken run answers a neighbour before it ends, from its own live run.
+                        me, to = wake.session_id, rng.choice(tree.neighbours[wake.session_id])
+                        ctx = SendContext(me, run_id, f"reply-{n}-{runs}")
+                        reply = await host.send_message(ctx, {"to": tree.handles[to], "body": f"reply {runs}"})
+                        results.append((me, run_id, ctx.tool_call_id, to, reply))
                         await host.finish_run(wake.session_id, run_id)
 
             async def follow() -> None:

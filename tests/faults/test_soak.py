@@ -60,6 +60,8 @@ async def test_soak_keeps_only_history_and_returns_every_transient_structure_to_
                         for n in range(IDLE)]
                 for child in running:
                     await host.start_run(child.session_id, "run-0")
+                for root in roots:  # only a session's open run may send (seed 002)
+                    await host.start_run(root.session_id, "run-1")
                 recipients = [(r, c) for r, c in zip([roots[n % 4] for n in range(RUNNING + IDLE)], running + idle)]
                 baseline = await memory(raw)
                 sent = consumed = waited = 0

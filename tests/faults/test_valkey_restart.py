@@ -28,6 +28,8 @@ async def test_valkey_restart_mid_load_with_durable_profile_loses_no_acknowledge
             host = await Treemail.connect(config, server.url)
             try:
                 tree = await build_tree(host, [10])  # a root and 10 children, all running
+                for session in tree.sessions:
+                    await host.start_run(session, "run-1")  # only a session's open run may send
                 successes = {}  # (sender, tool_call_id) -> (recipient, result, first sent at)
                 failures = []  # (tool call, code) of every failed attempt
                 restarted_at = None
@@ -121,6 +123,7 @@ async def test_workers_decide_new_sends_promptly_after_a_short_server_outage():
             try:
                 tree = await build_tree(host, [1])
                 root, child = tree.sessions
+                await host.start_run(root, "run-1")
                 sent = await host.send_message(SendContext(root, "run-1", "before"), {"to": tree.handles[child],
                                                                                      "body": "x"})
                 assert "message_id" in sent
@@ -167,6 +170,7 @@ async def test_worker_recovers_when_the_server_comes_back_empty():
             try:
                 root = await host.register_root("planner", "x", rules={"child": "allow"})
                 child = await host.register_child(root.session_id, "explore", "x")
+                await host.start_run(root.session_id, "run-1")
                 ctx = Calls().ctx(root.session_id)
                 result = {}
                 for _ in range(20):  # the first sends may meet connections that died with the server

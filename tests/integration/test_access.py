@@ -18,7 +18,7 @@ from treemail.domain.errors import RedisUnavailable
 from treemail.host import Treemail
 
 from ..conftest import CLUSTER
-from .conftest import WORKER_ENV, make_config, wait_for_consumers
+from .conftest import WORKER_ENV, live, make_config, wait_for_consumers
 
 SECRET = "hunter2-very-secret"
 
@@ -69,6 +69,7 @@ async def test_an_acl_user_limited_to_treemail_keys_runs_the_durable_stack_witho
         try:
             root = await host.register_root("planner", "x", rules={"child": "allow"})
             child = await host.register_child(root.session_id, "explore", "x")
+            await live(host, root)  # only a session's open run may send (seed 002)
             result = await host.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "hi"})
             assert "message_id" in result, result
         finally:

@@ -20,6 +20,7 @@ def cli(redis_url, *args, timeout=60):
 async def test_history_prints_every_event_and_json_for_machines(stack, redis_url):
     root = await stack.register_root("planner", "x", rules={"child": "allow"})
     child = await stack.register_child(root.session_id, "explore", "x")
+    await stack.start_run(root.session_id, "run-1")
     await stack.send_message(Calls().ctx(root.session_id), {"to": child.handle, "body": "look here"})
     events = await stack.history(child.session_id)
     rows = cli(redis_url, "history", child.session_id)
@@ -34,6 +35,7 @@ async def test_history_prints_every_event_and_json_for_machines(stack, redis_url
 async def test_tail_from_start_prints_the_mail_rows_then_follows(stack, redis_url):
     root = await stack.register_root("planner", "x", rules={"child": "allow"})
     child = await stack.register_child(root.session_id, "explore", "x")
+    await stack.start_run(root.session_id, "run-1")
     calls = Calls()
     for i in range(3):
         await stack.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": f"m{i}"})

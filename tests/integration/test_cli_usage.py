@@ -124,7 +124,9 @@ async def test_data_commands_speak_json(stack, redis_url):
 async def test_history_and_tail_take_a_handle(stack, redis_url):
     root = await stack.register_root("planner", "x", rules={"child": "allow"})
     child = await stack.register_child(root.session_id, "explore", "x")
-    await stack.send_message(Calls().ctx(root.session_id), {"to": child.handle, "body": "by handle"})
+    await stack.start_run(root.session_id, "run-1")
+    sent = await stack.send_message(Calls().ctx(root.session_id), {"to": child.handle, "body": "by handle"})
+    assert "message_id" in sent, sent
     expected = [history_row(seq, e) for seq, e in await stack.history(child.session_id)]
     by_handle = cli(redis_url, "history", child.handle)
     assert by_handle.returncode == 0, by_handle.stderr
@@ -172,3 +174,25 @@ def test_a_cluster_without_cluster_true_is_one_line_saying_to_set_it():
             assert "cluster = true" in line and "TREEMAIL_SERVICE_CLUSTER=true" in line, line
     finally:
         cluster.cleanup()
+
+
+async def test_operators_drain_and_dispose_by_handle_and_sends_are_refused_after(stack, redis_url, calls):
+    root = await stack.register_root("planner", "plans", rules={"child": "allow"})
+    child = await stack.register_child(root.session_id, "explore", "reads", rules={"parent": "allow"})
+    await stack.start_run(root.session_id, "run-1")
+
+    drained = cli(redis_url, "drain", child.handle)
+    assert drained.returncode == 0 and drained.stdout.strip().startswith("1 sessions draining"), drained
+    refused = await stack.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "x"})
+    assert refused["error"]["code"] == "send_message:draining"
+    lifted = cli(redis_url, "drain", "--lift", child.handle)
+    assert lifted.returncode == 0, lifted
+
+    disposed = cli(redis_url, "dispose", child.handle, "--stop-reason", "aborted")
+    assert disposed.returncode == 0 and disposed.stdout.startswith(f"disposed {child.session_id}"), disposed
+    after = await stack.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "y"})
+    assert after["error"]["code"] == "send_message:recipient_closing"
+    assert "no session has id or handle" in one_line_error(cli(redis_url, "dispose", "nobody_00000000"))
+    before = await stack.history(root.session_id)
+    assert "reason must be one of" in one_line_error(cli(redis_url, "dispose", root.handle, "--stop-reason", "bogus"))
+    assert await stack.history(root.session_id) == before  # nothing changed

@@ -21,6 +21,8 @@ async def race(url, *, senders, sends_each, duplicates, **messaging):
             target = await host.register_child(root.session_id, "target", "the contended recipient")
             rules = {"sibling": "allow"}
             peers = [await host.register_child(root.session_id, "sender", "x", rules=rules) for _ in range(senders)]
+            for peer in peers:
+                await host.start_run(peer.session_id, "run-1")
             jobs = []
             for peer in peers:
                 for n in range(sends_each):

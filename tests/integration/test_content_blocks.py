@@ -6,7 +6,7 @@ import pytest
 
 from treemail.domain import events as ev
 
-from .conftest import running_stack
+from .conftest import live, running_stack
 
 pytestmark = pytest.mark.cluster
 
@@ -21,6 +21,7 @@ async def test_an_image_message_is_delivered_with_its_image_parts_and_refused_fo
                                          accepts_images=True, status="running")
         blind = await host.register_child(root.session_id, "explore", "reads code", rules={"parent": "allow"},
                                           status="running")
+        await live(host, root)  # only a session's open run may send (seed 002)
         body = [{"type": "text", "text": "the chart:"}, IMAGE, {"type": "text", "text": "what trend?"}]
 
         accepted = await host.send_message(calls.ctx(root.session_id), {"to": sees.handle, "body": body})
@@ -60,6 +61,7 @@ async def test_the_size_limit_counts_the_image(redis_url, calls):
     async with running_stack(redis_url, content_blocks=True, max_body_bytes=len(PNG) + 3) as host:
         root = await host.register_root("planner", "plans", rules={"child": "allow"})
         child = await host.register_child(root.session_id, "vision", "charts", accepts_images=True)
+        await live(host, root)
         fits = await host.send_message(calls.ctx(root.session_id), {"to": child.handle,
                                                                     "body": [{"type": "text", "text": "abc"}, IMAGE]})
         over = await host.send_message(calls.ctx(root.session_id), {"to": child.handle,

@@ -9,7 +9,7 @@ import pytest
 
 from treemail.host import SendContext, Treemail
 
-from .conftest import make_config, worker_processes
+from .conftest import live, make_config, worker_processes
 
 pytestmark = pytest.mark.cluster
 
@@ -25,6 +25,7 @@ async def test_kill_9_worker_mid_batch_every_command_decided_once(redis_url):
             root = await host.register_root("planner", "x", rules={"child": "allow"})
             children = [await host.register_child(root.session_id, "explore", "x", rules={"parent": "allow"})
                         for _ in range(20)]
+            await live(host, root, *children)  # only a session's open run may send (seed 002)
             jobs = [
                 (SendContext(root.session_id, "run-1", f"call-{i}"), {"to": children[i % 20].handle, "body": f"#{i}"})
                 if i % 3 == 0 else

@@ -39,6 +39,7 @@ async def test_malformed_and_poison_commands_go_to_the_dead_letter_stream(redis_
     try:
         root = await host.register_root("planner", "x", rules={"child": "allow"})
         child = await host.register_child(root.session_id, "explore", "x")
+        await host.start_run(root.session_id, "run-1")
         # Malformed: not a command at all.
         await raw.xadd(keys.command_stream(0), {"__data__": b"{not json"})
         # Poison: a sender whose directory entry is corrupt makes every decision of it fail.

@@ -87,6 +87,7 @@ def test_cluster_command_starts_a_working_cluster_stack_and_stops_it():
             try:
                 root = await host.register_root("planner", "x", rules={"child": "allow"})
                 child = await host.register_child(root.session_id, "explore", "x")
+                await host.start_run(root.session_id, "r")
                 return await host.send_message(SendContext(root.session_id, "r", "c"), {"to": child.handle, "body": "hi"})
             finally:
                 await host.close()

@@ -2,7 +2,7 @@
 
 import pytest
 
-from .conftest import running_stack
+from .conftest import live, running_stack
 
 pytestmark = pytest.mark.cluster
 
@@ -20,6 +20,7 @@ async def test_direct_routing_end_to_end(redis_url, calls):
         one_shot = await host.register_child(root.session_id, "review", "reviews", rules=OPEN, status="running",
                                              resident=False, continuable=False)
         grandchild = await host.register_child(resident.session_id, "grep", "greps", rules=OPEN)
+        await live(host, root, resident, one_shot, grandchild)  # only a session's open run may send (seed 002)
 
         # Resident child -> parent; parent -> child (resident or not): routed.
         assert "message_id" in await host.send_message(calls.ctx(resident.session_id), {"to": root.handle, "body": "a"})
@@ -44,9 +45,7 @@ async def test_direct_routing_end_to_end(redis_url, calls):
         # The tool says so; and a child that cannot answer its parent is not told to.
         definition = await host.tool_definition(root.session_id)
         assert "direct continuable child" in definition["input_schema"]["properties"]["to"]["description"]
-        await host.start_run(one_shot.session_id, "run-1")
         [delivery] = await host.claim(one_shot.session_id, "run-1")
         assert "to reply" not in delivery.text
-        await host.start_run(root.session_id, "run-r")
-        [from_child] = await host.claim(root.session_id, "run-r")
+        [from_child] = await host.claim(root.session_id, "run-1")
         assert f'send_message(to="{resident.handle}"' in from_child.text

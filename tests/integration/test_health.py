@@ -122,6 +122,7 @@ def test_projection_worker_rides_out_an_outage_and_folds_again():
         try:
             root = await host.register_root("planner", label, rules={"child": "allow"})
             child = await host.register_child(root.session_id, "explore", "x")
+            await host.start_run(root.session_id, "run-1")
             result = await host.send_message(Calls().ctx(root.session_id), {"to": child.handle, "body": label})
             assert "message_id" in result, result
             return root.session_id

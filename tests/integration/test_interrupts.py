@@ -6,6 +6,8 @@ import pytest
 
 from treemail.domain import events as ev
 
+from .conftest import live
+
 pytestmark = pytest.mark.cluster
 
 RULES = {"message": {"child": "allow", "parent": "allow"}, "interrupt": {"child": "allow"}}
@@ -14,6 +16,7 @@ RULES = {"message": {"child": "allow", "parent": "allow"}, "interrupt": {"child"
 async def family(host):
     root = await host.register_root("planner", "plans", rules=RULES)
     child = await host.register_child(root.session_id, "explore", "reads code", rules={"parent": "allow"})
+    await live(host, root)  # only a session's open run may interrupt (seed 002)
     return root, child
 
 
@@ -79,6 +82,7 @@ async def test_interrupting_an_idle_session_is_a_no_op_and_a_session_without_rul
 
     assert (await stack.interrupt_tool_definition(root.session_id))["name"] == "interrupt_agent"
     assert await stack.interrupt_tool_definition(child.session_id) is None
+    await stack.start_run(child.session_id, "run-1")  # a live caller, without the tool
     refused = await stack.interrupt_agent(calls.ctx(child.session_id), {"to": root.handle})
     assert refused["error"]["code"] == "interrupt_agent:permission_denied"
     invalid = await stack.interrupt_agent(calls.ctx(root.session_id), {"to": child.handle, "body": "x"})
@@ -90,6 +94,7 @@ async def test_an_unknown_handle_lists_the_direct_neighbours(stack, calls):
     child = await stack.register_child(root.session_id, "explore", "reads code", rules={"interrupt": "allow"})
     sibling = await stack.register_child(root.session_id, "review", "reviews")
     grandchild = await stack.register_child(child.session_id, "grep", "greps")
+    await live(stack, child)
     result = await stack.interrupt_agent(calls.ctx(child.session_id), {"to": "nobody_00000000"})
     assert result["error"]["code"] == "interrupt_agent:unknown_session"
     listing = result["error"]["message"]

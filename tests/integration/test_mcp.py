@@ -26,7 +26,7 @@ from treemail.producers import tool
 from treemail.producers.mcpserver import TOOL_CALL_META, http_app
 
 from ..conftest import backend_env
-from .conftest import make_config, running_stack
+from .conftest import live, make_config, running_stack
 
 # What the stdio child processes need to publish where the in-test workers read.
 CHILD_ENV = {"TREEMAIL_SERVICE_COMMAND_STREAMS": "2", "TREEMAIL_SERVICE_DECISION_TIMEOUT_S": "10"}
@@ -144,7 +144,10 @@ async def test_http_every_refusal_reaches_the_model_as_a_tool_error_with_its_sta
         c = await host.register_child(r.session_id, "gamma", "", rules={"parent": "allow"})
         stranger = await host.register_root("other", "another tree", rules={"*": "allow"})
         await host.start_run(r.session_id, "r-run")
-        tokens = {s: await host.mint_token(s.session_id) for s in (r, a, b, c)}
+        # Each sender sends from its open run (seed 002); the stranger has none open.
+        await host.start_run(a.session_id, "a-run")
+        await live(host, b, c)
+        tokens = {s: await host.mint_token(s.session_id) for s in (r, a, b, c, stranger)}
 
         async with http_server(host) as url:
             async def code(sender, arguments, call_id=None) -> str | None:
@@ -153,6 +156,8 @@ async def test_http_every_refusal_reaches_the_model_as_a_tool_error_with_its_sta
 
             assert await code(a, {"to": c.handle, "body": "x", "session_id": r.session_id}) == (
                 "send_message:invalid_arguments")
+            # A binding without a run uses the session's open run; with none open, the send is refused.
+            assert await code(stranger, {"to": r.session_id, "body": "x"}) == "send_message:sender_not_live"
             assert await code(a, {"to": c.handle, "body": ""}) == "send_message:invalid_body"
             assert await code(a, {"to": ids.uuid7(), "body": "x"}) == "send_message:unknown_session"
             assert await code(a, {"to": "nobody_12345678", "body": "x"}) == "send_message:unknown_session"
@@ -171,7 +176,6 @@ async def test_http_every_refusal_reaches_the_model_as_a_tool_error_with_its_sta
 
             # Hops: a's run claims r's mail (hop 0) and answers at hop 1; r's run (the token's binding has no
             # run, so each call uses r's current one) claims that, so r's next send would be hop 2 > max_hops.
-            await host.start_run(a.session_id, "a-run")
             assert await code(r, {"to": a.handle, "body": "go"}) is None
             await host.claim(a.session_id, "a-run")
             assert await code(a, {"to": r.handle, "body": "done"}) is None
@@ -183,6 +187,7 @@ async def test_http_disabled_messaging_and_no_decision_are_tool_errors_too(redis
     async with running_stack(redis_url, enabled=False) as host:
         root = await host.register_root("planner", "plans", rules={"child": "allow"})
         child = await host.register_child(root.session_id, "explore", "reads")
+        await live(host, root)  # only a session's open run may send (seed 002)
         token = await host.mint_token(root.session_id)
         async with http_server(host) as url, http_client(url, token) as client:
             assert error_code(await call(client, {"to": child.handle, "body": "x"})) == "send_message:disabled"
@@ -204,6 +209,7 @@ async def test_http_a_token_acts_only_as_its_session_and_run_whatever_the_reques
         root = await host.register_root("planner", "plans", rules={"child": "allow"})
         child = await host.register_child(root.session_id, "explore", "reads", rules={"parent": "allow"})
         silent = await host.register_child(root.session_id, "quiet", "no rules")
+        await host.start_run(child.session_id, "child-run")  # the token's run is the child's open run
         child_token = await host.mint_token(child.session_id, "child-run")
         silent_token = await host.mint_token(silent.session_id)
         async with http_server(host) as url:
@@ -228,6 +234,7 @@ async def test_http_any_server_process_checks_tokens_and_a_retry_through_another
     async with running_stack(redis_url) as host:
         root = await host.register_root("planner", "plans", rules={"child": "allow"})
         child = await host.register_child(root.session_id, "explore", "reads")
+        await live(host, root)  # the token's run is the root's open run (seed 002)
         token = await host.mint_token(root.session_id, "run-1")
         second = await Treemail.connect(make_config(redis_url), redis_url)  # another server's own host
         try:

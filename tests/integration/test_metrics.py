@@ -61,6 +61,7 @@ async def test_sends_are_counted_by_outcome_with_latency_and_batch_size(redis_ur
     async with metered_stack(redis_url, max_pending_per_session=2) as (host, [worker]):
         root = await host.register_root("planner", "plans", rules={"child": "allow"})
         child = await host.register_child(root.session_id, "explore", "reads", rules={"parent": "allow"})
+        await host.start_run(root.session_id, "run-1")
         before = await scrape(worker.metrics_port)
 
         results = [
@@ -93,6 +94,7 @@ async def test_stats_report_backlog_pending_consumers_and_waiting_approvals(redi
         rules = {"parent": "allow", "sibling": "ask"}
         a = await host.register_child(root.session_id, "explore", "a", rules=rules)
         b = await host.register_child(root.session_id, "review", "b", rules=rules)
+        await host.start_run(a.session_id, "run-1")
         before = await scrape(worker.metrics_port)
 
         send = asyncio.create_task(host.send_message(calls.ctx(a.session_id), {"to": b.handle, "body": "may I?"}))
@@ -123,6 +125,7 @@ async def test_backlog_counts_commands_no_worker_has_read(redis_url):
     async with metered_stack(redis_url) as (host, [worker]):
         root = await host.register_root("planner", "x", rules={"child": "allow"})
         child = await host.register_child(root.session_id, "explore", "a", rules={"parent": "allow"})
+        await host.start_run(root.session_id, "run-1")
         await worker.broker.stop()  # the metrics server and the stats stay up
         sends = [
             asyncio.create_task(host.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": str(i)}))

@@ -16,7 +16,7 @@ from treemail.domain import events as ev
 from treemail.host import SendContext, Treemail
 from treemail.projections.pump import Pump
 
-from .conftest import make_config, running_stack, worker_processes
+from .conftest import live, make_config, running_stack, worker_processes
 
 pytestmark = pytest.mark.cluster
 
@@ -31,6 +31,7 @@ async def family(host, child_status="running", children=1):
     root = await host.register_root("planner", "plans", rules={"child": "allow"}, status="running")
     kids = [await host.register_child(root.session_id, "explore", "reads", rules={"parent": "allow", "sibling": "allow"},
                                       status=child_status) for _ in range(children)]
+    await live(host, root)  # only a session's open run may send (seed 002)
     return root, kids
 
 
@@ -115,6 +116,7 @@ async def test_inspect_answers_the_sender_its_controllers_and_the_host_only(redi
     async with running_stack(redis_url, max_pending_per_session=1) as host:
         root, [a, b] = await family(host, children=2)
         grandchild = await host.register_child(a.session_id, "grep", "x", rules={"parent": "allow"})
+        await live(host, grandchild, b)
         sent = await host.send_message(calls.ctx(grandchild.session_id), {"to": a.handle, "body": "from below"})
         message_id = sent["message_id"]
         for caller in (grandchild.session_id, a.session_id, root.session_id, None):
@@ -222,12 +224,16 @@ async def test_a_programmatic_send_with_its_own_idempotency_key_is_delivered_onc
     assert len(accepted) == 3
     with pytest.raises(ValueError):
         await stack.send(root.session_id, child.handle, "x", idempotency_key="")
+    # By default from the sender's open run (seed 002): with none open, the send is refused.
+    await stack.finish_run(root.session_id, "run-1")
+    assert code(await stack.send(root.session_id, child.handle, "late")) == "send_message:sender_not_live"
 
 
 async def test_the_model_facing_tools_answer_for_the_calling_session_only(stack, calls):
     from treemail.producers import message_tools
 
     root, [a, b] = await family(stack, children=2)
+    await live(stack, a)
     sent = await stack.send_message(calls.ctx(a.session_id), {"to": root.handle, "body": "done"})
     assert message_tools.tool_definition("inspect_message")["input_schema"]["required"] == ["message_id"]
     mine = await message_tools.handle(stack, "inspect_message", calls.ctx(a.session_id),

@@ -16,7 +16,7 @@ from treemail.consumers.app import Worker
 from treemail.domain import events as ev
 from treemail.host import Treemail
 
-from .conftest import make_config
+from .conftest import live, make_config
 
 pytestmark = pytest.mark.cluster
 
@@ -52,6 +52,7 @@ async def independent_trees(host):
         partitions = host.config.service.partitions
         if keys.partition_of(advisor.root_session_id, partitions) != keys.partition_of(planner.root_session_id,
                                                                                        partitions):
+            await live(host, planner)  # only a session's open run may send (seed 002)
             return planner, advisor
     raise AssertionError("no two partitions")
 
@@ -119,6 +120,7 @@ async def test_receiving_grants_nothing_back_and_a_reply_needs_its_own_route_and
     planner, advisor = await independent_trees(host)
     await route(host, planner, advisor, "advisor", send=True)
     sent = await host.send_to_peer(calls.ctx(planner.session_id), {"peer": "advisor", "body": "which cache?"})
+    await host.start_run(advisor.session_id, "run-1")  # the advisor answers from its open run (seed 002)
 
     # The advisor received it: an inbox with provenance, and no way back.
     assert await host.peer_inbox_tool_definition(advisor.session_id) is not None
@@ -140,7 +142,7 @@ async def test_receiving_grants_nothing_back_and_a_reply_needs_its_own_route_and
     answered = await host.reply_to_peer(calls.ctx(advisor.session_id), reply)
     assert answered["in_reply_to"] == sent["message_id"], answered
 
-    [delivery] = await deliveries(host, planner.session_id)
+    [delivery] = await deliveries(host, planner.session_id, "run-1")  # the planner's open run
     assert delivery.principal == "acme/advice" and delivery.verified
     [accepted] = await of_type(host, planner.session_id, ev.ProducerMessageAccepted)
     assert (accepted.in_reply_to, accepted.reply) == (sent["message_id"], True)
@@ -180,6 +182,7 @@ end"""
 async def test_tree_mail_decided_by_a_worker_is_signed_and_verified_at_delivery(host, calls):
     root = await host.register_root("planner", "plans", rules={"child": "allow"})
     child = await host.register_child(root.session_id, "explore", "reads", rules={"parent": "allow"})
+    await live(host, root)
     sent = await host.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "look"})
     [delivery] = await deliveries(host, child.session_id)
     assert (delivery.message_id, delivery.verified, delivery.principal) == (sent["message_id"], True, None)
@@ -237,6 +240,7 @@ async def test_with_proofs_off_mail_is_delivered_as_before_but_never_reported_ve
     await stack.send_to_peer(calls.ctx(planner.session_id), {"peer": "advisor", "body": "unsigned"})
     root = await stack.register_root("lead", "leads", rules={"child": "allow"})
     child = await stack.register_child(root.session_id, "explore", "reads", rules={"parent": "allow"})
+    await live(stack, root)
     await stack.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "tree mail"})
     for session_id in (advisor.session_id, child.session_id):
         [delivery] = await deliveries(stack, session_id)

@@ -9,7 +9,7 @@ from treemail.domain import events as ev
 from treemail.domain.decide import idempotency
 from treemail.host import SendAttempt, SubscriptionGap, Treemail
 
-from .conftest import make_config
+from .conftest import live, make_config
 
 pytestmark = pytest.mark.cluster
 
@@ -34,6 +34,7 @@ async def two_trees(host):
     for name in ("planner", "auditor"):
         root = await host.register_root(name, "x", rules={"*": "allow"}, status="running")
         child = await host.register_child(root.session_id, "explore", "x", rules={"*": "allow"}, status="running")
+        await live(host, root)  # only a session's open run may send (seed 002)
         trees.append((root, child))
     return trees
 
@@ -73,6 +74,7 @@ async def test_a_subscription_yields_every_sessions_mail_events_live(stack, call
 
 async def test_a_subscription_resumes_after_any_yielded_position_without_gaps_or_repeats(stack, calls):
     trees = await two_trees(stack)
+    await live(stack, *(child for _, child in trees))  # the children answer from their open runs
     for i in range(3):
         for root, child in trees:
             await stack.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": f"{i}"})
@@ -113,6 +115,7 @@ async def test_resuming_from_a_position_the_trimmed_feed_no_longer_holds_raises_
 async def pair(host):
     root = await host.register_root("planner", "x", rules={"*": "allow"}, status="running")
     child = await host.register_child(root.session_id, "explore", "x", rules={"*": "allow"}, status="running")
+    await live(host, root)
     return root, child
 
 

@@ -4,6 +4,8 @@ import pytest
 
 from treemail.projections.replay import rebuild
 
+from .conftest import live
+
 pytestmark = pytest.mark.cluster
 
 
@@ -12,6 +14,7 @@ async def test_a_pre_handle_session_is_addressed_and_replied_to_by_its_uuid(stac
     old = await stack.register_child(root.session_id, "explore", "registered before handles", rules={"*": "allow"},
                                      status="running", with_handle=False)
     assert old.handle is None
+    await live(stack, root, old)  # only a session's open run may send (seed 002)
 
     to_old = await stack.send_message(calls.ctx(root.session_id), {"to": old.session_id, "body": "status?"})
     assert "message_id" in to_old
@@ -32,6 +35,7 @@ async def test_the_candidate_list_prints_a_pre_handle_peer_by_its_uuid_once(stac
     old = await stack.register_child(root.session_id, "explore", "old reader", rules={"*": "allow"},
                                      with_handle=False)
     new = await stack.register_child(root.session_id, "review", "new reviewer", rules={"*": "allow"})
+    await live(stack, root)
 
     result = await stack.send_message(calls.ctx(root.session_id), {"to": "explore_deadbeef", "body": "hi"})
 
@@ -46,6 +50,7 @@ async def test_a_pre_handle_session_joins_its_tree_for_reconcile_and_replay(stac
     root = await stack.register_root("planner", "plans", rules={"*": "allow"}, status="running", with_handle=False)
     old = await stack.register_child(root.session_id, "explore", "x", rules={"*": "allow"}, status="idle",
                                      with_handle=False)
+    await live(stack, root)
     await stack.send_message(calls.ctx(root.session_id), {"to": old.session_id, "body": "wake up"})
     [first] = await stack.wakes("runner-1", block_ms=2000)
     await stack.wake_reader.ack(first)

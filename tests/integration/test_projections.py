@@ -28,11 +28,15 @@ async def traffic(host, calls, senders=4, sends=6):
     kids = [await host.register_child(root.session_id, "explore", "x", rules={"*": "allow"}, status="running")
             for _ in range(senders)]
     await host.set_status(kids[0].session_id, "idle")
+    # Only a session's open run may send (seed 002): the idle one only receives.
+    for kid in (root, *kids[1:]):
+        await host.start_run(kid.session_id, "run-1")
     for i in range(sends):
-        for kid in kids:
+        for kid in kids[1:]:
             await host.send_message(calls.ctx(kid.session_id), {"to": root.handle, "body": f"{i}"})
         await host.send_message(calls.ctx(root.session_id), {"to": kids[i % senders].handle, "body": "x"})
     await host.inject(kids[1].session_id, "plugin", "build done")
+    await host.finish_run(root.session_id, "run-1")
     await host.start_run(root.session_id, "run-root")
     for n, delivery in enumerate(await host.claim(root.session_id, "run-root")):
         if n % 3 == 0:
@@ -191,6 +195,7 @@ async def test_tail_live_rows_equal_rows_replayed_from_start(redis_url):
         follower = asyncio.ensure_future(follow())
         await asyncio.sleep(0.2)
         await host.start_run(root.session_id, "r")
+        await host.start_run(kid.session_id, "run-1")
         for i in range(5):
             await host.send_message(calls.ctx(kid.session_id), {"to": root.handle, "body": f"finding {i}"})
         for delivery in await host.claim(root.session_id, "r"):
@@ -221,6 +226,8 @@ async def test_projection_gauges_aggregate_the_views(redis_url):
         root = await host.register_root("planner", "x", rules={"*": "allow"}, status="running")
         kids = [await host.register_child(root.session_id, "explore", "x", rules={"*": "allow"}) for _ in range(3)]
         idle = await host.register_child(root.session_id, "idle", "x", rules={"*": "allow"}, status="idle")
+        for sender in (root, *kids):
+            await host.start_run(sender.session_id, "run-1")
         for kid in kids:
             await host.send_message(calls.ctx(kid.session_id), {"to": root.handle, "body": "x"})
         await host.send_message(calls.ctx(root.session_id), {"to": idle.handle, "body": "wake"})

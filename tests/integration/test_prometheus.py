@@ -80,6 +80,7 @@ async def test_worker_metrics_pass_promtool_lint(redis_url):
         calls = Calls()
         root = await host.register_root("planner", "x", rules={"child": "allow"})
         child = await host.register_child(root.session_id, "explore", "a", rules={"parent": "allow"})
+        await host.start_run(root.session_id, "run-1")
         for body in ("one", "two"):
             await host.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": body})
         await worker.refresh_stats()
@@ -165,6 +166,7 @@ async def test_prometheus_scrapes_worker_sends_by_outcome(redis_url, tmp_path):
         try:
             root = await host.register_root("planner", "plans", rules={"child": "allow"})
             child = await host.register_child(root.session_id, "explore", "reads", rules={"parent": "allow"})
+            await host.start_run(root.session_id, "run-1")
             for i in range(3):
                 await host.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": f"m{i}"})
         finally:

@@ -15,7 +15,7 @@ from treemail.domain import commands as c
 from treemail.domain.handlers import HANDLERS
 
 from ..conftest import CLUSTER
-from .conftest import make_config
+from .conftest import live, make_config
 
 pytestmark = pytest.mark.cluster
 
@@ -40,6 +40,7 @@ async def eventually(predicate, timeout: float = 10.0) -> bool:
 async def test_command_streams_keep_only_commands_not_yet_handled(stack, calls):
     root = await stack.register_root("planner", "x", rules={"child": "allow"})
     child = await stack.register_child(root.session_id, "explore", "x")
+    await live(stack, root)  # only a session's open run may send (seed 002)
     for _ in range(40):  # decided (most refused by the pair window: a command all the same)
         result = await stack.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "x"})
         assert "engine_shutdown" not in str(result)
@@ -75,6 +76,7 @@ async def test_trimming_keeps_every_pending_and_every_unread_entry(redis_url):
 async def test_wake_streams_drop_handled_wakes(stack, calls):
     root = await stack.register_root("planner", "x", rules={"child": "allow"})
     child = await stack.register_child(root.session_id, "explore", "x", status="idle")
+    await live(stack, root)
     partition = (await stack.sessions.record(child.session_id)).partition
     for n in range(5):
         await stack.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "wake up"})

@@ -13,7 +13,7 @@ from treemail.projections.runner import ProjectionRunner
 from treemail.projections.views import PROJECTIONS
 from treemail.adapters.viewstore import load_view
 
-from .conftest import Calls, running_stack
+from .conftest import Calls, live, running_stack
 
 pytestmark = pytest.mark.cluster
 
@@ -25,11 +25,12 @@ def code(result):
 async def tree_of(host, child_status="running"):
     root = await host.register_root("planner", "plans", rules={"*": "allow"}, status="running")
     child = await host.register_child(root.session_id, "explore", "reads", rules={"*": "allow"}, status=child_status)
+    await live(host, root)  # only a session's open run may send (seed 002)
     return root, child
 
 
-async def send(host, calls, sender, to, body, mode="steer"):
-    result = await host.send_message(calls.ctx(sender.session_id), {"to": to, "body": body, "mode": mode})
+async def send(host, calls, sender, to, body, mode="steer", run_id="run-1"):
+    result = await host.send_message(calls.ctx(sender.session_id, run_id), {"to": to, "body": body, "mode": mode})
     assert "message_id" in result, result
     return result["message_id"]
 
@@ -151,6 +152,7 @@ async def test_fork_is_a_new_session_of_the_tree_without_the_sources_pending_mai
     # Its own handle and id both address it, within the tree, with the source's rules.
     by_handle = await send(stack, calls, root, fork.handle, "hello fork")
     assert [m.message_id for m in await stack.pending_mail(fork.session_id)] == [by_handle]
+    await live(stack, fork)  # the fork answers from its own open run
     await send(stack, calls, fork, root.session_id, "the fork replies")
     assert await stack.tool_definition(fork.session_id) == await stack.tool_definition(child.session_id)
     # Its directory record is the source's origin under its own id and handle.
@@ -165,13 +167,15 @@ async def test_a_ghost_session_created_on_a_reverted_branch_stays_addressable_by
     await stack.start_run(root.session_id, "run-1")
     ghost = await stack.register_child(root.session_id, "review", "delegated on the branch", rules={"*": "allow"},
                                        status="running")
+    await live(stack, ghost)
     await send(stack, calls, ghost, root.session_id, "done reviewing")
 
     await stack.revert(root.session_id, cut)
+    await stack.start_run(root.session_id, "run-2")  # the revert ended the root's run; it sends from a new one
 
-    assert await send(stack, calls, root, ghost.session_id, "are you still there?")
+    assert await send(stack, calls, root, ghost.session_id, "are you still there?", run_id="run-2")
     assert await send(stack, calls, ghost, root.session_id, "yes")
-    assert await send(stack, calls, root, ghost.handle, "and by handle")
+    assert await send(stack, calls, root, ghost.handle, "and by handle", run_id="run-2")
 
 
 async def test_live_snapshots_mail_and_views_equal_a_full_replay_after_reverts_and_forks(redis_url):
@@ -181,6 +185,7 @@ async def test_live_snapshots_mail_and_views_equal_a_full_replay_after_reverts_a
         await runner.start()
         root, child = await tree_of(host)
         sibling = await host.register_child(root.session_id, "review", "x", rules={"*": "allow"}, status="idle")
+        await live(host, sibling)
         sessions = [root.session_id, child.session_id, sibling.session_id]
         await host.start_run(child.session_id, "run-1")
         for i in range(4):
@@ -207,10 +212,10 @@ async def test_live_snapshots_mail_and_views_equal_a_full_replay_after_reverts_a
         while await runner.step(block_ms=50):
             pass
         await assert_live_equals_replay(host, sessions)
-        live = await live_views(host)
+        views = await live_views(host)
         rebuilt = await rebuild(host.store, list(range(host.config.service.partitions)), write=False)
-        assert live == {key: dict(view) for key, view in rebuilt.items()}
+        assert views == {key: dict(view) for key, view in rebuilt.items()}
         child_record = await host.sessions.record(child.session_id)
-        inbox = live[("inbox", child_record.partition)]
+        inbox = views[("inbox", child_record.partition)]
         assert int(inbox[child.session_id]) == (await host.store.load(child_record)).state.pending_agent > 0
         assert second_cut > cut

@@ -16,7 +16,7 @@ from treemail.domain.state import fold
 from treemail.projections.replay import rebuild
 from treemail.services.sends import SendService
 
-from .conftest import running_stack
+from .conftest import live, running_stack
 
 pytestmark = pytest.mark.cluster
 
@@ -28,6 +28,7 @@ def code(result):
 async def family(host, status="running"):
     root = await host.register_root("planner", "plans the work", rules={"child": "allow", "*": "allow"})
     a = await host.register_child(root.session_id, "explore", "reads code", rules={"parent": "allow"}, status=status)
+    await live(host, root)  # only a session's open run may send (seed 002)
     return root, a
 
 
@@ -85,6 +86,7 @@ async def test_candidate_list_is_sorted_by_handle_bounded_and_built_in_one_round
         await stack.register_child(root.session_id, f"t{i % 7}", "" if i % 2 else f"child {i}")
         for i in range(guards.CANDIDATE_LIMIT + extra)
     ]
+    await live(stack, root)
     result = await stack.send_message(calls.ctx(root.session_id), {"to": "nobody_00000000", "body": "x"})
     assert code(result) == "send_message:unknown_session"
     rows = result["error"]["message"].splitlines()[1:]
@@ -109,6 +111,7 @@ async def test_candidate_list_is_sorted_by_handle_bounded_and_built_in_one_round
 
 async def test_candidate_list_says_none_when_the_sender_is_alone(stack, calls):
     root = await stack.register_root("planner", "alone", rules={"child": "allow"})
+    await live(stack, root)
     result = await stack.send_message(calls.ctx(root.session_id), {"to": "nobody_00000000", "body": "x"})
     assert result["error"]["message"].splitlines()[1:] == ["- (none)"]
 
@@ -132,7 +135,7 @@ async def test_retry_returns_the_original_outcome_after_the_inbox_filled_and_the
     async with running_stack(redis_url, max_pending_per_session=2, max_inflight_per_pair=0) as host:
         root, a = await family(host)
         b = await host.register_child(root.session_id, "review", "b", rules={"sibling": "allow"})
-        await host.start_run(root.session_id, "run-1")
+        await live(host, b)
         ctx = calls.ctx(root.session_id, "run-1")
         first = await host.send_message(ctx, {"to": a.handle, "body": "first"})
         assert "message_id" in first
@@ -172,6 +175,7 @@ async def test_idempotency_evidence_lives_with_the_senders_session_without_expir
 async def test_a_session_overlay_is_an_event_that_sends_tool_visibility_and_replay_follow(stack, calls):
     root, a = await family(stack)
     assert (await stack.tool_definition(a.session_id))["name"] == "send_message"
+    await live(stack, a)
     await stack.set_message_rules(a.session_id, {"parent": "deny"})
     assert await stack.tool_definition(a.session_id) is None
     assert code(await stack.send_message(calls.ctx(a.session_id), {"to": root.handle, "body": "x"})) == (

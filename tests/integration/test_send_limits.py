@@ -10,7 +10,7 @@ from treemail.adapters import keys
 from treemail.consumers.app import Worker
 from treemail.host import Treemail
 
-from .conftest import make_config
+from .conftest import live, make_config
 
 pytestmark = pytest.mark.cluster
 
@@ -42,6 +42,7 @@ async def test_a_send_waiting_on_a_person_ends_at_its_own_deadline_with_approval
         root = await host.register_root("planner", "x", rules={"child": "allow"})
         a = await host.register_child(root.session_id, "explore", "a", rules={"sibling": "ask"})
         b = await host.register_child(root.session_id, "review", "b", rules={"sibling": "ask"})
+        await live(host, a)  # only a session's open run may send (seed 002)
         ctx = calls.ctx(a.session_id)
         result = await asyncio.wait_for(host.send_message(ctx, {"to": b.handle, "body": "may I?"}), 10)
         assert code(result) == "send_message:approval_timeout"
@@ -56,6 +57,7 @@ async def test_a_send_waiting_on_a_person_ends_at_its_own_deadline_with_approval
 async def test_an_oversized_body_is_refused_before_anything_is_stored(stack, calls):
     root = await stack.register_root("planner", "x", rules={"child": "allow"})
     child = await stack.register_child(root.session_id, "explore", "x")
+    await live(stack, root)
     before = await command_stream_lengths(stack)
     result = await stack.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "x" * 10_000_000})
     assert code(result) == "send_message:invalid_body"
@@ -71,6 +73,7 @@ async def test_huge_arguments_come_back_as_bounded_errors(stack, calls):
     root = await stack.register_root("planner", "x", rules={"child": "allow"})
     for n in range(60):  # more peers than an error lists
         await stack.register_child(root.session_id, "explore", "d" * 5000)
+    await live(stack, root)
     huge_to = await stack.send_message(calls.ctx(root.session_id), {"to": "z" * 1_000_000, "body": "x"})
     assert code(huge_to) == "send_message:unknown_session"
     assert len(huge_to["error"]["message"]) <= 8192
@@ -87,6 +90,7 @@ async def test_a_stray_entry_in_the_reply_list_does_not_stop_the_listener(redis_
     async with stack_with(redis_url, decision_timeout_s=5) as host:
         root = await host.register_root("planner", "x", rules={"child": "allow"})
         child = await host.register_child(root.session_id, "explore", "x")
+        await live(host, root)
         reply_list = keys.reply_list(host.commands.client_id)
         junk = [b"\xff not json", b"[1, 2]", b"42", b'{"no": "command id"}', b'{"command_id": ["x"]}']
         await host.redis.lpush(reply_list, *junk)

@@ -4,7 +4,7 @@ import pytest
 
 from treemail.domain.ids import HANDLE_PATTERN
 
-from .conftest import running_stack
+from .conftest import live, running_stack
 
 pytestmark = pytest.mark.cluster
 
@@ -14,6 +14,7 @@ async def family(host, child_rules=None, status="running"):
     root = await host.register_root("planner", "plans the work", rules={"child": "allow", "*": "allow"})
     a = await host.register_child(root.session_id, "explore", "reads code", rules=rules, status=status)
     b = await host.register_child(root.session_id, "review", "reviews", rules=rules, status=status)
+    await live(host, root)
     return root, a, b
 
 
@@ -27,6 +28,7 @@ async def accepted_events(host, session_id):
 
 async def test_child_to_parent_and_sibling_sends_are_accepted(stack, calls):
     root, a, b = await family(stack)
+    await live(stack, a)
     to_parent = await stack.send_message(calls.ctx(a.session_id), {"to": root.handle, "body": "found it"})
     to_sibling = await stack.send_message(calls.ctx(a.session_id), {"to": b.session_id, "body": "hi", "mode": "queue"})
     assert to_parent["recipient_state"] == "running" and to_parent["mode"] == "steer"
@@ -57,6 +59,7 @@ async def test_addressing_errors(stack, calls):
     root, a, _ = await family(stack)
     other_root = await stack.register_root("planner", "another tree", rules={"child": "allow"})
     other_child = await stack.register_child(other_root.session_id, "explore", "elsewhere")
+    await live(stack, a)
     ctx = calls.ctx(a.session_id)
     assert code(await stack.send_message(ctx, {"to": other_root.session_id, "body": "x"})) == "send_message:not_tree_peer"
     assert code(await stack.send_message(calls.ctx(a.session_id), {"to": a.session_id, "body": "x"})) == "send_message:self_send"
@@ -103,6 +106,7 @@ async def test_disabled_rejects_even_allowed_sends(redis_url, calls):
 async def test_inbox_cap_counts_agent_mail_only_and_drains(redis_url, calls):
     async with running_stack(redis_url, max_pending_per_session=2, max_inflight_per_pair=0) as host:
         root, a, b = await family(host)
+        await live(host, b)
         for owner in ("plugin", "delegation", "goal"):
             await host.inject(a.session_id, owner, "not agent mail")
         first = await host.send_message(calls.ctx(root.session_id), {"to": a.handle, "body": "1"})
@@ -143,6 +147,7 @@ async def test_retry_returns_original_message_id_and_appends_once(stack, calls):
 async def test_deny_by_default_hides_tool_and_denies(stack, calls):
     root = await stack.register_root("planner", "x", rules={"child": "allow"})
     mute = await stack.register_child(root.session_id, "explore", "no rules")
+    await live(stack, root, mute)
     assert await stack.tool_definition(mute.session_id) is None
     assert (await stack.tool_definition(root.session_id))["name"] == "send_message"
     result = await stack.send_message(calls.ctx(mute.session_id), {"to": root.handle, "body": "x"})
@@ -158,6 +163,7 @@ async def test_ask_waits_for_approval_once_tree_and_deny(stack, calls):
     rules = {"parent": "allow", "sibling": "ask"}
     a = await stack.register_child(root.session_id, "explore", "a", rules=rules)
     b = await stack.register_child(root.session_id, "review", "b", rules=rules)
+    await live(stack, a, b)
 
     async def approve_next(decision):
         while True:
@@ -199,6 +205,7 @@ async def test_an_approved_tool_call_resent_to_another_recipient_or_body_is_a_co
     a = await stack.register_child(root.session_id, "explore", "a", rules=rules)
     b = await stack.register_child(root.session_id, "review", "b", rules=rules)
     c = await stack.register_child(root.session_id, "test", "c", rules=rules)
+    await live(stack, a)
     ctx = calls.ctx(a.session_id)
 
     async def approve_first():

@@ -23,6 +23,7 @@ async def test_durable_profile_waits_for_fsync_and_succeeds(redis_url):
     try:
         root = await host.register_root("planner", "x", rules={"child": "allow"})
         child = await host.register_child(root.session_id, "explore", "x")
+        await host.start_run(root.session_id, "run-1")
         result = await host.send_message(Calls().ctx(root.session_id), {"to": child.handle, "body": "fsynced"})
         assert "message_id" in result
     finally:
@@ -76,6 +77,7 @@ async def test_send_while_server_is_down_answers_engine_shutdown():
     try:
         root = await host.register_root("planner", "x", rules={"child": "allow"})
         child = await host.register_child(root.session_id, "explore", "x")
+        await host.start_run(root.session_id, "run-1")
         await worker.stop()
         server.stop()
         result = await host.send_message(Calls().ctx(root.session_id), {"to": child.handle, "body": "x"})

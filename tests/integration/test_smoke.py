@@ -6,6 +6,7 @@ pytestmark = pytest.mark.cluster
 async def test_parent_sends_to_child(stack, calls):
     root = await stack.register_root("planner", "plans", rules={"child": "allow"})
     child = await stack.register_child(root.session_id, "explore", "reads code", rules={"parent": "allow"})
+    await stack.start_run(root.session_id, "run-1")
     result = await stack.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "hello"})
     assert set(result) == {"message_id", "mode", "recipient_state"}, result
     assert result["recipient_state"] == "queued"

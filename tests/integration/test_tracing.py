@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from treemail.adapters import tracing
 from treemail.domain import events as ev
 
-from .conftest import running_stack
+from .conftest import live, running_stack
 
 
 def test_tracing_is_off_unless_an_exporter_is_named():
@@ -38,7 +38,7 @@ async def test_one_message_is_one_trace_from_preparation_to_consumption(redis_ur
     async with running_stack(redis_url, attempt_timeout_s=0.2, backoff_initial_s=0, backoff_max_s=0) as host:
         root = await host.register_root("planner", "x", rules={"child": "allow"})
         child = await host.register_child(root.session_id, "explore", "x", rules={"parent": "allow"}, status="running")
-        await host.start_run(child.session_id, "run-1")
+        await live(host, root, child)  # only a session's open run may send (seed 002)
         exporter.clear()
         sent = await host.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "traced"})
         [delivery] = await host.claim(child.session_id, "run-1")

@@ -240,10 +240,14 @@ def send(
     tree_granted: bool = False,
     message_id: str = "m-1",
     recorded: dict | None = None,
+    service_draining: bool = False,
 ):
     """Decide one send. ``approval``: what a person already said about this exact send (None: never asked).
     ``recorded``: the idempotency record of this tool call, when it was decided before."""
-    events = list(sender_events) if sender_events is not None else ([registered(sender)] if sender else [])
+    # The sender sends from its open run (seed 002: only the exact live sender may send).
+    events = list(sender_events) if sender_events is not None else (
+        [registered(sender), run_started(run_id)] if sender else []
+    )
     if approval is not None and sender is not None and isinstance(target, Found):
         events += approval_events(sender, target.record.session_id, approval, to=to, body=body, mode=mode,
                                   run_id=run_id, tool_call_id=tool_call_id)
@@ -253,10 +257,29 @@ def send(
     given = SendGiven(
         sender=sender, sender_state=st.fold(events), target=target, config=cfg or config(),
         tree_grants=frozenset({label, "child", "parent", "*"}) if tree_granted else frozenset(),
-        new_id=message_id, now=1.0, recorded=recorded,
+        new_id=message_id, now=1.0, recorded=recorded, service_draining=service_draining,
     )
     return decide_send(command, given)
 
 
 def given_lifecycle(h: "History", cfg: MessagingConfig | None = None, now: float = 0.0) -> Given:
     return Given(h.state, h.mail, cfg or config(), now)
+
+
+# ---- seed 002 ----------------------------------------------------------------------------------
+
+
+def registered_as(record: SessionRecord, status: str = "running", continuable: bool = True) -> ev.SessionRegistered:
+    return registered(record, status).model_copy(update={"continuable": continuable})
+
+
+def closing(stop_reason: str | None = "aborted") -> ev.SessionClosing:
+    return ev.SessionClosing(stop_reason=stop_reason)
+
+
+def closed() -> ev.SessionClosed:
+    return ev.SessionClosed()
+
+
+def drain_started(by: str) -> ev.SessionDrainStarted:
+    return ev.SessionDrainStarted(by=by)

@@ -18,7 +18,7 @@ from treemail.domain.errors import Code, Rejected
 from treemail.domain.records import SessionRecord
 from treemail.producers.tool import parse_arguments, tool_definition
 
-from .builders import config, found, registered, tree
+from .builders import config, found, registered, run_started, tree
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 24).decode()
 IMAGE = {"type": "image", "media_type": "image/png", "data": PNG}
@@ -31,7 +31,9 @@ def with_blocks(raw) -> SendArguments:
 
 def decide(sender, target, arguments: SendArguments, cfg=ON):
     command = SendMessage("cmd-1", SendContext(sender.session_id, "run-1", "call-1"), arguments, "client-1")
-    given = SendGiven(sender=sender, sender_state=st.fold([registered(sender)]), target=target, config=cfg,
+    # The sender sends from its open run (seed 002: only the exact live sender may send).
+    given = SendGiven(sender=sender, sender_state=st.fold([registered(sender), run_started("run-1")]), target=target,
+                      config=cfg,
                       new_id="m-1", now=1.0)
     return decide_send(command, given)
 

@@ -337,7 +337,8 @@ def test_hops_observed_by_another_run_do_not_count():
 def test_a_finished_run_forgets_its_hops():
     t = tree()
     s = t.sibling
-    assert hop_of(t, claimed("a", s, hop=5), run_finished("run-1")) == 0
+    # The same run id opened again (a new incarnation) starts with no hops observed.
+    assert hop_of(t, claimed("a", s, hop=5), run_finished("run-1"), run_started("run-1")) == 0
 
 
 # ---- permissions -----------------------------------------------------------------------------
@@ -382,7 +383,7 @@ def test_ask_with_a_pending_approval_waits_on_the_same_request_and_opens_no_othe
 @pytest.mark.parametrize("change", [{"body": "other"}, {"mode": "queue"}])
 def test_an_approval_covers_only_what_the_person_saw(change):
     t = tree().with_rules("child", [("sibling", "ask"), ("parent", "allow")])
-    approved = [registered(t.child), *approval_events(
+    approved = [registered(t.child), run_started("run-1"), *approval_events(
         t.child, t.sibling.session_id, "approved", to="explore_00000002", body="hello", mode="steer",
         run_id="run-1", tool_call_id="call-1")]
     decision = send(t.child, found(t.sibling), sender_events=tuple(approved), **change)
@@ -391,7 +392,7 @@ def test_an_approval_covers_only_what_the_person_saw(change):
 
 def test_an_approval_for_one_recipient_does_not_cover_another():
     t = tree().with_rules("child", [("sibling", "ask"), ("parent", "ask")])
-    approved = [registered(t.child), *approval_events(
+    approved = [registered(t.child), run_started("run-1"), *approval_events(
         t.child, t.sibling.session_id, "approved", to="explore_00000002", body="hello", mode="steer",
         run_id="run-1", tool_call_id="call-1")]
     decision = send(t.child, found(t.root), sender_events=tuple(approved))

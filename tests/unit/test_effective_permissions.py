@@ -10,13 +10,14 @@ from treemail.domain.errors import Code
 from treemail.domain.records import Peer
 from treemail.producers.tool import tool_definition
 
-from .builders import History, found, given_lifecycle, registered, send, tree
+from .builders import History, found, given_lifecycle, registered, run_started, send, tree
 
 T = tree()
 
 
 def overlaid(record, rules) -> tuple[ev.Event, ...]:
-    return (registered(record), ev.MessageRulesOverlaid(rules=rules))
+    # Sent from its open run (seed 002: only the exact live sender may send).
+    return (registered(record), run_started("run-1"), ev.MessageRulesOverlaid(rules=rules))
 
 
 def test_each_label_resolves_with_the_rule_that_decided_it():

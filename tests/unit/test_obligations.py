@@ -211,7 +211,8 @@ def test_next_check_is_the_claim_expiry_the_deadline_or_the_end_of_a_sleeping_se
 
 
 def sender_with(outstanding: int) -> list[ev.Event]:
-    return [registered(T.root)] + [
+    # Sending from its open run (seed 002: only the exact live sender may send).
+    return [registered(T.root), run_started("run-1")] + [
         ev.MessageSent(message_id=f"m-{i}", recipient_session_id=T.child.session_id, position=i,
                        recipient_state="running") for i in range(outstanding)]
 

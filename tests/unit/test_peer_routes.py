@@ -51,7 +51,9 @@ def decide(sender, found, *, peer="advisor", body="hello", reply=False, in_reply
            cfg=None, tool_call_id="call-1"):
     command = SendToPeer(SendContext(sender.session_id, "run-1", tool_call_id),
                          PeerSendArguments(peer, body, "steer", in_reply_to, reply))
-    given = SendGiven(sender=sender, sender_state=st.fold([registered(sender), *sender_events]), target=found,
+    # Sent from its open run (seed 002: only the exact live sender may send).
+    given = SendGiven(sender=sender, sender_state=st.fold([registered(sender), run_started("run-1"), *sender_events]),
+                      target=found,
                       config=cfg or config(), new_id="m-1", now=5.0)
     return HANDLERS[SendToPeer].decide(command, given)
 

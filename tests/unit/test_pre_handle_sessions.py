@@ -11,7 +11,7 @@ from treemail.domain.envelope import render_agent_message
 from treemail.domain.errors import Code
 from treemail.domain.records import Peer, SessionRecord
 
-from .builders import found, registered, send, tree
+from .builders import found, registered, run_started, send, tree
 
 T = tree()
 OLD_CHILD = replace(T.child, handle=None)  # registered before handles existed
@@ -29,7 +29,8 @@ def test_a_pre_handle_peer_is_listed_by_its_uuid_once_in_the_candidate_list():
 
 
 def test_a_pre_handle_sender_sends_with_no_handle_in_its_event_and_is_replied_to_by_uuid():
-    decision = send(OLD_CHILD, found(T.root), sender_events=(registered(OLD_CHILD),), to=T.root.session_id)
+    decision = send(OLD_CHILD, found(T.root), sender_events=(registered(OLD_CHILD), run_started("run-1")),
+                    to=T.root.session_id)
 
     assert isinstance(decision, Accepted)
     [message] = [e for e in decision.events if isinstance(e, ev.ProducerMessageAccepted)]
@@ -42,7 +43,8 @@ def test_a_pre_handle_sender_sends_with_no_handle_in_its_event_and_is_replied_to
 def test_a_pre_handle_session_can_open_and_be_named_in_an_approval_request():
     asking = replace(OLD_CHILD, rules=[("sibling", "ask")])
     old_sibling = replace(T.sibling, handle=None)
-    decision = send(asking, found(old_sibling), sender_events=(registered(asking),), to=old_sibling.session_id)
+    decision = send(asking, found(old_sibling), sender_events=(registered(asking), run_started("run-1")),
+                    to=old_sibling.session_id)
 
     assert isinstance(decision, AwaitsApproval)
     [request] = decision.events

@@ -26,10 +26,11 @@ def histories(draw):
     order: list[str] = list(SESSIONS)
     for n in range(draw(st.integers(0, 60))):
         session = draw(st.sampled_from(SESSIONS))
-        step = draw(st.sampled_from(["accept", "accept", "done", "restore", "wake", "run", "unknown"]))
+        step = draw(st.sampled_from(["accept", "accept", "done", "restore", "wake", "run", "close", "unknown"]))
         if step == "accept":
             sender = draw(st.sampled_from(SESSIONS))
-            owner = draw(st.sampled_from(["agent", "agent", "plugin"]))
+            # Seed 002's notices (settlement, returned) are treemail's words: never counted as agent mail.
+            owner = draw(st.sampled_from(["agent", "agent", "plugin", "settlement", "returned"]))
             event = ev.ProducerMessageAccepted(
                 message_id=f"m{n}", producer_id="p", owner=owner,
                 sender_session_id=sender if owner == "agent" else None, body="b", mode="steer",
@@ -52,6 +53,8 @@ def histories(draw):
             event = ev.SessionWakeRequested(message_id=None)
         elif step == "run":
             event = ev.SessionRunStarted(run_id=f"r{n}")
+        elif step == "close":
+            event = ev.SessionClosing(stop_reason="aborted")
         else:
             event = None  # a type this version does not know
         streams[session].append(event)
@@ -105,6 +108,13 @@ def test_inbox_and_pairs_count_pending_agent_mail_only(history):
         for sender in SESSIONS:
             expected = sum(1 for e in pending if e.sender_session_id == sender)
             assert int(views["pairs"].get(f"{sender}>{session}", 0)) == expected
+
+
+def test_a_session_past_its_disposal_cutoff_is_owed_no_wake():
+    streams = {"s1": [registered("s1"), ev.SessionWakeRequested(message_id="m"), ev.SessionClosing()],
+               "s2": [registered("s2"), ev.SessionWakeRequested(message_id="n")]}
+    owed = {k: v for k, v in rebuild(streams)["wakes"].items() if not k.startswith("seq:")}
+    assert owed == {"s2": "n"}
 
 
 def test_tree_summary_counts_sessions_and_mail():
@@ -171,6 +181,12 @@ def one_of_each_event_type() -> list[ev.Event]:
         ev.PeerRouteRegistered(source_kind="session", source="s0", name="advisor"),
         ev.PeerRouteRevoked(source_kind="session", source="s0", name="advisor"),
         ev.PeerGrantSet(source_kind="agent_type", source="planner", send=True, principal="acme"),
+        # Seed 002, part 1.
+        ev.SessionClosing(stop_reason="aborted", closing_text="bye"),
+        ev.SessionClosed(),
+        ev.SessionSettled(run_id="r", stop_reason="completed", notice="queued", message_id="m"),
+        ev.SessionDrainStarted(by="s1"),
+        ev.SessionDrainLifted(by="s1"),
     ]
 
 

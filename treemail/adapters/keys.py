@@ -137,3 +137,8 @@ def peer_routes(source_kind: str, source: str) -> str:
 def peer_intent(partition: int, key_digest: str) -> str:
     """In the sender's partition: the target a peer tool call first went to, so its retry finds its record there."""
     return f"{PREFIX}:{tag(partition)}:peer-intent:{key_digest}"
+
+
+# Seed 002: set while the whole service drains (a flag, not a stream: no session owns it).
+def service_drain() -> str:
+    return f"{PREFIX}:drain"

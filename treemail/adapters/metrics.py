@@ -113,6 +113,11 @@ WAKES_OUTSTANDING = Gauge(
     "treemail_wakes_outstanding", "Sessions with a wake requested and no run started yet",
     registry=PROJECTION_REGISTRY,
 )
+# Seed 002: counted in the process that disposes or finishes the child (the host's), never failing either.
+SETTLEMENT_FAILURES = Counter(
+    "treemail_settlement_notice_failures", "Settlement notices that could not be delivered to a parent",
+    registry=HOST_REGISTRY,
+)
 
 # Delivery as an obligation (seed 004): the delivery pump.
 PUMP_LAG_SECONDS = Gauge(

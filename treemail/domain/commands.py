@@ -5,10 +5,11 @@ Every command names the session whose stream it is decided on
 """
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 Status = Literal["queued", "running", "idle", "finished"]
 STATUSES = ("queued", "running", "idle", "finished")
+StopReason = Literal["completed", "aborted", "max_tokens", "refusal", "error"]
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ class StartRun:
 class FinishRun:
     session_id: str
     run_id: str
-    reason: Literal["completed", "aborted", "max_tokens", "refusal", "error"] = "completed"
+    reason: StopReason = "completed"
 
 
 @dataclass(frozen=True)
@@ -273,8 +274,72 @@ class SetPeerGrant:
     control: bool = False
 
 
+# Seed 002, part 1: disposal, settlement notices, draining. One list of stop reasons (FinishRun's too).
+STOP_REASONS: tuple[str, ...] = get_args(StopReason)
+
+
+@dataclass(frozen=True)
+class DisposeSession:
+    """Open the send-versus-dispose cutoff (closing); ``CloseSession`` completes the disposal."""
+
+    session_id: str
+    stop_reason: StopReason | None = None
+    closing_text: str | None = None
+
+
+@dataclass(frozen=True)
+class CloseSession:
+    """Set aside every message still pending, each with what became of it, and close the session.
+
+    ``returned``: (message id, discard reason) for every pending agent message,
+    after its sender was given a notice (or found gone).
+    """
+
+    session_id: str
+    returned: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class ReturnMail:
+    """Decided on the original sender's stream: a notice that its message was not delivered, and why."""
+
+    session_id: str
+    message_id: str
+    notice_id: str
+    recipient_handle: str
+    body: str
+    stop_reason: StopReason | None = None
+
+
+@dataclass(frozen=True)
+class SettleSession:
+    """A child's run ended for good (``run_id``) or it was disposed: notify its parent, gated as the seed says."""
+
+    session_id: str
+    run_id: str | None
+    stop_reason: StopReason
+    closing_text: str | None
+    disposed: bool
+    notice_id: str
+
+
+@dataclass(frozen=True)
+class DrainSession:
+    """``by``: the session whose subtree is draining (this one, or an ancestor)."""
+
+    session_id: str
+    by: str
+
+
+@dataclass(frozen=True)
+class LiftDrain:
+    session_id: str
+    by: str
+
+
 SessionCommand = (
     RegisterSession | ChangeStatus | StartRun | FinishRun | ClaimMail | ConsumeMail | ReleaseMail | DiscardMail
     | InjectMail | RequestWake | ResolveApproval | RevertSession | ForkSession | OverlayMessageRules
     | KeepObligations | RetryMail | RegisterPeerRoute | RevokePeerRoute | SetPeerGrant
+    | DisposeSession | CloseSession | ReturnMail | SettleSession | DrainSession | LiftDrain
 )

@@ -12,7 +12,8 @@ entities decoded, Unicode compatibility forms folded (NFKC: full-width and
 small-form ``<``), zero-width and other invisible characters dropped, case
 ignored, and any non-ASCII letter taken for the ASCII one it may look like
 (Cyrillic ``а`` for ``a``). Wherever that reading holds an envelope tag
-(``<agent_message``, ``</agent_message``, any spacing or separator inside),
+(``<agent_message``, ``</agent_message``, or treemail's own ``<treemail_notice``
+of seed 002, any spacing or separator inside),
 the character or entity that opens it is written ``&amp;lt;``, which reads as
 an escaped ``<`` even after one round of entity decoding. Wherever it holds
 treemail's reply hint (``use send_message(...) to reply``), ``(quoted) `` is
@@ -52,7 +53,8 @@ def _fuzzy(word: str) -> str:
     return "".join(f"(?:{c}|{LOOKALIKE})" if c.isalpha() else SEP for c in word)
 
 
-TAG = re.compile(r"<\s*/?\s*" + _fuzzy("agent_message"))
+# treemail_notice too: a body must not be able to forge a notice treemail writes (seed 002) either.
+TAG = re.compile(r"<\s*/?\s*(?:" + _fuzzy("agent_message") + "|" + _fuzzy("treemail_notice") + ")")
 HINT = re.compile(
     _fuzzy("use") + r"\W{0,3}" + _fuzzy("send_message") + r"\s*[(（][^\n]{0,400}?" + _fuzzy("to") + SEP
     + _fuzzy("reply")

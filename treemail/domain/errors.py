@@ -52,6 +52,14 @@ class Code(str, Enum):
     PEER_ENGINE_SHUTDOWN = "peer_message:engine_shutdown"
     # Under attack and under faults: a send waiting on a person has its own deadline.
     APPROVAL_TIMEOUT = "send_message:approval_timeout"
+    # Seed 002, part 1: who may send, and sends that race the end of a session.
+    SENDER_NOT_LIVE = "send_message:sender_not_live"
+    DRAINING = "send_message:draining"
+    RECIPIENT_CLOSING = "send_message:recipient_closing"
+    SENDER_CLOSING = "send_message:sender_closing"
+    PARENT_UNAVAILABLE = "send_message:parent_unavailable"
+    NOT_RESUMABLE = "send_message:not_resumable"
+    INTERRUPT_SENDER_NOT_LIVE = "interrupt_agent:sender_not_live"
 
 
 MAX_MESSAGE_CHARS = 8192

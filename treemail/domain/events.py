@@ -13,7 +13,8 @@ Status = Literal["queued", "running", "idle", "finished"]
 Mode = Literal["steer", "queue"]
 # Who produced a message on the recipient: an agent via send_message, or one
 # of the host's own producers that inject mail.
-OwnerKind = Literal["agent", "plugin", "delegation", "goal"]
+# "settlement" and "returned" are notices treemail itself writes (seed 002): never an agent's words.
+OwnerKind = Literal["agent", "plugin", "delegation", "goal", "settlement", "returned"]
 StopReason = Literal["completed", "aborted", "max_tokens", "refusal", "error"]
 
 
@@ -35,6 +36,7 @@ class SessionRegistered(Event):
     status: Status
     # seed 002 part 2 (defaults: events written before these fields read as before)
     resident: bool = True
+    # False: the host cannot start another run for it once it finished; treemail never wakes it (seed 002).
     continuable: bool = True
     accepts_images: bool = False
     interrupt_rules: list[tuple[str, str]] = []
@@ -270,6 +272,40 @@ class PeerGrantSet(Event):
     principal: str
 
 
+# Seed 002, part 1: disposal, settlement notices, draining.
+class SessionClosing(Event):
+    """The send-versus-dispose cutoff: from here on sends to and from the session are refused."""
+
+    stop_reason: StopReason | None = None
+    closing_text: str | None = None
+
+
+class SessionClosed(Event):
+    """Disposal is complete: every message still pending was returned to its sender or set aside with its reason."""
+
+
+class SessionSettled(Event):
+    """The session's run ended for good, or it was disposed; and what treemail told its parent about it."""
+
+    run_id: str | None = None
+    stop_reason: StopReason
+    closing_text: str | None = None
+    disposed: bool = False
+    # not_announced, parent_unavailable, injected, queued or steered (the seed's gates, in order).
+    notice: str
+    message_id: str | None = None
+
+
+class SessionDrainStarted(Event):
+    """New sends from or to this session are refused; ``by`` is the session whose subtree is draining."""
+
+    by: str
+
+
+class SessionDrainLifted(Event):
+    by: str
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.__name__: cls
     for cls in (
@@ -306,6 +342,12 @@ EVENT_TYPES: dict[str, type[Event]] = {
         PeerRouteRegistered,
         PeerRouteRevoked,
         PeerGrantSet,
+        # Seed 002, part 1.
+        SessionClosing,
+        SessionClosed,
+        SessionSettled,
+        SessionDrainStarted,
+        SessionDrainLifted,
     )
 }
 

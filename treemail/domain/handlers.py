@@ -34,6 +34,8 @@ from .decide.rules import decide_overlay_rules
 from .decide.obligations import decide_keep, decide_retry
 from .decide.routes import decide_peer_send, decide_register_route, decide_revoke_route, decide_set_grant
 from .decide.send import decide_send
+from .decide.disposal import decide_close, decide_dispose, decide_drain, decide_lift_drain, decide_return_mail
+from .decide.settlement import decide_settle
 
 
 @dataclass(frozen=True)
@@ -74,4 +76,12 @@ HANDLERS: dict[type, Handler] = {
     c.RevokePeerRoute: Handler(decide_revoke_route),
     c.SetPeerGrant: Handler(decide_set_grant),
     c.SendToPeer: Handler(decide_peer_send),
+    # Seed 002, part 1: disposal, settlement notices, draining. SettleSession is decided on
+    # the child and its parent together (``SettlementGiven``), by ``services.settlement``.
+    c.DisposeSession: Handler(decide_dispose, reads_mail="all"),
+    c.ReturnMail: Handler(decide_return_mail),
+    c.CloseSession: Handler(decide_close, reads_mail="all"),
+    c.SettleSession: Handler(decide_settle),
+    c.DrainSession: Handler(decide_drain),
+    c.LiftDrain: Handler(decide_lift_drain),
 }

@@ -58,6 +58,12 @@ class SessionState:
     wake_requested_at: float = 0.0
     # seed 004 part 2: routes and grants leading to this session, and its peer inbox (``peers.py``).
     peers: peer_state.PeerState = peer_state.EMPTY
+    # Seed 002: whether the host can run it again (never woken if not), its disposal
+    # (None, "closing", "closed"), the sessions whose drain covers it, and whether it was ever sent mail.
+    continuable: bool = True
+    disposal: str | None = None
+    drained_by: frozenset[str] = frozenset()
+    announced: bool = False
 
     def to_json(self) -> str:
         # Written for every append: spelled out, because dataclasses.asdict deep-copies.
@@ -77,6 +83,10 @@ class SessionState:
                 "outstanding": self.outstanding,
                 "wake_requested_at": self.wake_requested_at,
                 **({"peers": self.peers.to_obj()} if self.peers else {}),
+                "continuable": self.continuable,
+                "disposal": self.disposal,
+                "drained_by": sorted(self.drained_by),
+                "announced": self.announced,
             },
             separators=(",", ":"),
         )
@@ -90,6 +100,7 @@ class SessionState:
         data["approvals"] = {k: ApprovalEntry(*v) for k, v in data.get("approvals", {}).items()}
         data["rules_overlay"] = tuple(tuple(rule) for rule in data.get("rules_overlay", ()))
         data["peers"] = peer_state.PeerState.from_obj(data["peers"]) if "peers" in data else peer_state.EMPTY
+        data["drained_by"] = frozenset(data.get("drained_by", ()))
         # A snapshot written by a newer version may carry fields this one does not know.
         return cls(**{k: v for k, v in data.items() if k in _STATE_FIELDS})
 
@@ -172,8 +183,8 @@ def evolve(state: SessionState, event: ev.Event) -> SessionState:
         if peers is not state.peers:
             state = replace(state, peers=peers)
     match event:
-        case ev.SessionRegistered(status=status):
-            return replace(state, registered=True, status=status)
+        case ev.SessionRegistered(status=status, continuable=continuable):
+            return replace(state, registered=True, status=status, continuable=continuable)
         case ev.SessionStatusChanged(status=status):
             return replace(state, status=status)
         case ev.SessionRunStarted(run_id=run_id):
@@ -190,7 +201,8 @@ def evolve(state: SessionState, event: ev.Event) -> SessionState:
             return replace(state, producers=_recent(state.producers, producer_id))
         case (ev.ProducerMessageAccepted(owner=owner, sender_session_id=sender)
               | ev.ProducerMessageRestored(owner=owner, sender_session_id=sender)):
-            state = replace(state, pending_all=state.pending_all + 1)
+            # Seed 002: a session ever sent mail is "announced" (it owes its parent a settlement notice).
+            state = replace(state, pending_all=state.pending_all + 1, announced=True)
             producer_id = getattr(event, "producer_id", None)  # a restored message names none
             if producer_id in state.producers:
                 state = replace(state, producers=_recent(state.producers, producer_id))
@@ -219,6 +231,15 @@ def evolve(state: SessionState, event: ev.Event) -> SessionState:
             return replace(state, outstanding=state.outstanding + 1)
         case ev.MessageSettled():
             return replace(state, outstanding=max(0, state.outstanding - 1))
+        # Seed 002, part 1.
+        case ev.SessionClosing():
+            return replace(state, disposal="closing")
+        case ev.SessionClosed():
+            return replace(state, disposal="closed")
+        case ev.SessionDrainStarted(by=by):
+            return replace(state, drained_by=state.drained_by | {by})
+        case ev.SessionDrainLifted(by=by):
+            return replace(state, drained_by=state.drained_by - {by})
         case _:
             return state
 

@@ -26,7 +26,8 @@ from treemail.adapters.config import Config
 from treemail.adapters.embedded import LocalValkey, LocalValkeyCluster, free_port
 from treemail.producers.host import Treemail
 
-from .demo_script import ScenarioFailed, Story, play, say
+from .demo_script import Story, play, say
+from .scenarios import ScenarioFailed
 
 DEMO_MAX_HOPS = "4"
 

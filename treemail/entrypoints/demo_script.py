@@ -15,14 +15,9 @@ from treemail.producers.host import SendContext, Treemail
 from treemail.projections.render import history_row
 from treemail.projections.views import tree_summaries
 
+from .demo_settlement import demo_settlement
+from .scenarios import ScenarioFailed, expect
 
-class ScenarioFailed(Exception):
-    """A scenario's outcome was not what the stack promises."""
-
-
-def expect(condition: bool, scenario: str, what: str) -> None:
-    if not condition:
-        raise ScenarioFailed(f"scenario {scenario}: {what}")
 
 
 def say(line: str = "") -> None:
@@ -146,6 +141,8 @@ async def play(host: Treemail, hop_guard: str | None, story: Story) -> Story:
     summary = await _tree_summary(host, root.session_id, sessions=4)
     say(f"  {root.session_id}: {summary['sessions']} sessions, {summary['accepted']} messages accepted, "
         f"{summary['done']} done, {summary['pending']} pending")
+
+    await demo_settlement(host, say, first=9)  # its own small tree: the seed 002 endings of a child
     return story
 
 

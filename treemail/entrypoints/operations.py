@@ -1,9 +1,9 @@
-"""Subcommands for operators and hosts beyond the core: `pump`, `inspect`, `retry`, `config show`,
-`permissions`. ``register(app)`` adds them; each only wires a function of a lower floor."""
+"""Subcommands for operators and hosts beyond the core: `pump`, `inspect`, `retry`, `drain`, `dispose`,
+`config show`, `permissions`. ``register(app)`` adds them; each only wires a function of a lower floor."""
 
 import asyncio
 import json
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -63,6 +63,40 @@ def permissions(ctx: typer.Context, session: SessionArg, as_json: JsonOpt = Fals
     run_with_host(ctx, config, action)
 
 
+def drain(
+    ctx: typer.Context,
+    session: Annotated[Optional[str], typer.Argument(
+        metavar="SESSION", help="drain this session and everything below it (default: the whole service)",
+        show_default=False)] = None,
+    lift: Annotated[bool, typer.Option("--lift", help="take new sends again")] = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Refuse new sends from or to the service, or a session and its subtree (send_message:draining)."""
+    from .lifecycle_commands import drain_command
+
+    async def action(host):
+        print(await drain_command(host, await session_id(host, session) if session else None, lift))
+
+    run_with_host(ctx, config, action)
+
+
+def dispose(
+    ctx: typer.Context,
+    session: SessionArg,
+    stop_reason: Annotated[Optional[str], typer.Option(
+        help="completed, aborted, max_tokens, refusal or error: the parent gets a settlement notice")] = None,
+    closing_text: Annotated[Optional[str], typer.Option(help="the child's closing message, for the notice")] = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Dispose a session: the cutoff for sends, its unprocessed mail handed back to the senders, then closed."""
+    from .lifecycle_commands import dispose_command
+
+    async def action(host):
+        print(await dispose_command(host, await session_id(host, session), stop_reason, closing_text))
+
+    run_with_host(ctx, config, action)
+
+
 @config_app.command("show")
 def config_show(ctx: typer.Context, config: ConfigOpt = None) -> None:
     """The effective configuration, and which layer (file, environment, defaults) each table came from."""
@@ -76,4 +110,6 @@ def register(app: typer.Typer) -> None:
     app.command()(inspect)
     app.command()(retry)
     app.command()(permissions)
+    app.command()(drain)
+    app.command()(dispose)
     app.add_typer(config_app, name="config")

@@ -8,10 +8,11 @@ on fresh state; a duplicate key answers the first outcome.
 """
 
 import asyncio
+import json
 import random
 import time
 
-from ..adapters import metrics
+from ..adapters import keys, metrics
 from ..adapters.eventstore import EventStore
 from ..domain import ids
 from ..domain.commands import InterruptAgent
@@ -37,6 +38,7 @@ class InterruptService:
         context, arguments = command.context, command.arguments
         sender = await self.directory.get(context.session_id)
         target_record = await self._resolve(sender, arguments.to)
+        recorded = await self._recorded(target_record, interrupt.key_digest(context))
         for attempt in range(CONFLICT_ATTEMPTS):
             if attempt:
                 await asyncio.sleep(random.uniform(0, 0.001 * min(attempt, 20)))
@@ -49,7 +51,7 @@ class InterruptService:
                 target = NoSuchHandle(target_record.reference, await self._neighbours(sender))
             sender_state = loaded[sender.session_id].state if sender else SessionState()
             decision = decide_interrupt(command, interrupt.InterruptGiven(
-                sender, sender_state, target, new_id=ids.uuid7(), now=time.time(),
+                sender, sender_state, target, new_id=ids.uuid7(), now=time.time(), recorded=recorded,
             ))
             if not isinstance(decision, Accepted):
                 return outcome_of(decision)
@@ -68,6 +70,14 @@ class InterruptService:
         raise LifecycleError(
             "lifecycle:contention", f"session {target_record.session_id} kept changing under {CONFLICT_ATTEMPTS} attempts"
         )
+
+    async def _recorded(self, target: SessionRecord | NoSuchSession | NoSuchHandle, digest: str) -> dict | None:
+        """The outcome this tool call already has: the commit keeps it with the target (the session it appended
+        to), and a reference always resolves to the same session."""
+        if not isinstance(target, SessionRecord):
+            return None
+        raw = await self.store.redis.hget(keys.session_idempotency(target.partition, target.session_id), digest)
+        return json.loads(raw) if raw is not None else None
 
     async def _resolve(self, sender: SessionRecord | None, to: str) -> SessionRecord | NoSuchSession | NoSuchHandle:
         """A full UUID, or a handle in the sender's tree only, as for send_message."""

@@ -31,6 +31,7 @@ from ..domain.handlers import HANDLERS
 from ..domain.messaging import MessagingConfig
 from ..domain.records import SessionRecord
 from ..domain.state import SessionState
+from . import admission
 from .sessions import SessionService
 
 decide_peer_send = HANDLERS[SendToPeer].decide
@@ -192,6 +193,7 @@ class PeerService:
             given = SendGiven(
                 sender=sender, sender_state=loaded[sender.session_id].state if sender else SessionState(),
                 target=target, config=self.config, new_id=ids.uuid7(), now=time.time(),
+                service_draining=await admission.service_draining(self.store),
             )
             decision = decide_peer_send(command, given)
             if isinstance(decision, Refused) and not decision.recorded:

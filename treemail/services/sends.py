@@ -7,6 +7,7 @@ round again with freshly loaded state; nothing here is trusted across rounds,
 so any number of workers may race.
 """
 
+import asyncio
 import json
 import time
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from ..domain.messaging import MessagingConfig
 from ..domain.outbound import source_events
 from ..domain.records import Peer, SessionRecord
 from ..domain.state import SessionState
+from . import admission
 
 decide_send = HANDLERS[SendMessage].decide
 
@@ -83,9 +85,10 @@ class SendService:
         round trip (the domain filters, sorts and bounds the list)."""
         return routing.addressable(self.config.routing, sender, await self.directory.tree_peers(sender))
 
-    async def _load(self, work: list[_Work]) -> tuple[dict[str, Loaded], dict[str, frozenset[str]], dict]:
+    async def _load(self, work: list[_Work]) -> tuple[dict[str, Loaded], dict[str, frozenset[str]], dict, bool]:
         """Every sender's and recipient's state, each tool call's idempotency record (same round trip),
-        and the senders' tree grants.
+        the senders' tree grants, and whether the whole service drains (seed 002; read every round, so a
+        send decided again after a conflict sees a drain that began meanwhile).
 
         A recorded tool call is answered from its record before any check;
         the commit script checks the record again atomically, for two
@@ -99,11 +102,15 @@ class SendService:
                 records[w.target.session_id] = w.target
         calls = [(w.sender, w.digest) for w in work if w.sender is not None]
         loaded, recorded = await self.store.load_for_sends(list(records.values()), calls)
-        grants = await self.directory.tree_grants([w.sender for w in work if w.sender is not None])
-        return loaded, grants, recorded
+        grants, draining = await asyncio.gather(
+            self.directory.tree_grants([w.sender for w in work if w.sender is not None]),
+            admission.service_draining(self.store),
+        )
+        return loaded, grants, recorded, draining
 
     def _decide_one(
-        self, w: _Work, loaded: dict[str, Loaded], grants: dict[str, frozenset[str]], recorded: dict
+        self, w: _Work, loaded: dict[str, Loaded], grants: dict[str, frozenset[str]], recorded: dict,
+        draining: bool = False,
     ) -> SendDecision:
         sender_state = loaded[w.sender.session_id].state if w.sender else SessionState()
         target: Target = w.target
@@ -114,18 +121,19 @@ class SendService:
             tree_grants=grants.get(w.sender.root_session_id, frozenset()) if w.sender else frozenset(),
             new_id=ids.uuid7(), now=time.time(),
             recorded=recorded.get((w.sender.session_id, w.digest)) if w.sender else None,
+            service_draining=draining,
         )
         w.new_id = given.new_id
         return decide_send(w.command, given)
 
     async def _round(self, work: list[_Work], outcomes: dict[str, dict]) -> list[_Work]:
         await self._resolve(work)
-        loaded, grants, recorded = await self._load(work)
+        loaded, grants, recorded, draining = await self._load(work)
         committing: list[tuple[_Work, dict]] = []
         appends: list[PreparedAppend] = []
         alone: list[tuple[_Work, dict]] = []
         for w in work:
-            decision = self._decide_one(w, loaded, grants, recorded)
+            decision = self._decide_one(w, loaded, grants, recorded, draining)
             if isinstance(decision, Refused) and decision.recorded_alone and w.sender is not None:
                 alone.append((w, idempotency.record(w.command.arguments, outcome_of(decision))))
                 continue

@@ -18,6 +18,7 @@ counters either way.
   type, rules, parent) and its own id and handle. The source's pending mail
   stays with the source: it is delivered once, where it was sent.
 - A position on a reverted branch is refused: nothing can be built on it.
+- A session being disposed (or disposed) is not reverted (``lifecycle:closing``).
   Sessions registered while that branch was live ("ghosts") stay registered
   and addressable by their id, as the seed accepts.
 """
@@ -28,7 +29,7 @@ from .. import events as ev
 from ..commands import ForkSession, RevertSession
 from ..errors import LifecycleError
 from ..state import MailItem
-from .lifecycle import Given, _in_order, _message_event, decide_register, require_registered
+from .lifecycle import Given, _in_order, _message_event, decide_register, require_open, require_registered
 from .wake import with_wake
 
 INVALID_POSITION = "lifecycle:invalid_position"
@@ -90,6 +91,8 @@ def decide_revert(command: RevertSession, given: Given) -> list[ev.Event]:
     """Take the session's mail back to ``to_position``; ``given.history`` is the session's whole stream."""
     state, history, to = given.state, given.history, command.to_position
     require_registered(state)
+    # Seed 002: past the disposal cutoff, mail restored now could never be returned to its senders.
+    require_open(state)
     require_position(history, to)
     after = [event for seq, event in history if seq > to]
     if _nothing_since(after, to):

@@ -16,6 +16,12 @@ def asleep(state: SessionState) -> bool:
     return state.status in ("idle", "finished") and state.current_run is None
 
 
+def wakeable(state: SessionState) -> bool:
+    """Asleep, and a wake may start a run: never a session that is not continuable or is being disposed
+    (seed 002), whose mail waits for its disposal to return it."""
+    return asleep(state) and state.continuable and state.disposal is None
+
+
 def deliverable(item: MailItem, now: float) -> bool:
     return item.state in WAITING and item.retry_at <= now
 
@@ -51,7 +57,7 @@ def check_times(state: SessionState, item: MailItem, policy: MessagingConfig, no
     if item.state not in WAITING:
         return []
     times = [t for t in (deadline_of(item, policy),) if t is not None]
-    if asleep(state) and item.retry_at > now:
+    if wakeable(state) and item.retry_at > now:
         times.append(item.retry_at)
     return times
 
@@ -69,7 +75,7 @@ def next_check(
     for item in items:
         times.extend(check_times(state, item, policy, now))
         due_now = due_now or deliverable(item, now)
-    if asleep(state) and state.pending_all > 0:
+    if wakeable(state) and state.pending_all > 0:
         wake_expires = state.wake_requested_at + policy.attempt_timeout_s
         if state.wake_pending and wake_expires > now:
             times.append(wake_expires)

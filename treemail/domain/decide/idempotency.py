@@ -26,8 +26,12 @@ from ..errors import Code
 # since changed is decided again rather than kept.
 WITH_RECIPIENT = frozenset({Code.MAX_HOPS_EXCEEDED, Code.INBOX_FULL, Code.INFLIGHT_FULL, Code.SOURCE_CAPACITY})
 # Never recorded: a conflict says nothing about the first call; the others are
-# answered by the producer, never decided by a worker.
-NEVER = frozenset({Code.IDEMPOTENCY_CONFLICT, Code.ENGINE_SHUTDOWN, Code.INVALID_ARGUMENTS})
+# answered by the producer, never decided by a worker. Seed 002: sender_not_live
+# says the context is stale or invented, nothing about the call: a record would
+# keep a call from a run not yet opened refused for good, and let stale contexts
+# grow the sender's records. (The seed 002 refusals on drains, disposal, parents
+# and resumability are recorded alone, like every other refusal a worker decides.)
+NEVER = frozenset({Code.IDEMPOTENCY_CONFLICT, Code.ENGINE_SHUTDOWN, Code.INVALID_ARGUMENTS, Code.SENDER_NOT_LIVE})
 
 
 def key_digest(context: SendContext) -> str:

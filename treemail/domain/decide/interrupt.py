@@ -9,7 +9,9 @@ no run open (queued, idle, finished) is a no-op result, not an error.
 Idempotent per tool call like send_message: the key is the tool call
 (namespaced apart from send_message's), and interrupts and no-ops are both
 recorded under it, so a retry gets the first answer even if the run has
-ended since. Refusals depend only on the registrations and are decided again.
+ended since: the record is answered before any check. Refusals depend only on
+the registrations and the caller's run (seed 002: only the caller's open run
+may interrupt, as only it may send) and are decided again.
 """
 
 import hashlib
@@ -21,12 +23,13 @@ from .. import events as ev
 from ..commands import InterruptAgent, InterruptArguments, SendContext
 from ..errors import Code, Rejected
 from ..records import SessionRecord
+from ..results import clip
 from ..state import SessionState
 from . import routing
 from .guards import Found, NoSuchHandle, NoSuchSession, Target, render_peer
-from .send import Accepted, Refused
+from .send import Accepted, Refused, Replayed
 
-InterruptDecision = Accepted | Refused
+InterruptDecision = Accepted | Refused | Replayed
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,8 @@ class InterruptGiven:
     # The interrupt's id, if one is requested.
     new_id: str = ""
     now: float = 0.0
+    # The idempotency record of this tool call, if it was decided before: it is answered from it.
+    recorded: dict | None = None
 
 
 def require_target(sender: SessionRecord, target: Target) -> Found:
@@ -59,11 +64,24 @@ def require_target(sender: SessionRecord, target: Target) -> Found:
     raise AssertionError(target)
 
 
+def require_live_caller(state: SessionState, run_id: str) -> None:
+    """Seed 002's exact live sender, for interrupts too: only the caller's open run may interrupt."""
+    if state.current_run is None or state.current_run != run_id:
+        raise Rejected(
+            Code.INTERRUPT_SENDER_NOT_LIVE,
+            f"interrupting requires the exact live agent: run {clip(run_id, 80)} is not this session's open run; "
+            "nothing was interrupted",
+        )
+
+
 def decide_interrupt(command: InterruptAgent, given: InterruptGiven) -> InterruptDecision:
     sender = given.sender
+    if given.recorded is not None:
+        return Replayed(replayed_outcome(given.recorded, command.arguments))
     try:
         if sender is None or not given.sender_state.registered:
             raise Rejected(Code.INTERRUPT_UNKNOWN_SESSION, "the interrupting session is not registered with treemail")
+        require_live_caller(given.sender_state, command.context.run_id)
         if not actions.interrupt_visible(sender.interrupt_rules):
             raise Rejected(Code.INTERRUPT_PERMISSION_DENIED, "permission denied: this agent has no interrupt_agent tool")
         found = require_target(sender, given.target)

@@ -59,6 +59,12 @@ def require_claimed(item: MailItem) -> None:
         raise LifecycleError("lifecycle:not_claimed", f"message {item.message_id} is {item.state}, not claimed")
 
 
+def require_open(state: SessionState) -> None:
+    """A session being disposed (or disposed) starts no run and takes no new mail (seed 002's cutoff)."""
+    if state.disposal is not None:
+        raise LifecycleError("lifecycle:closing", f"the session is {state.disposal}: it takes no new runs or mail")
+
+
 def require_current_run(state: SessionState, run_id: str) -> None:
     if state.current_run != run_id:
         raise LifecycleError("lifecycle:not_current_run", f"run {run_id} is not the session's current run")
@@ -103,6 +109,7 @@ def decide_start_run(command: StartRun, given: Given) -> list[ev.Event]:
     require_registered(state)
     if state.current_run == run_id:
         return []
+    require_open(state)
     if state.current_run is not None:
         raise LifecycleError(
             "lifecycle:run_active", f"run {state.current_run} is still active; finish it before starting {run_id}"
@@ -135,6 +142,9 @@ def due_in_run(item: MailItem, run_id: str) -> bool:
 def decide_claim(command: ClaimMail, given: Given) -> list[ev.Event]:
     require_registered(given.state)
     require_current_run(given.state, command.run_id)
+    if given.state.disposal is not None:
+        # Past the cutoff nothing more is delivered: what is pending goes back to its senders.
+        return []
     # A failed attempt's message waits out its backoff (seed 004).
     due = [m for m in _in_order(given.mail) if due_in_run(m, command.run_id) and m.retry_at <= given.now]
     return [_message_event(ev.ProducerMessageClaimed, item, command.run_id, given.now) for item in due]
@@ -178,6 +188,7 @@ def decide_inject(command: InjectMail, given: Given) -> list[ev.Event]:
     """Mail from the host's own producers: same lifecycle, own body cap, never counted by the agent guards."""
     state = given.state
     require_registered(state)
+    require_open(state)
     try:
         require_body(command.body, given.config.max_injected_body_bytes)
     except Rejected as rejection:

@@ -1,7 +1,8 @@
 """Peer routes (seed 004 part 2): registering routes and grants, and deciding a send or a reply over one.
 
 A send over a route is decided like tree mail, by the send's own pieces:
-the same sender check, switch, body limit, hop, inbox and pair-window guards
+the same sender check (seed 002's exact live sender, drains and disposal
+included), switch, body limit, hop, inbox and pair-window guards
 (``send.admit``), the same accepted event (``send.accept``), the same commit
 and the same idempotency key (the tool call). Only authorization differs:
 instead of tree scope and relationship rules, the target must hold a route
@@ -20,7 +21,7 @@ from .. import grants, peerinput, peers
 from ..commands import PeerSendArguments, RegisterPeerRoute, RevokePeerRoute, SendToPeer, SetPeerGrant
 from ..errors import Code, Rejected
 from ..records import SessionRecord
-from . import guards, send
+from . import admission, guards, send
 from .guards import Found
 from .lifecycle import Given, require_registered
 from .send import Accepted, Refused, SendDecision, SendGiven
@@ -105,9 +106,11 @@ def decide_peer_send(command: SendToPeer, given: SendGiven) -> SendDecision:
     arguments, config = command.arguments, given.config
     try:
         sender = guards.require_sender(given.sender, given.sender_state)
+        admission.require_sender_admitted(given.sender_state, command.context.run_id, given.service_draining)
         guards.require_enabled(config)
         guards.require_body(arguments.body, config.max_body_bytes)
         found, route = require_peer(sender, given.target, arguments.peer)
+        admission.require_recipient_admitting(found)
         principal = grants.require(found.state.peers, sender.agent_type, sender.session_id, "send", arguments.peer)
         if arguments.reply:
             require_reference(given.sender_state.peers, arguments.in_reply_to, found.record, arguments.peer)

@@ -11,7 +11,7 @@ from ..errors import Code, Rejected
 from ..messaging import MessagingConfig
 from ..records import SessionRecord
 from ..state import SessionState
-from . import content, guards, idempotency, routing
+from . import admission, content, guards, idempotency, routing
 from .guards import Found, Target
 from .wake import with_wake
 
@@ -31,6 +31,8 @@ class SendGiven:
     now: float = 0.0
     # The idempotency record of this tool call, if it was decided before: it is answered from it.
     recorded: dict | None = None
+    # Seed 002: the whole service is draining.
+    service_draining: bool = False
 
 
 # Outcomes of a send decision.
@@ -114,10 +116,13 @@ def decide_send(command: SendMessage, given: SendGiven) -> SendDecision:
     try:
         guards.require_not_blank(arguments.body)
         sender = guards.require_sender(given.sender, given.sender_state)
+        admission.require_sender_admitted(given.sender_state, context.run_id, given.service_draining)
         guards.require_enabled(config)
         guards.require_tool(sender, overlay)
         content.require_content(arguments, config)
+        admission.require_parent_available(sender, given.target)
         found = guards.require_recipient(sender, given.target, lambda peer: _may_address(sender, overlay, peer))
+        admission.require_recipient_admitting(found)
         routing.require_route(config.routing, sender, found.record)
         found = content.require_image_capable(sender, given.target, arguments)
         label = permissions.relationship(sender.origin, found.record.origin)

@@ -4,7 +4,7 @@ from collections.abc import Mapping
 
 from .. import events as ev
 from ..state import MailItem, SessionState, evolve_mail, fold
-from .delivery import asleep, deliverable
+from .delivery import deliverable, wakeable
 
 
 def has_mail_due_while_asleep(state: SessionState, mail: Mapping[str, MailItem] | None = None,
@@ -15,8 +15,9 @@ def has_mail_due_while_asleep(state: SessionState, mail: Mapping[str, MailItem] 
     counts: parked mail and mail still in its backoff need no run yet (the
     pump wakes the session when the backoff ends), so a run that ends with
     only such mail is not woken again at once, and again, and again.
+    Never for a session that is not continuable or is being disposed (seed 002).
     """
-    if not (asleep(state) and state.pending_all > 0):
+    if not (wakeable(state) and state.pending_all > 0):
         return False
     return mail is None or any(deliverable(item, now) for item in mail.values())
 

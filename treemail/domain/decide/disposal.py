@@ -1,0 +1,107 @@
+"""Disposal and draining (seed 002): the cutoff, mail that never disappears, drains over a subtree.
+
+A disposal is three steps, each repeatable: ``DisposeSession`` opens the
+cutoff (closing) and puts back what the open run claimed, so nothing can be
+delivered or acknowledged after it; ``ReturnMail`` on each sender's stream
+hands back every pending agent message as a notice; ``CloseSession`` sets
+every pending message aside with what became of it, and closes. It refuses
+while an agent message has not been returned, so none is ever dropped.
+"""
+
+from .. import events as ev
+from .. import notices
+from ..commands import CloseSession, DisposeSession, DrainSession, LiftDrain, ReturnMail
+from ..errors import LifecycleError
+from .lifecycle import Given, _in_order, _message_event, require_registered
+from .wake import with_wake
+
+RETURNED_PRODUCER = "returned:treemail"
+# The bounded reason (seed 004: never raw text) of a claim the disposal cutoff put back.
+CLOSING = "closing"
+NOT_AGENT_MAIL = "recipient disposed before processing it; not agent mail, so there was no sender to return it to"
+
+
+def returned_reason(notice_id: str | None) -> str:
+    """The discard reason of an agent message its recipient never processed: where it went."""
+    if notice_id is None:
+        return "recipient disposed before processing it; its sender is gone, so it could not be returned"
+    return f"recipient disposed before processing it; returned to its sender as notice {notice_id}"
+
+
+def decide_dispose(command: DisposeSession, given: Given) -> list[ev.Event]:
+    state = given.state
+    require_registered(state)
+    if state.disposal is not None:
+        return []  # already past the cutoff: a repeated dispose resumes the later steps
+    # Released with no backoff and no attempt failed: the message is returned, never claimed again.
+    released = [
+        _message_event(ev.ProducerMessageReleased, item, item.run_id, given.now, reason=CLOSING)
+        for item in _in_order(given.mail)
+        if item.state == "claimed"
+    ]
+    return [
+        ev.SessionClosing(at=given.now, stop_reason=command.stop_reason, closing_text=command.closing_text),
+        *released,
+    ]
+
+
+def decide_return_mail(command: ReturnMail, given: Given) -> list[ev.Event]:
+    """On the sender's stream; nothing when the sender is gone (its recipient records that instead)."""
+    state = given.state
+    delivery = notices.notice_delivery(state)
+    if delivery == "unavailable":
+        return []
+    events: list[ev.Event] = []
+    if RETURNED_PRODUCER not in state.producers:
+        events.append(ev.ProducerRegistered(at=given.now, producer_id=RETURNED_PRODUCER, owner="returned"))
+    events.append(
+        ev.ProducerMessageAccepted(
+            at=given.now, message_id=command.notice_id, producer_id=RETURNED_PRODUCER, owner="returned",
+            body=notices.returned_text(command.recipient_handle, command.body, command.stop_reason),
+            mode="steer" if delivery in ("steered", "injected") else "queue",
+        )
+    )
+    return with_wake(state, events, given.now)
+
+
+def decide_close(command: CloseSession, given: Given) -> list[ev.Event]:
+    state = given.state
+    require_registered(state)
+    if state.disposal == "closed":
+        return []
+    if state.disposal is None:
+        raise LifecycleError("lifecycle:not_closing", "dispose the session before closing it")
+    returned = dict(command.returned)
+    pending = _in_order(given.mail)
+    unreturned = [m.message_id for m in pending if m.owner == "agent" and m.message_id not in returned]
+    if unreturned:
+        raise LifecycleError(
+            "lifecycle:unreturned_mail", f"pending agent mail not yet returned to its senders: {unreturned}"
+        )
+    events: list[ev.Event] = []
+    if state.current_run is not None:
+        # The disposal cut the open run short.
+        events.append(ev.SessionRunFinished(at=given.now, run_id=state.current_run, reason="aborted"))
+    events += [
+        _message_event(
+            ev.ProducerMessageDiscarded, item, item.run_id, given.now,
+            reason=returned.get(item.message_id, NOT_AGENT_MAIL),
+        )
+        for item in pending
+    ]
+    events.append(ev.SessionClosed(at=given.now))
+    return events
+
+
+def decide_drain(command: DrainSession, given: Given) -> list[ev.Event]:
+    require_registered(given.state)
+    if command.by in given.state.drained_by:
+        return []
+    return [ev.SessionDrainStarted(at=given.now, by=command.by)]
+
+
+def decide_lift_drain(command: LiftDrain, given: Given) -> list[ev.Event]:
+    require_registered(given.state)
+    if command.by not in given.state.drained_by:
+        return []
+    return [ev.SessionDrainLifted(at=given.now, by=command.by)]

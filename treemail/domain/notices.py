@@ -1,0 +1,112 @@
+"""Notices: what treemail itself tells an agent (seed 002). Pure.
+
+Two kinds, each its own producer owner so that no transcript can credit an
+agent with words it never wrote, and neither ever counts against the agent
+guards:
+
+- ``settlement``: a child's run ended for good, or it was disposed. The seed's
+  summary line for the stop reason, then the child's closing text (or "It left
+  no closing message."). Delivered to the parent.
+- ``returned``: a message accepted before its recipient's disposal cutoff that
+  the recipient never processed, handed back to its sender with the reason.
+
+Rendered as ``<treemail_notice kind="...">``, never as ``<agent_message>``:
+
+    <treemail_notice kind="subagent_settled">
+    Background subagent explore_1a2b3c4d finished and will do no further work unless you send it more.
+
+    It left no closing message.
+    </treemail_notice>
+"""
+
+from collections.abc import Iterable
+
+from . import effective, envelope
+from .decide import routing
+from .records import SessionRecord
+from .state import SessionState
+
+NOTICE_KINDS = {"settlement": "subagent_settled", "returned": "message_returned"}
+
+# The seed's summary line for a completed run, and its variants per stop reason.
+_ENDED = {
+    "completed": "finished",
+    "aborted": "was stopped before it finished",
+    "max_tokens": "stopped at its output token limit",
+    "refusal": "stopped because it refused to continue",
+    "error": "stopped after an error",
+}
+NO_CLOSING_TEXT = "It left no closing message."
+
+
+def summary_line(handle: str, stop_reason: str, disposed: bool = False) -> str:
+    ended = _ENDED.get(stop_reason, f"stopped ({stop_reason})")
+    if disposed:
+        # Unlike the seed's runtime, a disposed session is never resumed: mail to it is refused.
+        return (
+            f"Background subagent {handle} {ended} and was disposed: it will do no further work "
+            "and cannot receive messages."
+        )
+    return f"Background subagent {handle} {ended} and will do no further work unless you send it more."
+
+
+def settlement_text(handle: str, stop_reason: str, closing_text: str | None, disposed: bool = False) -> str:
+    closing = closing_text if closing_text and closing_text.strip() else NO_CLOSING_TEXT
+    return f"{summary_line(handle, stop_reason, disposed)}\n\n{closing}"
+
+
+def returned_text(recipient_handle: str, body: str, stop_reason: str | None) -> str:
+    why = f" ({stop_reason})" if stop_reason else ""
+    return (
+        f"Your message to {recipient_handle} was not delivered: {recipient_handle} was disposed{why} before it "
+        f"processed the message, and it cannot receive messages any more. Your message was:\n\n{body}"
+    )
+
+
+def render_notice(owner: str, body: str) -> str:
+    """The prompt text of a notice; a closing text or a returned body cannot close the notice or forge one."""
+    return f'<treemail_notice kind="{NOTICE_KINDS[owner]}">\n{envelope.neutralize(body)}\n</treemail_notice>'
+
+
+def notice_delivery(state: SessionState | None) -> str:
+    """How a notice reaches a session, as the seed gates it.
+
+    ``unavailable`` (not registered, disposed, or finished and never to run
+    again: nothing is written), ``injected`` (being disposed: written to its
+    stream directly, never claimed), ``steered`` (busy: joins the running turn),
+    ``queued`` (idle: a new turn, woken if need be).
+    """
+    if state is None or not state.registered or state.disposal == "closed":
+        return "unavailable"
+    if state.status == "finished" and not state.continuable:
+        return "unavailable"
+    if state.disposal == "closing":
+        return "injected"
+    return "steered" if state.current_run is not None else "queued"
+
+
+def return_guidance(parent_handle: str) -> str:
+    """The seed's sentence for a child's first prompt, in treemail's arguments."""
+    return (
+        f"Your parent agent is {parent_handle}. Before you finish, send your result to that agent with "
+        f'send_message(to="{parent_handle}", body="<self-contained result>"). The parent shares your workspace '
+        "but does not automatically receive your transcript, tool output, or reasoning. Send earlier messages "
+        "as well when a finding changes what the parent should do next; sending a message does not end your turn."
+    )
+
+
+def return_guidance_for(
+    child: SessionRecord, parent: SessionRecord | None, overlay: Iterable[tuple[str, str]] = (),
+    routing_policy: str = "tree",
+) -> str | None:
+    """Only for a child that can see send_message and may use it on its parent (its effective rules under
+    the host's overlay, and the routing policy): teaching a tool the model does not have would make it
+    invent one."""
+    overlay = tuple(overlay)
+    if parent is None or not effective.tool_visible(child, overlay):
+        return None
+    if effective.effect(child.rules, overlay, "parent") == "deny":
+        return None
+    if not routing.may_address(routing_policy, child, parent):
+        return None
+    return return_guidance(parent.address)

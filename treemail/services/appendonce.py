@@ -1,0 +1,66 @@
+"""Appending a notice exactly once on another session's stream (seed 002).
+
+Disposal and settlement write on a second session (a sender, a parent) after
+deciding on the first; either may be repeated after a crash. The write is
+keyed like a tool call: the commit script stores ``record`` under ``digest``
+in the same atomic step and answers a repeat with it, so a notice is never
+written twice. A conflict (the session changed meanwhile) decides again.
+"""
+
+import asyncio
+import hashlib
+import json
+import random
+from collections.abc import Callable
+
+from ..adapters.eventstore import EventStore, Loaded
+from ..domain import events as ev
+from ..domain.errors import LifecycleError
+from ..domain.messaging import MessagingConfig
+from ..domain.records import SessionRecord
+from ..domain.state import SessionState
+
+ATTEMPTS = 200
+
+
+def notice_digest(*parts: str | None) -> str:
+    return hashlib.sha256(json.dumps(["notice", *parts]).encode()).hexdigest()[:32]
+
+
+async def append_once(
+    store: EventStore, record: SessionRecord, decide: Callable[[SessionState], tuple[list[ev.Event], dict]],
+    digest: str, policy: MessagingConfig, first: Loaded | None = None,
+) -> dict | None:
+    """Decide on fresh state (``first``, if the caller loaded it already) and append under ``digest``.
+
+    ``decide`` returns the events and what to record. Returns the record (of
+    this append, or of the one before it), or None when there was nothing to append.
+    ``policy`` keeps the partition's due index (seed 004): a notice is mail
+    like any other, with attempts, backoff and a deadline.
+    """
+    for attempt in range(ATTEMPTS):
+        if attempt:
+            await asyncio.sleep(random.uniform(0, 0.001 * min(attempt, 20)))
+        loaded = first if first is not None and not attempt else await store.load(record)
+        events, value = decide(loaded.state)
+        if not events:
+            return None
+        result = await store.append(
+            store.prepare(record, loaded, events, idempotency_digest=digest, idempotency_record=value, policy=policy)
+        )
+        if result.status == "ok":
+            return value
+        if result.status == "dup":
+            return result.record
+    raise LifecycleError("lifecycle:contention", f"session {record.session_id} kept changing under {ATTEMPTS} attempts")
+
+
+async def append_fixed(store: EventStore, record: SessionRecord, events: list[ev.Event]) -> None:
+    """Append events already decided (a record of what happened elsewhere), whatever was appended since."""
+    for attempt in range(ATTEMPTS):
+        if attempt:
+            await asyncio.sleep(random.uniform(0, 0.001 * min(attempt, 20)))
+        loaded = await store.load(record)
+        if (await store.append(store.prepare(record, loaded, events))).status == "ok":
+            return
+    raise LifecycleError("lifecycle:contention", f"session {record.session_id} kept changing under {ATTEMPTS} attempts")
