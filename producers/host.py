@@ -421,7 +421,17 @@ class Treemail(InterruptHost, PeerHost, DisposalHost):
     async def tool_schemas(self, session_id: str, format: str = "anthropic") -> list[dict]:
         """The session's tools as ``anthropic``, ``openai`` (function tools, strict where possible) or ``mcp``."""
         record = await self.sessions.record(session_id)
-        return toolschemas.export(tools.installed(record, self.config, await tools.overlay_of(self, record)), format)
+        return toolschemas.export(await tools.installed(self, record), format)
+
+    async def install_tools(self, session_id: str, names) -> list[str]:
+        """Offer exactly these optional tools to the session's model (one by one: inspect_message,
+        retry_message, send_to_peer, reply_to_peer, peer_inbox); each still needs its grant. An event on
+        the session's stream (``ToolsInstalled``). Returns what is installed now."""
+        if isinstance(names, str):
+            raise ValueError("names must be a list of tool names, not one string")
+        await self.sessions.execute(c.InstallTools(session_id, tuple(names)))
+        record = await self.sessions.record(session_id)
+        return list((await self.store.load(record)).state.installed_tools)
 
     async def call_tool(self, context: SendContext, name: str, arguments) -> dict:
         """A model's call of any installed tool by name; like send_message, it never raises for model input."""

@@ -67,13 +67,13 @@ def build_server(host: Treemail, resolve: Resolve) -> Server:
         record = await host.sessions.record(binding.session_id)
         return types.ListToolsResult(tools=[
             types.Tool(name=d["name"], description=d["description"], input_schema=d["input_schema"])
-            for d in tools.installed(record, host.config, await tools.overlay_of(host, record))
+            for d in await tools.installed(host, record)
         ])
 
     async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
         binding = await resolve(ctx)
         record = await host.sessions.record(binding.session_id)
-        if tools.installed_tool(params.name, record, host.config, await tools.overlay_of(host, record)) is None:
+        if await tools.installed_tool(host, params.name, record) is None:
             raise MCPError(INVALID_PARAMS, f"Unknown tool: {params.name}")
         context = await tools.bound_context(host, binding, tool_call_id(params))
         result = await host.call_tool(context, params.name, params.arguments or {})

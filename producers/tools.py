@@ -7,7 +7,7 @@ row here and reaches all of them:
 
     TOOLS["inspect"] = ModelTool(definition=..., call=lambda host, context, args: host.inspect(context, args))
 
-``definition(record, config, overlay)`` returns the canonical definition (``name``,
+``definition(host, view)`` returns the canonical definition (``name``,
 ``description``, ``input_schema``: a JSON Schema object) or None when the
 session may not see the tool (deny by default). ``call(host, context,
 arguments)`` runs it through the host API with the context the host bound
@@ -24,9 +24,10 @@ from treemail.adapters.tokens import TokenBinding
 from treemail.domain.commands import SendContext
 from treemail.domain.errors import Code
 from treemail.domain.records import SessionRecord
+from treemail.domain.state import SessionState
 from treemail.domain.results import error_result
 
-from . import interrupt_tool, tool
+from . import interrupt_tool, message_tools, peers, tool
 
 
 def error_text(result: dict) -> str:
@@ -41,57 +42,109 @@ def send_message_text(result: dict) -> str:
 
 
 @dataclass(frozen=True)
+class SessionView:
+    """What a tool's definition depends on: the session's record, its state, the deployment's config."""
+
+    record: SessionRecord
+    state: SessionState
+    config: Config
+
+
+@dataclass(frozen=True)
 class ModelTool:
-    # (the session's record, the deployment's config, the host's overlay of the session's message rules)
-    definition: Callable[[SessionRecord, Config, tuple], dict | None]
+    # The definition this session's model is offered, or None (hidden: no rule, no grant, not installed).
+    definition: Callable[[Any, SessionView], Awaitable[dict | None]]
     call: Callable[[Any, SendContext, Any], Awaitable[dict]]
     # The one-line text a model reads for a successful result (errors read `code: message`).
     text: Callable[[dict], str] = lambda result: json.dumps(result, ensure_ascii=False)
 
 
+def _ruled(build: Callable[[SessionView], dict | None]):
+    """A tool the session's rules govern (always installed): its definition needs no I/O."""
+    async def definition(host, view: SessionView) -> dict | None:
+        return build(view)
+    return definition
+
+
+def _installed(name: str, build):
+    """A tool the host installs one by one (``Treemail.install_tools``), then still subject to its grant."""
+    async def definition(host, view: SessionView) -> dict | None:
+        if name not in view.state.installed_tools:
+            return None
+        return await build(host, view)
+    return definition
+
+
+async def _message_tool(host, view: SessionView, name: str) -> dict:
+    return message_tools.tool_definition(name)
+
+
 TOOLS: dict[str, ModelTool] = {
     # send_message (seed 000)
     tool.TOOL_NAME: ModelTool(
-        definition=lambda record, config, overlay: tool.tool_definition(
-            record.rules, record.send_message_tool, config.messaging.routing, config.messaging.content_blocks,
-            overlay=overlay,
-        ),
+        definition=_ruled(lambda view: tool.tool_definition(
+            view.record.rules, view.record.send_message_tool, view.config.messaging.routing,
+            view.config.messaging.content_blocks, overlay=view.state.rules_overlay,
+        )),
         call=lambda host, context, arguments: host.send_message(context, arguments),
         text=send_message_text,
     ),
     # interrupt_agent (seed 002)
     interrupt_tool.TOOL_NAME: ModelTool(
-        definition=lambda record, config, overlay: interrupt_tool.tool_definition(record.interrupt_rules),
+        definition=_ruled(lambda view: interrupt_tool.tool_definition(view.record.interrupt_rules)),
         call=lambda host, context, arguments: host.interrupt_agent(context, arguments),
         text=lambda result: result.get("message") or f"interrupt: {result.get('result')}",
+    ),
+    # Installed one by one (seed 004): a sender inspects and retries its own messages ...
+    "inspect_message": ModelTool(
+        definition=_installed("inspect_message", lambda host, view: _message_tool(host, view, "inspect_message")),
+        call=lambda host, context, arguments: message_tools.handle(host, "inspect_message", context, arguments),
+    ),
+    "retry_message": ModelTool(
+        definition=_installed("retry_message", lambda host, view: _message_tool(host, view, "retry_message")),
+        call=lambda host, context, arguments: message_tools.handle(host, "retry_message", context, arguments),
+    ),
+    # ... and talks over its peer routes, each tool offered only where a grant allows it.
+    "send_to_peer": ModelTool(
+        definition=_installed("send_to_peer", lambda host, view: peers.send_definition(host, view.record)),
+        call=peers.call_send,
+    ),
+    "reply_to_peer": ModelTool(
+        definition=_installed("reply_to_peer", lambda host, view: peers.reply_definition(host, view.record)),
+        call=peers.call_reply,
+    ),
+    "peer_inbox": ModelTool(
+        definition=_installed("peer_inbox", lambda host, view: peers.inbox_definition(host, view.record)),
+        call=peers.call_inbox,
     ),
 }
 
 
-async def overlay_of(host, record: SessionRecord) -> tuple:
-    """The host's run-time overlay of the session's message rules (an event on its stream)."""
-    return tuple((await host.store.load(record)).state.rules_overlay)
+async def view_of(host, record: SessionRecord) -> SessionView:
+    return SessionView(record, (await host.store.load(record)).state, host.config)
 
 
-def installed(record: SessionRecord, config: Config, overlay: tuple = ()) -> list[dict]:
-    """The definitions of every tool this session may see, in table order."""
-    found = (row.definition(record, config, overlay) for row in TOOLS.values())
+async def installed(host, record: SessionRecord) -> list[dict]:
+    """The definitions of every tool this session may see, in table order (its state read once)."""
+    return await definitions(host, await view_of(host, record))
+
+
+async def definitions(host, view: SessionView) -> list[dict]:
+    found = [await row.definition(host, view) for row in TOOLS.values()]
     return [definition for definition in found if definition is not None]
 
 
-def installed_tool(
-    name: str, record: SessionRecord, config: Config, overlay: tuple = ()
-) -> tuple[ModelTool, dict] | None:
+async def installed_tool(host, name: str, record: SessionRecord) -> tuple[ModelTool, dict] | None:
     """The row and definition of ``name`` if the session has that tool installed; None: an unknown tool."""
     row = TOOLS.get(name)
-    definition = row.definition(record, config, overlay) if row is not None else None
+    definition = await row.definition(host, await view_of(host, record)) if row is not None else None
     return None if definition is None else (row, definition)
 
 
 async def call(host, context: SendContext, name: str, arguments: Any) -> dict:
     """Run the tool ``name`` for the session in ``context``; a tool it cannot see is unknown, not forbidden."""
     record = await host.sessions.record(context.session_id)
-    found = installed_tool(name, record, host.config, await overlay_of(host, record))
+    found = await installed_tool(host, name, record)
     if found is None:
         return error_result(Code.UNKNOWN_TOOL.value, f"no tool named {name!r} is installed for this session")
     row, definition = found

@@ -97,6 +97,6 @@ def test_a_reader_refuses_a_newer_command_with_a_clear_error():
 def test_a_stream_entry_of_a_newer_protocol_is_skipped_and_older_ones_read():
     name, data = ev.encode(ev.SessionRunStarted(run_id="r"))
     fields = {b"type": name.encode(), b"data": data.encode()}
-    assert decode_entry(fields) == ev.SessionRunStarted(run_id="r")  # unversioned: protocol 2
+    assert decode_entry(fields) == ev.SessionRunStarted(run_id="r")  # unversioned: protocol 1
     assert decode_entry({**fields, b"v": str(PROTOCOL_VERSION).encode()}) is not None
     assert decode_entry({**fields, b"v": str(PROTOCOL_VERSION + 1).encode()}) is None

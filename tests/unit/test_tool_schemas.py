@@ -6,7 +6,9 @@ Anthropic and OpenAI ship their request shapes as TypedDicts (``anthropic.types.
 ``Required`` key present. MCP ships pydantic models (``mcp.types.Tool``).
 """
 
+import asyncio
 import json
+from dataclasses import replace
 from typing import Required, get_origin, get_type_hints
 
 import pytest
@@ -17,9 +19,10 @@ from openai.types.shared_params import FunctionDefinition
 from pydantic import TypeAdapter
 
 from treemail.adapters.config import Config
-from treemail.producers import tool, tools, toolschemas
+from treemail.domain.state import fold
+from treemail.producers import message_tools, tool, tools, toolschemas
 
-from .builders import ALLOW_ALL, ROOT_ID, session_record
+from .builders import ALLOW_ALL, ROOT_ID, registered, session_record
 
 
 def typed_dict_check(kind, value: dict) -> None:
@@ -30,9 +33,11 @@ def typed_dict_check(kind, value: dict) -> None:
     TypeAdapter(kind).validate_python(value)
 
 
-def installed(rules=ALLOW_ALL, send_message_tool=True) -> list[dict]:
+def installed(rules=ALLOW_ALL, send_message_tool=True, installed_tools=()) -> list[dict]:
+    """The session's tools, from its record and folded state alone (no optional tool needs I/O unless installed)."""
     record = session_record(ROOT_ID, rules=rules, send_message_tool=send_message_tool)
-    return tools.installed(record, Config())
+    state = replace(fold([registered(record)]), installed_tools=tuple(installed_tools))
+    return asyncio.run(tools.definitions(None, tools.SessionView(record, state, Config())))
 
 
 def test_send_message_is_the_first_row_and_its_definition_is_the_seed_tool():
@@ -119,3 +124,13 @@ def test_the_model_reads_code_colon_message_for_an_error_and_one_line_for_a_send
     ok = {"message_id": "m-1", "mode": "queue", "recipient_state": "waking_finished"}
     text = tools.result_text("send_message", ok)
     assert "\n" not in text and "m-1" in text and "waking_finished" in text
+
+
+def test_optional_tools_are_offered_only_once_installed_and_then_in_table_order():
+    assert [t["name"] for t in installed()] == ["send_message"]
+    chosen = installed(installed_tools=("retry_message", "inspect_message"))
+    assert [t["name"] for t in chosen] == ["send_message", "inspect_message", "retry_message"]
+    assert chosen[1] == message_tools.tool_definition("inspect_message")
+    # Installed but with no rule allowing a send: send_message stays hidden, the installed tools are offered.
+    assert [t["name"] for t in installed(rules=[], installed_tools=("inspect_message",))] == ["inspect_message"]
+

@@ -337,9 +337,24 @@ class LiftDrain:
     by: str
 
 
+
+
+# Tools installed one by one (seed 004): the model-facing tools beyond send_message and interrupt_agent
+# (which the rules govern) are offered to a session only once its host installs them.
+INSTALLABLE_TOOLS = ("inspect_message", "retry_message", "send_to_peer", "reply_to_peer", "peer_inbox")
+
+
+@dataclass(frozen=True)
+class InstallTools:
+    """Offer exactly these optional tools to the session's model from now on (an empty tuple: none)."""
+
+    session_id: str
+    tools: tuple[str, ...]
+
+
 SessionCommand = (
     RegisterSession | ChangeStatus | StartRun | FinishRun | ClaimMail | ConsumeMail | ReleaseMail | DiscardMail
     | InjectMail | RequestWake | ResolveApproval | RevertSession | ForkSession | OverlayMessageRules
-    | KeepObligations | RetryMail | RegisterPeerRoute | RevokePeerRoute | SetPeerGrant
+    | KeepObligations | RetryMail | RegisterPeerRoute | RevokePeerRoute | SetPeerGrant | InstallTools
     | DisposeSession | CloseSession | ReturnMail | SettleSession | DrainSession | LiftDrain
 )

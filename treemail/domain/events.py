@@ -306,6 +306,11 @@ class SessionDrainLifted(Event):
     by: str
 
 
+# Tools installed one by one (seed 004): the optional model-facing tools the host offers this session.
+class ToolsInstalled(Event):
+    tools: list[str]
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.__name__: cls
     for cls in (
@@ -348,6 +353,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         SessionSettled,
         SessionDrainStarted,
         SessionDrainLifted,
+        # Tools installed one by one.
+        ToolsInstalled,
     )
 }
 

@@ -32,6 +32,7 @@ from .decide.lifecycle import (
 from .decide.interrupt import decide_interrupt
 from .decide.rules import decide_overlay_rules
 from .decide.obligations import decide_keep, decide_retry
+from .decide.tools import decide_install_tools
 from .decide.routes import decide_peer_send, decide_register_route, decide_revoke_route, decide_set_grant
 from .decide.send import decide_send
 from .decide.disposal import decide_close, decide_dispose, decide_drain, decide_lift_drain, decide_return_mail
@@ -84,4 +85,6 @@ HANDLERS: dict[type, Handler] = {
     c.SettleSession: Handler(decide_settle),
     c.DrainSession: Handler(decide_drain),
     c.LiftDrain: Handler(decide_lift_drain),
+    # Tools installed one by one (seed 004).
+    c.InstallTools: Handler(decide_install_tools),
 }

@@ -2,7 +2,7 @@
 
 Changes within the protocol are additive (new optional fields, new event
 types), so a reader accepts every version up to its own; an entry without a
-`v` predates versioning (protocol 2) and is read like any older one. A
+`v` predates versioning (protocol 1, the first release) and is read like any older one. A
 version newer than the reader's may carry what the reader cannot honour: it
 refuses it with ``NewerProtocol`` (a worker dead-letters such a command with
 that reason; readers of streams skip the entry and report it).
@@ -10,8 +10,8 @@ that reason; readers of streams skip the entry and report it).
 
 from .. import PROTOCOL_VERSION
 
-# Entries written before the version was recorded on them.
-UNVERSIONED = 2
+# Entries written before the version was recorded on them: the first release's.
+UNVERSIONED = 1
 
 
 class NewerProtocol(ValueError):

@@ -52,6 +52,8 @@ class SessionState:
     approvals: dict[str, "ApprovalEntry"] = field(default_factory=dict)
     # The host's overlay of message rules over the agent document's (empty: none).
     rules_overlay: tuple[tuple[str, str], ...] = ()
+    # The optional model-facing tools the host installed for this session (``ToolsInstalled``).
+    installed_tools: tuple[str, ...] = ()
     # Seed 004: this session's send intents not yet settled (its per-source capacity counts these),
     # and when the outstanding wake was requested (a wake unanswered for long may have been lost).
     outstanding: int = 0
@@ -80,6 +82,7 @@ class SessionState:
                 "run_hops": self.run_hops,
                 "approvals": {k: list(v) for k, v in self.approvals.items()},
                 "rules_overlay": [list(rule) for rule in self.rules_overlay],
+                "installed_tools": list(self.installed_tools),
                 "outstanding": self.outstanding,
                 "wake_requested_at": self.wake_requested_at,
                 **({"peers": self.peers.to_obj()} if self.peers else {}),
@@ -99,6 +102,7 @@ class SessionState:
         data["producers"] = tuple(data.get("producers", ()))[-MAX_PRODUCERS:]
         data["approvals"] = {k: ApprovalEntry(*v) for k, v in data.get("approvals", {}).items()}
         data["rules_overlay"] = tuple(tuple(rule) for rule in data.get("rules_overlay", ()))
+        data["installed_tools"] = tuple(data.get("installed_tools", ()))
         data["peers"] = peer_state.PeerState.from_obj(data["peers"]) if "peers" in data else peer_state.EMPTY
         data["drained_by"] = frozenset(data.get("drained_by", ()))
         # A snapshot written by a newer version may carry fields this one does not know.
@@ -224,6 +228,8 @@ def evolve(state: SessionState, event: ev.Event) -> SessionState:
             status = "approved" if isinstance(event, ev.ApprovalGranted) else "denied"
             entry = state.approvals[event.key]._replace(status=status)
             return replace(state, approvals={**state.approvals, event.key: entry})
+        case ev.ToolsInstalled(tools=tools):
+            return replace(state, installed_tools=tuple(tools))
         case ev.MessageRulesOverlaid(rules=rules):
             return replace(state, rules_overlay=tuple(tuple(rule) for rule in rules))
         # Seed 004: the sender's own record of its send intents.

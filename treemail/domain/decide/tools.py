@@ -1,0 +1,21 @@
+"""Tools installed one by one (seed 004): which optional model-facing tools a session's host offers it."""
+
+from .. import events as ev
+from ..commands import INSTALLABLE_TOOLS, InstallTools
+from ..errors import LifecycleError
+from .lifecycle import Given, require_registered
+
+
+def decide_install_tools(command: InstallTools, given: Given) -> list[ev.Event]:
+    require_registered(given.state)
+    unknown = [name for name in command.tools if name not in INSTALLABLE_TOOLS]
+    if unknown:
+        raise LifecycleError(
+            "lifecycle:unknown_tool",
+            f"no installable tool named {', '.join(map(repr, unknown))}; one of {', '.join(INSTALLABLE_TOOLS)}",
+        )
+    # In the table's order, once each: installing is a set, and the same set again changes nothing.
+    tools = tuple(name for name in INSTALLABLE_TOOLS if name in command.tools)
+    if tools == given.state.installed_tools:
+        return []
+    return [ev.ToolsInstalled(at=given.now, tools=list(tools))]
