@@ -5,6 +5,8 @@ from what the calling session's peer routes and grants allow, and is None
 when they allow nothing (deny by default). A model names a peer, never a
 session, principal or return address: those come from the routes the host
 registered and from the host's context.
+
+A little over the house's 200 lines: the three peer tools' definitions and strict argument parsers.
 """
 
 import json

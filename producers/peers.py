@@ -10,6 +10,9 @@
 Every tool call here never raises for model input: a result or
 ``{"error": {"code", "message"}}``. Identity (session, run, tool call) comes
 from the host's context; the model names only a peer.
+
+A little over the house's 200 lines: the host's peer-route surface (registration, grants, tools,
+claim-time proof checks) stays together.
 """
 
 from datetime import datetime, timezone

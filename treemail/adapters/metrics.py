@@ -10,6 +10,8 @@ showing projection gauges frozen at 0 made dashboards lie. Labels are
 bounded: outcome codes, command streams, projections, partitions, never
 sessions or trees. Counters are created at 0 for every label value known
 in advance, so a dashboard shows 0, not "No data", before the first event.
+
+A little over the house's 200 lines: every metric of every process in one registry module.
 """
 
 import errno

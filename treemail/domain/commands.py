@@ -2,6 +2,9 @@
 
 Every command names the session whose stream it is decided on
 (``session_id``); ``handlers.HANDLERS`` routes each type to its decide function.
+
+Over the house's 200 lines: every command, each a few lines of plain data, in one file beside the
+command table that routes them.
 """
 
 from dataclasses import dataclass, field

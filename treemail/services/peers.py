@@ -10,6 +10,9 @@ and the tool call's idempotency record), so it is one hash slot on a
 cluster whichever tree the sender is in. What is read from the sender's side
 (its registration, hops, inbox references) is not part of the step; none of
 it can be taken back once written, so reading it just before is as good.
+
+A little over the house's 200 lines: the peer send's load, decide, append and retry stay in one
+place, like ``sends.py`` for tree mail.
 """
 
 import asyncio

@@ -5,6 +5,8 @@ session's state, so several sends to one recipient chain their expected etags
 in one pipeline. A conflict (another writer appended first) sends the command
 round again with freshly loaded state; nothing here is trusted across rounds,
 so any number of workers may race.
+
+A little over the house's 200 lines: one batch's resolve, load, decide and commit read in order.
 """
 
 import asyncio

@@ -1,4 +1,7 @@
-"""decide_send: the model's send_message, from what the worker loaded to events or a refusal."""
+"""decide_send: the model's send_message, from what the worker loaded to events or a refusal.
+
+A little over the house's 200 lines: decide_send and the admission steps every agent send shares.
+"""
 
 import hashlib
 import json
