@@ -6,7 +6,6 @@ model supplies ``to`` and an optional ``reason``; who interrupts, from which
 run and tool call, comes from the host.
 """
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,8 +13,10 @@ from treemail.domain import actions
 from treemail.domain.commands import InterruptArguments
 from treemail.domain.errors import Code, Rejected
 
+from . import arguments
+
 TOOL_NAME = "interrupt_agent"
-ALLOWED = {"to", "reason"}
+ALLOWED = ("to", "reason")
 MAX_REASON_BYTES = 1024
 
 DESCRIPTION = (
@@ -64,16 +65,8 @@ def _text(raw: Mapping, name: str) -> str:
 
 def parse_arguments(raw: Any) -> InterruptArguments:
     """Strict: the model's JSON object (or its text) with exactly ``to`` and optionally ``reason``."""
-    if isinstance(raw, (str, bytes, bytearray)):
-        try:
-            raw = json.loads(raw)
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            raise _invalid("arguments are not a JSON object") from None
-    if not isinstance(raw, Mapping):
-        raise _invalid("arguments must be a JSON object with `to` and optional `reason`")
-    unknown = sorted(str(k) for k in raw if k not in ALLOWED)
-    if unknown:
-        raise _invalid(f"unknown argument(s) {', '.join(unknown)}; allowed: to, reason")
+    raw = arguments.json_object(raw, _invalid, "`to` and optional `reason`")
+    arguments.refuse_unknown(raw, ALLOWED, _invalid)
     if "to" not in raw:
         raise _invalid("missing required argument `to`")
     to = _text(raw, "to").strip()

@@ -17,6 +17,8 @@ from treemail.domain.commands import PeerSendArguments
 from treemail.domain.errors import Code, Rejected
 from treemail.domain.peers import INBOX_LIMIT
 
+from . import arguments
+
 SEND_TOOL = "send_to_peer"
 REPLY_TOOL = "reply_to_peer"
 INBOX_TOOL = "peer_inbox"
@@ -134,19 +136,9 @@ def _invalid(message: str) -> Rejected:
 
 
 def _object(raw: Any, allowed: list[str]) -> Mapping:
-    if isinstance(raw, (str, bytes, bytearray)):
-        try:
-            raw = json.loads(raw)
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            raise _invalid("arguments are not a JSON object") from None
-    if not isinstance(raw, Mapping):
-        raise _invalid(f"arguments must be a JSON object with {', '.join(allowed)}")
-    unknown = sorted(str(k) for k in raw if k not in allowed)
-    if unknown:
-        raise _invalid(
-            f"unknown argument(s) {', '.join(unknown)}; allowed: {', '.join(allowed)}. The destination, principal "
-            "and return address come from your host's peer routes, never from arguments"
-        )
+    raw = arguments.json_object(raw, _invalid, ", ".join(allowed))
+    arguments.refuse_unknown(raw, allowed, _invalid, ". The destination, principal and return address come from "
+                             "your host's peer routes, never from arguments")
     return raw
 
 

@@ -4,8 +4,6 @@ The model supplies exactly ``to``, ``body`` and ``mode``; everything else about
 a send (who sends, from which run and tool call) comes from the host.
 """
 
-from collections.abc import Mapping
-import json
 from typing import Any
 
 from treemail.domain import effective
@@ -15,9 +13,9 @@ from treemail.domain.decide import content
 from treemail.domain.decide.guards import require_not_blank
 from treemail.domain.errors import Code, Rejected
 from treemail.domain.messaging import MessagingConfig
-from treemail.domain.results import clip, engine_shutdown, error_result
+from treemail.domain.results import engine_shutdown, error_result
 
-from . import surface
+from . import arguments, surface
 
 __all__ = [
     "TOOL_NAME", "tool_definition", "parse_arguments", "require_storable", "result_text", "error_result",
@@ -26,9 +24,8 @@ __all__ = [
 
 TOOL_NAME = "send_message"
 SHOWN_KEYS = 5
-ALLOWED = {"to", "body", "mode"}
+ALLOWED = ("to", "body", "mode")
 MODES = ("steer", "queue")
-UNKNOWN_NAMED = 5
 
 DESCRIPTION = (
     "Send a message to another agent in your delegation tree (your parent, your children, or peers "
@@ -91,21 +88,10 @@ def parse_arguments(raw: Any, content_blocks: bool = False) -> SendArguments:
 
     With ``content_blocks`` (the deployment's setting) ``body`` may also be a list of blocks.
     """
-    if isinstance(raw, (str, bytes, bytearray)):
-        try:
-            raw = json.loads(raw)
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            raise _invalid("arguments are not a JSON object") from None
-    if not isinstance(raw, Mapping):
-        raise _invalid("arguments must be a JSON object with `to`, `body` and optional `mode`")
+    raw = arguments.json_object(raw, _invalid, "`to`, `body` and optional `mode`")
     if "recipient_session_id" in raw:
         raise _invalid("`recipient_session_id` was renamed: put the recipient's handle or session id in `to`")
-    unknown = [k for k in raw if k not in ALLOWED]
-    if unknown:
-        # Bounded: a model that sent thousands of keys must not get them all echoed back.
-        named = ", ".join(clip(str(name), 40) for name in unknown[:UNKNOWN_NAMED])
-        more = f" and {len(unknown) - UNKNOWN_NAMED} more" if len(unknown) > UNKNOWN_NAMED else ""
-        raise _invalid(f"unknown argument(s) {named}{more}; allowed: to, body, mode")
+    arguments.refuse_unknown(raw, ALLOWED, _invalid)
     blocks = None
     if content_blocks and isinstance(raw.get("body"), list):
         blocks = surface.parse_body_blocks(raw["body"])
