@@ -55,18 +55,19 @@ class Sizes:
     replay_trees: int = 20  # x (1 root + replay_children) sessions
     replay_children: int = 9
     replay_events: int = 2500  # per session
-    scale_trees: int = 16
-    scale_children: int = 50
+    scale_trees: int = 80
+    scale_children: int = 10
     scale_commands: int = 60_000
     scale_streams: int = 4
 
 
-FULL = Sizes(trees=10, children=100, commands=100_000, latency_rate=2000, latency_seconds=5.0,
+FULL = Sizes(trees=200, children=5, commands=100_000, latency_rate=2000, latency_seconds=5.0,
              big_events=1_000_000, probe_sends=1000)
-QUICK = Sizes(trees=2, children=50, commands=5_000, latency_rate=500, latency_seconds=1.0,
+QUICK = Sizes(trees=20, children=5, commands=5_000, latency_rate=500, latency_seconds=1.0,
               big_events=20_000, probe_sends=100, replay_trees=4, replay_children=4, replay_events=2000,
               scale_trees=8, scale_children=20, scale_commands=3_000)
 SCALE_WORKERS = (1, 2, 4)
+HISTORY_SENDERS = 5  # children per recipient in phase 5; each sends at most (50 + probe_sends) / 5
 
 
 def log(message: str) -> None:
@@ -167,12 +168,15 @@ async def phase_latency(url: str, sizes: Sizes, rate: int) -> dict:
     workers = Workers(url)
     host = await Treemail.connect(bench_config(url), url)
     try:
-        trees = await register_trees(host, 1, 100)
-        root, kids = trees[0]
+        # 20 senders (roots) of 5 children each, taking turns: nobody consumes, so each sender's
+        # unsettled count grows by one per send and must stay under the per-source capacity.
+        trees = await register_trees(host, 20, 5)
+        pairs = [(root, kid) for root, kids in trees for kid in kids]
         workers.start(1)
         # Warm up: the worker has started and created its group; connections are open.
         for i in range(200):
-            _, result = await timed_send(host, SendContext(root, "run-1", f"w{i}"), kids[i % len(kids)], "warm up")
+            root, kid = pairs[i % len(pairs)]
+            _, result = await timed_send(host, SendContext(root, "run-1", f"w{i}"), kid, "warm up")
             if "message_id" not in result:
                 raise RuntimeError(f"warm-up send failed: {result}")
         total = int(rate * sizes.latency_seconds)
@@ -183,9 +187,8 @@ async def phase_latency(url: str, sizes: Sizes, rate: int) -> dict:
         async def one(i: int, scheduled: float) -> None:
             start = time.perf_counter()
             lateness.append(start - scheduled)
-            seconds, result = await timed_send(
-                host, SendContext(root, "run-1", f"call-{i}"), kids[i % len(kids)], f"steady message {i}"
-            )
+            root, kid = pairs[i % len(pairs)]
+            seconds, result = await timed_send(host, SendContext(root, "run-1", f"call-{i}"), kid, f"steady message {i}")
             if "message_id" in result:
                 latencies.append(seconds)
             else:
@@ -245,7 +248,7 @@ async def fill_history(host: Treemail, sender_id: str, recipient_id: str, events
     sender = await host.sessions.record(sender_id)
     stream = keys.session_stream(record.partition, record.session_id)
     loaded = await host.store.load(record)
-    assert loaded.version == 1, loaded
+    first = loaded.version + 1
     producer = f"agent:{sender_id}"
     registered = ev.ProducerRegistered(at=time.time(), producer_id=producer, owner="agent", sender_session_id=sender_id)
     accepted = ev.ProducerMessageAccepted(
@@ -258,13 +261,13 @@ async def fill_history(host: Treemail, sender_id: str, recipient_id: str, events
     state = loaded.state
     for event in (registered, accepted, consumed):
         state = evolve(state, event)
-    await host.redis.xadd(stream, dict(zip(("type", "data"), ev.encode(registered))), id="2-0")
+    await host.redis.xadd(stream, dict(zip(("type", "data"), ev.encode(registered))), id=f"{first}-0")
     acc_pre, acc_post = ev.encode(accepted)[1].split("__MID__")
     con_pre, con_post = ev.encode(consumed)[1].split("__MID__")
     script = host.redis.register_script(FILL_LUA)
     pairs = max(1, (events - 2) // 2)
-    n, step = 3, 50_000
-    last = 2
+    n, step = first + 1, 50_000
+    last = first
     for start in range(0, pairs, step):
         count = min(step, pairs - start)
         last = int(await script(keys=[stream], args=[n, count, acc_pre, acc_post, con_pre, con_post, "old-"]))
@@ -279,10 +282,12 @@ async def phase_history(url: str, sizes: Sizes) -> dict:
     workers = Workers(url)
     host = await Treemail.connect(bench_config(url), url)
     try:
-        trees = await register_trees(host, 1, 2)
-        root, (big, fresh) = trees[0]
+        # The two recipients are roots; their children send to them ("parent"), taking turns, so no
+        # sender reaches the per-source capacity (nobody consumes).
+        (big, big_kids), (fresh, fresh_kids) = await register_trees(host, 2, HISTORY_SENDERS, run_on="children")
+        senders = {big: big_kids, fresh: fresh_kids}
         t = time.perf_counter()
-        last = await fill_history(host, root, big, sizes.big_events)
+        last = await fill_history(host, big_kids[0], big, sizes.big_events)
         length = await host.redis.xlen(keys.session_stream((await host.sessions.record(big)).partition, big))
         info = await host.redis.info("memory")
         log(f"  filled the big recipient's stream: {length:,} events (version {last:,}) in "
@@ -290,13 +295,15 @@ async def phase_history(url: str, sizes: Sizes) -> dict:
         workers.start(1)
         for i in range(50):  # warm up both recipients (the fresh one registers its producer here)
             for to in (big, fresh):
-                _, result = await timed_send(host, SendContext(root, "run-1", f"w{i}-{to}"), to, "warm up")
+                sender = senders[to][i % HISTORY_SENDERS]
+                _, result = await timed_send(host, SendContext(sender, "run-1", f"w{i}-{to}"), to, "warm up")
                 if "message_id" not in result:
                     raise RuntimeError(f"warm-up send failed: {result}")
         timings = {big: [], fresh: []}
         for i in range(sizes.probe_sends):
             for to in ((big, fresh) if i % 2 else (fresh, big)):
-                seconds, result = await timed_send(host, SendContext(root, "run-1", f"p{i}-{to}"), to,
+                sender = senders[to][i % HISTORY_SENDERS]
+                seconds, result = await timed_send(host, SendContext(sender, "run-1", f"p{i}-{to}"), to,
                                                    f"probe {i}")
                 if "message_id" not in result:
                     raise RuntimeError(f"probe send failed: {result}")
@@ -462,7 +469,7 @@ Valkey, the worker process(es) and the benchmark process share these cores.
 - **send round trip**: one worker process; a host (`Treemail.connect`, same config) paced at
   {sizes.latency_rate:,} sends/s (and again at {sizes.latency_rate // 4:,} sends/s) for {sizes.latency_seconds:g} s
   each, with every send its own task
-  (many in flight); `send_message` call to result, root -> 100 children.
+  (many in flight); `send_message` call to result, 20 roots taking turns, each to its 5 children.
 - **replay**: {results['replay']['sessions']} sessions ({sizes.replay_trees} trees of 1 root + {sizes.replay_children} children)
   registered through the host API (directory entry, partition session set, SessionRegistered at
   version 1), then each stream filled by a server-side Lua loop with ProducerRegistered +
