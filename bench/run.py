@@ -489,7 +489,7 @@ Valkey, the worker process(es) and the benchmark process share these cores.
 - **treemail, 1 worker process**: {sizes.trees} trees of 1 root + {sizes.children} children registered
   through the host API ({sizes.trees * sizes.children:,} recipients, `max_pending_per_session` 1e9,
   `max_inflight_per_pair` 0, one command stream); {sizes.commands:,} `SendMessage` commands
-  (root -> a random child of its tree, by session id, unique tool-call ids, a dummy reply list)
+  (the roots take turns, each to a random child of its tree, by session id, unique tool-call ids, a dummy reply list)
   XADDed to the command stream; the group cursor is held at the end (`XGROUP SETID $`) until
   the worker process(es) have started and joined the group, then rewound to 0, so start-up is
   not timed. Time runs from the group's first read until `XINFO GROUPS` shows pending = 0 and
