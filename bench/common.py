@@ -26,12 +26,16 @@ from treemail.domain.commands import SendArguments, SendContext, SendMessage
 
 REPLY_TO = "bench-dummy-client"
 STREAM = keys.command_stream(0)
+# Nobody consumes in a backlog phase, so a sender's unsettled count only grows: each phase spreads its
+# sends round-robin over enough senders that none reaches this (the highest the config allows).
+MAX_OUTSTANDING = 1000
 
 
 def bench_config(url: str) -> Config:
-    """Inbox never fills, no pair window, one command stream."""
+    """Inbox never fills, no pair window, the highest per-sender capacity, one command stream."""
     return Config(
-        messaging=MessagingConfig(max_pending_per_session=1_000_000_000, max_inflight_per_pair=0),
+        messaging=MessagingConfig(max_pending_per_session=1_000_000_000, max_inflight_per_pair=0,
+                                  max_outstanding_per_source=MAX_OUTSTANDING),
         service=ServiceConfig(redis_url=url, command_streams=1),
     )
 
@@ -43,6 +47,7 @@ def worker_env(url: str, extra: dict[str, str] | None = None) -> dict[str, str]:
         TREEMAIL_SERVICE_COMMAND_STREAMS="1",
         TREEMAIL_MESSAGING_MAX_PENDING_PER_SESSION="1000000000",
         TREEMAIL_MESSAGING_MAX_INFLIGHT_PER_PAIR="0",
+        TREEMAIL_MESSAGING_MAX_OUTSTANDING_PER_SOURCE=str(MAX_OUTSTANDING),
         TREEMAIL_LOG="WARNING",
     )
     env.update(extra or {})
@@ -90,8 +95,11 @@ class Workers:
         self.logs.clear()
 
 
-async def register_trees(host, trees: int, children: int) -> list[tuple[str, list[str]]]:
-    """`trees` roots, each with `children` children; returns (root id, [child ids])."""
+async def register_trees(host, trees: int, children: int, run_on: str = "root") -> list[tuple[str, list[str]]]:
+    """`trees` roots, each with `children` children; returns (root id, [child ids]).
+
+    Only a session's open run may send (seed 002): `run_on` says who sends, "root" or "children".
+    """
     out = []
     for t in range(trees):
         root = await host.register_root("planner", f"root {t}", rules={"child": "allow", "parent": "allow"},
@@ -101,7 +109,10 @@ async def register_trees(host, trees: int, children: int) -> list[tuple[str, lis
                                 status="running")
             for c in range(children)
         ])
-        await host.start_run(root.session_id, "run-1")  # only a session's open run may send (seed 002)
+        if run_on == "root":
+            await host.start_run(root.session_id, "run-1")
+        else:
+            await asyncio.gather(*[host.start_run(k.session_id, "run-1") for k in kids])
         out.append((root.session_id, [k.session_id for k in kids]))
     return out
 
@@ -113,7 +124,9 @@ def stream_of(sender: str, streams: int) -> str:
 
 async def prefill_commands(redis, trees: list[tuple[str, list[str]]], total: int, streams: int = 1,
                            seed: int = 42) -> dict[str, int]:
-    """`total` SendMessage commands (root -> random child of its tree), each on its sender's stream.
+    """`total` SendMessage commands (root i % trees -> random child of its tree), each on its sender's stream.
+
+    Senders take turns so that each has at most ceil(total / trees) unsettled messages (source capacity).
 
     The consumer groups are created at id 0 first: FastStream creates them at `$`
     when they do not exist, which would skip everything written before.
@@ -126,14 +139,16 @@ async def prefill_commands(redis, trees: list[tuple[str, list[str]]], total: int
         except ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise
-    pairs = [(root, child) for root, kids in trees for child in kids]
+    if -(-total // len(trees)) >= MAX_OUTSTANDING:
+        raise ValueError(f"{total} sends from {len(trees)} senders exceed the per-source capacity {MAX_OUTSTANDING}")
     rng = random.Random(seed)
     per_stream = {name: 0 for name in names}
     chunk = 5000
     for start in range(0, total, chunk):
         async with redis.pipeline(transaction=False) as pipe:
             for i in range(start, min(total, start + chunk)):
-                root, child = pairs[rng.randrange(len(pairs))]
+                root, kids = trees[i % len(trees)]
+                child = kids[rng.randrange(len(kids))]
                 command = SendMessage(
                     f"cmd-{i}", SendContext(root, "run-1", f"call-{i}"),
                     SendArguments(child, f"benchmark message {i}: please look at item {i}", "steer"), REPLY_TO,

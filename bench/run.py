@@ -35,7 +35,7 @@ from treemail.host import SendContext, Treemail
 from treemail.domain import events as ev
 from treemail.domain.state import evolve
 
-from . import raw, replay, scale
+from . import memory, raw, replay, scale
 from .common import (busy_seconds, cpu_seconds, STREAM, Workers, bench_config, machine, percentile, prefill_commands, count_replies,
                      register_trees, wait_drained)
 
@@ -55,18 +55,20 @@ class Sizes:
     replay_trees: int = 20  # x (1 root + replay_children) sessions
     replay_children: int = 9
     replay_events: int = 2500  # per session
-    scale_trees: int = 16
-    scale_children: int = 50
+    scale_trees: int = 80
+    scale_children: int = 10
     scale_commands: int = 60_000
     scale_streams: int = 4
+    memory_sends: int = 10_000
 
 
-FULL = Sizes(trees=10, children=100, commands=100_000, latency_rate=2000, latency_seconds=5.0,
+FULL = Sizes(trees=200, children=5, commands=100_000, latency_rate=2000, latency_seconds=5.0,
              big_events=1_000_000, probe_sends=1000)
-QUICK = Sizes(trees=2, children=50, commands=5_000, latency_rate=500, latency_seconds=1.0,
+QUICK = Sizes(trees=20, children=5, commands=5_000, latency_rate=500, latency_seconds=1.0,
               big_events=20_000, probe_sends=100, replay_trees=4, replay_children=4, replay_events=2000,
-              scale_trees=8, scale_children=20, scale_commands=3_000)
+              scale_trees=8, scale_children=20, scale_commands=3_000, memory_sends=1_000)
 SCALE_WORKERS = (1, 2, 4)
+HISTORY_SENDERS = 5  # children per recipient in phase 5; each sends at most (50 + probe_sends) / 5
 
 
 def log(message: str) -> None:
@@ -96,13 +98,15 @@ async def check_replies(url: str, total: int) -> dict[str, int]:
         await r.aclose()
 
 
-async def phase_workers(url: str, sizes: Sizes, count: int) -> dict:
+async def phase_workers(url: str, sizes: Sizes, count: int, extra_env: dict[str, str] | None = None,
+                        server_pid: int | None = None) -> dict:
+    server_pid = server_pid or VALKEY_PID
     await flush(url)
     t = time.perf_counter()
     await setup_backlog(url, sizes)
     log(f"  registered {sizes.trees * (sizes.children + 1)} sessions, prefilled {sizes.commands} commands "
         f"in {time.perf_counter() - t:.1f} s; starting {count} worker process(es)")
-    workers = Workers(url)
+    workers = Workers(url, extra_env)
     r = aioredis.Redis.from_url(url)
     try:
         # Hold the backlog back (group cursor at the end) until every worker has started and
@@ -116,12 +120,12 @@ async def phase_workers(url: str, sizes: Sizes, count: int) -> dict:
                 raise TimeoutError("workers did not join the consumer group within 60 s")
             await asyncio.sleep(0.05)
         await asyncio.sleep(0.3)
-        valkey_cpu = cpu_seconds(VALKEY_PID)
+        valkey_cpu = cpu_seconds(server_pid)
         start_cpu = sum(cpu_seconds(p.pid) for p in workers.procs)
         await r.xgroup_setid(STREAM, keys.COMMAND_GROUP, "0", entries_read=0)
         seconds = await wait_drained(r, [STREAM], keys.COMMAND_GROUP, sizes.commands, timeout=600,
                                      alive=workers.check_alive)
-        valkey_cpu = cpu_seconds(VALKEY_PID) - valkey_cpu
+        valkey_cpu = cpu_seconds(server_pid) - valkey_cpu
         worker_cpu = sum(cpu_seconds(p.pid) for p in workers.procs) - start_cpu
     finally:
         workers.stop()
@@ -167,12 +171,15 @@ async def phase_latency(url: str, sizes: Sizes, rate: int) -> dict:
     workers = Workers(url)
     host = await Treemail.connect(bench_config(url), url)
     try:
-        trees = await register_trees(host, 1, 100)
-        root, kids = trees[0]
+        # 20 senders (roots) of 5 children each, taking turns: nobody consumes, so each sender's
+        # unsettled count grows by one per send and must stay under the per-source capacity.
+        trees = await register_trees(host, 20, 5)
+        pairs = [(root, kid) for root, kids in trees for kid in kids]
         workers.start(1)
         # Warm up: the worker has started and created its group; connections are open.
         for i in range(200):
-            _, result = await timed_send(host, SendContext(root, "run-1", f"w{i}"), kids[i % len(kids)], "warm up")
+            root, kid = pairs[i % len(pairs)]
+            _, result = await timed_send(host, SendContext(root, "run-1", f"w{i}"), kid, "warm up")
             if "message_id" not in result:
                 raise RuntimeError(f"warm-up send failed: {result}")
         total = int(rate * sizes.latency_seconds)
@@ -183,9 +190,8 @@ async def phase_latency(url: str, sizes: Sizes, rate: int) -> dict:
         async def one(i: int, scheduled: float) -> None:
             start = time.perf_counter()
             lateness.append(start - scheduled)
-            seconds, result = await timed_send(
-                host, SendContext(root, "run-1", f"call-{i}"), kids[i % len(kids)], f"steady message {i}"
-            )
+            root, kid = pairs[i % len(pairs)]
+            seconds, result = await timed_send(host, SendContext(root, "run-1", f"call-{i}"), kid, f"steady message {i}")
             if "message_id" in result:
                 latencies.append(seconds)
             else:
@@ -245,7 +251,7 @@ async def fill_history(host: Treemail, sender_id: str, recipient_id: str, events
     sender = await host.sessions.record(sender_id)
     stream = keys.session_stream(record.partition, record.session_id)
     loaded = await host.store.load(record)
-    assert loaded.version == 1, loaded
+    first = loaded.version + 1
     producer = f"agent:{sender_id}"
     registered = ev.ProducerRegistered(at=time.time(), producer_id=producer, owner="agent", sender_session_id=sender_id)
     accepted = ev.ProducerMessageAccepted(
@@ -258,13 +264,13 @@ async def fill_history(host: Treemail, sender_id: str, recipient_id: str, events
     state = loaded.state
     for event in (registered, accepted, consumed):
         state = evolve(state, event)
-    await host.redis.xadd(stream, dict(zip(("type", "data"), ev.encode(registered))), id="2-0")
+    await host.redis.xadd(stream, dict(zip(("type", "data"), ev.encode(registered))), id=f"{first}-0")
     acc_pre, acc_post = ev.encode(accepted)[1].split("__MID__")
     con_pre, con_post = ev.encode(consumed)[1].split("__MID__")
     script = host.redis.register_script(FILL_LUA)
     pairs = max(1, (events - 2) // 2)
-    n, step = 3, 50_000
-    last = 2
+    n, step = first + 1, 50_000
+    last = first
     for start in range(0, pairs, step):
         count = min(step, pairs - start)
         last = int(await script(keys=[stream], args=[n, count, acc_pre, acc_post, con_pre, con_post, "old-"]))
@@ -279,10 +285,12 @@ async def phase_history(url: str, sizes: Sizes) -> dict:
     workers = Workers(url)
     host = await Treemail.connect(bench_config(url), url)
     try:
-        trees = await register_trees(host, 1, 2)
-        root, (big, fresh) = trees[0]
+        # The two recipients are roots; their children send to them ("parent"), taking turns, so no
+        # sender reaches the per-source capacity (nobody consumes).
+        (big, big_kids), (fresh, fresh_kids) = await register_trees(host, 2, HISTORY_SENDERS, run_on="children")
+        senders = {big: big_kids, fresh: fresh_kids}
         t = time.perf_counter()
-        last = await fill_history(host, root, big, sizes.big_events)
+        last = await fill_history(host, big_kids[0], big, sizes.big_events)
         length = await host.redis.xlen(keys.session_stream((await host.sessions.record(big)).partition, big))
         info = await host.redis.info("memory")
         log(f"  filled the big recipient's stream: {length:,} events (version {last:,}) in "
@@ -290,13 +298,15 @@ async def phase_history(url: str, sizes: Sizes) -> dict:
         workers.start(1)
         for i in range(50):  # warm up both recipients (the fresh one registers its producer here)
             for to in (big, fresh):
-                _, result = await timed_send(host, SendContext(root, "run-1", f"w{i}-{to}"), to, "warm up")
+                sender = senders[to][i % HISTORY_SENDERS]
+                _, result = await timed_send(host, SendContext(sender, "run-1", f"w{i}-{to}"), to, "warm up")
                 if "message_id" not in result:
                     raise RuntimeError(f"warm-up send failed: {result}")
         timings = {big: [], fresh: []}
         for i in range(sizes.probe_sends):
             for to in ((big, fresh) if i % 2 else (fresh, big)):
-                seconds, result = await timed_send(host, SendContext(root, "run-1", f"p{i}-{to}"), to,
+                sender = senders[to][i % HISTORY_SENDERS]
+                seconds, result = await timed_send(host, SendContext(sender, "run-1", f"p{i}-{to}"), to,
                                                    f"probe {i}")
                 if "message_id" not in result:
                     raise RuntimeError(f"probe send failed: {result}")
@@ -376,6 +386,17 @@ def run_cluster_phase(sizes: Sizes) -> list[dict]:
         cluster.cleanup()
 
 
+def run_durable_phase(sizes: Sizes) -> dict:
+    """Phase 1 again on a Valkey with AOF, workers in the durable profile (WAITAOF before success)."""
+    server = LocalValkey(durable=True)
+    try:
+        server.start()
+        return asyncio.run(phase_workers(server.url, sizes, 1, {"TREEMAIL_SERVICE_PROFILE": "durable"},
+                                         server.process.pid))
+    finally:
+        server.cleanup()
+
+
 def verdict(ok: bool) -> str:
     return "met" if ok else "NOT met"
 
@@ -389,6 +410,26 @@ def report(results: dict, env: dict, sizes: Sizes, quick: bool, wall: float) -> 
         ("treemail, 1 worker process", f"{one['rate']:,.0f} commands/s", f"{sizes.commands:,} sends in {one['seconds']:.2f} s", ""),
         ("raw Redis baseline, 1 process", f"{rawr['rate']:,.0f} commands/s", f"{sizes.commands:,} sends in {rawr['seconds']:.2f} s", ""),
         ("treemail / raw", f"{ratio_raw:.2f}", "target >= 0.7", verdict(ratio_raw >= 0.7)),
+    ]
+    for who, key, target in (("worker", "worker_cpu_s", 1.5), ("Valkey", "valkey_cpu_s", 2.0)):
+        mine, base = one[key] / sizes.commands * 1e6, rawr[key] / sizes.commands * 1e6
+        rows.append((f"{who} CPU per decision, treemail / raw", f"{mine / base:.2f}",
+                     f"{mine:.0f} us vs {base:.0f} us, target <= {target:g}", verdict(mine / base <= target)))
+    dur, mem = results["durable"], results["memory"]
+    ratio_dur = dur["rate"] / one["rate"]
+    rows += [
+        ("treemail, 1 worker, durable profile", f"{dur['rate']:,.0f} commands/s",
+         f"{sizes.commands:,} sends in {dur['seconds']:.2f} s, outcomes {dur['outcomes']}", ""),
+        ("durable / fast", f"{ratio_dur:.2f}", "target >= 0.6", verdict(ratio_dur >= 0.6)),
+        (f"memory per accepted {mem['body_bytes']}-byte message", f"{mem['bytes_per_message']:,.0f} bytes",
+         f"{mem['accepted']:,} sends, used_memory delta", ""),
+        (f"bare XADD of the same body", f"{mem['bare_xadd_bytes']:,.0f} bytes", "", ""),
+        ("memory treemail / bare", f"{mem['ratio']:.2f}", "target <= 2.5", verdict(mem["ratio"] <= 2.5)),
+        ("command stream length after the run", f"{mem['command_stream_len_after_run']:,} entries",
+         f"{mem['command_stream_len_after_trim']:,} after the worker's trim pass; reply lists left: "
+         f"{mem['reply_lists_left']}", ""),
+    ]
+    rows += [
         ("treemail, 2 worker processes", f"{two['rate']:,.0f} commands/s", f"{sizes.commands:,} sends in {two['seconds']:.2f} s", ""),
         ("2 workers / 1 worker", f"{ratio_two:.2f}", "target >= 1.3", verdict(ratio_two >= 1.3)),
         (f"send round trip p50 at {lat['target_rate']:,}/s", f"{lat['p50_ms']:.2f} ms", f"achieved {lat['achieved_rate']:,.0f} sends/s, target <= 1 ms", verdict(lat["p50_ms"] <= 1.0)),
@@ -448,7 +489,7 @@ Valkey, the worker process(es) and the benchmark process share these cores.
 - **treemail, 1 worker process**: {sizes.trees} trees of 1 root + {sizes.children} children registered
   through the host API ({sizes.trees * sizes.children:,} recipients, `max_pending_per_session` 1e9,
   `max_inflight_per_pair` 0, one command stream); {sizes.commands:,} `SendMessage` commands
-  (root -> a random child of its tree, by session id, unique tool-call ids, a dummy reply list)
+  (the roots take turns, each to a random child of its tree, by session id, unique tool-call ids, a dummy reply list)
   XADDed to the command stream; the group cursor is held at the end (`XGROUP SETID $`) until
   the worker process(es) have started and joined the group, then rewound to 0, so start-up is
   not timed. Time runs from the group's first read until `XINFO GROUPS` shows pending = 0 and
@@ -462,7 +503,7 @@ Valkey, the worker process(es) and the benchmark process share these cores.
 - **send round trip**: one worker process; a host (`Treemail.connect`, same config) paced at
   {sizes.latency_rate:,} sends/s (and again at {sizes.latency_rate // 4:,} sends/s) for {sizes.latency_seconds:g} s
   each, with every send its own task
-  (many in flight); `send_message` call to result, root -> 100 children.
+  (many in flight); `send_message` call to result, 20 roots taking turns, each to its 5 children.
 - **replay**: {results['replay']['sessions']} sessions ({sizes.replay_trees} trees of 1 root + {sizes.replay_children} children)
   registered through the host API (directory entry, partition session set, SessionRegistered at
   version 1), then each stream filled by a server-side Lua loop with ProducerRegistered +
@@ -512,7 +553,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench.run")
     parser.add_argument("--quick", action="store_true", help="shrink every phase for a smoke run")
     parser.add_argument("--no-write", action="store_true", help="print only, leave BENCHMARKS.md alone")
-    parser.add_argument("--only", default="", help="comma-separated phases (one,raw,two,latency,latency_low,history,"
+    parser.add_argument("--only", default="", help="comma-separated phases (one,raw,durable,memory,two,latency,latency_low,history,"
                         "replay,scale_single,scale_cluster); implies --no-write")
     args = parser.parse_args(argv)
     only = [p for p in args.only.split(",") if p]
@@ -532,6 +573,10 @@ def main(argv: list[str] | None = None) -> int:
         phases = [
             ("one", "phase 1: one treemail worker process", lambda: asyncio.run(phase_workers(url, sizes, 1))),
             ("raw", "phase 2: raw Redis baseline", lambda: asyncio.run(phase_raw(url, sizes))),
+            ("durable", "phase 3b: one worker, durable profile (AOF + WAITAOF), on its own Valkey",
+             lambda: run_durable_phase(sizes)),
+            ("memory", "phase 3c: memory per accepted message vs a bare XADD",
+             lambda: asyncio.run(memory.phase_memory(url, sizes.memory_sends, log))),
             ("two", "phase 3: two treemail worker processes", lambda: asyncio.run(phase_workers(url, sizes, 2))),
             ("latency", "phase 4: producer round-trip latency",
              lambda: asyncio.run(phase_latency(url, sizes, sizes.latency_rate))),

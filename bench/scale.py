@@ -16,12 +16,13 @@ from treemail.adapters import keys
 from treemail.adapters.config import Config, MessagingConfig, ServiceConfig
 from treemail.host import Treemail
 
-from .common import Workers, busy_seconds, count_replies, cpu_seconds, prefill_commands, wait_drained
+from .common import MAX_OUTSTANDING, Workers, busy_seconds, count_replies, cpu_seconds, prefill_commands, wait_drained
 
 
 def config(url: str, streams: int, cluster: bool) -> Config:
     return Config(
-        messaging=MessagingConfig(max_pending_per_session=1_000_000_000, max_inflight_per_pair=0),
+        messaging=MessagingConfig(max_pending_per_session=1_000_000_000, max_inflight_per_pair=0,
+                                  max_outstanding_per_source=MAX_OUTSTANDING),
         service=ServiceConfig(redis_url=url, command_streams=streams, cluster=cluster),
     )
 
