@@ -24,6 +24,9 @@ from .helpers import WorkerPool, config_for
 SENDS = 200_000
 SENDERS = 128
 RUNNING, IDLE = 32, 8  # recipients: running ones claim in their run, idle ones are woken
+# One sending root per recipient: each source may have at most 1000 unsettled messages (seed 004), so the
+# load is spread over as many sources as a real tree of agents would be, not piled on a few.
+ROOTS = RUNNING + IDLE
 FEED_MAXLEN = 10_000
 MESSAGING = {"max_pending_per_session": 1_000_000, "max_inflight_per_pair": 0, "max_outstanding_per_source": 1000}
 BODY = "soak " * 20  # 100 bytes
@@ -53,16 +56,16 @@ async def test_soak_keeps_only_history_and_returns_every_transient_structure_to_
             host = await Treemail.connect(config, server.url)
             raw = aioredis.Redis.from_url(server.url)
             try:
-                roots = [await host.register_root("planner", "x", rules={"child": "allow"}) for _ in range(4)]
-                running = [await host.register_child(roots[n % 4].session_id, "explore", "x", status="running")
+                roots = [await host.register_root("planner", "x", rules={"child": "allow"}) for _ in range(ROOTS)]
+                running = [await host.register_child(roots[n].session_id, "explore", "x", status="running")
                            for n in range(RUNNING)]
-                idle = [await host.register_child(roots[n % 4].session_id, "review", "x", status="idle")
+                idle = [await host.register_child(roots[RUNNING + n].session_id, "review", "x", status="idle")
                         for n in range(IDLE)]
                 for child in running:
                     await host.start_run(child.session_id, "run-0")
                 for root in roots:  # only a session's open run may send (seed 002)
                     await host.start_run(root.session_id, "run-1")
-                recipients = [(r, c) for r, c in zip([roots[n % 4] for n in range(RUNNING + IDLE)], running + idle)]
+                recipients = list(zip(roots, running + idle))
                 baseline = await memory(raw)
                 sent = consumed = waited = 0
                 stream_peak = 0
