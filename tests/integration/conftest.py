@@ -40,8 +40,10 @@ async def redis_url(valkey):
 
 
 @contextlib.asynccontextmanager
-async def running_stack(url: str, workers: int = 1, profile: str = "fast", **messaging):
-    config = make_config(url, profile, **messaging)
+async def running_stack(url: str, workers: int = 1, profile: str = "fast", config: Config | None = None,
+                        **messaging):
+    """Worker(s) and a host on ``url``; ``config`` replaces the one ``make_config`` builds."""
+    config = config or make_config(url, profile, **messaging)
     pool = [Worker(config, url, consumer=f"test-worker-{i}") for i in range(workers)]
     for worker in pool:
         await worker.start()

@@ -4,7 +4,6 @@ Every test here runs with a proof keyring on the host and the worker, as a
 deployment that turns proofs on does.
 """
 
-import contextlib
 import json
 
 import pytest
@@ -12,11 +11,9 @@ import pytest
 from treemail.adapters import keys
 from treemail.adapters.metrics import HOST_REGISTRY as REGISTRY
 from treemail.adapters.proofkeys import ProofConfig
-from treemail.consumers.app import Worker
 from treemail.domain import events as ev
-from treemail.host import Treemail
 
-from .conftest import live, make_config
+from .conftest import live, make_config, running_stack
 
 pytestmark = pytest.mark.cluster
 
@@ -25,17 +22,8 @@ QUESTION = {"type": "object", "properties": {"question": {"type": "string"}}, "r
             "additionalProperties": False}
 
 
-@contextlib.asynccontextmanager
-async def proven_stack(url: str, proof: ProofConfig = KEYRING):
-    config = make_config(url).model_copy(update={"proof": proof})
-    worker = Worker(config, url, consumer="peer-worker")
-    await worker.start()
-    host = await Treemail.connect(config, url)
-    try:
-        yield host
-    finally:
-        await host.close()
-        await worker.stop()
+def proven_stack(url: str, proof: ProofConfig = KEYRING):
+    return running_stack(url, config=make_config(url).model_copy(update={"proof": proof}))
 
 
 @pytest.fixture

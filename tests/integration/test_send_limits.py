@@ -2,15 +2,12 @@
 for a refusal, a deadline for a send waiting on a person, and a reply listener that outlives junk."""
 
 import asyncio
-import contextlib
 
 import pytest
 
 from treemail.adapters import keys
-from treemail.consumers.app import Worker
-from treemail.host import Treemail
 
-from .conftest import live, make_config
+from .conftest import live, make_config, running_stack
 
 pytestmark = pytest.mark.cluster
 
@@ -19,18 +16,9 @@ def code(result):
     return result.get("error", {}).get("code")
 
 
-@contextlib.asynccontextmanager
-async def stack_with(url: str, **service):
+def stack_with(url: str, **service):
     config = make_config(url)
-    config = config.model_copy(update={"service": config.service.model_copy(update=service)})
-    worker = Worker(config, url, consumer="limits-worker")
-    await worker.start()
-    host = await Treemail.connect(config, url)
-    try:
-        yield host
-    finally:
-        await host.close()
-        await worker.stop()
+    return running_stack(url, config=config.model_copy(update={"service": config.service.model_copy(update=service)}))
 
 
 async def command_stream_lengths(host) -> int:
