@@ -423,7 +423,7 @@ def report(results: dict, env: dict, sizes: Sizes, quick: bool, wall: float) -> 
         ("durable / fast", f"{ratio_dur:.2f}", "target >= 0.6", verdict(ratio_dur >= 0.6)),
         (f"memory per accepted {mem['body_bytes']}-byte message", f"{mem['bytes_per_message']:,.0f} bytes",
          f"{mem['accepted']:,} sends, used_memory delta", ""),
-        (f"bare XADD of the same body", f"{mem['bare_xadd_bytes']:,.0f} bytes", "", ""),
+        ("bare XADD of the same body", f"{mem['bare_xadd_bytes']:,.0f} bytes", "", ""),
         ("memory treemail / bare", f"{mem['ratio']:.2f}", "target <= 2.5", verdict(mem["ratio"] <= 2.5)),
         ("command stream length after the run", f"{mem['command_stream_len_after_run']:,} entries",
          f"{mem['command_stream_len_after_trim']:,} after the worker's trim pass; reply lists left: "

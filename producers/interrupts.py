@@ -10,15 +10,15 @@ by another after ``reclaim_idle_ms``, as wakes are.
 
 from dataclasses import dataclass
 
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import ResponseError
 
 from treemail.adapters import keys
 from treemail.domain.commands import InterruptAgent, SendContext
-from treemail.domain.errors import Code, LifecycleError, Rejected
-from treemail.domain.results import error_result
+from treemail.domain.errors import Code, LifecycleError
 from treemail.services.interrupts import InterruptService
 
 from . import interrupt_tool
+from .toolcalls import answered
 from .wakes import WakeReader
 
 
@@ -83,17 +83,10 @@ class InterruptHost:
         ``{"result": "interrupt_requested", "interrupt_id", "agent", "message"}``, or for a target
         with no run open ``{"result": "not_running", ...}``, or ``{"error": {"code", "message"}}``.
         """
-        try:
-            parsed = interrupt_tool.parse_arguments(arguments)
-            outcome = await self.interrupt_service.interrupt(InterruptAgent(context, parsed))
-        except Rejected as rejection:
-            return error_result(rejection.code.value, rejection.message)
-        except (RedisError, LifecycleError) as error:
-            return error_result(
-                Code.INTERRUPT_ENGINE_SHUTDOWN.value,
-                f"no decision could be made ({type(error).__name__}); retrying this same tool call is safe",
-            )
-        return outcome.get("ok", outcome)
+        return await answered(
+            lambda: self.interrupt_service.interrupt(InterruptAgent(context, interrupt_tool.parse_arguments(arguments))),
+            Code.INTERRUPT_ENGINE_SHUTDOWN,
+        )
 
     async def interrupts(self, consumer: str, count: int = 10, block_ms: int = 1000) -> list[Interrupt]:
         """Interrupt triggers for this runner; those whose run already ended are acknowledged and dropped."""

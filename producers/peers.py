@@ -25,13 +25,14 @@ from treemail.adapters.proofmetrics import PROOF_FAILURES
 from treemail.domain import events as ev
 from treemail.domain import peers, proof, protocol
 from treemail.domain.commands import SendContext, SendToPeer
-from treemail.domain.errors import Code, LifecycleError, Rejected, UnknownSessionError
+from treemail.domain.errors import Code, Rejected, UnknownSessionError
 from treemail.domain.peer_envelope import render_peer_message
 from treemail.domain.records import SessionRecord
 from treemail.domain.results import error_result
 from treemail.services.peers import PeerService
 
 from . import peer_tools
+from .toolcalls import answered
 
 # A claimed entry a newer protocol wrote (``_read_claimed``): neither judged nor delivered by this version.
 NEWER = object()
@@ -105,16 +106,8 @@ class PeerHost:
         return await self._peer_call(context, arguments, peer_tools.parse_reply)
 
     async def _peer_call(self, context: SendContext, arguments, parse) -> dict:
-        try:
-            outcome = await self.peer_service.send(SendToPeer(context, parse(arguments)))
-        except Rejected as rejection:
-            return error_result(rejection.code.value, rejection.message)
-        except (RedisError, LifecycleError) as error:
-            return error_result(
-                Code.PEER_ENGINE_SHUTDOWN.value,
-                f"no decision could be made ({type(error).__name__}); retrying this same tool call is safe",
-            )
-        return outcome.get("ok", outcome)
+        return await answered(lambda: self.peer_service.send(SendToPeer(context, parse(arguments))),
+                              Code.PEER_ENGINE_SHUTDOWN)
 
     async def peer_inbox(self, context: SendContext, arguments=None) -> dict:
         """The calling session's latest peer mail with its provenance, newest first."""
