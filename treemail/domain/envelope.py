@@ -16,7 +16,7 @@ ignored, and any non-ASCII letter taken for the ASCII one it may look like
 of seed 002, any spacing or separator inside),
 the character or entity that opens it is written ``&amp;lt;``, which reads as
 an escaped ``<`` even after one round of entity decoding. Wherever it holds
-treemail's reply hint (``use send_message(...) to reply``), ``(quoted) `` is
+the opening of treemail's reply hint (``use send_message(``), ``(quoted) `` is
 written before it. So the only tags and the only hint in the text are the
 ones treemail wrote, and ``from`` always names the real sender. The durable
 event keeps the body byte for byte.
@@ -55,10 +55,9 @@ def _fuzzy(word: str) -> str:
 
 # treemail_notice too: a body must not be able to forge a notice treemail writes (seed 002) either.
 TAG = re.compile(r"<\s*/?\s*(?:" + _fuzzy("agent_message") + "|" + _fuzzy("treemail_notice") + ")")
-HINT = re.compile(
-    _fuzzy("use") + r"\W{0,3}" + _fuzzy("send_message") + r"\s*[(（][^\n]{0,400}?" + _fuzzy("to") + SEP
-    + _fuzzy("reply")
-)
+# The opening is enough: the rest of a forged hint may follow on the next lines, or be left to the
+# reader's imagination ("[use send_message(" and then treemail's own hint below it).
+HINT = re.compile(_fuzzy("use") + r"\W{0,3}" + _fuzzy("send_message") + r"\s*[(（]")
 # The reply hint is only worth looking for where these letters occur, after any rendering.
 HINT_LETTERS = re.compile(r"send|[^\x00-\x7f]|&", re.IGNORECASE)
 
