@@ -42,7 +42,7 @@ from redis.exceptions import ResponseError as RedisResponseError
 
 from treemail.adapters import keys, metrics, tracing
 from treemail.adapters.config import Config
-from treemail.adapters.connection import connect, redact, require_durable_server
+from treemail.adapters.connection import REPLY_TIMEOUT_S, connect, redact, require_durable_server
 from treemail.adapters.eventstore import EventStore
 from treemail.adapters.proofkeys import load_keyring
 from treemail.adapters.retention import trim_handled
@@ -62,6 +62,9 @@ log = logging.getLogger("treemail.worker")
 # retry within a fraction of a second; the constant is read at each failure.
 stream_subscriber.CONSUME_ERROR_BACKOFF_SECONDS = 0.25
 STATS_INTERVAL_S = 5.0
+# The periodic passes (reclaim, trim, stats) run on the worker's connection, which has no timer per
+# reply: each pass as a whole gives up after this long and is tried again at the next interval.
+PASS_DEADLINE_S = 60.0
 
 
 class Worker:
@@ -125,9 +128,26 @@ class Worker:
                 raise
 
     async def decide_commands(self, commands: list[SendMessage]) -> None:
-        """Decide, make durable, answer. Only after this returns may the commands be acknowledged."""
+        """Decide, make durable, answer. Only after this returns may the commands be acknowledged.
+
+        The worker's connection has no timer per reply (``connect``): the whole batch is bounded
+        instead, and a server silent past the bound fails the batch as a lost connection would
+        (it stays pending; a decision cut short is decided again, idempotently).
+        """
         if not commands:
             return
+        try:
+            async with asyncio.timeout(self.step_deadline_s):
+                await self._decide_and_answer(commands)
+        except TimeoutError:
+            raise RedisTimeoutError(f"no answer from the server within {self.step_deadline_s:g} s") from None
+
+    @property
+    def step_deadline_s(self) -> float:
+        # Past reclaim_idle_ms another worker may take the batch over anyway; never below a reply's own bound.
+        return max(REPLY_TIMEOUT_S, self.config.service.reclaim_idle_ms / 1000)
+
+    async def _decide_and_answer(self, commands: list[SendMessage]) -> None:
         started = time.perf_counter()
         spans = admission.start(commands)
         outcomes = await self.decider.decide(commands)
@@ -249,12 +269,15 @@ class Worker:
             if self._stopping:
                 return
             try:
-                await self.revive()
-                await self.reclaim()
-                await self.trim()
+                async with asyncio.timeout(PASS_DEADLINE_S):
+                    await self.revive()
+                    await self.reclaim()
+                    await self.trim()
                 self.outages.ok("reclaim pass")
             except asyncio.CancelledError:
                 raise
+            except TimeoutError:
+                self._failed("reclaim pass", RedisTimeoutError(f"pass not done within {PASS_DEADLINE_S:g} s"))
             except Exception as exc:  # noqa: BLE001 - a failed pass is retried at the next interval
                 self._failed("reclaim pass", exc)
 
@@ -294,7 +317,8 @@ class Worker:
     async def _stats_loop(self) -> None:
         while not self._stopping:
             try:
-                await self.refresh_stats()
+                async with asyncio.timeout(PASS_DEADLINE_S):
+                    await self.refresh_stats()
                 self.outages.ok("stats refresh")
             except asyncio.CancelledError:
                 raise
@@ -305,7 +329,7 @@ class Worker:
             await asyncio.sleep(STATS_INTERVAL_S)
 
     async def start(self) -> None:
-        self.redis = await connect(self.url, self.config.service)
+        self.redis = await connect(self.url, self.config.service, per_reply_timeout=False)
         if self.config.service.profile == "durable":
             await require_durable_server(self.redis, self.config.service.cluster)
         store = EventStore(self.redis, self.config.service)

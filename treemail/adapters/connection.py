@@ -5,10 +5,12 @@ Whatever reaches a log line or an error message names the server by
 """
 
 import re
+from functools import cache
 from urllib.parse import parse_qsl, urlsplit
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
+from redis.connection import HIREDIS_AVAILABLE, HiredisRespSerializer
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoPermissionError, RedisClusterException, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -54,15 +56,57 @@ def scrub(text: str, url: str) -> str:
     return text
 
 
-async def connect(url: str, config: ServiceConfig) -> aioredis.Redis:
+class _HiredisPacking:
+    """Packs commands with hiredis (C), as redis-py's synchronous client does; its asyncio client packs in
+    Python, argument by argument. A commit is one EVALSHA with dozens of arguments (events, snapshot,
+    mail items), and packing them in Python was a fifth of a worker's CPU (BENCHMARKS.md, issue 17).
+    Same bytes on the wire, same refusal of a value that is not str, bytes, int or float."""
+
+    _packer = HiredisRespSerializer()
+
+    def pack_command(self, *args):
+        return self._packer.pack(*args)
+
+
+@cache
+def fast_packing(connection_class: type) -> type:
+    """``connection_class`` (plain, TLS or Unix socket, whichever the URL chose) packing with hiredis."""
+    if not HIREDIS_AVAILABLE or issubclass(connection_class, _HiredisPacking):
+        return connection_class
+    return type(f"Hiredis{connection_class.__name__}", (_HiredisPacking, connection_class), {})
+
+
+def _pack_with_hiredis(client) -> None:
+    if isinstance(client, RedisCluster):
+        # Nodes discovered later are built from these keyword arguments; the startup nodes exist already.
+        kwargs = client.connection_kwargs
+        kwargs["connection_class"] = fast_packing(kwargs.get("connection_class", aioredis.Connection))
+        for node in client.nodes_manager.startup_nodes.values():
+            node.connection_class = fast_packing(node.connection_class)
+    else:
+        pool = client.connection_pool
+        pool.connection_class = fast_packing(pool.connection_class)
+
+
+# redis-py's own default: a read that waits longer for the server fails.
+REPLY_TIMEOUT_S = 5.0
+
+
+async def connect(url: str, config: ServiceConfig, per_reply_timeout: bool = True) -> aioredis.Redis:
+    """``per_reply_timeout=False``: no timer around each reply read; for a caller that bounds its own
+    steps as a whole. A worker's pipeline reads hundreds of replies, and a timer armed and cancelled
+    for each one of them was a tenth of its CPU (BENCHMARKS.md, issue 17)."""
+    timeout = REPLY_TIMEOUT_S if per_reply_timeout else None
     if config.cluster:
-        client = RedisCluster.from_url(url, socket_connect_timeout=2, max_connections=1000)
+        client = RedisCluster.from_url(url, socket_connect_timeout=2, socket_timeout=timeout, max_connections=1000)
     else:
         # A blocking pool: a burst of concurrent sends waits for a connection instead of failing.
         pool = aioredis.BlockingConnectionPool.from_url(
-            url, max_connections=64, timeout=None, socket_connect_timeout=2, health_check_interval=30
+            url, max_connections=64, timeout=None, socket_connect_timeout=2, socket_timeout=timeout,
+            health_check_interval=30,
         )
         client = aioredis.Redis(connection_pool=pool)
+    _pack_with_hiredis(client)
     try:
         async for attempt in AsyncRetrying(
             stop=stop_after_attempt(config.connect_attempts),
