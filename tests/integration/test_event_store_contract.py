@@ -82,6 +82,22 @@ async def test_a_chained_append_fails_when_the_one_it_was_built_on_did_not_apply
     assert [type(e) for _, e in await store.read(r)] == [ev.SessionRegistered, ev.SessionStatusChanged]
 
 
+async def test_a_held_state_is_used_only_while_the_server_still_shows_the_append_that_wrote_it(store):
+    """The worker keeps the states it wrote or parsed (issue 17); another writer's append must show."""
+    r = record("s-1")
+    other = EventStore(store.redis, store.config)
+    await store.append(store.prepare(r, await store.load(r), [registered(r, "running")]))
+    mine = await store.load(r)
+    assert (await store.load(r)).state is mine.state  # held: not parsed again
+
+    failed = store.prepare(r, mine, [ev.SessionStatusChanged(status="idle")])  # held under an etag never written
+    assert (await other.append(other.prepare(r, await other.load(r), [ev.SessionStatusChanged(status="queued")]))
+            ).status == "ok"
+    assert (await store.append(failed)).status == "conflict"
+
+    assert (await store.load(r)).state.status == "queued"
+
+
 async def test_an_idempotency_key_is_written_once_and_a_duplicate_returns_the_first_record(store):
     r = record("s-1")
     await store.append(store.prepare(r, await store.load(r), [registered(r)]))
@@ -153,3 +169,29 @@ async def test_an_approval_request_and_its_index_entry_are_one_step(store):
     assert (await approvalindex.find(store.redis, "q-1", 16))["status"] == "approved"
     assert await store.redis.smembers(keys.tree_grants(3, "root-1")) == {b"sibling"}
     assert (await store.load(r)).state.approvals["k"].status == "approved"
+
+
+def connections_of(client) -> list:
+    if hasattr(client, "get_nodes"):
+        return [c for node in client.get_nodes() for c in node._connections]
+    return list(client.connection_pool._in_use_connections) + list(client.connection_pool._available_connections)
+
+
+async def test_commands_are_packed_by_hiredis_and_arrive_unchanged(store):
+    """The asyncio client's Python packer was a fifth of a worker's CPU; the fast packer must send the same
+    values (text, non-ASCII text, bytes, ints, floats) and refuse the same ones (None, bool)."""
+    from redis.exceptions import DataError
+
+    from treemail.adapters.connection import _HiredisPacking
+
+    key = keys.session_snapshot(3, "pack-check")
+    values = {"text": "plain", "accents": "é ü 中文 🙂", "raw": b"\x00\xff", "int": 12345678901234, "float": 0.1 + 0.2}
+    await store.redis.hset(key, mapping=values)
+    stored = await store.redis.hgetall(key)
+    assert stored == {b"text": b"plain", b"accents": "é ü 中文 🙂".encode(), b"raw": b"\x00\xff",
+                      b"int": b"12345678901234", b"float": repr(0.1 + 0.2).encode()}
+    for bad in (None, True):
+        with pytest.raises(DataError):
+            await store.redis.hset(key, "bad", bad)
+    used = connections_of(store.redis)
+    assert used and all(isinstance(c, _HiredisPacking) for c in used)

@@ -106,7 +106,7 @@ async def test_the_drain_is_checked_again_before_a_send_is_decided_again(stack):
 
         async def load_then_interfere(work):
             loaded = await original(work)
-            rounds.append(loaded[3])  # whether the service drains, read every round
+            rounds.append(loaded.service_draining)  # read every round
             if len(rounds) == 1:
                 # After this round loaded its state: another writer appends to the recipient, and a drain begins.
                 await stack.inject(a.session_id, "plugin", "interference")

@@ -32,6 +32,7 @@ from ..domain.state import Applied, MailItem, SessionState, apply
 from . import keys
 from .config import ServiceConfig
 from .directory import Directory
+from .statecache import StateCache
 
 COMMIT_LUA = resources.files(__package__).joinpath("commit.lua").read_text()
 COMMIT_SHA = hashlib.sha1(COMMIT_LUA.encode()).hexdigest()
@@ -67,6 +68,17 @@ class PreparedAppend:
     def loaded(self) -> Loaded:
         """The state this append leaves, for deciding the next command in the same pipeline."""
         return Loaded(self.applied.state, self.applied.version, self.etag)
+
+
+@dataclass(frozen=True)
+class SendReads:
+    loaded: dict[str, Loaded]
+    # (sender session id, tool call digest) -> its idempotency record, or None.
+    recorded: dict[tuple[str, str], dict | None]
+    # root session id -> labels a person approved for that whole tree.
+    tree_grants: dict[str, frozenset[str]]
+    # Seed 002: the whole service drains.
+    service_draining: bool
 
 
 @dataclass(frozen=True)
@@ -141,6 +153,7 @@ class EventStore:
         self.redis = redis
         self.config = config
         self.directory = Directory(redis)
+        self.states = StateCache()
 
     # ---- command and wake streams ------------------------------------------------------------
 
@@ -171,13 +184,17 @@ class EventStore:
     def state_key(record: SessionRecord) -> str:
         return keys.session_snapshot(record.partition, record.session_id)
 
-    @staticmethod
-    def parse_loaded(values: list) -> Loaded:
+    def parse_loaded(self, session_id: str, values: list) -> Loaded:
         version, snapshot, etag = values
-        return Loaded(SessionState.from_json(snapshot), int(version or 0), etag.decode() if etag else "")
+        etag = etag.decode() if etag else ""
+        state = self.states.get(session_id, etag)
+        if state is None:
+            state = SessionState.from_json(snapshot)
+            self.states.put(session_id, etag, state)
+        return Loaded(state, int(version or 0), etag)
 
     async def load(self, record: SessionRecord) -> Loaded:
-        return self.parse_loaded(await self.redis.hmget(self.state_key(record), *self.STATE_FIELDS))
+        return self.parse_loaded(record.session_id, await self.redis.hmget(self.state_key(record), *self.STATE_FIELDS))
 
     async def load_many(self, records: list[SessionRecord]) -> dict[str, Loaded]:
         """Several sessions' states in one round trip."""
@@ -185,25 +202,33 @@ class EventStore:
             for record in records:
                 pipe.hmget(self.state_key(record), *self.STATE_FIELDS)
             replies = await pipe.execute()
-        return {record.session_id: self.parse_loaded(r) for record, r in zip(records, replies)}
+        return {record.session_id: self.parse_loaded(record.session_id, r) for record, r in zip(records, replies)}
 
     async def load_for_sends(
-        self, records: list[SessionRecord], calls: list[tuple[SessionRecord, str]]
-    ) -> tuple[dict[str, Loaded], dict[tuple[str, str], dict | None]]:
-        """States, and the idempotency records of tool calls ((sender, digest)), in one round trip."""
+        self, records: list[SessionRecord], calls: list[tuple[SessionRecord, str]], trees: list[SessionRecord]
+    ) -> "SendReads":
+        """Everything a batch of sends reads, in one round trip: the states, the idempotency records of
+        tool calls ((sender, digest)), the grants of the senders' trees, and the service-wide drain flag."""
         calls = list(dict.fromkeys((sender.session_id, sender.partition, digest) for sender, digest in calls))
+        roots = {r.root_session_id: r.partition for r in trees}
         async with self.redis.pipeline(transaction=False) as pipe:
             for record in records:
                 pipe.hmget(self.state_key(record), *self.STATE_FIELDS)
             for session_id, partition, digest in calls:
                 pipe.hget(keys.session_idempotency(partition, session_id), digest)
+            for root, partition in roots.items():
+                pipe.smembers(keys.tree_grants(partition, root))
+            pipe.exists(keys.service_drain())
             replies = await pipe.execute()
-        loaded = {record.session_id: self.parse_loaded(r) for record, r in zip(records, replies)}
+        loaded = {record.session_id: self.parse_loaded(record.session_id, r) for record, r in zip(records, replies)}
+        replies = replies[len(records):]
         recorded = {
             (session_id, digest): json.loads(raw) if raw is not None else None
-            for (session_id, _, digest), raw in zip(calls, replies[len(records):])
+            for (session_id, _, digest), raw in zip(calls, replies)
         }
-        return loaded, recorded
+        replies = replies[len(calls):]
+        grants = {root: frozenset(v.decode() for v in labels) for root, labels in zip(roots, replies)}
+        return SendReads(loaded, recorded, grants, bool(replies[-1]))
 
     @staticmethod
     def record_outcome_call(sender: SessionRecord, digest: str, record: dict, pipe) -> None:
@@ -282,6 +307,8 @@ class EventStore:
             keys.outbound_index(p),
         ]
         etag = os.urandom(8).hex()
+        # Held under the new etag: used only once the server shows that etag, i.e. once this append applied.
+        self.states.put(sid, etag, applied.state)
         args: list[Any] = [
             f"{loaded.etag} {etag}",
             applied.state.to_json(),
@@ -323,6 +350,7 @@ class EventStore:
             record, loaded = companion.record, companion.loaded
             applied = apply(loaded.state, {}, companion.events, loaded.version)
             etag = os.urandom(8).hex()
+            self.states.put(record.session_id, etag, applied.state)
             key_list.extend((keys.session_stream(partition, record.session_id), self.state_key(record)))
             encoded = [part for event in companion.events for part in ev.encode(event)]
             index = index_entries(record.session_id, companion.events)

@@ -9,13 +9,12 @@ so any number of workers may race.
 A little over the house's 200 lines: one batch's resolve, load, decide and commit read in order.
 """
 
-import asyncio
 import json
 import time
 from dataclasses import dataclass
 
 from ..adapters import metrics
-from ..adapters.eventstore import Companion, EventStore, Loaded, PreparedAppend, parse_append
+from ..adapters.eventstore import Companion, EventStore, Loaded, PreparedAppend, SendReads, parse_append
 from ..domain import events as ev
 from ..domain import ids, proof
 from ..domain.commands import SendMessage
@@ -27,7 +26,6 @@ from ..domain.messaging import MessagingConfig
 from ..domain.outbound import source_events
 from ..domain.records import Peer, SessionRecord
 from ..domain.state import SessionState
-from . import admission
 
 decide_send = HANDLERS[SendMessage].decide
 
@@ -87,10 +85,10 @@ class SendService:
         round trip (the domain filters, sorts and bounds the list)."""
         return routing.addressable(self.config.routing, sender, await self.directory.tree_peers(sender))
 
-    async def _load(self, work: list[_Work]) -> tuple[dict[str, Loaded], dict[str, frozenset[str]], dict, bool]:
-        """Every sender's and recipient's state, each tool call's idempotency record (same round trip),
-        the senders' tree grants, and whether the whole service drains (seed 002; read every round, so a
-        send decided again after a conflict sees a drain that began meanwhile).
+    async def _load(self, work: list[_Work]) -> SendReads:
+        """Every sender's and recipient's state, each tool call's idempotency record, the senders' tree
+        grants, and whether the whole service drains (seed 002; read every round, so a send decided again
+        after a conflict sees a drain that began meanwhile), in one round trip.
 
         A recorded tool call is answered from its record before any check;
         the commit script checks the record again atomically, for two
@@ -102,18 +100,12 @@ class SendService:
                 records[w.sender.session_id] = w.sender
             if isinstance(w.target, SessionRecord):
                 records[w.target.session_id] = w.target
-        calls = [(w.sender, w.digest) for w in work if w.sender is not None]
-        loaded, recorded = await self.store.load_for_sends(list(records.values()), calls)
-        grants, draining = await asyncio.gather(
-            self.directory.tree_grants([w.sender for w in work if w.sender is not None]),
-            admission.service_draining(self.store),
-        )
-        return loaded, grants, recorded, draining
+        senders = [w.sender for w in work if w.sender is not None]
+        calls = [(sender, w.digest) for w in work if (sender := w.sender) is not None]
+        return await self.store.load_for_sends(list(records.values()), calls, senders)
 
-    def _decide_one(
-        self, w: _Work, loaded: dict[str, Loaded], grants: dict[str, frozenset[str]], recorded: dict,
-        draining: bool = False,
-    ) -> SendDecision:
+    def _decide_one(self, w: _Work, reads: SendReads) -> SendDecision:
+        loaded, grants = reads.loaded, reads.tree_grants
         sender_state = loaded[w.sender.session_id].state if w.sender else SessionState()
         target: Target = w.target
         if isinstance(target, SessionRecord):
@@ -122,20 +114,21 @@ class SendService:
             sender=w.sender, sender_state=sender_state, target=target, config=self.config,
             tree_grants=grants.get(w.sender.root_session_id, frozenset()) if w.sender else frozenset(),
             new_id=ids.uuid7(), now=time.time(),
-            recorded=recorded.get((w.sender.session_id, w.digest)) if w.sender else None,
-            service_draining=draining,
+            recorded=reads.recorded.get((w.sender.session_id, w.digest)) if w.sender else None,
+            service_draining=reads.service_draining,
         )
         w.new_id = given.new_id
         return decide_send(w.command, given)
 
     async def _round(self, work: list[_Work], outcomes: dict[str, dict]) -> list[_Work]:
         await self._resolve(work)
-        loaded, grants, recorded, draining = await self._load(work)
+        reads = await self._load(work)
+        loaded = reads.loaded
         committing: list[tuple[_Work, dict]] = []
         appends: list[PreparedAppend] = []
         alone: list[tuple[_Work, dict]] = []
         for w in work:
-            decision = self._decide_one(w, loaded, grants, recorded, draining)
+            decision = self._decide_one(w, reads)
             if isinstance(decision, Refused) and decision.recorded_alone and w.sender is not None:
                 alone.append((w, idempotency.record(w.command.arguments, outcome_of(decision))))
                 continue
