@@ -1,5 +1,7 @@
 """The fold: counters, snapshots, and tolerance of events it does not know."""
 
+import json
+
 from treemail.domain import events as ev
 from treemail.domain import state as st
 
@@ -101,3 +103,13 @@ def test_a_session_record_round_trips_through_json():
     from treemail.domain.records import SessionRecord
 
     assert SessionRecord.from_json(T.grandchild.to_json()) == T.grandchild
+
+
+def test_a_snapshot_keeps_only_what_differs_from_a_new_session_and_reads_back_whole():
+    state = st.SessionState(registered=True, status="running", current_run="r-1", pending_all=2)
+
+    assert json.loads(state.to_json()) == {"registered": True, "status": "running", "current_run": "r-1",
+                                           "pending_all": 2}
+    assert st.SessionState.from_json(state.to_json()) == state
+    assert st.SessionState.from_json(st.SessionState(continuable=False).to_json()).continuable is False
+    assert json.loads(st.SessionState().to_json()) == {"status": "queued"}  # read inside the server (peers.lua)

@@ -12,9 +12,10 @@ one of these references.
 """
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from . import events as ev
+from .frozen import replace
 
 SOURCE_KINDS = ("session", "agent_type")
 OPERATIONS = ("context", "read", "send", "control")

@@ -11,10 +11,11 @@ the live path and a rebuild can never fold differently.
 """
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from . import events as ev
+from .frozen import replace
 from . import peers as peer_state
 
 PENDING_STATES = ("accepted", "admitted", "claimed", "released")
@@ -68,31 +69,38 @@ class SessionState:
     announced: bool = False
 
     def to_json(self) -> str:
-        # Written for every append: spelled out, because dataclasses.asdict deep-copies.
+        """Only the fields that differ from a new session's (``from_json`` fills in the rest, as it does
+        for a snapshot older than a field): the snapshot goes over the wire and into the state hash on
+        every append, and most sessions leave most fields at their defaults. ``status`` is always
+        written: the candidate list reads it from the snapshot inside the server (adapters/peers.lua)."""
         return json.dumps(
-            {
-                "registered": self.registered,
-                "status": self.status,
-                "current_run": self.current_run,
-                "pending_agent": self.pending_agent,
-                "pending_all": self.pending_all,
-                "wake_pending": self.wake_pending,
-                "pair_inflight": self.pair_inflight,
-                "producers": list(self.producers),
-                "run_hops": self.run_hops,
-                "approvals": {k: list(v) for k, v in self.approvals.items()},
-                "rules_overlay": [list(rule) for rule in self.rules_overlay],
-                "installed_tools": list(self.installed_tools),
-                "outstanding": self.outstanding,
-                "wake_requested_at": self.wake_requested_at,
-                **({"peers": self.peers.to_obj()} if self.peers else {}),
-                "continuable": self.continuable,
-                "disposal": self.disposal,
-                "drained_by": sorted(self.drained_by),
-                "announced": self.announced,
-            },
+            {k: v for k, v in self._to_obj().items() if k == "status" or v != _DEFAULT_OBJ.get(k, _ABSENT)},
             separators=(",", ":"),
         )
+
+    def _to_obj(self) -> dict:
+        # Written for every append: spelled out, because dataclasses.asdict deep-copies.
+        return {
+            "registered": self.registered,
+            "status": self.status,
+            "current_run": self.current_run,
+            "pending_agent": self.pending_agent,
+            "pending_all": self.pending_all,
+            "wake_pending": self.wake_pending,
+            "pair_inflight": self.pair_inflight,
+            "producers": list(self.producers),
+            "run_hops": self.run_hops,
+            "approvals": {k: list(v) for k, v in self.approvals.items()},
+            "rules_overlay": [list(rule) for rule in self.rules_overlay],
+            "installed_tools": list(self.installed_tools),
+            "outstanding": self.outstanding,
+            "wake_requested_at": self.wake_requested_at,
+            **({"peers": self.peers.to_obj()} if self.peers else {}),
+            "continuable": self.continuable,
+            "disposal": self.disposal,
+            "drained_by": sorted(self.drained_by),
+            "announced": self.announced,
+        }
 
     @classmethod
     def from_json(cls, text: str | bytes | None) -> "SessionState":
@@ -111,6 +119,8 @@ class SessionState:
 
 INITIAL = SessionState()
 _STATE_FIELDS = frozenset(SessionState.__dataclass_fields__)
+_DEFAULT_OBJ = SessionState()._to_obj()
+_ABSENT = object()
 
 
 @dataclass(frozen=True)
