@@ -216,15 +216,16 @@ def evolve(state: SessionState, event: ev.Event) -> SessionState:
         case (ev.ProducerMessageAccepted(owner=owner, sender_session_id=sender)
               | ev.ProducerMessageRestored(owner=owner, sender_session_id=sender)):
             # Seed 002: a session ever sent mail is "announced" (it owes its parent a settlement notice).
-            state = replace(state, pending_all=state.pending_all + 1, announced=True)
+            # One copy of the state for all of it: this case runs for every message sent.
+            changes = {"pending_all": state.pending_all + 1, "announced": True}
             producer_id = getattr(event, "producer_id", None)  # a restored message names none
             if producer_id in state.producers:
-                state = replace(state, producers=_recent(state.producers, producer_id))
-            if not _counted(owner):
-                return state
-            pairs = dict(state.pair_inflight)
-            pairs[sender] = pairs.get(sender, 0) + 1
-            return replace(state, pending_agent=state.pending_agent + 1, pair_inflight=pairs)
+                changes["producers"] = _recent(state.producers, producer_id)
+            if _counted(owner):
+                pairs = dict(state.pair_inflight)
+                pairs[sender] = pairs.get(sender, 0) + 1
+                changes.update(pending_agent=state.pending_agent + 1, pair_inflight=pairs)
+            return replace(state, **changes)
         case ev.ProducerMessageConsumed():
             return _drain(replace(state, run_hops=_observe(state, event)), event)
         case ev.ProducerMessageDiscarded():
