@@ -11,10 +11,10 @@ import time
 from collections.abc import Callable
 
 from treemail.adapters import keys
-from treemail.adapters.eventstore import EventStore
+from treemail.adapters.eventstore import EventStore, decode_entries
 from treemail.adapters.viewstore import TrackedView, feed_position, queue_replace
 
-from .views import PROJECTIONS, fold_session
+from .views import PROJECTIONS, fold_stream
 
 CHUNK = 10_000
 Progress = Callable[[int, int, int], None]
@@ -44,17 +44,17 @@ async def rebuild(
     for partition in partitions:
         checkpoint = checkpoints[partition]
         partition_views: dict[str, dict] = {name: {} for name in names}
+        folds = [(partition_views[name], PROJECTIONS[name]) for name in names]
         for session_id in sessions_by_partition[partition]:
             record = await store.directory.get(session_id)
             after = 0
             while record is not None:
-                batch = await store.read_raw(record, after, CHUNK)
-                for name in names:
-                    fold_session(partition_views[name], PROJECTIONS[name], session_id, batch)
-                events += len(batch)
-                if len(batch) < CHUNK:
+                entries = await store.read_entries(record, after, CHUNK)
+                fold_stream(folds, session_id, decode_entries(entries))
+                events += len(entries)
+                if len(entries) < CHUNK:
                     break
-                after = batch[-1][0]
+                after = int(entries[-1][0].split(b"-")[0])
             done += 1
             if progress:
                 progress(done, total, events)

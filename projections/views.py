@@ -11,7 +11,7 @@ PROJECTIONS naming the event types it reads. Its first runner finds no
 checkpoint and rebuilds it from the beginning of history.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from treemail.adapters.viewstore import View
@@ -121,16 +121,37 @@ def fold_event(view: View, projection: Projection, session_id: str, seq: int, ev
 
 
 def fold_session(
-    view: View, projection: Projection, session_id: str, events: list[tuple[int, ev.Event | None]]
+    view: View, projection: Projection, session_id: str, events: Iterable[tuple[int, ev.Event | None]]
 ) -> None:
     """``fold_event`` over consecutive events of one session, with the position written once."""
+    fold_stream([(view, projection)], session_id, events)
+
+
+def fold_stream(
+    views: list[tuple[View, Projection]], session_id: str, events: Iterable[tuple[int, ev.Event | None]]
+) -> None:
+    """``fold_session`` of several views in one pass over the events.
+
+    ``events`` may be a generator: each event is folded into every view and dropped before the next is
+    decoded, so a rebuild never holds a chunk of decoded events (thousands of surviving objects would
+    make the garbage collector walk them again and again).
+    """
     marker = f"seq:{session_id}"
-    done = int(view.get(marker, 0))
+    done = [int(view.get(marker, 0)) for view, _ in views]
+    # Which views read which type, so an event costs one lookup, not a test per projection.
+    readers: dict[type, list[tuple[int, View, Apply]]] = {}
+    for (view, projection), position in zip(views, done):
+        for cls in projection.reads:
+            readers.setdefault(cls, []).append((position, view, projection.apply))
+    last = 0
     for seq, event in events:
-        if seq > done and type(event) in projection.reads:
-            projection.apply(view, session_id, event)
-    if events and events[-1][0] > done:
-        view[marker] = str(events[-1][0])
+        last = seq
+        for position, view, apply in readers.get(type(event), ()):
+            if seq > position:
+                apply(view, session_id, event)
+    for (view, _), position in zip(views, done):
+        if last > position:
+            view[marker] = str(last)
 
 
 def tree_summaries(view: View) -> dict[str, dict[str, int]]:
