@@ -27,26 +27,25 @@ def _add(view: View, field: str, delta: int) -> None:
         view.pop(field, None)
 
 
-def _counted(event) -> bool:
-    return getattr(event, "owner", None) == "agent"
+# How one message event changes the mail still pending: accepted, or restored (consumed on a reverted
+# branch), +1; consumed or discarded, -1. A lookup by exact type: the folds hand ``apply`` only the types a
+# projection reads, and this is what the three mail projections read, once.
+_PENDING: dict[type, int] = {ev.ProducerMessageAccepted: 1, ev.ProducerMessageRestored: 1,
+                             ev.ProducerMessageConsumed: -1, ev.ProducerMessageDiscarded: -1}
 
 
 def inbox(view: View, session_id: str, event: ev.Event) -> None:
     """Pending agent mail per recipient session."""
-    match event:
-        case ev.ProducerMessageAccepted() | ev.ProducerMessageRestored() if _counted(event):
-            _add(view, session_id, 1)
-        case ev.ProducerMessageConsumed() | ev.ProducerMessageDiscarded() if _counted(event):
-            _add(view, session_id, -1)
+    delta = _PENDING.get(type(event))
+    if delta and event.owner == "agent":
+        _add(view, session_id, delta)
 
 
 def pairs(view: View, session_id: str, event: ev.Event) -> None:
     """Unacknowledged agent mail per directed pair, ``sender>recipient``."""
-    match event:
-        case ev.ProducerMessageAccepted() | ev.ProducerMessageRestored() if _counted(event):
-            _add(view, f"{event.sender_session_id}>{session_id}", 1)
-        case ev.ProducerMessageConsumed() | ev.ProducerMessageDiscarded() if _counted(event):
-            _add(view, f"{event.sender_session_id}>{session_id}", -1)
+    delta = _PENDING.get(type(event))
+    if delta and event.owner == "agent":
+        _add(view, f"{event.sender_session_id}>{session_id}", delta)
 
 
 def wakes(view: View, session_id: str, event: ev.Event) -> None:
@@ -63,25 +62,23 @@ def wakes(view: View, session_id: str, event: ev.Event) -> None:
 
 def trees(view: View, session_id: str, event: ev.Event) -> None:
     """Per delegation tree: sessions, pending mail of every owner, mail accepted and done."""
-    match event:
-        case ev.SessionRegistered(root_session_id=root):
-            view[f"root:{session_id}"] = root
-            _add(view, f"{root}:sessions", 1)
-            return
+    if type(event) is ev.SessionRegistered:
+        root = event.root_session_id
+        view[f"root:{session_id}"] = root
+        _add(view, f"{root}:sessions", 1)
+        return
+    delta = _PENDING.get(type(event))
+    if not delta:
+        return
     root = view.get(f"root:{session_id}")
     if root is None:
         return
-    match event:
-        case ev.ProducerMessageAccepted():
-            _add(view, f"{root}:accepted", 1)
-            _add(view, f"{root}:pending", 1)
-        case ev.ProducerMessageConsumed() | ev.ProducerMessageDiscarded():
-            _add(view, f"{root}:done", 1)
-            _add(view, f"{root}:pending", -1)
-        case ev.ProducerMessageRestored():
-            # Consumed on a reverted branch: not done after all.
-            _add(view, f"{root}:done", -1)
-            _add(view, f"{root}:pending", 1)
+    if type(event) is ev.ProducerMessageAccepted:
+        _add(view, f"{root}:accepted", 1)
+    else:
+        # Done when consumed or discarded; restored (consumed on a reverted branch): not done after all.
+        _add(view, f"{root}:done", -delta)
+    _add(view, f"{root}:pending", delta)
 
 
 @dataclass(frozen=True)
@@ -93,8 +90,7 @@ class Projection:
     apply: Apply
 
 
-_MAIL_DONE = (ev.ProducerMessageAccepted, ev.ProducerMessageConsumed, ev.ProducerMessageDiscarded,
-              ev.ProducerMessageRestored)
+_MAIL_DONE = tuple(_PENDING)
 
 # The one registry: the live runner and the rebuild both fold through ``fold_event`` and ``fold_session``,
 # which call ``apply`` only for the types in ``reads``, so the two can never see different events.
