@@ -92,8 +92,8 @@ class Projection:
 
 _MAIL_DONE = tuple(_PENDING)
 
-# The one registry: the live runner and the rebuild both fold through ``fold_event`` and ``fold_session``,
-# which call ``apply`` only for the types in ``reads``, so the two can never see different events.
+# The one registry: the live runner folds through ``fold_event``, the rebuild through ``fold_stream``; both
+# call ``apply`` only for the types in ``reads``, so the two can never see different events.
 PROJECTIONS: dict[str, Projection] = {
     p.name: p
     for p in (
