@@ -1,4 +1,4 @@
-"""Replay rate: `projections.replay.rebuild` next to a raw XRANGE + json.loads loop, same streams.
+"""Replay rate: `projections.replay.rebuild` (without and with writing the views) next to a raw XRANGE + json.loads loop, same streams.
 
 Sessions are registered through the host API (directory entry, partition session
 set, SessionRegistered at version 1), then each stream is filled by a server-side
@@ -59,8 +59,12 @@ async def raw_loop(url: str, partitions: list[int]) -> tuple[float, int]:
         await r.aclose()
 
 
-async def replay(url: str, partitions: list[int]) -> tuple[float, int, dict]:
-    """rebuild(write=False) with a fresh EventStore (empty directory cache); returns (seconds, events, views)."""
+async def replay(url: str, partitions: list[int], write: bool = False) -> tuple[float, int, dict]:
+    """rebuild(write=write) with a fresh EventStore (empty directory cache); returns (seconds, events, views).
+
+    With ``write`` the views and their checkpoints are written too (one MULTI/EXEC per partition): the
+    rebuild `treemail replay` runs.
+    """
     r = aioredis.Redis.from_url(url)
     store = EventStore(r, ServiceConfig(redis_url=url))
     seen = {"events": 0}
@@ -70,7 +74,7 @@ async def replay(url: str, partitions: list[int]) -> tuple[float, int, dict]:
 
     try:
         start = time.perf_counter()
-        views = await rebuild(store, partitions, write=False, progress=progress)
+        views = await rebuild(store, partitions, write=write, progress=progress)
         return time.perf_counter() - start, seen["events"], views
     finally:
         await r.aclose()

@@ -10,7 +10,7 @@ Phases (the Valkey is flushed between the throughput phases):
   3. two worker processes on the same backlog
   4. host round-trip latency at a steady send rate, one worker running
   5. send latency to a recipient whose stream holds ~1M events vs a fresh one
-  6. replay rate: projections.replay.rebuild(write=False) vs raw XRANGE + json.loads, ~500k events
+  6. replay rate: projections.replay.rebuild(write=False, and write=True) vs raw XRANGE + json.loads, ~500k events
   7. scale-out: 1, 2, 4 worker processes, 4 command streams, on the same Valkey
   8. the same on a local 3-master Valkey Cluster started for this phase
 
@@ -342,7 +342,7 @@ async def phase_replay(url: str, sizes: Sizes) -> dict:
     log(f"  filled {sessions} session streams, {written:,} events in {time.perf_counter() - t:.1f} s; "
         f"Valkey used_memory {info['used_memory_human']}")
     partitions = list(range(bench_config(url).service.partitions))
-    raws, replays = [], []
+    raws, replays, writes = [], [], []
     busy, own = busy_seconds(), time.process_time()
     for attempt in range(2):  # alternate, best of two each: the machine is shared
         seconds, events = await replay.raw_loop(url, partitions)
@@ -351,17 +351,26 @@ async def phase_replay(url: str, sizes: Sizes) -> dict:
         seconds, events, views = await replay.replay(url, partitions)
         replays.append((seconds, events))
         log(f"  rebuild(write=False): {events:,} events in {seconds:.2f} s = {events / seconds:,.0f} events/s")
+        seconds, events, written_views = await replay.replay(url, partitions, write=True)
+        writes.append((seconds, events))
+        log(f"  rebuild(write=True): {events:,} events in {seconds:.2f} s = {events / seconds:,.0f} events/s")
     other = max(0.0, busy_seconds() - busy - (time.process_time() - own))  # includes Valkey serving XRANGE
     check = replay.check_views(views, sessions, written)
+    if {k: dict(v) for k, v in written_views.items()} != {k: dict(v) for k, v in views.items()}:
+        raise RuntimeError("rebuild(write=True) folded other views than rebuild(write=False)")
     raw_s, raw_n = min(raws)
     rep_s, rep_n = min(replays)
+    wri_s, wri_n = min(writes)
     out = {"sessions": sessions, "events": rep_n, "raw_events": raw_n, "raw_seconds": raw_s, "raw_rate": raw_n / raw_s,
            "replay_seconds": rep_s, "replay_rate": rep_n / rep_s, "all_raw_seconds": [x[0] for x in raws],
-           "all_replay_seconds": [x[0] for x in replays], "views_check": check,
+           "all_replay_seconds": [x[0] for x in replays], "write_events": wri_n, "write_seconds": wri_s,
+           "write_rate": wri_n / wri_s, "all_write_seconds": [x[0] for x in writes], "views_check": check,
            "other_cpu_s_incl_valkey": other}
     out["ratio"] = out["replay_rate"] / out["raw_rate"]
-    log(f"  replay/raw {out['ratio']:.2f}; views {check}; CPU of Valkey and other processes over the "
-        f"{sum(out['all_raw_seconds']) + sum(out['all_replay_seconds']):.1f} s: {other:.1f} s")
+    out["write_ratio"] = out["write_rate"] / out["raw_rate"]
+    timed = sum(out["all_raw_seconds"]) + sum(out["all_replay_seconds"]) + sum(out["all_write_seconds"])
+    log(f"  replay/raw {out['ratio']:.2f}, with writing {out['write_ratio']:.2f}; views {check}; CPU of Valkey "
+        f"and other processes over the {timed:.1f} s: {other:.1f} s")
     return out
 
 
@@ -446,6 +455,8 @@ def report(results: dict, env: dict, sizes: Sizes, quick: bool, wall: float) -> 
         ("replay: raw XRANGE + json.loads", f"{rep['raw_rate']:,.0f} events/s",
          f"{rep['raw_events']:,} events in {rep['raw_seconds']:.2f} s", ""),
         ("replay / raw", f"{rep['ratio']:.2f}", "target >= 0.7", verdict(rep["ratio"] >= 0.7)),
+        ("replay: rebuild(write=True), 1 process", f"{rep['write_rate']:,.0f} events/s",
+         f"{rep['write_events']:,} events in {rep['write_seconds']:.2f} s, {rep['write_ratio']:.2f} of raw", ""),
     ]
     for key, where in (("scale_single", "one Valkey"), ("scale_cluster", "3-master cluster")):
         base = results[key][0]["rate"]
@@ -512,8 +523,10 @@ Valkey, the worker process(es) and the benchmark process share these cores.
   write=False)` with a fresh `EventStore` (empty directory cache), all four projections, in the
   benchmark process; the raw loop in the same process and run: `SMEMBERS` of each partition's
   session set, `XRANGE` in chunks of 10,000 and `json.loads` of every `data` field over the same
-  streams. Raw and rebuild alternate twice; the best of two of each is shown. The folded views are
-  checked: {results['replay']['views_check']}.
+  streams. Next to it `rebuild(..., write=True)`, the rebuild `treemail replay` runs: the same fold,
+  then each partition's views and checkpoints written in one MULTI/EXEC. Raw, rebuild and
+  rebuild-with-writing alternate twice; the best of two of each is shown. The folded views are
+  checked (and the written rebuild's must equal them): {results['replay']['views_check']}.
 - **scale-out**: {sizes.scale_trees} trees of 1 root + {sizes.scale_children} children, roots chosen so that each of
   {sizes.scale_streams} command streams gets the same number of senders; {sizes.scale_commands:,} `SendMessage`
   commands (root -> random child of its tree), each XADDed to `keys.command_stream(crc32(sender) % {sizes.scale_streams})`

@@ -6,17 +6,22 @@ reads and again in the feed after that checkpoint; the per-session positions
 in each view make the live runner skip them, so nothing counts twice.
 """
 
+import asyncio
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
 
 from treemail.adapters import keys
-from treemail.adapters.eventstore import EventStore
+from treemail.adapters.eventstore import EventStore, decode_entries
 from treemail.adapters.viewstore import TrackedView, feed_position, queue_replace
 
-from .views import PROJECTIONS, fold_session
+from .views import PROJECTIONS, fold_stream
 
 CHUNK = 10_000
+# Events folded between two pauses: a pause lets the read ahead (``_read_ahead``) send its request or take in
+# its reply. Folding a whole chunk without one leaves the request unsent until the fold is over.
+SLICE = 250
 Progress = Callable[[int, int, int], None]
 
 
@@ -44,20 +49,17 @@ async def rebuild(
     for partition in partitions:
         checkpoint = checkpoints[partition]
         partition_views: dict[str, dict] = {name: {} for name in names}
-        for session_id in sessions_by_partition[partition]:
-            record = await store.directory.get(session_id)
-            after = 0
-            while record is not None:
-                batch = await store.read_raw(record, after, CHUNK)
-                for name in names:
-                    fold_session(partition_views[name], PROJECTIONS[name], session_id, batch)
-                events += len(batch)
-                if len(batch) < CHUNK:
-                    break
-                after = batch[-1][0]
-            done += 1
-            if progress:
-                progress(done, total, events)
+        folds = [(partition_views[name], PROJECTIONS[name]) for name in names]
+        async with aclosing(_read_ahead(store, sessions_by_partition[partition])) as chunks:
+            async for session_id, entries, last in chunks:
+                for start in range(0, len(entries), SLICE):
+                    await asyncio.sleep(0)
+                    fold_stream(folds, session_id, decode_entries(entries[start:start + SLICE]))
+                events += len(entries)
+                if last:
+                    done += 1
+                    if progress:
+                        progress(done, total, events)
         if write:
             async with redis.pipeline(transaction=True) as pipe:
                 for name, view in partition_views.items():
@@ -67,6 +69,35 @@ async def rebuild(
             # The live runner writes only what it touches next; nothing is pending from here.
             views[(name, partition)] = TrackedView(view)
     return views
+
+
+async def _read_ahead(store: EventStore, session_ids: list[str]) -> AsyncIterator[tuple[str, list, bool]]:
+    """(session, entries, whether its last chunk) for each session's stream, chunk by chunk, in order.
+
+    The read of the next chunk is started before this one is handed out: the server prepares it while
+    this process folds (a read waited for in turn leaves one of the two idle).
+    """
+    records = await store.directory.many(session_ids)
+
+    async def read(index: int, after: int) -> tuple[int, list]:
+        record = records[session_ids[index]]
+        return index, (await store.read_entries(record, after, CHUNK) if record is not None else [])
+
+    pending: asyncio.Future | None = asyncio.ensure_future(read(0, 0)) if session_ids else None
+    try:
+        while pending is not None:
+            index, entries = await pending
+            last = len(entries) < CHUNK
+            if not last:
+                pending = asyncio.ensure_future(read(index, int(entries[-1][0].split(b"-")[0])))
+            elif index + 1 < len(session_ids):
+                pending = asyncio.ensure_future(read(index + 1, 0))
+            else:
+                pending = None
+            yield session_ids[index], entries, last
+    finally:
+        if pending is not None:
+            pending.cancel()
 
 
 def progress_bar(stream=sys.stderr) -> Progress:

@@ -11,7 +11,7 @@ PROJECTIONS naming the event types it reads. Its first runner finds no
 checkpoint and rebuilds it from the beginning of history.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from treemail.adapters.viewstore import View
@@ -27,26 +27,25 @@ def _add(view: View, field: str, delta: int) -> None:
         view.pop(field, None)
 
 
-def _counted(event) -> bool:
-    return getattr(event, "owner", None) == "agent"
+# How one message event changes the mail still pending: accepted, or restored (consumed on a reverted
+# branch), +1; consumed or discarded, -1. A lookup by exact type: the folds hand ``apply`` only the types a
+# projection reads, and this is what the three mail projections read, once.
+_PENDING: dict[type, int] = {ev.ProducerMessageAccepted: 1, ev.ProducerMessageRestored: 1,
+                             ev.ProducerMessageConsumed: -1, ev.ProducerMessageDiscarded: -1}
 
 
 def inbox(view: View, session_id: str, event: ev.Event) -> None:
     """Pending agent mail per recipient session."""
-    match event:
-        case ev.ProducerMessageAccepted() | ev.ProducerMessageRestored() if _counted(event):
-            _add(view, session_id, 1)
-        case ev.ProducerMessageConsumed() | ev.ProducerMessageDiscarded() if _counted(event):
-            _add(view, session_id, -1)
+    delta = _PENDING.get(type(event))
+    if delta and event.owner == "agent":
+        _add(view, session_id, delta)
 
 
 def pairs(view: View, session_id: str, event: ev.Event) -> None:
     """Unacknowledged agent mail per directed pair, ``sender>recipient``."""
-    match event:
-        case ev.ProducerMessageAccepted() | ev.ProducerMessageRestored() if _counted(event):
-            _add(view, f"{event.sender_session_id}>{session_id}", 1)
-        case ev.ProducerMessageConsumed() | ev.ProducerMessageDiscarded() if _counted(event):
-            _add(view, f"{event.sender_session_id}>{session_id}", -1)
+    delta = _PENDING.get(type(event))
+    if delta and event.owner == "agent":
+        _add(view, f"{event.sender_session_id}>{session_id}", delta)
 
 
 def wakes(view: View, session_id: str, event: ev.Event) -> None:
@@ -63,25 +62,23 @@ def wakes(view: View, session_id: str, event: ev.Event) -> None:
 
 def trees(view: View, session_id: str, event: ev.Event) -> None:
     """Per delegation tree: sessions, pending mail of every owner, mail accepted and done."""
-    match event:
-        case ev.SessionRegistered(root_session_id=root):
-            view[f"root:{session_id}"] = root
-            _add(view, f"{root}:sessions", 1)
-            return
+    if type(event) is ev.SessionRegistered:
+        root = event.root_session_id
+        view[f"root:{session_id}"] = root
+        _add(view, f"{root}:sessions", 1)
+        return
+    delta = _PENDING.get(type(event))
+    if not delta:
+        return
     root = view.get(f"root:{session_id}")
     if root is None:
         return
-    match event:
-        case ev.ProducerMessageAccepted():
-            _add(view, f"{root}:accepted", 1)
-            _add(view, f"{root}:pending", 1)
-        case ev.ProducerMessageConsumed() | ev.ProducerMessageDiscarded():
-            _add(view, f"{root}:done", 1)
-            _add(view, f"{root}:pending", -1)
-        case ev.ProducerMessageRestored():
-            # Consumed on a reverted branch: not done after all.
-            _add(view, f"{root}:done", -1)
-            _add(view, f"{root}:pending", 1)
+    if type(event) is ev.ProducerMessageAccepted:
+        _add(view, f"{root}:accepted", 1)
+    else:
+        # Done when consumed or discarded; restored (consumed on a reverted branch): not done after all.
+        _add(view, f"{root}:done", -delta)
+    _add(view, f"{root}:pending", delta)
 
 
 @dataclass(frozen=True)
@@ -93,11 +90,10 @@ class Projection:
     apply: Apply
 
 
-_MAIL_DONE = (ev.ProducerMessageAccepted, ev.ProducerMessageConsumed, ev.ProducerMessageDiscarded,
-              ev.ProducerMessageRestored)
+_MAIL_DONE = tuple(_PENDING)
 
-# The one registry: the live runner and the rebuild both fold through ``fold_event`` and ``fold_session``,
-# which call ``apply`` only for the types in ``reads``, so the two can never see different events.
+# The one registry: the live runner folds through ``fold_event``, the rebuild through ``fold_stream``; both
+# call ``apply`` only for the types in ``reads``, so the two can never see different events.
 PROJECTIONS: dict[str, Projection] = {
     p.name: p
     for p in (
@@ -121,16 +117,37 @@ def fold_event(view: View, projection: Projection, session_id: str, seq: int, ev
 
 
 def fold_session(
-    view: View, projection: Projection, session_id: str, events: list[tuple[int, ev.Event | None]]
+    view: View, projection: Projection, session_id: str, events: Iterable[tuple[int, ev.Event | None]]
 ) -> None:
     """``fold_event`` over consecutive events of one session, with the position written once."""
+    fold_stream([(view, projection)], session_id, events)
+
+
+def fold_stream(
+    views: list[tuple[View, Projection]], session_id: str, events: Iterable[tuple[int, ev.Event | None]]
+) -> None:
+    """``fold_session`` of several views in one pass over the events.
+
+    ``events`` may be a generator: each event is folded into every view and dropped before the next is
+    decoded, so a rebuild never holds a chunk of decoded events (thousands of surviving objects would
+    make the garbage collector walk them again and again).
+    """
     marker = f"seq:{session_id}"
-    done = int(view.get(marker, 0))
+    done = [int(view.get(marker, 0)) for view, _ in views]
+    # Which views read which type, so an event costs one lookup, not a test per projection.
+    readers: dict[type, list[tuple[int, View, Apply]]] = {}
+    for (view, projection), position in zip(views, done):
+        for cls in projection.reads:
+            readers.setdefault(cls, []).append((position, view, projection.apply))
+    last = 0
     for seq, event in events:
-        if seq > done and type(event) in projection.reads:
-            projection.apply(view, session_id, event)
-    if events and events[-1][0] > done:
-        view[marker] = str(events[-1][0])
+        last = seq
+        for position, view, apply in readers.get(type(event), ()):
+            if seq > position:
+                apply(view, session_id, event)
+    for (view, _), position in zip(views, done):
+        if last > position:
+            view[marker] = str(last)
 
 
 def tree_summaries(view: View) -> dict[str, dict[str, int]]:

@@ -144,6 +144,23 @@ def test_folding_a_session_in_chunks_equals_folding_it_event_by_event(history, c
     assert by_chunks == rebuild(streams)
 
 
+@settings(max_examples=100, deadline=None)
+@given(histories(), st.data())
+def test_folding_every_view_in_one_pass_from_a_generator_equals_folding_each_view_event_by_event(history, data):
+    """The rebuild's fold (``fold_stream``: all views at once, events decoded one at a time) gives the live
+    runner's views, also when some views already hold a longer prefix of a session than others."""
+    from treemail.projections.views import fold_session, fold_stream
+
+    streams, _ = history
+    views = {name: {} for name in PROJECTIONS}
+    for session, events in streams.items():
+        numbered = list(enumerate(events, start=1))
+        for name in PROJECTIONS:  # each view starts at its own position in this session
+            fold_session(views[name], PROJECTIONS[name], session, numbered[:data.draw(st.integers(0, len(numbered)))])
+        fold_stream([(views[name], PROJECTIONS[name]) for name in PROJECTIONS], session, iter(numbered))
+    assert views == rebuild(streams)
+
+
 def one_of_each_event_type() -> list[ev.Event]:
     """A sample of every event type, so a new type cannot be forgotten here (the test below checks)."""
     message = dict(message_id="m", owner="agent", sender_session_id="s1", run_id="r")

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -134,6 +135,12 @@ def decode_entry(fields: dict) -> ev.Event | None:
     if protocol.is_newer(protocol.version_of(fields.get(b"v"))):
         return None
     return ev.decode(fields[b"type"].decode(), fields[b"data"])
+
+
+def decode_entries(entries: list) -> Iterator[tuple[int, ev.Event | None]]:
+    """(position, event) of each raw stream entry, as ``read_raw`` gives them, one at a time."""
+    for entry_id, fields in entries:
+        yield int(entry_id.split(b"-")[0]), decode_entry(fields)
 
 
 def parse_append(reply: list) -> AppendResult:
@@ -420,6 +427,11 @@ class EventStore:
         is kept as None at its position (folds skip it)."""
         return self._decode(await self._range(record, after, count))
 
+    async def read_entries(self, record: SessionRecord, after: int = 0, count: int | None = None) -> list:
+        """The stream's entries after ``after``, undecoded: for a fold that decodes them one at a time
+        (``decode_entries``) and so never holds a whole chunk of events at once."""
+        return await self._range(record, after, count)
+
     async def _range(self, record: SessionRecord, after: int, count: int | None) -> list:
         return await self.redis.xrange(
             keys.session_stream(record.partition, record.session_id), min=f"({after}-0", count=count
@@ -427,10 +439,7 @@ class EventStore:
 
     @staticmethod
     def _decode(entries: list) -> list[tuple[int, ev.Event | None]]:
-        return [
-            (int(entry_id.split(b"-")[0]), decode_entry(fields))
-            for entry_id, fields in entries
-        ]
+        return list(decode_entries(entries))
 
     async def read_at(self, record: SessionRecord, seqs: list[int]) -> dict[int, ev.Event]:
         stream = keys.session_stream(record.partition, record.session_id)
