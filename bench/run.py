@@ -9,7 +9,7 @@ Phases (the Valkey is flushed between the throughput phases):
   2. the raw baseline: XREADGROUP + pipelined HMGET + Lua CAS XADD + XACK, same backlog shape
   3. two worker processes on the same backlog
   4. host round-trip latency at a steady send rate, one worker running
-  4. (and the same pace through a bare XADD + BLPOP round trip to an echo consumer: host CPU per send)
+     (each rate also through a bare XADD + BLPOP round trip to an echo consumer: host CPU per send)
   5. send latency to a recipient whose stream holds ~1M events vs a fresh one
   5b. 100,000 sessions registered on the Valkey: memory per session, send latency vs a fresh server's
   6. replay rate: projections.replay.rebuild(write=False) vs raw XRANGE + json.loads, ~500k events
@@ -169,11 +169,11 @@ async def timed_send(host: Treemail, ctx: SendContext, to: str, body: str) -> tu
     return time.perf_counter() - start, result
 
 
-async def phase_latency(url: str, sizes: Sizes, rate: int, raw_baseline: bool = False) -> dict:
+async def phase_latency(url: str, sizes: Sizes, rate: int) -> dict:
     """Paced sends from many concurrent tool calls; one worker decides them.
 
-    With `raw_baseline`, then the same pace and concurrency through `roundtrip.RawClient` to an
-    echo consumer: the host CPU per send of a bare XADD + blocking-reply round trip.
+    Then the same pace and concurrency through `roundtrip.RawClient` to an echo consumer:
+    the host CPU per send of a bare XADD + blocking-reply round trip.
     """
     await flush(url)
     workers = Workers(url)
@@ -221,10 +221,9 @@ async def phase_latency(url: str, sizes: Sizes, rate: int, raw_baseline: bool = 
         f"{out['start_lateness_p99_ms']:.2f} ms); CPU per send: host {out['host_cpu_us_per_send']:.0f} us, "
         f"worker {out['worker_cpu_us_per_send']:.0f} us; {out['answers_per_listener_wakeup']:.1f} answers per "
         f"BLPOP" + (f"; first failure {failures[0]}" if failures else ""))
-    if raw_baseline:
-        out["raw"] = await raw_round_trip(url, pairs, rate, total)
-        out["host_cpu_ratio"] = out["host_cpu_us_per_send"] / out["raw"]["host_cpu_us_per_send"]
-        log(f"  host CPU per send, treemail / raw round trip: {out['host_cpu_ratio']:.2f}")
+    out["raw"] = await raw_round_trip(url, pairs, rate, total)
+    out["host_cpu_ratio"] = out["host_cpu_us_per_send"] / out["raw"]["host_cpu_us_per_send"]
+    log(f"  host CPU per send, treemail / raw round trip: {out['host_cpu_ratio']:.2f}")
     return out
 
 
@@ -475,14 +474,16 @@ def report(results: dict, env: dict, sizes: Sizes, quick: bool, wall: float) -> 
         (f"send round trip p99 at {lat['target_rate']:,}/s", f"{lat['p99_ms']:.2f} ms", f"{lat['ok']:,} sends ({lat['failed']} failed), target <= 5 ms", verdict(lat["p99_ms"] <= 5.0)),
         (f"send round trip at {low['target_rate']:,}/s", f"p50 {low['p50_ms']:.2f} ms", f"p99 {low['p99_ms']:.2f} ms, {low['ok']:,} sends ({low['failed']} failed)", ""),
     ]
-    rt = lat["raw"]
-    rows += [
-        (f"raw XADD + BLPOP round trip at {lat['target_rate']:,}/s", f"p50 {rt['p50_ms']:.2f} ms",
-         f"p99 {rt['p99_ms']:.2f} ms, {rt['ok']:,} sends ({rt['failed']} failed), same process, pace, concurrency", ""),
-        ("host CPU per send, treemail / raw round trip", f"{lat['host_cpu_ratio']:.2f}",
-         f"{lat['host_cpu_us_per_send']:.0f} us vs {rt['host_cpu_us_per_send']:.0f} us; answers per BLPOP "
-         f"{lat['answers_per_listener_wakeup']:.1f} vs {rt['answers_per_listener_wakeup']:.1f}", ""),
-    ]
+    for pace in (lat, low):
+        rt = pace["raw"]
+        rows += [
+            (f"raw XADD + BLPOP round trip at {run['target_rate']:,}/s", f"p50 {rt['p50_ms']:.2f} ms",
+             f"p99 {rt['p99_ms']:.2f} ms, {rt['ok']:,} sends ({rt['failed']} failed), same process, pace, concurrency",
+             ""),
+            (f"host CPU per send at {run['target_rate']:,}/s, treemail / raw", f"{run['host_cpu_ratio']:.2f}",
+             f"{run['host_cpu_us_per_send']:.0f} us vs {rt['host_cpu_us_per_send']:.0f} us; answers per BLPOP "
+             f"{run['answers_per_listener_wakeup']:.1f} vs {rt['answers_per_listener_wakeup']:.1f}", ""),
+        ]
     rows += [
         (f"send p50, {hist['events']:,}-event recipient", f"{hist['big_p50_ms']:.2f} ms", f"p99 {hist['big_p99_ms']:.2f} ms, {hist['events']:,} events", ""),
         ("send p50, fresh recipient", f"{hist['fresh_p50_ms']:.2f} ms", f"p99 {hist['fresh_p99_ms']:.2f} ms", ""),
@@ -564,7 +565,7 @@ Valkey, the worker process(es) and the benchmark process share these cores.
   {sizes.latency_rate:,} sends/s (and again at {sizes.latency_rate // 4:,} sends/s) for {sizes.latency_seconds:g} s
   each, with every send its own task
   (many in flight); `send_message` call to result, 20 roots taking turns, each to its 5 children.
-- **raw XADD + BLPOP round trip**: right after the first send round trip, in the same benchmark
+- **raw XADD + BLPOP round trip**: right after each send round trip, in the same benchmark
   process, the same pace, concurrency (every send its own task), senders, recipients and bodies, through
   `bench/roundtrip.py`'s client shaped like treemail's producer (`producers/client.py`): each send
   XADDs a command-sized entry (the JSON `encode_command` writes) to a stream and awaits a future;
@@ -664,7 +665,7 @@ def main(argv: list[str] | None = None) -> int:
              lambda: asyncio.run(memory.phase_memory(url, sizes.memory_sends, log))),
             ("two", "phase 3: two treemail worker processes", lambda: asyncio.run(phase_workers(url, sizes, 2))),
             ("latency", "phase 4: producer round-trip latency",
-             lambda: asyncio.run(phase_latency(url, sizes, sizes.latency_rate, raw_baseline=True))),
+             lambda: asyncio.run(phase_latency(url, sizes, sizes.latency_rate))),
             ("latency_low", "phase 4b: the same at a quarter of the rate",
              lambda: asyncio.run(phase_latency(url, sizes, sizes.latency_rate // 4))),
             ("history", "phase 5: decision latency on a long stream", lambda: asyncio.run(phase_history(url, sizes))),
