@@ -477,12 +477,12 @@ def report(results: dict, env: dict, sizes: Sizes, quick: bool, wall: float) -> 
     for pace in (lat, low):
         rt = pace["raw"]
         rows += [
-            (f"raw XADD + BLPOP round trip at {run['target_rate']:,}/s", f"p50 {rt['p50_ms']:.2f} ms",
+            (f"raw XADD + BLPOP round trip at {pace['target_rate']:,}/s", f"p50 {rt['p50_ms']:.2f} ms",
              f"p99 {rt['p99_ms']:.2f} ms, {rt['ok']:,} sends ({rt['failed']} failed), same process, pace, concurrency",
              ""),
-            (f"host CPU per send at {run['target_rate']:,}/s, treemail / raw", f"{run['host_cpu_ratio']:.2f}",
-             f"{run['host_cpu_us_per_send']:.0f} us vs {rt['host_cpu_us_per_send']:.0f} us; answers per BLPOP "
-             f"{run['answers_per_listener_wakeup']:.1f} vs {rt['answers_per_listener_wakeup']:.1f}", ""),
+            (f"host CPU per send at {pace['target_rate']:,}/s, treemail / raw", f"{pace['host_cpu_ratio']:.2f}",
+             f"{pace['host_cpu_us_per_send']:.0f} us vs {rt['host_cpu_us_per_send']:.0f} us; answers per BLPOP "
+             f"{pace['answers_per_listener_wakeup']:.1f} vs {rt['answers_per_listener_wakeup']:.1f}", ""),
         ]
     rows += [
         (f"send p50, {hist['events']:,}-event recipient", f"{hist['big_p50_ms']:.2f} ms", f"p99 {hist['big_p99_ms']:.2f} ms, {hist['events']:,} events", ""),
