@@ -9,7 +9,9 @@ Phases (the Valkey is flushed between the throughput phases):
   2. the raw baseline: XREADGROUP + pipelined HMGET + Lua CAS XADD + XACK, same backlog shape
   3. two worker processes on the same backlog
   4. host round-trip latency at a steady send rate, one worker running
+     (each rate also through a bare XADD + BLPOP round trip to an echo consumer: host CPU per send)
   5. send latency to a recipient whose stream holds ~1M events vs a fresh one
+  5b. 100,000 sessions registered on the Valkey: memory per session, send latency vs a fresh server's
   6. replay rate: projections.replay.rebuild(write=False, and write=True) vs raw XRANGE + json.loads, ~500k events
   7. scale-out: 1, 2, 4 worker processes, 4 command streams, on the same Valkey
   8. the same on a local 3-master Valkey Cluster started for this phase
@@ -35,7 +37,7 @@ from treemail.host import SendContext, Treemail
 from treemail.domain import events as ev
 from treemail.domain.state import evolve
 
-from . import memory, raw, replay, scale
+from . import memory, population, raw, replay, roundtrip, scale
 from .common import (busy_seconds, cpu_seconds, STREAM, Workers, bench_config, machine, percentile, prefill_commands, count_replies,
                      register_trees, wait_drained)
 
@@ -60,13 +62,15 @@ class Sizes:
     scale_commands: int = 60_000
     scale_streams: int = 4
     memory_sends: int = 10_000
+    sessions: int = 100_000  # phase 5b: registered on one Valkey
 
 
 FULL = Sizes(trees=200, children=5, commands=100_000, latency_rate=2000, latency_seconds=5.0,
              big_events=1_000_000, probe_sends=1000)
 QUICK = Sizes(trees=20, children=5, commands=5_000, latency_rate=500, latency_seconds=1.0,
               big_events=20_000, probe_sends=100, replay_trees=4, replay_children=4, replay_events=2000,
-              scale_trees=8, scale_children=20, scale_commands=3_000, memory_sends=1_000)
+              scale_trees=8, scale_children=20, scale_commands=3_000, memory_sends=1_000,
+              sessions=2_000)
 SCALE_WORKERS = (1, 2, 4)
 HISTORY_SENDERS = 5  # children per recipient in phase 5; each sends at most (50 + probe_sends) / 5
 
@@ -166,7 +170,11 @@ async def timed_send(host: Treemail, ctx: SendContext, to: str, body: str) -> tu
 
 
 async def phase_latency(url: str, sizes: Sizes, rate: int) -> dict:
-    """Paced sends from many concurrent tool calls; one worker decides them."""
+    """Paced sends from many concurrent tool calls; one worker decides them.
+
+    Then the same pace and concurrency through `roundtrip.RawClient` to an echo consumer:
+    the host CPU per send of a bare XADD + blocking-reply round trip.
+    """
     await flush(url)
     workers = Workers(url)
     host = await Treemail.connect(bench_config(url), url)
@@ -183,47 +191,77 @@ async def phase_latency(url: str, sizes: Sizes, rate: int) -> dict:
             if "message_id" not in result:
                 raise RuntimeError(f"warm-up send failed: {result}")
         total = int(rate * sizes.latency_seconds)
-        latencies: list[float] = []
-        lateness: list[float] = []
-        failures: list[dict] = []
 
-        async def one(i: int, scheduled: float) -> None:
-            start = time.perf_counter()
-            lateness.append(start - scheduled)
+        async def send(i: int) -> dict:
             root, kid = pairs[i % len(pairs)]
-            seconds, result = await timed_send(host, SendContext(root, "run-1", f"call-{i}"), kid, f"steady message {i}")
-            if "message_id" in result:
-                latencies.append(seconds)
-            else:
-                failures.append(result)
+            return await host.send_message(SendContext(root, "run-1", f"call-{i}"),
+                                           {"to": kid, "body": f"steady message {i}"})
 
-        tasks = []
-        host_cpu, worker_cpu = time.process_time(), cpu_seconds(workers.procs[0].pid)
-        t0 = time.perf_counter() + 0.05
-        for i in range(total):
-            scheduled = t0 + i / rate
-            delay = scheduled - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(one(i, scheduled)))
-        await asyncio.gather(*tasks)
-        elapsed = time.perf_counter() - t0
-        host_cpu, worker_cpu = time.process_time() - host_cpu, cpu_seconds(workers.procs[0].pid) - worker_cpu
+        blpops = roundtrip.count_calls(host.commands._listener, "blpop")
+        worker_cpu = cpu_seconds(workers.procs[0].pid)
+        run = await roundtrip.paced(rate, total, send)
+        worker_cpu = cpu_seconds(workers.procs[0].pid) - worker_cpu
+        wakeups = blpops[0]
         workers.check_alive()
     finally:
         await host.close()
         workers.stop()
+    latencies, failures = run["latencies"], run["failures"]
     out = {
-        "target_rate": rate, "sends": total, "ok": len(latencies), "failed": len(failures), "achieved_rate": total / elapsed,
+        "target_rate": rate, "sends": total, "ok": len(latencies), "failed": len(failures),
+        "achieved_rate": total / run["elapsed"],
         "p50_ms": percentile(latencies, 50) * 1000, "p99_ms": percentile(latencies, 99) * 1000,
         "max_ms": max(latencies) * 1000 if latencies else float("nan"),
-        "start_lateness_p99_ms": percentile(lateness, 99) * 1000,
-        "host_cpu_us_per_send": host_cpu / total * 1e6, "worker_cpu_us_per_send": worker_cpu / total * 1e6,
+        "start_lateness_p99_ms": percentile(run["lateness"], 99) * 1000,
+        "host_cpu_us_per_send": run["host_cpu"] / total * 1e6, "worker_cpu_us_per_send": worker_cpu / total * 1e6,
+        "answers_per_listener_wakeup": total / max(1, wakeups),
     }
     log(f"  latency: {out['ok']}/{total} ok at {out['achieved_rate']:,.0f} sends/s: p50 {out['p50_ms']:.2f} ms, "
         f"p99 {out['p99_ms']:.2f} ms, max {out['max_ms']:.2f} ms (pacer lateness p99 "
         f"{out['start_lateness_p99_ms']:.2f} ms); CPU per send: host {out['host_cpu_us_per_send']:.0f} us, "
-        f"worker {out['worker_cpu_us_per_send']:.0f} us" + (f"; first failure {failures[0]}" if failures else ""))
+        f"worker {out['worker_cpu_us_per_send']:.0f} us; {out['answers_per_listener_wakeup']:.1f} answers per "
+        f"BLPOP" + (f"; first failure {failures[0]}" if failures else ""))
+    out["raw"] = await raw_round_trip(url, pairs, rate, total)
+    out["host_cpu_ratio"] = out["host_cpu_us_per_send"] / out["raw"]["host_cpu_us_per_send"]
+    log(f"  host CPU per send, treemail / raw round trip: {out['host_cpu_ratio']:.2f}")
+    return out
+
+
+async def raw_round_trip(url: str, pairs: list[tuple[str, str]], rate: int, total: int) -> dict:
+    """The same pace, concurrency, senders and bodies as treemail's run, through XADD + BLPOP to an echo."""
+    await roundtrip.prepare(url)
+    echo = roundtrip.start_echo(url)
+    client = roundtrip.RawClient(url)
+    try:
+        async def send(i: int, prefix: str = "call") -> dict:
+            root, kid = pairs[i % len(pairs)]
+            answer = await client.request(root, "run-1", f"{prefix}-{i}", kid, f"steady message {i}")
+            return answer.get("ok", answer)
+
+        for i in range(200):  # warm up, as treemail's run: the echo has joined, connections are open
+            if "message_id" not in await asyncio.wait_for(send(i, "w"), 30):
+                raise RuntimeError("raw warm-up send failed")
+        blpops = roundtrip.count_calls(client.listener, "blpop")
+        echo_cpu = cpu_seconds(echo.pid)
+        run = await roundtrip.paced(rate, total, send)
+        echo_cpu = cpu_seconds(echo.pid) - echo_cpu
+        wakeups = blpops[0]
+        if echo.poll() is not None:
+            raise RuntimeError(f"echo consumer exited with {echo.returncode}")
+    finally:
+        await client.close()
+        echo.terminate()
+        echo.wait(timeout=10)
+    latencies = run["latencies"]
+    out = {"sends": total, "ok": len(latencies), "failed": len(run["failures"]),
+           "achieved_rate": total / run["elapsed"],
+           "p50_ms": percentile(latencies, 50) * 1000, "p99_ms": percentile(latencies, 99) * 1000,
+           "start_lateness_p99_ms": percentile(run["lateness"], 99) * 1000,
+           "host_cpu_us_per_send": run["host_cpu"] / total * 1e6, "echo_cpu_us_per_send": echo_cpu / total * 1e6,
+           "answers_per_listener_wakeup": total / max(1, wakeups)}
+    log(f"  raw round trip: {out['ok']}/{total} ok at {out['achieved_rate']:,.0f} sends/s: p50 {out['p50_ms']:.2f} ms, "
+        f"p99 {out['p99_ms']:.2f} ms; CPU per send: host {out['host_cpu_us_per_send']:.0f} us, "
+        f"echo {out['echo_cpu_us_per_send']:.0f} us; {out['answers_per_listener_wakeup']:.1f} answers per BLPOP")
     return out
 
 
@@ -444,9 +482,32 @@ def report(results: dict, env: dict, sizes: Sizes, quick: bool, wall: float) -> 
         (f"send round trip p50 at {lat['target_rate']:,}/s", f"{lat['p50_ms']:.2f} ms", f"achieved {lat['achieved_rate']:,.0f} sends/s, target <= 1 ms", verdict(lat["p50_ms"] <= 1.0)),
         (f"send round trip p99 at {lat['target_rate']:,}/s", f"{lat['p99_ms']:.2f} ms", f"{lat['ok']:,} sends ({lat['failed']} failed), target <= 5 ms", verdict(lat["p99_ms"] <= 5.0)),
         (f"send round trip at {low['target_rate']:,}/s", f"p50 {low['p50_ms']:.2f} ms", f"p99 {low['p99_ms']:.2f} ms, {low['ok']:,} sends ({low['failed']} failed)", ""),
+    ]
+    for pace in (lat, low):
+        rt = pace["raw"]
+        rows += [
+            (f"raw XADD + BLPOP round trip at {pace['target_rate']:,}/s", f"p50 {rt['p50_ms']:.2f} ms",
+             f"p99 {rt['p99_ms']:.2f} ms, {rt['ok']:,} sends ({rt['failed']} failed), same process, pace, concurrency",
+             ""),
+            (f"host CPU per send at {pace['target_rate']:,}/s, treemail / raw", f"{pace['host_cpu_ratio']:.2f}",
+             f"{pace['host_cpu_us_per_send']:.0f} us vs {rt['host_cpu_us_per_send']:.0f} us; answers per BLPOP "
+             f"{pace['answers_per_listener_wakeup']:.1f} vs {rt['answers_per_listener_wakeup']:.1f}", ""),
+        ]
+    rows += [
         (f"send p50, {hist['events']:,}-event recipient", f"{hist['big_p50_ms']:.2f} ms", f"p99 {hist['big_p99_ms']:.2f} ms, {hist['events']:,} events", ""),
         ("send p50, fresh recipient", f"{hist['fresh_p50_ms']:.2f} ms", f"p99 {hist['fresh_p99_ms']:.2f} ms", ""),
         ("long / fresh stream (p50)", f"{hist['ratio_p50']:.2f}", "target <= 1.2", verdict(hist["ratio_p50"] <= 1.2)),
+    ]
+    pop = results["sessions"]
+    rows += [
+        (f"memory per registered session, {pop['sessions']:,} sessions", f"{pop['bytes_per_session']:,.0f} bytes",
+         f"used_memory delta, {pop['keys_per_session']:.1f} keys per session, registered at "
+         f"{pop['register_rate']:,.0f}/s", ""),
+        (f"send p50, {pop['sessions']:,}-session server", f"{pop['populated_p50_ms']:.2f} ms",
+         f"p99 {pop['populated_p99_ms']:.2f} ms", ""),
+        (f"send p50, fresh server ({pop['fresh_sessions']} sessions)", f"{pop['fresh_p50_ms']:.2f} ms",
+         f"p99 {pop['fresh_p99_ms']:.2f} ms", ""),
+        ("populated / fresh server (p50)", f"{pop['ratio_p50']:.2f}", "target <= 1.2", verdict(pop["ratio_p50"] <= 1.2)),
     ]
     rep = results["replay"]
     rows += [
@@ -515,6 +576,18 @@ Valkey, the worker process(es) and the benchmark process share these cores.
   {sizes.latency_rate:,} sends/s (and again at {sizes.latency_rate // 4:,} sends/s) for {sizes.latency_seconds:g} s
   each, with every send its own task
   (many in flight); `send_message` call to result, 20 roots taking turns, each to its 5 children.
+- **raw XADD + BLPOP round trip**: right after each send round trip, in the same benchmark
+  process, the same pace, concurrency (every send its own task), senders, recipients and bodies, through
+  `bench/roundtrip.py`'s client shaped like treemail's producer (`producers/client.py`): each send
+  XADDs a command-sized entry (the JSON `encode_command` writes) to a stream and awaits a future;
+  one listener task per client BLPOPs the client's one reply list (then LPOPs up to 1000 more) and
+  hands each answer to its future by command id. The consumer is a subprocess, as the worker is:
+  `XREADGROUP COUNT 100 BLOCK 100`, one pipelined `LPUSH` + `EXPIRE` per reply list and `XACK` per
+  batch, deciding nothing. Host CPU per send is the benchmark process's CPU time over the paced span
+  divided by the sends, for both loops (the pacer and the client's listener included); the ratio
+  has no target in the issue, it is reported. It depends on how the consumer batches: a consumer
+  that falls behind answers many sends per `LPUSH`, and the host then wakes once for many answers
+  (answers per BLPOP, shown next to it), so a slower consumer can lower the host's CPU per send.
 - **replay**: {results['replay']['sessions']} sessions ({sizes.replay_trees} trees of 1 root + {sizes.replay_children} children)
   registered through the host API (directory entry, partition session set, SessionRegistered at
   version 1), then each stream filled by a server-side Lua loop with ProducerRegistered +
@@ -540,6 +613,19 @@ Valkey, the worker process(es) and the benchmark process share these cores.
   Consumed) pairs at entry ids `<n>-0` and its state hash set to version n and the real fold's
   snapshot; {sizes.probe_sends:,} sequential sends to it interleaved with {sizes.probe_sends:,} to a
   fresh child, one worker.
+- **{results['sessions']['sessions']:,}-session server**: trees of 1 root + 9 children registered through
+  the host API (`register_root`, `register_child`, all `idle`; SessionRegistered decided and committed
+  as every registration is), 16 trees in flight at once from one process (one tree at a time does
+  about half the rate on this machine); {results['sessions']['register_seconds']:.0f} s for all of them. Memory per
+  session is Valkey's `used_memory` after minus before the registration, divided by the sessions
+  counted in the partitions' session sets; by kind of key (`MEMORY USAGE`, on the fresh server's
+  {results['sessions']['fresh_sessions']} sessions before any mail), in bytes per session:
+  {results['sessions']['fresh_key_bytes_per_session_by_kind']}. The baseline is a second, fresh
+  `LocalValkey` started for the phase holding only 5 trees registered the same way, with its own worker
+  process; on each server the 9 children of 5 trees (spread over the population on the big one) open a
+  run and send to their root. Every pair sends once to warm up, then {sizes.probe_sends:,} sequential
+  sends to each server alternate send by send, so both see the same moments of the shared machine; a
+  fresh session on the populated server would share the keyspace whose size is what is measured.
 
 Raw figures of this run (JSON):
 
@@ -566,7 +652,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench.run")
     parser.add_argument("--quick", action="store_true", help="shrink every phase for a smoke run")
     parser.add_argument("--no-write", action="store_true", help="print only, leave BENCHMARKS.md alone")
-    parser.add_argument("--only", default="", help="comma-separated phases (one,raw,durable,memory,two,latency,latency_low,history,"
+    parser.add_argument("--only", default="", help="comma-separated phases (one,raw,durable,memory,two,latency,latency_low,history,sessions,"
                         "replay,scale_single,scale_cluster); implies --no-write")
     args = parser.parse_args(argv)
     only = [p for p in args.only.split(",") if p]
@@ -596,6 +682,9 @@ def main(argv: list[str] | None = None) -> int:
             ("latency_low", "phase 4b: the same at a quarter of the rate",
              lambda: asyncio.run(phase_latency(url, sizes, sizes.latency_rate // 4))),
             ("history", "phase 5: decision latency on a long stream", lambda: asyncio.run(phase_history(url, sizes))),
+            ("sessions", f"phase 5b: {sizes.sessions:,} sessions on one Valkey: memory per session, decision latency "
+                         "vs a fresh server", lambda: asyncio.run(population.phase_sessions(url, sizes.sessions,
+                                                                                           sizes.probe_sends, log))),
             ("replay", "phase 6: projection replay rate vs raw XRANGE + json.loads",
              lambda: asyncio.run(phase_replay(url, sizes))),
             ("scale_single", f"phase 7: scale-out, {SCALE_WORKERS} worker processes, one Valkey, "
