@@ -1,6 +1,6 @@
 """The raw send round trip: what a send costs the host with nothing but XADD and a blocking reply wait.
 
-Shaped like treemail's producer (producers/client.py): one client owns one
+Shaped like treemail's producer (producers/client.py), without its batching: one client owns one
 reply list; a send XADDs a command-sized entry (the same compact JSON
 `encode_command` writes) to a stream and awaits a future; one listener task
 BLPOPs the reply list (then LPOPs up to 1000 more: answers come in bursts) and
@@ -40,7 +40,8 @@ class RawClient:
     """XADD + a future per send; one BLPOP listener per client, as `CommandClient`."""
 
     def __init__(self, url: str) -> None:
-        # The connections and the bound on XADDs in flight are `connection.connect`'s and `CommandClient`'s.
+        # The plain shape: every send its own XADD, at most 32 in flight (treemail's client publishes the
+        # sends of one turn of the event loop in one pipeline instead; issue 17).
         pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=64, timeout=None)
         self.redis = aioredis.Redis(connection_pool=pool)
         self.publishing = asyncio.Semaphore(32)
