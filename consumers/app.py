@@ -35,7 +35,6 @@ import time
 
 from faststream import AckPolicy
 from faststream.redis import RedisBroker, RedisClusterBroker, StreamSub
-from faststream.redis.annotations import RedisBatchStreamMessage
 from faststream.redis.subscriber.usecases import stream_subscriber
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -110,11 +109,17 @@ class Worker:
             # less per batch than FastStream's own XACK after the handler returns).
             subscriber = self.broker.subscriber(stream=live, parser=raw_batch, decoder=no_body,
                                                 ack_policy=AckPolicy.MANUAL)
-            subscriber(self.handle)
+            subscriber(self._handle_current)
             self._subscribers.append(subscriber)
 
-    async def handle(self, message: RedisBatchStreamMessage) -> None:
-        """A batch read by XREADGROUP: acknowledged with its answers; raising leaves the rest pending."""
+    async def _handle_current(self, body=None) -> None:
+        # The batch from the broker's context: a ``RedisBatchStreamMessage`` parameter is a dependency
+        # that fast_depends resolves in a worker thread, a thread hop per batch (issue 17).
+        await self.handle(self.broker.context.get_local("message"))
+
+    async def handle(self, message) -> None:
+        """A batch read by XREADGROUP (a ``RedisBatchStreamMessage``): acknowledged with its answers; raising
+        leaves the rest pending."""
         stream = message.raw_message["channel"]
         entries = list(zip(message.raw_message["message_ids"], message.raw_message["data"]))
         parsed, unreadable = split_malformed(entries)
