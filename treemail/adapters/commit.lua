@@ -28,7 +28,9 @@
 --       then the due index operation ('', 'set', 'lt', 'del') and score,
 --       then companion count, then per companion: etag "old new", snapshot json, session id,
 --       event count, (type, data) per event, outbound index count, (field, value) each,
+--       then whether the decision read the service as draining ('1', '0', or '' if it read nothing of it),
 --       and last the protocol version every entry carries (`v`)
+-- The last KEY is the partition's copy of the service-wide drain flag (after the companions' keys).
 if ARGV[3] ~= '' then
   local existing = redis.call('HGET', KEYS[4], ARGV[4])
   if existing then return {'dup', existing} end
@@ -38,6 +40,11 @@ local current = tonumber(state[1] or '0')
 local space = string.find(ARGV[1], ' ', 1, true)
 local expected_etag = string.sub(ARGV[1], 1, space - 1)
 if (state[2] or '') ~= expected_etag then return {'conflict', tostring(current)} end
+-- The drain flag the decision read is part of the state it decided on: a drain that began since is a conflict.
+local drain_read = ARGV[#ARGV - 1]
+if drain_read ~= '' and tostring(redis.call('EXISTS', KEYS[#KEYS])) ~= drain_read then
+  return {'conflict', tostring(current)}
+end
 
 -- Companions (seed 004): other sessions of the partition the same decision appends to (a sender's
 -- record of the message its recipient accepted or settled). Every etag is checked before anything

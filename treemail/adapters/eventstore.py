@@ -197,8 +197,14 @@ class EventStore:
         state = self.states.get(session_id, etag)
         if state is None:
             state = SessionState.from_json(snapshot)
-            self.states.put(session_id, etag, state)
-        return Loaded(state, int(version or 0), etag)
+        version = int(version or 0)
+        self.states.put(session_id, etag, state, version)
+        return Loaded(state, version, etag)
+
+    def held(self, session_id: str) -> Loaded | None:
+        """The state this process last read or wrote for the session, unconfirmed (``StateCache.latest``)."""
+        held = self.states.latest(session_id)
+        return Loaded(held[2], held[1], held[0]) if held is not None else None
 
     async def load(self, record: SessionRecord) -> Loaded:
         return self.parse_loaded(record.session_id, await self.redis.hmget(self.state_key(record), *self.STATE_FIELDS))
@@ -277,6 +283,7 @@ class EventStore:
         policy: MessagingConfig | None = None,
         companions: list[Companion] = (),
         mail_complete: bool = False,
+        read_draining: bool | None = None,
     ) -> PreparedAppend:
         """``mail``: the pending mail the decision read; ``mail_complete`` when it is all of it
         (``Handler.reads_mail == "all"``), not just the due index or the one item a command named.
@@ -284,6 +291,8 @@ class EventStore:
         ``idempotency_session``: the sender whose tool call the record answers (same tree, same slot).
         ``policy`` (seed 004) keeps the partition's due index: exact when all the
         mail was loaded, otherwise lowered to what the changed items need.
+        ``read_draining``: whether the decision found the whole service draining (None: it did not look);
+        the append applies only if the partition's copy of the flag still says the same.
         """
         p, sid = record.partition, record.session_id
         applied = apply(loaded.state, mail or {}, new_events, loaded.version)
@@ -315,7 +324,7 @@ class EventStore:
         ]
         etag = os.urandom(8).hex()
         # Held under the new etag: used only once the server shows that etag, i.e. once this append applied.
-        self.states.put(sid, etag, applied.state)
+        self.states.put(sid, etag, applied.state, applied.version)
         args: list[Any] = [
             f"{loaded.etag} {etag}",
             applied.state.to_json(),
@@ -332,6 +341,8 @@ class EventStore:
             *self._due(applied, mail if mail_complete else None, policy),
         ]
         after = self._companions(p, companions, key_list, args)
+        key_list.append(keys.partition_drain(p))
+        args.append("" if read_draining is None else "1" if read_draining else "0")
         # Last, wherever the sections before it end: the commit script reads it as ARGV[#ARGV].
         args.append(PROTOCOL_VERSION)
         return PreparedAppend(key_list, args, applied, etag, after)
@@ -357,7 +368,7 @@ class EventStore:
             record, loaded = companion.record, companion.loaded
             applied = apply(loaded.state, {}, companion.events, loaded.version)
             etag = os.urandom(8).hex()
-            self.states.put(record.session_id, etag, applied.state)
+            self.states.put(record.session_id, etag, applied.state, applied.version)
             key_list.extend((keys.session_stream(partition, record.session_id), self.state_key(record)))
             encoded = [part for event in companion.events for part in ev.encode(event)]
             index = index_entries(record.session_id, companion.events)

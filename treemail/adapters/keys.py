@@ -98,6 +98,12 @@ def outbound_index(partition: int) -> str:
     return f"{PREFIX}:{tag(partition)}:outbound"
 
 
+def partition_drain(partition: int) -> str:
+    """Seed 002: the service-wide drain flag, mirrored on each partition's slot, where the commit step
+    can check it atomically with the append (the flag itself, ``service_drain``, lives in no tree's slot)."""
+    return f"{PREFIX}:{tag(partition)}:drain"
+
+
 def directory(session_id: str) -> str:
     return f"{PREFIX}:dir:{session_id}"
 

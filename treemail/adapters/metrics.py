@@ -58,6 +58,12 @@ CONFLICT_ROUNDS = Counter(
     "treemail_conflict_retries", "Commands decided again after another writer appended first",
     registry=WORKER_REGISTRY,
 )
+HELD_ROUNDS = Counter(
+    "treemail_held_rounds",
+    "Rounds of a batch by the states they were decided on: held (no read), fresh (read: something was "
+    "not held), or discarded (decided on held states, then again on a fresh read)",
+    ["reads"], registry=WORKER_REGISTRY,
+)
 COMMAND_BACKLOG = Gauge(
     "treemail_command_backlog", "Commands not yet read by the worker group (lag)", ["stream"],
     registry=WORKER_REGISTRY,
@@ -82,6 +88,8 @@ for _outcome in SEND_OUTCOMES:
     SENDS.labels(_outcome)
 for _reason in DEAD_LETTER_REASONS:
     DEAD_LETTERS.labels(_reason)
+for _reads in ("held", "fresh", "discarded"):
+    HELD_ROUNDS.labels(_reads)
 
 # -- projection workers --------------------------------------------------------------------
 

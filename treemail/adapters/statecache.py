@@ -16,16 +16,22 @@ DEFAULT_LIMIT = 10_000
 class StateCache:
     def __init__(self, limit: int = DEFAULT_LIMIT) -> None:
         self.limit = limit
-        self._states: dict[str, tuple[str, SessionState]] = {}
+        self._states: dict[str, tuple[str, int, SessionState]] = {}
 
     def get(self, session_id: str, etag: str) -> SessionState | None:
         held = self._states.get(session_id)
-        return held[1] if held is not None and held[0] == etag and etag else None
+        return held[2] if held is not None and held[0] == etag and etag else None
 
-    def put(self, session_id: str, etag: str, state: SessionState) -> None:
+    def latest(self, session_id: str) -> tuple[str, int, SessionState] | None:
+        """(etag, version, state) last held for the session: what the server showed or this process last
+        wrote, which another writer may have superseded (only an append checked against the etag may use it)."""
+        held = self._states.get(session_id)
+        return held if held is not None and held[0] else None
+
+    def put(self, session_id: str, etag: str, state: SessionState, version: int) -> None:
         """Kept until the next append of the session replaces it; the oldest session goes past ``limit``."""
         self._states.pop(session_id, None)
-        self._states[session_id] = (etag, state)
+        self._states[session_id] = (etag, version, state)
         if len(self._states) > self.limit:
             del self._states[next(iter(self._states))]
 

@@ -26,6 +26,7 @@ from ..domain.messaging import MessagingConfig
 from ..domain.outbound import source_events
 from ..domain.records import Peer, SessionRecord
 from ..domain.state import SessionState
+from .heldreads import HeldReads
 
 decide_send = HANDLERS[SendMessage].decide
 
@@ -47,13 +48,16 @@ class SendService:
         self.config = config
         # seed 004 part 2: every accepted agent message is signed with the current key (None: proofs off).
         self.keyring = keyring
+        self.held = HeldReads(store)
 
     async def decide(self, commands: list[SendMessage]) -> dict[str, dict]:
         """Decide every command; returns command id -> outcome. Appends are durable on return."""
         outcomes: dict[str, dict] = {}
         work = [_Work(c, idempotency.key_digest(c.context)) for c in commands]
+        held_first = True
         while work:
-            work = await self._round(work, outcomes)
+            work = await self._round(work, outcomes, held_first)
+            held_first = False
         return outcomes
 
     async def _resolve(self, work: list[_Work]) -> None:
@@ -85,24 +89,44 @@ class SendService:
         round trip (the domain filters, sorts and bounds the list)."""
         return routing.addressable(self.config.routing, sender, await self.directory.tree_peers(sender))
 
-    async def _load(self, work: list[_Work]) -> SendReads:
-        """Every sender's and recipient's state, each tool call's idempotency record, the senders' tree
-        grants, and whether the whole service drains (seed 002; read every round, so a send decided again
-        after a conflict sees a drain that began meanwhile), in one round trip.
-
-        A recorded tool call is answered from its record before any check;
-        the commit script checks the record again atomically, for two
-        deliveries of one command decided at once.
-        """
+    @staticmethod
+    def _reading(work: list[_Work]) -> tuple[list[SessionRecord], list[SessionRecord]]:
+        """The sessions whose states the batch reads, and its senders."""
         records: dict[str, SessionRecord] = {}
         for w in work:
             if w.sender is not None:
                 records[w.sender.session_id] = w.sender
             if isinstance(w.target, SessionRecord):
                 records[w.target.session_id] = w.target
-        senders = [w.sender for w in work if w.sender is not None]
+        return list(records.values()), [w.sender for w in work if w.sender is not None]
+
+    async def _load(self, work: list[_Work]) -> SendReads:
+        """Every sender's and recipient's state, each tool call's idempotency record, the senders' tree
+        grants, and whether the whole service drains (seed 002; read every fresh round, so a send decided
+        again after a conflict sees a drain that began meanwhile), in one round trip.
+
+        A recorded tool call is answered from its record before any check;
+        the commit script checks the record again atomically, for two
+        deliveries of one command decided at once.
+        """
+        records, senders = self._reading(work)
         calls = [(sender, w.digest) for w in work if (sender := w.sender) is not None]
-        return await self.store.load_for_sends(list(records.values()), calls, senders)
+        reads = await self.store.load_for_sends(records, calls, senders)
+        self.held.remember(reads)
+        return reads
+
+    @staticmethod
+    def _discarded(work: list[_Work]) -> list[_Work]:
+        metrics.HELD_ROUNDS.labels("discarded").inc()
+        return work
+
+    @staticmethod
+    def _checked_by_its_append(w: _Work, decision: SendDecision, prepared: PreparedAppend | None) -> bool:
+        """Whether the append checks every state the decision read (``heldreads``): it is on the recipient's
+        stream, and the sender's record rides along as a companion (or the sender is the recipient)."""
+        if prepared is None or not (isinstance(decision, Accepted) or isinstance(decision, Refused)):
+            return False
+        return w.sender.session_id in prepared.companions or w.sender.session_id == w.target.session_id
 
     def _decide_one(self, w: _Work, reads: SendReads) -> SendDecision:
         loaded, grants = reads.loaded, reads.tree_grants
@@ -120,20 +144,30 @@ class SendService:
         w.new_id = given.new_id
         return decide_send(w.command, given)
 
-    async def _round(self, work: list[_Work], outcomes: dict[str, dict]) -> list[_Work]:
+    async def _round(self, work: list[_Work], outcomes: dict[str, dict], held_first: bool = False) -> list[_Work]:
+        """One round: decided on held states when ``held_first`` and they are all held (``heldreads``),
+        otherwise on a fresh read. Returns the commands to decide again."""
         await self._resolve(work)
-        reads = await self._load(work)
+        reads = self.held.reads(*self._reading(work)) if held_first else None
+        on_held = reads is not None
+        if reads is None:
+            reads = await self._load(work)
+        metrics.HELD_ROUNDS.labels("held" if on_held else "fresh").inc()
         loaded = reads.loaded
         committing: list[tuple[_Work, dict]] = []
         appends: list[PreparedAppend] = []
         alone: list[tuple[_Work, dict]] = []
         for w in work:
             decision = self._decide_one(w, reads)
+            if on_held and (w.sender is None or isinstance(decision, Refused) and decision.recorded_alone):
+                return self._discarded(work)  # kept without an etag check: decide the batch again, fresh
             if isinstance(decision, Refused) and decision.recorded_alone and w.sender is not None:
                 alone.append((w, idempotency.record(w.command.arguments, outcome_of(decision))))
                 continue
             outcome = self._outcome(w, decision)
-            prepared = self._prepare(w, decision, outcome, loaded)
+            prepared = self._prepare(w, decision, outcome, loaded, reads.service_draining)
+            if on_held and not self._checked_by_its_append(w, decision, prepared):
+                return self._discarded(work)
             if prepared is None:
                 outcomes[w.command.command_id] = outcome
                 continue
@@ -175,7 +209,7 @@ class SendService:
             outcome["error"]["message_id"] = w.new_id
         return outcome
 
-    def _prepare(self, w: _Work, decision: SendDecision, outcome: dict, loaded: dict[str, Loaded]
+    def _prepare(self, w: _Work, decision: SendDecision, outcome: dict, loaded: dict[str, Loaded], draining: bool
                  ) -> PreparedAppend | None:
         """The append a decision needs, chained on the state earlier commands of the batch left; None if none."""
         companions: list[Companion] = []
@@ -195,6 +229,7 @@ class SendService:
         prepared = self.store.prepare(
             session, loaded[session.session_id], events, idempotency_digest=digest, idempotency_record=record,
             idempotency_session=w.sender.session_id, policy=self.config, companions=companions,
+            read_draining=draining,
         )
         loaded[session.session_id] = prepared.loaded
         loaded.update(prepared.companions)

@@ -1,0 +1,60 @@
+"""Deciding a batch on the states the worker already holds, without reading them again (issue 17).
+
+A worker that appended to a session holds the state its append left
+(``EventStore.held``); most batches decide the same sessions as the batch
+before. Such a batch is decided on held states, and a decision is kept only
+if every state it read is checked by its own append: the recipient's (the
+append is on its stream) and the sender's (its companion record). The commit
+step refuses an append whose etag is no longer the server's, and the command
+is then decided again on states read afresh. Any other decision (a refusal
+kept alone, a replayed call, an approval request) sends the whole batch round
+again with a fresh read. The other reads are those of the last fresh read:
+the service-wide drain flag (the commit step checks it against the
+partition's copy: a drain that began since is a conflict), and the tree
+grants (they only ever widen: one granted since reads as an approval still to
+ask for, which is not kept, so the batch is read afresh). Held reads are
+refreshed at least every ``WINDOW_S`` all the same.
+"""
+
+import time
+
+from ..adapters.eventstore import EventStore, SendReads
+from ..domain.records import SessionRecord
+
+WINDOW_S = 1.0
+# Trees whose grants are kept between fresh reads; past it the oldest are forgotten (read again).
+MAX_TREES = 10_000
+
+
+class HeldReads:
+    def __init__(self, store: EventStore) -> None:
+        self.store = store
+        self._read_at = float("-inf")
+        self._grants: dict[str, frozenset[str]] = {}
+        self._draining = False
+
+    def remember(self, reads: SendReads) -> None:
+        """A fresh read: its grants and drain flag are used for the next ``WINDOW_S``."""
+        self._read_at = time.monotonic()
+        self._grants.update(reads.tree_grants)
+        while len(self._grants) > MAX_TREES:
+            del self._grants[next(iter(self._grants))]
+        self._draining = reads.service_draining
+
+    def reads(self, records: list[SessionRecord], senders: list[SessionRecord]) -> SendReads | None:
+        """What a fresh read would return, from what is held; None if anything is not held or too old."""
+        if time.monotonic() - self._read_at > WINDOW_S:
+            return None
+        loaded = {}
+        for record in records:
+            held = self.store.held(record.session_id)
+            if held is None:
+                return None
+            loaded[record.session_id] = held
+        grants = {}
+        for sender in senders:
+            labels = self._grants.get(sender.root_session_id)
+            if labels is None:
+                return None
+            grants[sender.root_session_id] = labels
+        return SendReads(loaded, {}, grants, self._draining)
