@@ -26,7 +26,6 @@ reclaim, trim, revive, stop) reads best as one class.
 """
 
 import asyncio
-import json
 import logging
 import os
 import signal
@@ -47,6 +46,7 @@ from treemail.adapters.eventstore import EventStore
 from treemail.adapters.proofkeys import load_keyring
 from treemail.adapters.retention import trim_handled
 from treemail.adapters.health import UNREACHABLE, Health, OutageLog, watch
+from treemail.domain import compactjson
 from treemail.domain.commands import SendMessage
 from treemail.services.sends import SendService
 
@@ -164,7 +164,7 @@ class Worker:
         outcomes = await self.decider.decide(commands)
         answers: dict[str, list[str]] = {}
         for command in commands:
-            answer = json.dumps({"command_id": command.command_id, **outcomes[command.command_id]})
+            answer = compactjson.dumps({"command_id": command.command_id, **outcomes[command.command_id]})
             answers.setdefault(command.reply_to, []).append(answer)
         # One server: answers and acknowledgement in one transaction (a refused answer leaves the batch
         # pending). A cluster spreads them over nodes with no order between them: acknowledge after.

@@ -22,6 +22,7 @@ from redis.asyncio import Redis
 from redis.exceptions import NoScriptError, ResponseError
 
 from .. import PROTOCOL_VERSION
+from ..domain import compactjson
 from ..domain import events as ev
 from ..domain import protocol
 from ..domain.decide.delivery import next_check
@@ -90,20 +91,18 @@ class AppendResult:
 
 
 def wake_trigger(record: SessionRecord, message_id: str | None, seq: int) -> str:
-    return json.dumps(
+    return compactjson.dumps(
         {"session_id": record.session_id, "root_session_id": record.root_session_id,
-         "message_id": message_id, "seq": seq},
-        separators=(",", ":"),
+         "message_id": message_id, "seq": seq}
     )
 
 
 def interrupt_trigger(record: SessionRecord, event: ev.SessionInterruptRequested, seq: int) -> str:
     """An interrupt rides the partition's wake stream, marked by ``kind``: the Lua step stays as it is."""
-    return json.dumps(
+    return compactjson.dumps(
         {"kind": "interrupt", "session_id": record.session_id, "root_session_id": record.root_session_id,
          "run_id": event.run_id, "interrupt_id": event.interrupt_id, "sender_session_id": event.sender_session_id,
-         "reason": event.reason, "seq": seq},
-        separators=(",", ":"),
+         "reason": event.reason, "seq": seq}
     )
 
 
@@ -114,7 +113,7 @@ def approval_index(record: SessionRecord, applied: Applied) -> list[str]:
         if request is not None:
             data = request.model_dump(exclude={"key", "fingerprint"})
             data.update(partition=record.partition, root_session_id=record.root_session_id)
-            pairs.extend((request_id, json.dumps(data, separators=(",", ":"))))
+            pairs.extend((request_id, compactjson.dumps(data)))
         pairs.extend((f"{request_id}:status", status))
     return pairs
 
@@ -248,7 +247,7 @@ class EventStore:
         """Keep a refusal that touched no session under its tool call: set once, then read back, so a
         concurrent decision of the same call is answered with whichever record was kept (two replies)."""
         key = keys.session_idempotency(sender.partition, sender.session_id)
-        pipe.hsetnx(key, digest, json.dumps(record, separators=(",", ":")))
+        pipe.hsetnx(key, digest, compactjson.dumps(record))
         pipe.hget(key, digest)
 
     async def load_mail(self, record: SessionRecord, which: str = "all", message_id: str | None = None
@@ -328,7 +327,7 @@ class EventStore:
         args: list[Any] = [
             f"{loaded.etag} {etag}",
             applied.state.to_json(),
-            json.dumps(idempotency_record, separators=(",", ":")) if idempotency_record else "",
+            compactjson.dumps(idempotency_record) if idempotency_record else "",
             idempotency_digest or "",
             registration_arg(applied),
             sid,

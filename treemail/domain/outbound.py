@@ -8,10 +8,10 @@ and ``inspect`` need: ``MessageSent`` (the destination's receipt),
 the recipient's events that imply them, so the two streams never disagree.
 """
 
-import json
 import re
 from collections.abc import Mapping
 
+from . import compactjson
 from . import events as ev
 from .decide.send import recipient_state_label as state_label
 from .messaging import MessagingConfig
@@ -64,14 +64,14 @@ def index_entries(sender_id: str, events: list[ev.Event]) -> list[str]:
             case ev.MessageSent():
                 value = {"sender": sender_id, "recipient": event.recipient_session_id, "status": "accepted",
                          "position": event.position, "recipient_state": event.recipient_state, "at": event.at}
-                pairs.extend((event.message_id, json.dumps(value, separators=(",", ":"))))
+                pairs.extend((event.message_id, compactjson.dumps(value)))
             case ev.MessageRefused():
                 value = {"sender": sender_id, "recipient": event.recipient_session_id, "status": "refused",
                          "code": event.code, "at": event.at}
-                pairs.extend((event.message_id, json.dumps(value, separators=(",", ":"))))
+                pairs.extend((event.message_id, compactjson.dumps(value)))
             case ev.MessageSettled():
                 value = {"outcome": event.outcome, "reason": event.reason, "at": event.at}
-                pairs.extend((f"{event.message_id}:settled", json.dumps(value, separators=(",", ":"))))
+                pairs.extend((f"{event.message_id}:settled", compactjson.dumps(value)))
     return pairs
 
 

@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from . import compactjson
 from . import events as ev
 from .frozen import replace
 from . import peers as peer_state
@@ -73,9 +74,8 @@ class SessionState:
         for a snapshot older than a field): the snapshot goes over the wire and into the state hash on
         every append, and most sessions leave most fields at their defaults. ``status`` is always
         written: the candidate list reads it from the snapshot inside the server (adapters/peers.lua)."""
-        return json.dumps(
-            {k: v for k, v in self._to_obj().items() if k == "status" or v != _DEFAULT_OBJ.get(k, _ABSENT)},
-            separators=(",", ":"),
+        return compactjson.dumps(
+            {k: v for k, v in self._to_obj().items() if k == "status" or v != _DEFAULT_OBJ.get(k, _ABSENT)}
         )
 
     def _to_obj(self) -> dict:
@@ -146,11 +146,10 @@ class MailItem:
     trace: str = ""
 
     def to_json(self) -> str:
-        return json.dumps(
+        return compactjson.dumps(
             [self.message_id, self.owner, self.sender_session_id, self.agent_hop, self.mode, self.state,
              self.run_id, self.seq, self.attempts, self.since, self.claimed_at, self.retry_at, self.reason,
-             self.trace],
-            separators=(",", ":"),
+             self.trace]
         )
 
     @classmethod
