@@ -22,6 +22,11 @@ from ..adapters.eventstore import EventStore, SendReads
 from ..domain.records import SessionRecord
 
 WINDOW_S = 1.0
+# Held states other workers keep changing (they decide the same senders) are not worth deciding on:
+# after a batch decided on held states in which more than this share of the appends conflicted, the
+# next PAUSE_BATCHES batches are read afresh, and then held states are tried again.
+CONTENDED_SHARE = 0.1
+PAUSE_BATCHES = 50
 # Trees whose grants are kept between fresh reads; past it the oldest are forgotten (read again).
 MAX_TREES = 10_000
 
@@ -32,6 +37,7 @@ class HeldReads:
         self._read_at = float("-inf")
         self._grants: dict[str, frozenset[str]] = {}
         self._draining = False
+        self._paused = 0
 
     def remember(self, reads: SendReads) -> None:
         """A fresh read: its grants and drain flag are used for the next ``WINDOW_S``."""
@@ -41,8 +47,17 @@ class HeldReads:
             del self._grants[next(iter(self._grants))]
         self._draining = reads.service_draining
 
+    def contended(self, conflicted: int, appended: int) -> None:
+        """After a batch decided on held states: how many of its appends found another writer first."""
+        if conflicted > CONTENDED_SHARE * appended:
+            self._paused = PAUSE_BATCHES
+
     def reads(self, records: list[SessionRecord], senders: list[SessionRecord]) -> SendReads | None:
-        """What a fresh read would return, from what is held; None if anything is not held or too old."""
+        """What a fresh read would return, from what is held; None if anything is not held or too old, or
+        while held states are paused (``contended``)."""
+        if self._paused:
+            self._paused -= 1
+            return None
         if time.monotonic() - self._read_at > WINDOW_S:
             return None
         loaded = {}

@@ -199,6 +199,8 @@ class SendService:
             else:
                 retry.append(w)
         metrics.CONFLICT_ROUNDS.inc(len(retry))
+        if on_held:
+            self.held.contended(len(retry), len(committing))
         return retry
 
     @staticmethod
