@@ -1,6 +1,6 @@
 """`make bench`: one Valkey, one run, treemail next to a raw Redis baseline.
 
-    python -m bench.run            # full run (about 4 min on 2 cores)
+    python -m bench.run            # full run (about 5 min on 2 cores)
     python -m bench.run --quick    # smoke run (or BENCH_QUICK=1)
     python -m bench.run --only replay,scale_cluster   # some phases, print only (for profiling)
 
