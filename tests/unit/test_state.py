@@ -113,3 +113,13 @@ def test_a_snapshot_keeps_only_what_differs_from_a_new_session_and_reads_back_wh
     assert st.SessionState.from_json(state.to_json()) == state
     assert st.SessionState.from_json(st.SessionState(continuable=False).to_json()).continuable is False
     assert json.loads(st.SessionState().to_json()) == {"status": "queued"}  # read inside the server (peers.lua)
+
+
+def test_an_append_given_the_state_its_decision_folded_leaves_what_folding_again_leaves():
+    from treemail.domain.decide.wake import with_wake_folded
+
+    idle = given(registered(T.child, status="idle"))
+    events, after = with_wake_folded(idle, [accepted("m-1", T.root)], now=5.0)
+
+    assert st.apply(idle, {}, events, 1, folded=after) == st.apply(idle, {}, events, 1)
+    assert [type(e) for e in events][-1] is ev.SessionWakeRequested  # an idle recipient is woken

@@ -283,6 +283,7 @@ class EventStore:
         companions: list[Companion] = (),
         mail_complete: bool = False,
         read_draining: bool | None = None,
+        folded: SessionState | None = None,
     ) -> PreparedAppend:
         """``mail``: the pending mail the decision read; ``mail_complete`` when it is all of it
         (``Handler.reads_mail == "all"``), not just the due index or the one item a command named.
@@ -292,9 +293,10 @@ class EventStore:
         mail was loaded, otherwise lowered to what the changed items need.
         ``read_draining``: whether the decision found the whole service draining (None: it did not look);
         the append applies only if the partition's copy of the flag still says the same.
+        ``folded``: the state the events leave, when the decision folded them already (``state.apply``).
         """
         p, sid = record.partition, record.session_id
-        applied = apply(loaded.state, mail or {}, new_events, loaded.version)
+        applied = apply(loaded.state, mail or {}, new_events, loaded.version, folded)
         encoded = [part for event in new_events for part in ev.encode(event)]
         # (message id, item or '' once done, '1' if a claim may take it): the Lua keeps the due index too.
         changes = [part for message_id, item in applied.mail_changes.items()

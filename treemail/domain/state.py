@@ -350,8 +350,12 @@ class Applied:
     registers: bool = False
 
 
-def apply(state: SessionState, mail: dict[str, MailItem], events: list[ev.Event], version: int) -> Applied:
-    """Fold ``events``, appended after position ``version``, into everything kept beside the stream."""
+def apply(state: SessionState, mail: dict[str, MailItem], events: list[ev.Event], version: int,
+          folded: SessionState | None = None) -> Applied:
+    """Fold ``events``, appended after position ``version``, into everything kept beside the stream.
+
+    ``folded``: the state ``events`` leave, when the decision already folded them from ``state``
+    (``wake.with_wake_folded``); the same ``fold``, so it is not done twice."""
     mail = dict(mail)
     touched: list[str] = []
     wakes: list[tuple[int, str | None]] = []
@@ -361,7 +365,8 @@ def apply(state: SessionState, mail: dict[str, MailItem], events: list[ev.Event]
     grants: list[str] = []
     interrupts: list[tuple[int, ev.SessionInterruptRequested]] = []
     for seq, event in enumerate(events, start=version + 1):
-        state = evolve(state, event)
+        if folded is None:
+            state = evolve(state, event)
         mail = evolve_mail(mail, event, seq)
         match event:
             case ev.ProducerMessageAccepted() | ev.MessageEvent():
@@ -381,5 +386,5 @@ def apply(state: SessionState, mail: dict[str, MailItem], events: list[ev.Event]
             case ev.SessionInterruptRequested():
                 interrupts.append((seq, event))
     changes = {message_id: mail.get(message_id) for message_id in dict.fromkeys(touched)}
-    return Applied(state, version + len(events), changes, wakes, handle, approvals, grants, interrupts=interrupts,
+    return Applied(folded or state, version + len(events), changes, wakes, handle, approvals, grants, interrupts=interrupts,
                    registers=registers)

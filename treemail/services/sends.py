@@ -215,6 +215,7 @@ class SendService:
                  ) -> PreparedAppend | None:
         """The append a decision needs, chained on the state earlier commands of the batch left; None if none."""
         companions: list[Companion] = []
+        folded = None
         match decision:
             case AwaitsApproval(events=[]) | Refused(recorded=False) | Replayed():
                 return None
@@ -223,6 +224,7 @@ class SendService:
                 session, digest, record = w.sender, None, None
             case Accepted() | Refused():
                 events = decision.events if isinstance(decision, Accepted) else []
+                folded = decision.state_after if isinstance(decision, Accepted) else None
                 session = w.target
                 events = proof.sign_events(events, session.session_id, self.keyring)
                 digest = w.digest
@@ -231,7 +233,7 @@ class SendService:
         prepared = self.store.prepare(
             session, loaded[session.session_id], events, idempotency_digest=digest, idempotency_record=record,
             idempotency_session=w.sender.session_id, policy=self.config, companions=companions,
-            read_draining=draining,
+            read_draining=draining, folded=folded,
         )
         loaded[session.session_id] = prepared.loaded
         loaded.update(prepared.companions)

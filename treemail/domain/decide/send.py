@@ -16,7 +16,7 @@ from ..records import SessionRecord
 from ..state import SessionState
 from . import admission, content, guards, idempotency, routing
 from .guards import Found, Target
-from .wake import with_wake
+from .wake import with_wake_folded
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,8 @@ class Accepted:
 
     events: list[ev.Event]
     result: dict
+    # The recipient's state after ``events``, folded by the decision (the append reuses it).
+    state_after: SessionState | None = None
 
 
 @dataclass(frozen=True)
@@ -215,4 +217,5 @@ def accept(command, given: SendGiven, sender: SessionRecord, found: Found, hop: 
         "mode": command.arguments.mode,
         "recipient_state": recipient_state_label(found.state.status),
     }
-    return Accepted(with_wake(found.state, events, given.now), result)
+    events, after = with_wake_folded(found.state, events, given.now)
+    return Accepted(events, result, after)

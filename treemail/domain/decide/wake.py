@@ -3,7 +3,7 @@
 from collections.abc import Mapping
 
 from .. import events as ev
-from ..state import MailItem, SessionState, evolve_mail, fold
+from ..state import MailItem, SessionState, evolve, evolve_mail, fold
 from .delivery import deliverable, wakeable
 
 
@@ -36,12 +36,20 @@ def with_wake(state: SessionState, events: list[ev.Event], now: float = 0.0,
     At most one wake is outstanding per session: more mail before the woken
     run starts rides on the same wake.
     """
+    return with_wake_folded(state, events, now, mail)[0]
+
+
+def with_wake_folded(state: SessionState, events: list[ev.Event], now: float = 0.0,
+                     mail: Mapping[str, MailItem] | None = None) -> tuple[list[ev.Event], SessionState]:
+    """``with_wake``, and the state all the events leave: folded here once, so the append need not
+    fold them again (``state.apply``'s ``folded``)."""
     after = fold(events, state)
     due = has_mail_due_while_asleep(after, None if mail is None else mail_after(mail, events), now)
     if due and not after.wake_pending:
         reason = next((e.message_id for e in reversed(events) if isinstance(e, ev.ProducerMessageAccepted)), None)
-        return [*events, ev.SessionWakeRequested(at=now, message_id=reason)]
-    return events
+        wake = ev.SessionWakeRequested(at=now, message_id=reason)
+        return [*events, wake], evolve(after, wake)
+    return events, after
 
 
 def decide_reconcile_wake(state: SessionState, now: float = 0.0) -> list[ev.Event]:
