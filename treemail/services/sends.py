@@ -2,11 +2,13 @@
 
 Commands of one batch are decided in order against an in-memory copy of each
 session's state, so several sends to one recipient chain their expected etags
-in one pipeline. A conflict (another writer appended first) sends the command
-round again with freshly loaded state; nothing here is trusted across rounds,
-so any number of workers may race.
+in one pipeline. A batch's first round may decide on the states the worker
+already holds (``heldreads``), keeping only decisions whose own append checks
+every state they read. A conflict (another writer appended first) sends the
+command round again with freshly loaded state; nothing unconfirmed is trusted
+across rounds, so any number of workers may race.
 
-A little over the house's 200 lines: one batch's resolve, load, decide and commit read in order.
+Over the house's 200 lines: one batch's resolve, load, decide and commit read in order.
 """
 
 import json
