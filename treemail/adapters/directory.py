@@ -95,17 +95,6 @@ class Directory:
             peers.append(Peer(_record_of(json.loads(data), sender.partition), _text(status) or "unknown"))
         return peers
 
-    async def tree_grants(self, senders: list[SessionRecord]) -> dict[str, frozenset[str]]:
-        """root session id -> labels a person approved for that whole tree, in one round trip."""
-        roots = {s.root_session_id: s.partition for s in senders}
-        if not roots:
-            return {}
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for root, partition in roots.items():
-                pipe.smembers(keys.tree_grants(partition, root))
-            values = await pipe.execute()
-        return {root: frozenset(v.decode() for v in value) for root, value in zip(roots, values)}
-
 
 def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else value

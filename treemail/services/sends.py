@@ -126,7 +126,7 @@ class SendService:
     def _checked_by_its_append(w: _Work, decision: SendDecision, prepared: PreparedAppend | None) -> bool:
         """Whether the append checks every state the decision read (``heldreads``): it is on the recipient's
         stream, and the sender's record rides along as a companion (or the sender is the recipient)."""
-        if prepared is None or not (isinstance(decision, Accepted) or isinstance(decision, Refused)):
+        if prepared is None or not isinstance(decision, (Accepted, Refused)):
             return False
         return w.sender.session_id in prepared.companions or w.sender.session_id == w.target.session_id
 
