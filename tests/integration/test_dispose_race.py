@@ -53,7 +53,7 @@ async def race(url: str, kill: bool = False):
                         ctx, {"to": target.handle, "body": f"{peer.handle} #{n}"}
                     )
                     # Paced, so that the disposal lands among the sends however fast the workers decide.
-                    await asyncio.sleep(0.003)
+                    await asyncio.sleep(0.01)
 
             async def recipient():
                 """The target's host claims and acknowledges at its boundaries until the cutoff stops it."""
