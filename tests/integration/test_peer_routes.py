@@ -247,3 +247,31 @@ async def test_a_route_leads_only_to_an_independent_agent_never_to_another_trees
         await host.register_peer_route("advisor", advisor.session_id, source_session_id=planner.session_id,
                                        input_schema={"type": "no-such-type"})
     assert await host.peer_routes(planner.session_id) == []
+
+
+async def test_a_peer_send_decided_before_a_drain_and_committed_after_it_is_decided_again_and_refused(
+    host, calls, monkeypatch
+):
+    from treemail.services import admission, peers
+
+    planner, advisor = await independent_trees(host)
+    await route(host, planner, advisor, "advisor", send=True)
+    real = admission.service_draining
+    reads = []
+
+    async def drain_right_after_the_read(store):
+        draining = await real(store)
+        reads.append(draining)
+        if len(reads) == 1:
+            await host.drain()  # between this decision's read and its commit
+        return draining
+
+    monkeypatch.setattr(peers.admission, "service_draining", drain_right_after_the_read)
+    try:
+        result = await host.send_to_peer(calls.ctx(planner.session_id), {"peer": "advisor", "body": "late"})
+    finally:
+        await host.undrain()
+
+    assert reads[:2] == [False, True]  # the commit refused the first decision; the second read the drain
+    assert "draining" in result["error"]["code"], result
+    assert await of_type(host, advisor.session_id, ev.ProducerMessageAccepted) == []

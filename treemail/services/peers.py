@@ -193,10 +193,10 @@ class PeerService:
             else:
                 available = [v.name for v in await self.views(sender) if v.allows("send")] if sender else []
                 target = routes.NoSuchPeer(arguments.peer, available)
+            draining = await admission.service_draining(self.store)
             given = SendGiven(
                 sender=sender, sender_state=loaded[sender.session_id].state if sender else SessionState(),
-                target=target, config=self.config, new_id=ids.uuid7(), now=time.time(),
-                service_draining=await admission.service_draining(self.store),
+                target=target, config=self.config, new_id=ids.uuid7(), now=time.time(), service_draining=draining,
             )
             decision = decide_peer_send(command, given)
             if isinstance(decision, Refused) and not decision.recorded:
@@ -207,6 +207,7 @@ class PeerService:
                 target_record, loaded[target_record.session_id],
                 proof.sign_events(events, target_record.session_id, self.keyring),
                 idempotency_digest=digest, idempotency_record=routes.record(arguments, outcome), policy=self.config,
+                read_draining=draining,
             )
             result = await self.store.append(prepared)
             if result.status == "ok":
