@@ -18,16 +18,20 @@ async def service_draining(store: EventStore) -> bool:
 async def set_service_drain(store: EventStore, draining: bool) -> None:
     """The flag, and its copy on every partition's slot, which a send's commit checks atomically.
 
-    The copies are set before the flag and cleared after it, so a decision that read the flag
-    never commits against copies that disagree with it for longer than this call."""
-    partitions = [keys.partition_drain(p) for p in range(store.config.partitions)]
+    The copies are set before the flag and cleared after it, in two round trips (a cluster keeps no
+    order between the nodes of one pipeline): a decision that read the flag as set never meets a clear
+    copy, and one that read it clear meets a set copy only while this call runs (a conflict: it is
+    decided again)."""
+    copies = [keys.partition_drain(p) for p in range(store.config.partitions)]
     async with store.redis.pipeline(transaction=False) as pipe:
-        if draining:
-            for key in partitions:
+        for key in copies:
+            if draining:
                 pipe.set(key, "1")
-            pipe.set(keys.service_drain(), "1")
-        else:
-            pipe.delete(keys.service_drain())
-            for key in partitions:
+            else:
                 pipe.delete(key)
-        await pipe.execute()
+        if draining:
+            await pipe.execute()
+            await store.redis.set(keys.service_drain(), "1")
+        else:
+            await store.redis.delete(keys.service_drain())
+            await pipe.execute()
