@@ -116,17 +116,11 @@ def fold_event(view: View, projection: Projection, session_id: str, seq: int, ev
     return True
 
 
-def fold_session(
-    view: View, projection: Projection, session_id: str, events: Iterable[tuple[int, ev.Event | None]]
-) -> None:
-    """``fold_event`` over consecutive events of one session, with the position written once."""
-    fold_stream([(view, projection)], session_id, events)
-
-
 def fold_stream(
     views: list[tuple[View, Projection]], session_id: str, events: Iterable[tuple[int, ev.Event | None]]
 ) -> None:
-    """``fold_session`` of several views in one pass over the events.
+    """``fold_event`` over consecutive events of one session, for several views in one pass over the
+    events, each view's position written once.
 
     ``events`` may be a generator: each event is folded into every view and dropped before the next is
     decoded, so a rebuild never holds a chunk of decoded events (thousands of surviving objects would

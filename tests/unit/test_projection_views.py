@@ -131,7 +131,7 @@ def test_tree_summary_counts_sessions_and_mail():
 @settings(max_examples=100, deadline=None)
 @given(histories(), st.integers(1, 7))
 def test_folding_a_session_in_chunks_equals_folding_it_event_by_event(history, chunk):
-    from treemail.projections.views import fold_session
+    from treemail.projections.views import fold_stream
 
     streams, _ = history
     by_chunks = {name: {} for name in PROJECTIONS}
@@ -139,8 +139,9 @@ def test_folding_a_session_in_chunks_equals_folding_it_event_by_event(history, c
         numbered = list(enumerate(events, start=1))
         for start in range(0, len(numbered), chunk):
             for name in PROJECTIONS:
-                fold_session(by_chunks[name], PROJECTIONS[name], session, numbered[start:start + chunk])
-                fold_session(by_chunks[name], PROJECTIONS[name], session, numbered[start:start + chunk])  # again: no effect
+                fold = [(by_chunks[name], PROJECTIONS[name])]
+                fold_stream(fold, session, numbered[start:start + chunk])
+                fold_stream(fold, session, numbered[start:start + chunk])  # again: no effect
     assert by_chunks == rebuild(streams)
 
 
@@ -149,14 +150,15 @@ def test_folding_a_session_in_chunks_equals_folding_it_event_by_event(history, c
 def test_folding_every_view_in_one_pass_from_a_generator_equals_folding_each_view_event_by_event(history, data):
     """The rebuild's fold (``fold_stream``: all views at once, events decoded one at a time) gives the live
     runner's views, also when some views already hold a longer prefix of a session than others."""
-    from treemail.projections.views import fold_session, fold_stream
+    from treemail.projections.views import fold_stream
 
     streams, _ = history
     views = {name: {} for name in PROJECTIONS}
     for session, events in streams.items():
         numbered = list(enumerate(events, start=1))
         for name in PROJECTIONS:  # each view starts at its own position in this session
-            fold_session(views[name], PROJECTIONS[name], session, numbered[:data.draw(st.integers(0, len(numbered)))])
+            prefix = numbered[:data.draw(st.integers(0, len(numbered)))]
+            fold_stream([(views[name], PROJECTIONS[name])], session, prefix)
         fold_stream([(views[name], PROJECTIONS[name]) for name in PROJECTIONS], session, iter(numbered))
     assert views == rebuild(streams)
 
