@@ -153,6 +153,23 @@ async def test_the_feed_entry_and_the_wake_trigger_are_written_in_the_same_step_
     assert set(await store.redis.hkeys(keys.session_mail(3, "s-1"))) == {b"m-1"}
 
 
+async def test_the_due_index_names_the_claimable_mail_and_a_claim_reads_each_item_from_the_one_copy(store):
+    """Issue 17: the due hash keeps ids only; more than one HMGET slice of due mail is read whole."""
+    r = record("s-1")
+    await store.append(store.prepare(r, await store.load(r), [registered(r, "running")]))
+    steer = [ev.ProducerMessageAccepted(message_id=f"s-{i}", producer_id="goal:host", owner="goal", body="b",
+                                        mode="steer") for i in range(1200)]
+    await store.append(store.prepare(r, await store.load(r), [*steer, accepted("q-1"), accepted("q-2")]))
+
+    due = await store.load_mail(r, "due")
+
+    assert set(due) == {e.message_id for e in steer}
+    assert due["s-7"] == (await store.load_mail(r, "all"))["s-7"]
+    assert set(await store.redis.hvals(keys.session_due(3, "s-1"))) == {b"1"}
+    await store.redis.hdel(keys.session_mail(3, "s-1"), "s-3")  # an id whose item is gone is skipped
+    assert len(await store.load_mail(r, "due")) == 1199
+
+
 async def test_an_approval_request_and_its_index_entry_are_one_step(store):
     r = record("s-1")
     await store.append(store.prepare(r, await store.load(r), [registered(r, "running")]))

@@ -12,8 +12,8 @@
 -- KEYS: 1 stream, 2 state hash (version, snapshot), 3 pending-mail hash,
 --       4 the sender's idempotency hash (one field per tool call, no expiry), 5 tree handles hash, 6 tree members set,
 --       7 partition wake stream, 8 partition sessions set, 9 partition feed,
---       10 partition approvals hash, 11 tree grants set, 12 the session's due-mail hash (what a claim
---       may take), 13 partition due index, 14 partition outbound index,
+--       10 partition approvals hash, 11 tree grants set, 12 the session's due-mail hash (the ids of what a
+--       claim may take), 13 partition due index, 14 partition outbound index,
 --       then per companion its stream and its state hash
 --       (all in one hash slot: the tree's partition tag)
 -- ARGV: 1 expected etag ('' for a new session) and new etag as "old new", 2 snapshot json,
@@ -94,7 +94,8 @@ for _ = 1, changes do
     redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
   end
   if ARGV[i + 2] == '1' then
-    redis.call('HSET', KEYS[12], ARGV[i], ARGV[i + 1])
+    -- The due index names the item; the mail hash keeps its only copy (due_mail.lua reads both).
+    redis.call('HSET', KEYS[12], ARGV[i], '1')
   else
     redis.call('HDEL', KEYS[12], ARGV[i])
   end

@@ -38,6 +38,7 @@ from .statecache import StateCache
 
 COMMIT_LUA = resources.files(__package__).joinpath("commit.lua").read_text()
 COMMIT_SHA = hashlib.sha1(COMMIT_LUA.encode()).hexdigest()
+DUE_MAIL_LUA = resources.files(__package__).joinpath("due_mail.lua").read_text()
 
 
 @dataclass(frozen=True)
@@ -258,8 +259,11 @@ class EventStore:
             return await self.load_mail_items(record, [message_id] if message_id else [])
         if which not in ("all", "due"):
             return {}
-        raw = await self.redis.hgetall(keys.session_mail(p, sid) if which == "all" else keys.session_due(p, sid))
-        return {k.decode(): MailItem.from_json(v) for k, v in raw.items()}
+        if which == "all":
+            raw = await self.redis.hgetall(keys.session_mail(p, sid))
+            return {k.decode(): MailItem.from_json(v) for k, v in raw.items()}
+        flat = await self.redis.eval(DUE_MAIL_LUA, 2, keys.session_due(p, sid), keys.session_mail(p, sid))
+        return {flat[j].decode(): MailItem.from_json(flat[j + 1]) for j in range(0, len(flat), 2)}
 
     async def load_mail_items(self, record: SessionRecord, message_ids: list[str]) -> dict[str, MailItem]:
         if not message_ids:

@@ -33,7 +33,7 @@ def session_mail(partition: int, session_id: str) -> str:
 
 
 def session_due(partition: int, session_id: str) -> str:
-    """The pending mail a claim may take (``lifecycle.claimable``): a subset of ``session_mail``."""
+    """The ids of the pending mail a claim may take (``lifecycle.claimable``): a subset of ``session_mail``'s."""
     return f"{PREFIX}:{tag(partition)}:s:{session_id}:due"
 
 
