@@ -1,8 +1,9 @@
 """Subscriptions: every session's mail events for plugins, live and resumable from a position.
 
 The source is the partition feeds: the commit step that appends a session's
-events writes them to its partition's feed in the same atomic call, so a
-subscriber sees every event the streams hold, in each session's order.
+events names them in its partition's feed in the same atomic call, so a
+subscriber sees every event the streams hold, in each session's order (each
+event read from its session stream, ``adapters.feed``).
 There is no order across partitions (they are independent, possibly on
 different cluster nodes).
 
@@ -27,7 +28,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from treemail.adapters import keys
+from treemail.adapters import feed, keys
 from treemail.adapters.config import ServiceConfig
 from treemail.domain import events as ev
 
@@ -126,20 +127,25 @@ async def subscribe(
     stopping: Callable[[], bool], block_ms: int = 1000, count: int = 500,
 ) -> AsyncIterator[Observed]:
     position = await starting_position(redis, config.partitions, after)
+    names = {cls.__name__ for cls in types} if types is not None else None
+
+    def wanted(type_name: str) -> bool:
+        return names is None or type_name in names
+
     partition_of = {keys.feed(p): p for p in range(config.partitions)}
     while not stopping():
         try:
-            replies = await _read(redis, config, position, count, block_ms)
+            batches = [
+                (partition_of[_text(stream)], await feed.resolve(redis, partition_of[_text(stream)], entries, wanted))
+                for stream, entries in await _read(redis, config, position, count, block_ms)
+            ]
         except (RedisConnectionError, RedisTimeoutError):
             if stopping():
                 return
             await asyncio.sleep(0.25)  # a server blip: the position is kept, nothing is skipped
             continue
-        for stream, entries in replies:
-            partition = partition_of[_text(stream)]
-            for entry_id, fields in entries:
-                position = position.after(partition, _text(entry_id))
-                event = ev.decode(_text(fields[b"type"]), fields[b"data"])
-                if event is None or (types is not None and type(event) not in types):
-                    continue
-                yield Observed(str(position), _text(fields[b"session"]), event)
+        for partition, entries in batches:
+            for entry in entries:
+                position = position.after(partition, entry.entry_id)
+                if entry.event is not None:
+                    yield Observed(str(position), entry.session_id, entry.event)

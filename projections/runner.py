@@ -12,9 +12,9 @@ import time
 
 from redis.exceptions import RedisClusterException, RedisError
 
-from treemail.adapters import keys, metrics
+from treemail.adapters import feed, keys, metrics
 from treemail.adapters.config import Config
-from treemail.adapters.eventstore import EventStore, decode_entry
+from treemail.adapters.eventstore import EventStore
 from treemail.adapters.viewstore import Checkpoint, TrackedView, feed_position, id_tuple, load_view, queue_changes
 from treemail.domain import events as ev
 from treemail.domain import protocol
@@ -39,6 +39,8 @@ class ProjectionRunner:
         self.names = names or list(PROJECTIONS)
         self.batch = batch
         self.views: dict[tuple[str, int], TrackedView] = {}
+        # The event types some followed projection folds: only these are read from the session streams.
+        self._read_types = {cls.__name__ for name in self.names for cls in PROJECTIONS[name].reads}
         self.checkpoints: dict[tuple[str, int], Checkpoint] = {}
 
     async def start(self) -> None:
@@ -84,14 +86,12 @@ class ProjectionRunner:
 
     async def _fold(self, partition: int, entries: list) -> int:
         decoded = []
-        for entry_id, fields in entries:
-            event = decode_entry(fields)
-            if event is None and protocol.is_newer(protocol.version_of(fields.get(b"v"))):
+        for entry in await feed.resolve(self.redis, partition, entries, self._read_types.__contains__):
+            if entry.newer:
                 # Skipped and reported: folding what this version may misread would be worse.
                 log.warning("feed entry %s of partition %d: %s; skipped (run `treemail replay` after upgrading)",
-                            entry_id.decode(), partition,
-                            protocol.NewerProtocol(protocol.version_of(fields.get(b"v")), "it"))
-            decoded.append((entry_id.decode(), fields[b"session"].decode(), int(fields[b"seq"]), event))
+                            entry.entry_id, partition, protocol.NewerProtocol(entry.version, "it"))
+            decoded.append((entry.entry_id, entry.session_id, entry.seq, entry.event))
         async with self.redis.pipeline(transaction=True) as pipe:
             for name in self.names:
                 key = (name, partition)

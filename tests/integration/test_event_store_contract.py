@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from treemail.adapters import approvalindex, keys
+from treemail.adapters import approvalindex, feed, keys
 from treemail.adapters.connection import connect
 from treemail.adapters.eventstore import EventStore, parse_append
 from treemail.domain import events as ev
@@ -147,6 +147,7 @@ async def test_the_feed_entry_and_the_wake_trigger_are_written_in_the_same_step_
         (b"s-1", b"1", b"SessionRegistered"), (b"s-1", b"2", b"ProducerMessageAccepted"),
         (b"s-1", b"3", b"SessionWakeRequested"),
     ]
+    assert not any(b"data" in f for _, f in feed)  # the session stream keeps the only copy
     [(_, trigger)] = await store.redis.xrange(keys.wake_stream(3))
     assert json.loads(trigger[b"data"]) == {"session_id": "s-1", "root_session_id": "root-1", "message_id": "m-1",
                                            "seq": 3}
@@ -168,6 +169,30 @@ async def test_the_due_index_names_the_claimable_mail_and_a_claim_reads_each_ite
     assert set(await store.redis.hvals(keys.session_due(3, "s-1"))) == {b"1"}
     await store.redis.hdel(keys.session_mail(3, "s-1"), "s-3")  # an id whose item is gone is skipped
     assert len(await store.load_mail(r, "due")) == 1199
+
+
+async def test_a_feed_batch_reads_its_wanted_events_from_the_session_streams(store):
+    a, b = record("s-a"), record("s-b", handle="explore_0000bbbb")
+    for r in (a, b):
+        await store.append(store.prepare(r, await store.load(r), [registered(r, "running")]))
+    await store.append(store.prepare(a, await store.load(a), [accepted("m-1"), accepted("m-2")]))
+    await store.append(store.prepare(b, await store.load(b), [accepted("m-3")]))
+    # An entry written before feeds stopped carrying data, and one whose stream is gone (retention).
+    name, data = ev.encode(accepted("m-old"))
+    await store.redis.xadd(keys.feed(3), {"session": "s-old", "seq": "1", "type": name, "data": data, "v": "2"})
+    await store.redis.xadd(keys.feed(3), {"session": "s-gone", "seq": "1", "type": name, "v": "2"})
+
+    entries = await feed.resolve(store.redis, 3, await store.redis.xrange(keys.feed(3)),
+                                 lambda type_name: type_name == "ProducerMessageAccepted")
+
+    assert [(e.session_id, e.seq, e.type_name) for e in entries] == [
+        ("s-a", 1, "SessionRegistered"), ("s-b", 1, "SessionRegistered"), ("s-a", 2, "ProducerMessageAccepted"),
+        ("s-a", 3, "ProducerMessageAccepted"), ("s-b", 2, "ProducerMessageAccepted"),
+        ("s-old", 1, "ProducerMessageAccepted"), ("s-gone", 1, "ProducerMessageAccepted"),
+    ]
+    assert [e.event.message_id if e.event else None for e in entries] == [
+        None, None, "m-1", "m-2", "m-3", "m-old", None,  # not wanted: not read
+    ]
 
 
 async def test_an_approval_request_and_its_index_entry_are_one_step(store):

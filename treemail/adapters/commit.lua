@@ -121,13 +121,14 @@ for _ = 1, grants do
   i = i + 1
 end
 -- The partition feed lets projections follow every session of the partition
--- through one stream; it is a trimmed copy, the session streams stay the truth.
+-- through one stream. It names each event (session, position, type) and carries no
+-- copy of its data: readers take that from the session stream (feed.py), the truth.
 local feed_maxlen = ARGV[i]
 local seq = current
 for j = events_start, events_start + 2 * tonumber(ARGV[7]) - 1, 2 do
   seq = seq + 1
   redis.call('XADD', KEYS[9], 'MAXLEN', '~', feed_maxlen, '*',
-    'session', ARGV[6], 'seq', seq, 'type', ARGV[j], 'data', ARGV[j + 1], 'v', protocol)
+    'session', ARGV[6], 'seq', seq, 'type', ARGV[j], 'v', protocol)
 end
 
 -- Seed 004: when the delivery pump must next look at this session (computed by the caller).
@@ -149,7 +150,7 @@ for n, companion in ipairs(companions) do
     cversion = cversion + 1
     redis.call('XADD', KEYS[13 + 2 * n], cversion .. '-0', 'type', ARGV[k], 'data', ARGV[k + 1], 'v', protocol)
     redis.call('XADD', KEYS[9], 'MAXLEN', '~', feed_maxlen, '*',
-      'session', csid, 'seq', cversion, 'type', ARGV[k], 'data', ARGV[k + 1], 'v', protocol)
+      'session', csid, 'seq', cversion, 'type', ARGV[k], 'v', protocol)
     k = k + 2
   end
   redis.call('HSET', KEYS[14 + 2 * n], 'version', cversion, 'snapshot', ARGV[companion.at + 1], 'etag', companion.etag)
