@@ -14,6 +14,7 @@ import time
 
 from treemail.adapters import keys, outboundindex, tracing
 from treemail.domain import commands as c
+from treemail.domain import events as ev
 from treemail.domain.errors import Code, LifecycleError
 from treemail.domain.outbound import may_inspect, status_of
 from treemail.domain.records import SessionRecord
@@ -40,7 +41,7 @@ def _unknown(message_id: str) -> dict:
 
 
 async def _locate(host, message_id: str, caller: str | None):
-    """(sender's record, settlement, recipient record, pending item) or an error dict."""
+    """(the index's find: sender and its records, recipient record, pending item) or an error dict."""
     if caller is not None:
         record = await host.store.directory.get(caller)
         if record is None:
@@ -51,28 +52,28 @@ async def _locate(host, message_id: str, caller: str | None):
     found = await outboundindex.find(host.redis, message_id, partitions)
     if found is None:
         return _unknown(message_id)
-    sent, settled = found
-    sender = await host.store.directory.get(sent["sender"])
+    sender = await host.store.directory.get(found.sender_id)
     if sender is None:
         return _unknown(message_id)
     if not may_inspect(caller, sender.session_id, await ancestors(host, sender)):
         return error_result(Code.PERMISSION_DENIED.value,
                             "permission denied: only the sender, the sessions it was delegated from and the host "
                             "may inspect or retry a message")
-    recipient = await host.store.directory.get(sent["recipient"])
+    recipient = await host.store.directory.get(found.sent.recipient_session_id)
     item = None
-    if settled is None and sent["status"] == "accepted" and recipient is not None:
+    if found.settled is None and isinstance(found.sent, ev.MessageSent) and recipient is not None:
         raw = await host.redis.hget(keys.session_mail(recipient.partition, recipient.session_id), message_id)
         item = MailItem.from_json(raw) if raw else None
-    return sent, settled, recipient, item
+    return found, recipient, item
 
 
 async def inspect(host, message_id: str, caller: str | None = None) -> dict:
     located = await _locate(host, message_id, caller)
     if isinstance(located, dict):
         return located
-    sent, settled, _, item = located
-    return status_of(message_id, sent, settled, item, host.config.messaging, time.time())
+    found, _, item = located
+    return status_of(message_id, found.sender_id, found.sent, found.settled, item, host.config.messaging,
+                     time.time())
 
 
 async def retry(host, message_id: str, caller: str | None = None) -> dict:
@@ -80,8 +81,8 @@ async def retry(host, message_id: str, caller: str | None = None) -> dict:
     located = await _locate(host, message_id, caller)
     if isinstance(located, dict):
         return located
-    sent, settled, recipient, item = located
-    if settled is not None or sent["status"] == "refused":
+    found, recipient, item = located
+    if found.settled is not None or isinstance(found.sent, ev.MessageRefused):
         return _settled(message_id)
     if item is None or item.state != "parked":
         return error_result(Code.NOT_PARKED.value,

@@ -140,6 +140,27 @@ async def test_inspect_answers_the_sender_its_controllers_and_the_host_only(redi
         assert status["settlement"]["outcome"] == "discarded" and status["reason"] == "out of scope"
 
 
+async def test_the_outbound_index_points_at_the_senders_record_and_entries_written_as_copies_still_read(
+        redis_url, calls):
+    async with running_stack(redis_url) as host:
+        root, [child] = await family(host)
+        sent = await host.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "hi"})
+        message_id, partition = sent["message_id"], (await host.sessions.record(root.session_id)).partition
+        index = keys.outbound_index(partition)
+        sender_id, position = (await host.redis.hget(index, message_id)).decode().split(" ")
+        [record] = [e for seq, e in await host.history(root.session_id) if seq == int(position)]
+        assert sender_id == root.session_id and isinstance(record, ev.MessageSent)
+        assert record.message_id == message_id
+        # What an earlier release wrote: the record's fields as JSON, settled as well.
+        await host.redis.hset(index, mapping={
+            message_id: '{"sender":"%s","recipient":"%s","status":"accepted","position":7,'
+                        '"recipient_state":"idle","at":1.0}' % (root.session_id, child.session_id),
+            f"{message_id}:settled": '{"outcome":"discarded","reason":"old","at":2.0}'})
+        status = await host.inspect(message_id, root.session_id)
+        assert (status["status"], status["receipt"]["position"], status["settlement"]["reason"]) == (
+            "processed", 7, "old")
+
+
 async def test_a_lost_wake_trigger_is_recovered_by_the_pump(redis_url, calls):
     async with running_stack(redis_url, **FAST) as host:
         root, [child] = await family(host, child_status="idle")

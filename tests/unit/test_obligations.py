@@ -1,7 +1,6 @@
 """Delivery as an obligation (seed 004): attempts, backoff, deadlines, parking, the pump's decision, retry,
 per-source capacity, the sender's record and inspect. Given/when/then on pure functions, an injected clock."""
 
-import json
 
 import pytest
 
@@ -12,7 +11,7 @@ from treemail.domain.decide.lifecycle import Given, decide_claim, decide_finish_
 from treemail.domain.decide.obligations import decide_keep, decide_retry
 from treemail.domain.decide.send import Accepted, Refused
 from treemail.domain.errors import Code, LifecycleError
-from treemail.domain.outbound import index_entries, may_inspect, source_events, status_of
+from treemail.domain.outbound import index_entries, index_reference, may_inspect, source_events, status_of
 
 from .builders import History, accepted, config, found, registered, run_started, send, tree
 
@@ -253,10 +252,13 @@ def test_accepting_and_settling_agent_mail_imply_records_on_the_sender_stream():
 
 
 def status(sent_events, item=None, now=0.0) -> dict:
-    index = dict(zip(*[iter(index_entries(T.root.session_id, sent_events))] * 2))
-    sent = json.loads(index["m-1"])
-    settled = json.loads(index["m-1:settled"]) if "m-1:settled" in index else None
-    return status_of("m-1", sent, settled, item, CFG, now)
+    """What inspect shows, reading the records where the index entries the events wrote point."""
+    index = dict(zip(*[iter(index_entries(T.root.session_id, sent_events, first_position=10))] * 2))
+    stream = dict(enumerate(sent_events, start=10))
+    sender, position = index_reference(index["m-1"])
+    assert sender == T.root.session_id
+    settled = stream[index_reference(index["m-1:settled"])[1]] if "m-1:settled" in index else None
+    return status_of("m-1", sender, stream[position], settled, item, CFG, now)
 
 
 def test_inspect_shows_the_receipt_attempts_parking_settlement_and_refusal():

@@ -376,7 +376,7 @@ class EventStore:
             self.states.put(record.session_id, etag, applied.state, applied.version)
             key_list.extend((keys.session_stream(partition, record.session_id), self.state_key(record)))
             encoded = [part for event in companion.events for part in ev.encode(event)]
-            index = index_entries(record.session_id, companion.events)
+            index = index_entries(record.session_id, companion.events, loaded.version + 1)
             args.extend((f"{loaded.etag} {etag}", applied.state.to_json(), record.session_id,
                          len(companion.events), *encoded, len(index) // 2, *index))
             after[record.session_id] = Loaded(applied.state, applied.version, etag)

@@ -9,9 +9,7 @@ the recipient's events that imply them, so the two streams never disagree.
 """
 
 import re
-from collections.abc import Mapping
 
-from . import compactjson
 from . import events as ev
 from .decide.send import recipient_state_label as state_label
 from .messaging import MessagingConfig
@@ -56,23 +54,27 @@ def source_events(recipient_id: str, recipient_status: str, events: list[ev.Even
     return out
 
 
-def index_entries(sender_id: str, events: list[ev.Event]) -> list[str]:
-    """(field, value) pairs of the partition's outbound index that the sender's ``events`` write."""
+def index_entries(sender_id: str, events: list[ev.Event], first_position: int) -> list[str]:
+    """(field, value) pairs of the partition's outbound index that the sender's ``events`` write, the first
+    of them at ``first_position`` on its stream.
+
+    A value names where the record is, "<sender> <position>", not a copy of it: inspect reads the record
+    from the sender's stream (the copy cost more memory per message than the record itself, issue 17).
+    """
     pairs: list[str] = []
-    for event in events:
+    for position, event in enumerate(events, start=first_position):
         match event:
-            case ev.MessageSent():
-                value = {"sender": sender_id, "recipient": event.recipient_session_id, "status": "accepted",
-                         "position": event.position, "recipient_state": event.recipient_state, "at": event.at}
-                pairs.extend((event.message_id, compactjson.dumps(value)))
-            case ev.MessageRefused():
-                value = {"sender": sender_id, "recipient": event.recipient_session_id, "status": "refused",
-                         "code": event.code, "at": event.at}
-                pairs.extend((event.message_id, compactjson.dumps(value)))
+            case ev.MessageSent() | ev.MessageRefused():
+                pairs.extend((event.message_id, f"{sender_id} {position}"))
             case ev.MessageSettled():
-                value = {"outcome": event.outcome, "reason": event.reason, "at": event.at}
-                pairs.extend((f"{event.message_id}:settled", compactjson.dumps(value)))
+                pairs.extend((f"{event.message_id}:settled", f"{sender_id} {position}"))
     return pairs
+
+
+def index_reference(value: str) -> tuple[str, int]:
+    """(sender session id, position of the record on its stream) of an index value."""
+    sender_id, _, position = value.partition(" ")
+    return sender_id, int(position)
 
 
 def may_inspect(caller_id: str | None, sender_id: str, sender_ancestors: list[str]) -> bool:
@@ -80,17 +82,17 @@ def may_inspect(caller_id: str | None, sender_id: str, sender_ancestors: list[st
     return caller_id is None or caller_id == sender_id or caller_id in sender_ancestors
 
 
-def status_of(message_id: str, sent: Mapping, settled: Mapping | None, item: MailItem | None,
-              policy: MessagingConfig, now: float) -> dict:
+def status_of(message_id: str, sender_id: str, sent: ev.MessageSent | ev.MessageRefused,
+              settled: ev.MessageSettled | None, item: MailItem | None, policy: MessagingConfig, now: float) -> dict:
     """What inspect answers: accepted (with the receipt), processed (with the settlement), parked or refused."""
-    out: dict = {"message_id": message_id, "sender_session_id": sent["sender"]}
-    if sent["status"] == "refused":
-        return {**out, "status": "refused", "recipient_session_id": sent["recipient"], "reason": sent["code"]}
-    out["receipt"] = {"recipient_session_id": sent["recipient"], "position": sent["position"],
-                      "recipient_state": sent["recipient_state"], "accepted_at": sent["at"]}
+    out: dict = {"message_id": message_id, "sender_session_id": sender_id}
+    if isinstance(sent, ev.MessageRefused):
+        return {**out, "status": "refused", "recipient_session_id": sent.recipient_session_id, "reason": sent.code}
+    out["receipt"] = {"recipient_session_id": sent.recipient_session_id, "position": sent.position,
+                      "recipient_state": sent.recipient_state, "accepted_at": sent.at}
     if settled is not None:
-        return {**out, "status": "processed", "reason": settled["reason"] or None,
-                "settlement": {"outcome": settled["outcome"], "reason": settled["reason"], "at": settled["at"]}}
+        return {**out, "status": "processed", "reason": settled.reason or None,
+                "settlement": {"outcome": settled.outcome, "reason": settled.reason, "at": settled.at}}
     if item is None:
         return {**out, "status": "accepted", "reason": None}
     out.update(attempts=item.attempts, delivery=item.state, reason=item.reason or None)
