@@ -41,18 +41,18 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.exceptions import ResponseError as RedisResponseError
 
 from treemail.adapters import keys, metrics, tracing
+from treemail.adapters.codec import encode_answer
 from treemail.adapters.config import Config
 from treemail.adapters.connection import REPLY_TIMEOUT_S, connect, redact, require_durable_server
 from treemail.adapters.eventstore import EventStore
 from treemail.adapters.proofkeys import load_keyring
 from treemail.adapters.retention import trim_handled
 from treemail.adapters.health import UNREACHABLE, Health, OutageLog, watch
-from treemail.domain import compactjson
 from treemail.domain.commands import SendMessage
 from treemail.services.sends import SendService
 
 from . import admission
-from .deadletters import REPLY_TTL_S, Letter, dead_letter, gave_up
+from .deadletters import Letter, dead_letter, gave_up
 from .entries import no_body, raw_batch, split_malformed, text
 from .stats import record_batch, refresh_stats, server_unreachable
 
@@ -162,26 +162,36 @@ class Worker:
     async def _decide_and_answer(self, commands: list[SendMessage], acknowledge: tuple[str, list] | None) -> None:
         started = time.perf_counter()
         spans = admission.start(commands)
-        outcomes = await self.decider.decide(commands)
-        answers: dict[str, list[str]] = {}
-        for command in commands:
-            answer = compactjson.dumps({"command_id": command.command_id, **outcomes[command.command_id]})
-            answers.setdefault(command.reply_to, []).append(answer)
-        # One server: answers and acknowledgement in one transaction (a refused answer leaves the batch
-        # pending). A cluster spreads them over nodes with no order between them: acknowledge after.
-        together = acknowledge is not None and not self.config.service.cluster
-        async with self.redis.pipeline(transaction=together) as pipe:
-            for reply_to, values in answers.items():
-                pipe.lpush(keys.reply_list(reply_to), *values)
-                pipe.expire(keys.reply_list(reply_to), REPLY_TTL_S)
-            if together:
-                pipe.xack(acknowledge[0], keys.COMMAND_GROUP, *acknowledge[1])
-            await pipe.execute()
-        if acknowledge is not None and not together:
-            await self.redis.xack(acknowledge[0], keys.COMMAND_GROUP, *acknowledge[1])
+        outcomes, done = await self.decider.decide(commands, acknowledge)
+        # The rest: commands whose append did not answer them (``SendService.decide``), and their entries.
+        entries = acknowledge[1] if acknowledge is not None else [None] * len(commands)
+        rest = [(command, entry) for command, entry in zip(commands, entries) if entry is None or entry not in done]
+        if rest:
+            await self._answer(rest, outcomes, acknowledge[0] if acknowledge is not None else None)
         self.decided += len(commands)
         record_batch(commands, outcomes, time.perf_counter() - started)
         admission.end(spans, commands, outcomes)
+
+    async def _answer(self, rest: list[tuple[SendMessage, object]], outcomes: dict[str, dict], stream: str | None
+                      ) -> None:
+        """Answer ``rest`` (command, entry id or None) and then acknowledge their entries of ``stream``."""
+        answers: dict[str, list[str]] = {}
+        for command, _ in rest:
+            answer = encode_answer(command.command_id, outcomes[command.command_id])
+            answers.setdefault(command.reply_to, []).append(answer)
+        entry_ids = [entry for _, entry in rest if entry is not None]
+        # One server: answers and acknowledgement in one transaction (a refused answer leaves the batch
+        # pending). A cluster spreads them over nodes with no order between them: acknowledge after.
+        together = stream is not None and not self.config.service.cluster
+        async with self.redis.pipeline(transaction=together) as pipe:
+            for reply_to, values in answers.items():
+                pipe.lpush(keys.reply_list(reply_to), *values)
+                pipe.expire(keys.reply_list(reply_to), keys.REPLY_TTL_S)
+            if together:
+                pipe.xack(stream, keys.COMMAND_GROUP, *entry_ids)
+            await pipe.execute()
+        if stream is not None and not together:
+            await self.redis.xack(stream, keys.COMMAND_GROUP, *entry_ids)
 
     async def reclaim(self) -> int:
         """Take over commands idle in a dead (or stuck) consumer's pending list and decide them.

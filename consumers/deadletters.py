@@ -15,8 +15,6 @@ from treemail.domain.results import clip, engine_shutdown
 MAXLEN = 10_000
 DATA_BYTES = 4096
 DETAIL_CHARS = 300
-# The worker's answers live this long unread (a producer that gave up never reads its list again).
-REPLY_TTL_S = 120
 
 
 @dataclass(frozen=True)
@@ -51,6 +49,6 @@ async def dead_letter(redis, stream: str, letters: list[Letter], consumer: str) 
             if letter.answer is not None:
                 reply_to, answer = letter.answer
                 pipe.lpush(keys.reply_list(reply_to), json.dumps(answer))
-                pipe.expire(keys.reply_list(reply_to), REPLY_TTL_S)
+                pipe.expire(keys.reply_list(reply_to), keys.REPLY_TTL_S)
         pipe.xack(stream, keys.COMMAND_GROUP, *[letter.entry_id for letter in letters])
         await pipe.execute()

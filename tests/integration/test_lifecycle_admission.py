@@ -116,7 +116,7 @@ async def test_the_drain_is_checked_again_before_a_send_is_decided_again(stack):
         service._load = load_then_interfere
         command = c.SendMessage("cmd-x", SendContext(root.session_id, "run-root", "call-x"),
                                 c.SendArguments(to=a.handle, body="raced"), "nobody")
-        outcomes = await service.decide([command])
+        outcomes = (await service.decide([command])).outcomes
     finally:
         await worker.stop()
         await stack.undrain()

@@ -14,7 +14,7 @@ decision, where one of them would fail the whole batch.
 import json
 
 from .. import PROTOCOL_VERSION
-from ..domain import blocks, protocol
+from ..domain import blocks, compactjson, protocol
 from ..domain.commands import SendArguments, SendContext, SendMessage
 
 MODES = ("steer", "queue")
@@ -30,6 +30,11 @@ class InvalidCommand(ValueError):
         self.reason = reason
         self.command_id = command_id
         self.reply_to = reply_to
+
+
+def encode_answer(command_id: str, outcome: dict) -> str:
+    """The reply a producer reads from its list: the decision's outcome, under the command's id."""
+    return compactjson.dumps({"command_id": command_id, **outcome})
 
 
 def encode_command(command: SendMessage) -> str:

@@ -28,9 +28,12 @@
 --       then the due index operation ('', 'set', 'lt', 'del') and score,
 --       then companion count, then per companion: etag "old new", snapshot json, session id,
 --       event count, (type, data) per event, outbound index count, (field, value) each,
+--       then the answer to push once applied ('' none), its list's lifetime, the command group and the
+--       command's entry id to acknowledge,
 --       then whether the decision read the service as draining ('1', '0', or '' if it read nothing of it),
 --       and last the protocol version every entry carries (`v`)
--- The last KEY is the partition's copy of the service-wide drain flag (after the companions' keys).
+-- The last KEY is the partition's copy of the service-wide drain flag (after the companions' keys); with an
+-- answer, the two before it are the producer's reply list and the command stream (one server only).
 if ARGV[3] ~= '' then
   local existing = redis.call('HGET', KEYS[4], ARGV[4])
   if existing then return {'dup', existing} end
@@ -160,4 +163,12 @@ for n, companion in ipairs(companions) do
   end
 end
 if ARGV[3] ~= '' then redis.call('HSET', KEYS[4], ARGV[4], ARGV[3]) end
+-- The producer's answer and the command's acknowledgement, in the same step as the decision they report
+-- (one server, fast profile): the answer exists exactly when the append does, one round trip sooner.
+local answer = ARGV[#ARGV - 5]
+if answer ~= '' then
+  redis.call('LPUSH', KEYS[#KEYS - 2], answer)
+  redis.call('EXPIRE', KEYS[#KEYS - 2], ARGV[#ARGV - 4])
+  redis.call('XACK', KEYS[#KEYS - 1], ARGV[#ARGV - 3], ARGV[#ARGV - 2])
+end
 return {'ok', tostring(version)}

@@ -50,6 +50,17 @@ class Loaded:
 
 
 @dataclass(frozen=True)
+class Reply:
+    """What an append also does once it applies (``EventStore.answers_in_commit``): push the producer's
+    answer to its reply list and acknowledge the command's entry, in the same atomic step."""
+
+    reply_list: str
+    answer: str
+    stream: str
+    entry_id: str | bytes
+
+
+@dataclass(frozen=True)
 class Companion:
     """Another session of the partition that the same atomic step appends to (seed 004: a sender's record)."""
 
@@ -288,6 +299,7 @@ class EventStore:
         mail_complete: bool = False,
         read_draining: bool | None = None,
         folded: SessionState | None = None,
+        reply: Reply | None = None,
     ) -> PreparedAppend:
         """``mail``: the pending mail the decision read; ``mail_complete`` when it is all of it
         (``Handler.reads_mail == "all"``), not just the due index or the one item a command named.
@@ -298,6 +310,8 @@ class EventStore:
         ``read_draining``: whether the decision found the whole service draining (None: it did not look);
         the append applies only if the partition's copy of the flag still says the same.
         ``folded``: the state the events leave, when the decision folded them already (``state.apply``).
+        ``reply``: the answer to push and the command to acknowledge once the append applies (only where
+        ``answers_in_commit``).
         """
         p, sid = record.partition, record.session_id
         applied = apply(loaded.state, mail or {}, new_events, loaded.version, folded)
@@ -346,6 +360,11 @@ class EventStore:
             *self._due(applied, mail if mail_complete else None, policy),
         ]
         after = self._companions(p, companions, key_list, args)
+        if reply is not None:
+            key_list.extend((reply.reply_list, reply.stream))
+            args.extend((reply.answer, keys.REPLY_TTL_S, keys.COMMAND_GROUP, reply.entry_id))
+        else:
+            args.extend(("", "", "", ""))
         key_list.append(keys.partition_drain(p))
         args.append("" if read_draining is None else "1" if read_draining else "0")
         # Last, wherever the sections before it end: the commit script reads it as ARGV[#ARGV].
@@ -381,6 +400,13 @@ class EventStore:
                          len(companion.events), *encoded, len(index) // 2, *index))
             after[record.session_id] = Loaded(applied.state, applied.version, etag)
         return after
+
+    @property
+    def answers_in_commit(self) -> bool:
+        """Whether an append may carry its command's answer (``Reply``). Not on a cluster: a reply list and
+        a command stream hash to slots of their own. Not under the durable profile: an answer waits for
+        the fsync (WAITAOF after the append), and one pushed by the append itself would not."""
+        return not self.config.cluster and self.config.profile != "durable"
 
     def commit_call(self, prepared: PreparedAppend, pipe) -> None:
         # execute_command, not pipe.evalsha: redis-py refuses the latter in cluster pipelines,

@@ -120,6 +120,10 @@ def reply_list(client_id: str) -> str:
     return f"{PREFIX}:reply:{client_id}"
 
 
+# A producer's answers live this long unread (one that gave up never reads its list again).
+REPLY_TTL_S = 120
+
+
 COMMAND_GROUP = "treemail-workers"
 WAKE_GROUP = "treemail-hosts"
 # seed 002 part 2: interrupt triggers ride the wake streams; host runners read them in their own group.

@@ -14,9 +14,11 @@ Over the house's 200 lines: one batch's resolve, load, decide and commit read in
 import json
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
-from ..adapters import metrics
-from ..adapters.eventstore import Companion, EventStore, Loaded, PreparedAppend, SendReads, parse_append
+from ..adapters import keys, metrics
+from ..adapters.codec import encode_answer
+from ..adapters.eventstore import Companion, EventStore, Loaded, PreparedAppend, Reply, SendReads, parse_append
 from ..domain import events as ev
 from ..domain import ids, proof
 from ..domain.commands import SendMessage
@@ -41,6 +43,14 @@ class _Work:
     sender: SessionRecord | None = None
     target: SessionRecord | NoSuchSession | NoSuchHandle | None = None
     new_id: str = ""
+    # (command stream, entry id): set when the command's append may answer it and acknowledge the entry.
+    entry: tuple[str, str | bytes] | None = None
+
+
+class Decided(NamedTuple):
+    outcomes: dict[str, dict]  # command id -> outcome, for every command
+    # The entries (ids, as given) whose command's own append already answered it and acknowledged them.
+    acknowledged: set
 
 
 class SendService:
@@ -52,15 +62,24 @@ class SendService:
         self.keyring = keyring
         self.held = HeldReads(store)
 
-    async def decide(self, commands: list[SendMessage]) -> dict[str, dict]:
-        """Decide every command; returns command id -> outcome. Appends are durable on return."""
+    async def decide(self, commands: list[SendMessage], acknowledge: tuple[str, list] | None = None) -> Decided:
+        """Decide every command; appends are durable on return.
+
+        ``acknowledge``: the stream the commands were read from and their entry ids, in order. Where the
+        store allows it (``answers_in_commit``), an append that applies also answers its command and
+        acknowledges its entry: the caller answers only the others.
+        """
         outcomes: dict[str, dict] = {}
+        acknowledged: set = set()
         work = [_Work(c, idempotency.key_digest(c.context)) for c in commands]
+        if acknowledge is not None and self.store.answers_in_commit:
+            for w, entry_id in zip(work, acknowledge[1]):
+                w.entry = (acknowledge[0], entry_id)
         held_first = True
         while work:
-            work = await self._round(work, outcomes, held_first)
+            work = await self._round(work, outcomes, acknowledged, held_first)
             held_first = False
-        return outcomes
+        return Decided(outcomes, acknowledged)
 
     async def _resolve(self, work: list[_Work]) -> None:
         """Sender and recipient records; handles are looked up in the sender's tree only."""
@@ -146,7 +165,8 @@ class SendService:
         w.new_id = given.new_id
         return decide_send(w.command, given)
 
-    async def _round(self, work: list[_Work], outcomes: dict[str, dict], held_first: bool = False) -> list[_Work]:
+    async def _round(self, work: list[_Work], outcomes: dict[str, dict], acknowledged: set, held_first: bool = False
+                     ) -> list[_Work]:
         """One round: decided on held states when ``held_first`` and they are all held (``heldreads``),
         otherwise on a fresh read. Returns the commands to decide again."""
         await self._resolve(work)
@@ -196,6 +216,8 @@ class SendService:
             result = parse_append(reply)
             if result.status == "ok":
                 outcomes[w.command.command_id] = outcome
+                if w.entry is not None:
+                    acknowledged.add(w.entry[1])
             elif result.status == "dup":
                 outcomes[w.command.command_id] = idempotency.replayed_outcome(result.record, w.command.arguments)
             else:
@@ -232,10 +254,13 @@ class SendService:
                 digest = w.digest
                 record = idempotency.record(w.command.arguments, outcome)
                 companions = self._source_records(w, decision, loaded)
+        reply = None
+        if w.entry is not None and digest is not None:  # the decision's own append: it may answer the command
+            reply = Reply(keys.reply_list(w.command.reply_to), encode_answer(w.command.command_id, outcome), *w.entry)
         prepared = self.store.prepare(
             session, loaded[session.session_id], events, idempotency_digest=digest, idempotency_record=record,
             idempotency_session=w.sender.session_id, policy=self.config, companions=companions,
-            read_draining=draining, folded=folded,
+            read_draining=draining, folded=folded, reply=reply,
         )
         loaded[session.session_id] = prepared.loaded
         loaded.update(prepared.companions)
