@@ -16,6 +16,7 @@ from treemail.domain import events as ev
 from treemail.domain.commands import SendArguments, SendContext, SendMessage
 from treemail.domain.records import SessionRecord
 from treemail.host import Treemail
+from treemail.services.sends import ANSWERED_BY_APPENDS_UP_TO
 
 from ..conftest import CLUSTER
 from .conftest import make_config
@@ -60,9 +61,9 @@ async def test_an_append_answers_and_acknowledges_only_if_it_applies(redis_url):
     await store.redis.aclose()
 
 
-async def watched_worker(redis_url) -> tuple[Worker, list]:
+async def watched_worker(redis_url, **messaging) -> tuple[Worker, list]:
     """A started worker whose separate answer step is watched: the commands it answered apart."""
-    worker = Worker(make_config(redis_url), redis_url, consumer="watched")
+    worker = Worker(make_config(redis_url, **messaging), redis_url, consumer="watched")
     await worker.start()
     answered_apart: list = []
     original = worker._answer
@@ -122,6 +123,34 @@ async def test_a_command_delivered_twice_in_one_batch_is_answered_twice_and_both
         assert (await host.redis.xpending(stream, keys.COMMAND_GROUP))["pending"] == 0
         accepted = [e for _, e in await host.history(child.session_id) if isinstance(e, ev.ProducerMessageAccepted)]
         assert len(accepted) == 1
+    finally:
+        await host.close()
+        if worker is not None:
+            await worker.stop()
+
+
+async def test_a_batch_larger_than_the_limit_is_answered_in_one_step_after_its_appends(redis_url):
+    host = await Treemail.connect(make_config(redis_url), redis_url)
+    worker = None
+    try:
+        root = await host.register_root("planner", "plans", rules={"child": "allow"})
+        child = await host.register_child(root.session_id, "explore", "reads", rules={"parent": "allow"})
+        await host.start_run(root.session_id, "run-1")
+        count = ANSWERED_BY_APPENDS_UP_TO + 4
+        stream = keys.command_stream(0)
+        async with host.redis.pipeline(transaction=False) as pipe:  # waiting before any worker reads: one batch
+            for i in range(count):
+                command = SendMessage(f"cmd-{i}", SendContext(root.session_id, "run-1", f"call-{i}"),
+                                      SendArguments(to=child.handle, body=f"m{i}"), "batch-client")
+                pipe.xadd(stream, {"__data__": encode_command(command)})
+            await pipe.execute()
+        worker, answered_apart = await watched_worker(redis_url, max_inflight_per_pair=0)
+
+        answers = [await host.redis.blpop([keys.reply_list("batch-client")], timeout=10) for _ in range(count)]
+
+        assert all("ok" in json.loads(a[1]) for a in answers)
+        assert sorted(answered_apart) == sorted(f"cmd-{i}" for i in range(count))
+        assert (await host.redis.xpending(stream, keys.COMMAND_GROUP))["pending"] == 0
     finally:
         await host.close()
         if worker is not None:

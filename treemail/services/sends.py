@@ -33,6 +33,10 @@ from ..domain.state import SessionState
 from .heldreads import HeldReads
 
 decide_send = HANDLERS[SendMessage].decide
+# Batches up to this size are answered by their appends (``Reply``): a small batch saves a whole round
+# trip. A larger one shares one answer round trip among all its commands, which costs less than three
+# more commands in each append (BENCHMARKS.md, issue 17: +13 % worker CPU on a backlog of 100-batches).
+ANSWERED_BY_APPENDS_UP_TO = 8
 
 
 @dataclass
@@ -66,13 +70,13 @@ class SendService:
         """Decide every command; appends are durable on return.
 
         ``acknowledge``: the stream the commands were read from and their entry ids, in order. Where the
-        store allows it (``answers_in_commit``), an append that applies also answers its command and
-        acknowledges its entry: the caller answers only the others.
+        store allows it (``answers_in_commit``) and the batch is small, an append that applies also answers
+        its command and acknowledges its entry: the caller answers only the others.
         """
         outcomes: dict[str, dict] = {}
         acknowledged: set = set()
         work = [_Work(c, idempotency.key_digest(c.context)) for c in commands]
-        if acknowledge is not None and self.store.answers_in_commit:
+        if acknowledge is not None and self.store.answers_in_commit and len(commands) <= ANSWERED_BY_APPENDS_UP_TO:
             for w, entry_id in zip(work, acknowledge[1]):
                 w.entry = (acknowledge[0], entry_id)
         held_first = True
