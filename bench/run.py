@@ -1,6 +1,6 @@
 """`make bench`: one Valkey, one run, treemail next to a raw Redis baseline.
 
-    python -m bench.run            # full run (about 5 min on 2 cores)
+    python -m bench.run            # full run (about 9 min on 2 cores)
     python -m bench.run --quick    # smoke run (or BENCH_QUICK=1)
     python -m bench.run --only replay,scale_cluster   # some phases, print only (for profiling)
 
@@ -8,6 +8,7 @@ Phases (the Valkey is flushed between the throughput phases):
   1. one `treemail worker` process deciding a prefilled backlog of SendMessage commands
   2. the raw baseline: XREADGROUP + pipelined HMGET + Lua CAS XADD + XACK, same backlog shape
   3. two worker processes on the same backlog
+  3b-3d. the durable profile; memory per accepted message vs a bare XADD; what is left after 1,000,000 sends
   4. host round-trip latency at a steady send rate, one worker running
      (each rate also through a bare XADD + BLPOP round trip to an echo consumer: host CPU per send)
   5. send latency to a recipient whose stream holds ~1M events vs a fresh one
@@ -37,7 +38,7 @@ from treemail.host import SendContext, Treemail
 from treemail.domain import events as ev
 from treemail.domain.state import evolve
 
-from . import memory, population, raw, replay, roundtrip, scale
+from . import memory, million, population, raw, replay, roundtrip, scale
 from .common import (busy_seconds, cpu_seconds, STREAM, Workers, bench_config, machine, percentile, prefill_commands, count_replies,
                      register_trees, wait_drained)
 
@@ -62,6 +63,7 @@ class Sizes:
     scale_commands: int = 60_000
     scale_streams: int = 4
     memory_sends: int = 10_000
+    million_sends: int = 1_000_000  # phase 3d: what is left after them
     sessions: int = 100_000  # phase 5b: registered on one Valkey
 
 
@@ -70,7 +72,7 @@ FULL = Sizes(trees=200, children=5, commands=100_000, latency_rate=2000, latency
 QUICK = Sizes(trees=20, children=5, commands=5_000, latency_rate=500, latency_seconds=1.0,
               big_events=20_000, probe_sends=100, replay_trees=4, replay_children=4, replay_events=2000,
               scale_trees=8, scale_children=20, scale_commands=3_000, memory_sends=1_000,
-              sessions=2_000)
+              million_sends=20_000, sessions=2_000)
 SCALE_WORKERS = (1, 2, 4)
 HISTORY_SENDERS = 5  # children per recipient in phase 5; each sends at most (50 + probe_sends) / 5
 
@@ -476,6 +478,14 @@ def report(results: dict, env: dict, sizes: Sizes, quick: bool, wall: float) -> 
          f"{mem['command_stream_len_after_trim']:,} after the worker's trim pass; reply lists left: "
          f"{mem['reply_lists_left']}", ""),
     ]
+    mil = results["million"]
+    rows += [
+        (f"after {mil['sends']:,} sends: command stream", f"{mil['command_stream_after']:,} entries",
+         f"at most {mil['command_stream_peak']:,} while fed; reply lists left {mil['reply_lists_left']}, wake "
+         f"entries {mil['wake_entries_after']}; answers {mil['answers']}", ""),
+        (f"after {mil['sends']:,} sends: memory per send", f"{mil['bytes_per_send']:,.0f} bytes",
+         "what is left: " + ", ".join(f"{k} {v:,.0f}" for k, v in list(mil["by_kind"].items())[:8]), ""),
+    ]
     rows += [
         ("treemail, 2 worker processes", f"{two['rate']:,.0f} commands/s", f"{sizes.commands:,} sends in {two['seconds']:.2f} s", ""),
         ("2 workers / 1 worker", f"{ratio_two:.2f}", "target >= 1.3", verdict(ratio_two >= 1.3)),
@@ -613,6 +623,14 @@ Valkey, the worker process(es) and the benchmark process share these cores.
   Consumed) pairs at entry ids `<n>-0` and its state hash set to version n and the real fold's
   snapshot; {sizes.probe_sends:,} sequential sends to it interleaved with {sizes.probe_sends:,} to a
   fresh child, one worker.
+- **after {sizes.million_sends:,} sends** (`bench/million.py`): one worker; a producer in the benchmark
+  process XADDs the commands in chunks of 10,000 (1 root + 1 child per tree, enough roots that none
+  reaches the per-source capacity; nobody consumes), never more than 50,000 undecided, and a reader
+  takes the answers off the reply list as a host does. After the last answer the worker's periodic
+  pass (every `reclaim_idle_ms / 2`) gets up to 20 s. The command stream's length, the reply lists
+  and wake entries left are then read, and every key's `MEMORY USAGE` is summed by kind of key (the
+  bytes per send that remain: the session streams, the feed bounded by `feed_maxlen`, and the records
+  each message keeps until it is processed or as long as its sender).
 - **{results['sessions']['sessions']:,}-session server**: trees of 1 root + 9 children registered through
   the host API (`register_root`, `register_child`, all `idle`; SessionRegistered decided and committed
   as every registration is), 16 trees in flight at once from one process (one tree at a time does
@@ -676,6 +694,8 @@ def main(argv: list[str] | None = None) -> int:
              lambda: run_durable_phase(sizes)),
             ("memory", "phase 3c: memory per accepted message vs a bare XADD",
              lambda: asyncio.run(memory.phase_memory(url, sizes.memory_sends, log))),
+            ("million", f"phase 3d: {sizes.million_sends:,} sends through one worker: what is left",
+             lambda: asyncio.run(million.phase_million(url, sizes.million_sends, log))),
             ("two", "phase 3: two treemail worker processes", lambda: asyncio.run(phase_workers(url, sizes, 2))),
             ("latency", "phase 4: producer round-trip latency",
              lambda: asyncio.run(phase_latency(url, sizes, sizes.latency_rate))),
