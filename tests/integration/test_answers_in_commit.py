@@ -76,13 +76,28 @@ async def watched_worker(redis_url, **messaging) -> tuple[Worker, list]:
     return worker, answered_apart
 
 
+async def sender_and_recipient(host) -> tuple:
+    root = await host.register_root("planner", "plans", rules={"child": "allow"})
+    child = await host.register_child(root.session_id, "explore", "reads", rules={"parent": "allow"})
+    await host.start_run(root.session_id, "run-1")
+    return root, child
+
+
+async def waiting(host, commands: list[SendMessage]) -> str:
+    """The commands XADDed before any worker reads, so that one batch takes them together; their stream."""
+    stream = keys.command_stream(0)
+    async with host.redis.pipeline(transaction=False) as pipe:
+        for command in commands:
+            pipe.xadd(stream, {"__data__": encode_command(command)})
+        await pipe.execute()
+    return stream
+
+
 async def test_an_accepted_send_needs_no_answer_step_and_a_refusal_kept_alone_still_gets_one(redis_url, calls):
     host = await Treemail.connect(make_config(redis_url), redis_url)
     worker, answered_apart = await watched_worker(redis_url)
     try:
-        root = await host.register_root("planner", "plans", rules={"child": "allow"})
-        child = await host.register_child(root.session_id, "explore", "reads", rules={"parent": "allow"})
-        await host.start_run(root.session_id, "run-1")
+        root, child = await sender_and_recipient(host)
 
         sent = await asyncio.gather(*[host.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": b})
                                       for b in ("one", "two", "three")])
@@ -102,17 +117,10 @@ async def test_a_command_delivered_twice_in_one_batch_is_answered_twice_and_both
     host = await Treemail.connect(make_config(redis_url), redis_url)
     worker = None
     try:
-        root = await host.register_root("planner", "plans", rules={"child": "allow"})
-        child = await host.register_child(root.session_id, "explore", "reads", rules={"parent": "allow"})
-        await host.start_run(root.session_id, "run-1")
+        root, child = await sender_and_recipient(host)
         command = SendMessage("cmd-twice", SendContext(root.session_id, "run-1", "call-twice"),
                               SendArguments(to=child.handle, body="once"), "twice-client")
-        stream = keys.command_stream(0)
-        # Both entries wait before any worker reads, so one batch takes them together.
-        async with host.redis.pipeline(transaction=False) as pipe:
-            pipe.xadd(stream, {"__data__": encode_command(command)})
-            pipe.xadd(stream, {"__data__": encode_command(command)})
-            await pipe.execute()
+        stream = await waiting(host, [command, command])
         worker, answered_apart = await watched_worker(redis_url)
 
         first = await host.redis.blpop([keys.reply_list("twice-client")], timeout=10)
@@ -133,17 +141,13 @@ async def test_a_batch_larger_than_the_limit_is_answered_in_one_step_after_its_a
     host = await Treemail.connect(make_config(redis_url), redis_url)
     worker = None
     try:
-        root = await host.register_root("planner", "plans", rules={"child": "allow"})
-        child = await host.register_child(root.session_id, "explore", "reads", rules={"parent": "allow"})
-        await host.start_run(root.session_id, "run-1")
+        root, child = await sender_and_recipient(host)
         count = ANSWERED_BY_APPENDS_UP_TO + 4
-        stream = keys.command_stream(0)
-        async with host.redis.pipeline(transaction=False) as pipe:  # waiting before any worker reads: one batch
-            for i in range(count):
-                command = SendMessage(f"cmd-{i}", SendContext(root.session_id, "run-1", f"call-{i}"),
-                                      SendArguments(to=child.handle, body=f"m{i}"), "batch-client")
-                pipe.xadd(stream, {"__data__": encode_command(command)})
-            await pipe.execute()
+        stream = await waiting(host, [
+            SendMessage(f"cmd-{i}", SendContext(root.session_id, "run-1", f"call-{i}"),
+                        SendArguments(to=child.handle, body=f"m{i}"), "batch-client")
+            for i in range(count)
+        ])
         worker, answered_apart = await watched_worker(redis_url, max_inflight_per_pair=0)
 
         answers = [await host.redis.blpop([keys.reply_list("batch-client")], timeout=10) for _ in range(count)]
