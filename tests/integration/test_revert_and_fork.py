@@ -78,6 +78,9 @@ async def test_revert_makes_mail_claimed_or_consumed_after_the_cut_due_again_and
     await stack.start_run(child.session_id, "run-2")
     assert [d.message_id for d in await stack.claim(child.session_id, "run-2")] == [second, third]
     await assert_live_equals_replay(stack, [root.session_id, child.session_id])
+    # Its sender sees it unsettled again: the settlement predates the record the revert wrote.
+    assert (await stack.inspect(second))["status"] == "accepted"
+    assert (await stack.inspect(first))["status"] == "processed"
 
 
 async def test_revert_wakes_an_idle_session_whose_mail_is_due_again(stack, calls):

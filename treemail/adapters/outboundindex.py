@@ -44,8 +44,10 @@ async def find(redis: Redis, message_id: str, partitions: list[int]) -> Found | 
             records = [decode_entry(entries[0][1]) if entries else None for entries in await pipe.execute()]
         if not isinstance(records[0], ev.MessageSent | ev.MessageRefused):
             return None  # its stream no longer holds it (or a newer protocol wrote it): nothing to show
-        done = records[1] if len(records) > 1 and isinstance(records[1], ev.MessageSettled) else None
-        return Found(sender_id, partition, records[0], done)
+        # A settlement older than the sender's latest record of the message was undone: a revert of the
+        # recipient restored the message and wrote the record again (``ProducerMessageRestored``).
+        done = records[1] if len(records) > 1 and positions[1] > position else None
+        return Found(sender_id, partition, records[0], done if isinstance(done, ev.MessageSettled) else None)
     return None
 
 
