@@ -68,6 +68,8 @@ async def phase_million(url: str, sends: int, log) -> dict:
         reader = asyncio.create_task(take_answers())
         sent, peak = 0, 0
         while sent < sends:
+            if reader.done():
+                await reader  # it stopped early: its error (a worker that died) ends the phase
             if sent - read >= BACKLOG:
                 await asyncio.sleep(0.05)
                 continue
