@@ -13,6 +13,8 @@ decision, where one of them would fail the whole batch.
 
 import json
 
+import orjson
+
 from .. import PROTOCOL_VERSION
 from ..domain import blocks, compactjson, protocol
 from ..domain.commands import SendArguments, SendContext, SendMessage
@@ -77,7 +79,12 @@ def parse_command(data: str | bytes, *, check_version: bool = True) -> SendMessa
     """The command; ``ValueError`` for an entry that is not JSON, ``InvalidCommand`` for one that is no
     command, ``NewerProtocol`` for one a newer treemail wrote (``check_version=False`` reads it anyway,
     to answer its producer)."""
-    decoded = json.loads(data)
+    try:
+        decoded = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        # What orjson refuses and the standard library reads (a lone surrogate, NaN, a huge integer) is
+        # judged as before: as an invalid command, answered to its producer, rather than as no JSON at all.
+        decoded = json.loads(data)
     if not isinstance(decoded, dict):
         raise InvalidCommand(f"the entry is a JSON {type(decoded).__name__}, not an object")
     if check_version:

@@ -19,6 +19,9 @@ from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt,
 from .config import ServiceConfig
 from ..domain.errors import RedisUnavailable
 
+if HIREDIS_AVAILABLE:
+    from hiredis import pack_command as hiredis_pack
+
 HIDDEN = "***"
 
 
@@ -65,7 +68,15 @@ class _HiredisPacking:
     _packer = HiredisRespSerializer()
 
     def pack_command(self, *args):
-        return self._packer.pack(*args)
+        name = args[0]
+        if " " in name if isinstance(name, str) else b" " in name:
+            return self._packer.pack(*args)  # a two-word command ("SCRIPT LOAD"): redis-py splits it
+        try:
+            # redis-py's serializer first walks every argument in Python to convert bytearrays and
+            # memoryviews; treemail passes str, bytes and numbers, which hiredis takes as they are.
+            return [hiredis_pack(args)]
+        except TypeError:
+            return self._packer.pack(*args)  # converted there, or refused as before
 
 
 @cache

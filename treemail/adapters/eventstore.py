@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError, ResponseError
@@ -41,8 +41,9 @@ COMMIT_SHA = hashlib.sha1(COMMIT_LUA.encode()).hexdigest()
 DUE_MAIL_LUA = resources.files(__package__).joinpath("due_mail.lua").read_text()
 
 
-@dataclass(frozen=True)
-class Loaded:
+class Loaded(NamedTuple):
+    """A session's state as read or left by an append (a tuple: built several times per decision)."""
+
     state: SessionState
     version: int
     # Unique to the append that produced this state; what the next append must find.

@@ -3,7 +3,6 @@
 import os
 import re
 import time
-import uuid
 
 HANDLE_PATTERN = re.compile(r"^[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])){0,15}_[0-9a-f]{8}$")
 AGENT_TYPE_SLUG_MAX = 16
@@ -16,12 +15,10 @@ def uuid7() -> str:
     """A time-ordered UUID (RFC 9562 version 7): sorts by creation time in streams and logs."""
     unix_ms = time.time_ns() // 1_000_000
     rand = int.from_bytes(os.urandom(10), "big")
-    value = (unix_ms & ((1 << 48) - 1)) << 80
-    value |= 0x7 << 76
-    value |= (rand >> 68) << 64  # 12 bits rand_a
-    value |= 0b10 << 62
-    value |= rand & ((1 << 62) - 1)
-    return str(uuid.UUID(int=value))
+    # 48 bits of milliseconds, version 7, 12 bits rand_a, variant 0b10, 62 bits rand_b; formatted here
+    # rather than through uuid.UUID, a third of the cost (one per send).
+    digits = f"{unix_ms & 0xFFFF_FFFF_FFFF:012x}7{rand >> 68:03x}{(0b10 << 62) | (rand & ((1 << 62) - 1)):016x}"
+    return f"{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"
 
 
 def is_uuid(text: str) -> bool:
