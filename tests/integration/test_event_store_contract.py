@@ -227,11 +227,13 @@ async def test_commands_are_packed_by_hiredis_and_arrive_unchanged(store):
     from treemail.adapters.connection import _HiredisPacking
 
     key = keys.session_snapshot(3, "pack-check")
-    values = {"text": "plain", "accents": "é ü 中文 🙂", "raw": b"\x00\xff", "int": 12345678901234, "float": 0.1 + 0.2}
+    values = {"text": "plain", "accents": "é ü 中文 🙂", "raw": b"\x00\xff", "int": 12345678901234, "float": 0.1 + 0.2,
+              "buffer": bytearray(b"ab"), "view": memoryview(b"cd")}
     await store.redis.hset(key, mapping=values)
     stored = await store.redis.hgetall(key)
     assert stored == {b"text": b"plain", b"accents": "é ü 中文 🙂".encode(), b"raw": b"\x00\xff",
-                      b"int": b"12345678901234", b"float": repr(0.1 + 0.2).encode()}
+                      b"int": b"12345678901234", b"float": repr(0.1 + 0.2).encode(), b"buffer": b"ab",
+                      b"view": b"cd"}
     for bad in (None, True):
         with pytest.raises(DataError):
             await store.redis.hset(key, "bad", bad)

@@ -9,10 +9,13 @@ from treemail.domain.ids import AGENT_TYPE_SLUG_MAX, HANDLE_PATTERN, agent_type_
 
 
 def test_uuid7_is_a_version_7_rfc_uuid():
-    value = uuid.UUID(uuid7())
-    assert value.version == 7
-    assert value.variant == uuid.RFC_4122
-    assert is_uuid(str(value))
+    for _ in range(1000):
+        text = uuid7()
+        value = uuid.UUID(text)
+        assert value.version == 7
+        assert value.variant == uuid.RFC_4122
+        assert str(value) == text  # the canonical form: lower case, hyphens where uuid.UUID puts them
+        assert is_uuid(text)
 
 
 def test_uuid7_sorts_by_creation_time_across_milliseconds():
