@@ -45,8 +45,9 @@ async def resolve(redis: Redis, partition: int, entries: list, wanted: Callable[
     for entry_id, fields in entries:
         session_id, seq, type_name = _text(fields[b"session"]), int(fields[b"seq"]), _text(fields[b"type"])
         version = protocol.version_of(fields.get(b"v"))
-        named.append((_text(entry_id), session_id, seq, type_name, version, fields.get(b"data")))
-        if not protocol.is_newer(version) and wanted(type_name) and b"data" not in fields:
+        read_it = not protocol.is_newer(version) and wanted(type_name)
+        named.append((_text(entry_id), session_id, seq, type_name, version, read_it, fields.get(b"data")))
+        if read_it and b"data" not in fields:
             low, high = ranges.get(session_id, (seq, seq))
             ranges[session_id] = (min(low, seq), max(high, seq))
     read: dict[tuple[str, int], dict] = {}
@@ -59,9 +60,9 @@ async def resolve(redis: Redis, partition: int, entries: list, wanted: Callable[
             for stream_id, stream_fields in stream_entries:
                 read[(session_id, int(stream_id.split(b"-")[0]))] = stream_fields
     out = []
-    for entry_id, session_id, seq, type_name, version, data in named:
+    for entry_id, session_id, seq, type_name, version, read_it, data in named:
         event = None
-        if protocol.is_newer(version) or not wanted(type_name):
+        if not read_it:
             pass
         elif data is not None:  # written before feeds stopped carrying a copy
             event = ev.decode(type_name, data)
