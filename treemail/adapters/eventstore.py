@@ -34,20 +34,11 @@ from ..domain.state import Applied, MailItem, SessionState, apply
 from . import keys
 from .config import ServiceConfig
 from .directory import Directory
-from .statecache import StateCache
+from .statecache import Loaded, StateCache
 
 COMMIT_LUA = resources.files(__package__).joinpath("commit.lua").read_text()
 COMMIT_SHA = hashlib.sha1(COMMIT_LUA.encode()).hexdigest()
 DUE_MAIL_LUA = resources.files(__package__).joinpath("due_mail.lua").read_text()
-
-
-class Loaded(NamedTuple):
-    """A session's state as read or left by an append (a tuple: built several times per decision)."""
-
-    state: SessionState
-    version: int
-    # Unique to the append that produced this state; what the next append must find.
-    etag: str = ""
 
 
 @dataclass(frozen=True)
@@ -75,14 +66,10 @@ class PreparedAppend:
     keys: list[str]
     args: list[Any]
     applied: Applied
-    etag: str
+    # The state this append leaves, for deciding the next command in the same pipeline.
+    loaded: Loaded
     # session id -> the state each companion is left in, for chaining the next append.
     companions: dict[str, Loaded] = field(default_factory=dict)
-
-    @property
-    def loaded(self) -> Loaded:
-        """The state this append leaves, for deciding the next command in the same pipeline."""
-        return Loaded(self.applied.state, self.applied.version, self.etag)
 
 
 @dataclass(frozen=True)
@@ -207,16 +194,13 @@ class EventStore:
         version, snapshot, etag = values
         etag = etag.decode() if etag else ""
         state = self.states.get(session_id, etag)
-        if state is None:
-            state = SessionState.from_json(snapshot)
-        version = int(version or 0)
-        self.states.put(session_id, etag, state, version)
-        return Loaded(state, version, etag)
+        loaded = Loaded(state if state is not None else SessionState.from_json(snapshot), int(version or 0), etag)
+        self.states.put(session_id, loaded)
+        return loaded
 
     def held(self, session_id: str) -> Loaded | None:
         """The state this process last read or wrote for the session, unconfirmed (``StateCache.latest``)."""
-        held = self.states.latest(session_id)
-        return Loaded(held[2], held[1], held[0]) if held is not None else None
+        return self.states.latest(session_id)
 
     async def load(self, record: SessionRecord) -> Loaded:
         return self.parse_loaded(record.session_id, await self.redis.hmget(self.state_key(record), *self.STATE_FIELDS))
@@ -342,11 +326,11 @@ class EventStore:
             keys.due_index(p),
             keys.outbound_index(p),
         ]
-        etag = os.urandom(8).hex()
+        left = Loaded(applied.state, applied.version, os.urandom(8).hex())
         # Held under the new etag: used only once the server shows that etag, i.e. once this append applied.
-        self.states.put(sid, etag, applied.state, applied.version)
+        self.states.put(sid, left)
         args: list[Any] = [
-            f"{loaded.etag} {etag}",
+            f"{loaded.etag} {left.etag}",
             applied.state.to_json(),
             compactjson.dumps(idempotency_record) if idempotency_record else "",
             idempotency_digest or "",
@@ -370,7 +354,7 @@ class EventStore:
         args.append("" if read_draining is None else "1" if read_draining else "0")
         # Last, wherever the sections before it end: the commit script reads it as ARGV[#ARGV].
         args.append(PROTOCOL_VERSION)
-        return PreparedAppend(key_list, args, applied, etag, after)
+        return PreparedAppend(key_list, args, applied, left, after)
 
     @staticmethod
     def _due(applied: Applied, mail: dict[str, MailItem] | None, policy: MessagingConfig | None) -> tuple[str, str]:
@@ -392,14 +376,14 @@ class EventStore:
         for companion in companions:
             record, loaded = companion.record, companion.loaded
             applied = apply(loaded.state, {}, companion.events, loaded.version)
-            etag = os.urandom(8).hex()
-            self.states.put(record.session_id, etag, applied.state, applied.version)
+            left = Loaded(applied.state, applied.version, os.urandom(8).hex())
+            self.states.put(record.session_id, left)
             key_list.extend((keys.session_stream(partition, record.session_id), self.state_key(record)))
             encoded = [part for event in companion.events for part in ev.encode(event)]
             index = index_entries(record.session_id, companion.events, loaded.version + 1)
-            args.extend((f"{loaded.etag} {etag}", applied.state.to_json(), record.session_id,
+            args.extend((f"{loaded.etag} {left.etag}", applied.state.to_json(), record.session_id,
                          len(companion.events), *encoded, len(index) // 2, *index))
-            after[record.session_id] = Loaded(applied.state, applied.version, etag)
+            after[record.session_id] = left
         return after
 
     @property
