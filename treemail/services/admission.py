@@ -22,16 +22,19 @@ async def set_service_drain(store: EventStore, draining: bool) -> None:
     order between the nodes of one pipeline): a decision that read the flag as set never meets a clear
     copy, and one that read it clear meets a set copy only while this call runs (a conflict: it is
     decided again)."""
-    copies = [keys.partition_drain(p) for p in range(store.config.partitions)]
+    if draining:
+        await _set_copies(store, True)
+        await store.redis.set(keys.service_drain(), "1")
+    else:
+        await store.redis.delete(keys.service_drain())
+        await _set_copies(store, False)
+
+
+async def _set_copies(store: EventStore, draining: bool) -> None:
     async with store.redis.pipeline(transaction=False) as pipe:
-        for key in copies:
+        for key in (keys.partition_drain(p) for p in range(store.config.partitions)):
             if draining:
                 pipe.set(key, "1")
             else:
                 pipe.delete(key)
-        if draining:
-            await pipe.execute()
-            await store.redis.set(keys.service_drain(), "1")
-        else:
-            await store.redis.delete(keys.service_drain())
-            await pipe.execute()
+        await pipe.execute()
