@@ -195,7 +195,7 @@ class Treemail(InterruptHost, PeerHost, DisposalHost):
             return
         record = await self.sessions.record(session_id)
         raw = await self.redis.hget(keys.session_mail(record.partition, session_id), message_id)
-        parent = MailItem.from_json(raw).trace if raw else None
+        parent = MailItem.from_json(message_id, raw).trace if raw else None
         with tracing.span(f"treemail.{step}", parent or None, message_id=message_id, session_id=session_id):
             yield
 

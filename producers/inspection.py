@@ -63,7 +63,7 @@ async def _locate(host, message_id: str, caller: str | None):
     item = None
     if found.settled is None and isinstance(found.sent, ev.MessageSent) and recipient is not None:
         raw = await host.redis.hget(keys.session_mail(recipient.partition, recipient.session_id), message_id)
-        item = MailItem.from_json(raw) if raw else None
+        item = MailItem.from_json(message_id, raw) if raw else None
     return found, recipient, item
 
 

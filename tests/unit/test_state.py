@@ -1,6 +1,7 @@
 """The fold: counters, snapshots, and tolerance of events it does not know."""
 
 import json
+from dataclasses import replace
 
 from treemail.domain import events as ev
 from treemail.domain import state as st
@@ -82,7 +83,20 @@ def test_state_and_mail_snapshots_round_trip_through_json():
     mail = given_mail(*events)
     assert st.SessionState.from_json(state.to_json()) == state
     assert st.SessionState.from_json(None) == st.INITIAL
-    assert {k: st.MailItem.from_json(v.to_json()) for k, v in mail.items()} == mail
+    assert {k: st.MailItem.from_json(k, v.to_json()) for k, v in mail.items()} == mail
+
+
+def test_a_mail_item_is_kept_without_its_message_id_and_its_trailing_defaults_and_older_items_read_the_same():
+    item = st.MailItem("m1", "agent", "s1", 2, "queue", "accepted", "r1", 7, since=1.5)
+    assert json.loads(item.to_json()) == [7, "agent", "s1", 2, "queue", "accepted", "r1", 0, 1.5]
+    assert st.MailItem.from_json("m1", item.to_json()) == item
+    parked = replace(item, state="parked", attempts=3, reason="timeout")
+    assert json.loads(parked.to_json())[-3:] == [0.0, 0.0, "timeout"]
+    assert st.MailItem.from_json("m1", parked.to_json()) == parked
+    # Written before the compact form: the message id first, every field (or only the first eight).
+    full = ["m1", "agent", "s1", 2, "queue", "accepted", "r1", 7, 0, 1.5, 0.0, 0.0, "", ""]
+    assert st.MailItem.from_json("m1", json.dumps(full)) == item
+    assert st.MailItem.from_json("m1", json.dumps(full[:8])) == replace(item, since=0.0)
 
 
 def test_events_round_trip_through_their_stream_encoding():

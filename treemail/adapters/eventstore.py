@@ -76,7 +76,7 @@ class PreparedAppend:
 class SendReads:
     loaded: dict[str, Loaded]
     # (sender session id, tool call digest) -> its idempotency record, or None.
-    recorded: dict[tuple[str, str], dict | None]
+    recorded: dict[tuple[str, str], list | dict | None]
     # root session id -> labels a person approved for that whole tree.
     tree_grants: dict[str, frozenset[str]]
     # Seed 002: the whole service drains.
@@ -87,7 +87,7 @@ class SendReads:
 class AppendResult:
     status: str  # "ok", "dup", "conflict", "handle_taken"
     version: int = 0
-    record: dict | None = None
+    record: list | dict | None = None
 
 
 def wake_trigger(record: SessionRecord, message_id: str | None, seq: int) -> str:
@@ -240,7 +240,7 @@ class EventStore:
         return SendReads(loaded, recorded, grants, bool(replies[-1]))
 
     @staticmethod
-    def record_outcome_call(sender: SessionRecord, digest: str, record: dict, pipe) -> None:
+    def record_outcome_call(sender: SessionRecord, digest: str, record: list | dict, pipe) -> None:
         """Keep a refusal that touched no session under its tool call: set once, then read back, so a
         concurrent decision of the same call is answered with whichever record was kept (two replies)."""
         key = keys.session_idempotency(sender.partition, sender.session_id)
@@ -257,15 +257,16 @@ class EventStore:
             return {}
         if which == "all":
             raw = await self.redis.hgetall(keys.session_mail(p, sid))
-            return {k.decode(): MailItem.from_json(v) for k, v in raw.items()}
+            return {k.decode(): MailItem.from_json(k.decode(), v) for k, v in raw.items()}
         flat = await self.redis.eval(DUE_MAIL_LUA, 2, keys.session_due(p, sid), keys.session_mail(p, sid))
-        return {flat[j].decode(): MailItem.from_json(flat[j + 1]) for j in range(0, len(flat), 2)}
+        ids = [m.decode() for m in flat[0::2]]
+        return {m: MailItem.from_json(m, item) for m, item in zip(ids, flat[1::2])}
 
     async def load_mail_items(self, record: SessionRecord, message_ids: list[str]) -> dict[str, MailItem]:
         if not message_ids:
             return {}
         raw = await self.redis.hmget(keys.session_mail(record.partition, record.session_id), message_ids)
-        return {m: MailItem.from_json(v) for m, v in zip(message_ids, raw) if v is not None}
+        return {m: MailItem.from_json(m, v) for m, v in zip(message_ids, raw) if v is not None}
 
     # ---- append ------------------------------------------------------------------------------
 
@@ -277,7 +278,7 @@ class EventStore:
         *,
         mail: dict[str, MailItem] | None = None,
         idempotency_digest: str | None = None,
-        idempotency_record: dict | None = None,
+        idempotency_record: list | dict | None = None,
         idempotency_session: str | None = None,
         policy: MessagingConfig | None = None,
         companions: list[Companion] = (),

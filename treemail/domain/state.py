@@ -14,6 +14,8 @@ import json
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+import orjson
+
 from . import compactjson
 from . import events as ev
 from .frozen import replace
@@ -146,15 +148,29 @@ class MailItem:
     trace: str = ""
 
     def to_json(self) -> str:
-        return compactjson.dumps(
-            [self.message_id, self.owner, self.sender_session_id, self.agent_hop, self.mode, self.state,
-             self.run_id, self.seq, self.attempts, self.since, self.claimed_at, self.retry_at, self.reason,
-             self.trace]
-        )
+        """Kept under its message id (the mail hash's field), so the id is not written again; the
+        position comes first, and the fields still at their default at the end are left out (an item
+        is written on every send and kept until it is processed)."""
+        fields = [self.seq, self.owner, self.sender_session_id, self.agent_hop, self.mode, self.state,
+                  self.run_id, self.attempts, self.since, self.claimed_at, self.retry_at, self.reason, self.trace]
+        while len(fields) > _ITEM_REQUIRED and fields[-1] == _ITEM_DEFAULTS[len(fields) - 1]:
+            fields.pop()
+        return compactjson.dumps(fields)
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> "MailItem":
-        return cls(*json.loads(text))
+    def from_json(cls, message_id: str, text: str | bytes) -> "MailItem":
+        """``message_id``: the field the item is kept under. An item written before the compact form
+        starts with its message id (a string), where the compact one starts with its position."""
+        fields = orjson.loads(text)
+        if isinstance(fields[0], str):
+            return cls(*fields)
+        return cls(message_id, *fields[1:7], fields[0], *fields[7:])
+
+
+# The compact item's order after its position: owner .. run_id are always written; attempts .. trace
+# are dropped from the end while they hold these defaults.
+_ITEM_REQUIRED = 7
+_ITEM_DEFAULTS = (None,) * _ITEM_REQUIRED + (0, 0.0, 0.0, 0.0, "", "")
 
 
 def _recent(producers: tuple[str, ...], producer_id: str) -> tuple[str, ...]:
