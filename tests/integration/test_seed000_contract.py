@@ -169,6 +169,22 @@ async def test_idempotency_evidence_lives_with_the_senders_session_without_expir
     assert await stack.redis.ttl(key) == -1  # no expiry: it goes only with the session's keys
 
 
+async def test_an_accepted_calls_record_is_kept_short_and_a_record_written_as_an_object_still_answers(stack, calls):
+    root, a = await family(stack)
+    ctx = calls.ctx(root.session_id)
+    first = await stack.send_message(ctx, {"to": a.handle, "body": "kept"})
+    record = await stack.sessions.record(root.session_id)
+    key = keys.session_idempotency(record.partition, root.session_id)
+    [(digest, raw)] = (await stack.redis.hgetall(key)).items()
+    fp, *outcome = json.loads(raw)
+    assert outcome == [first["message_id"], first["mode"], first["recipient_state"]]
+    # Written before the short form: an object. A retry gets the same outcome, a changed body a conflict.
+    await stack.redis.hset(key, digest, json.dumps({"fp": fp, "outcome": {"ok": first}}))
+    assert await stack.send_message(ctx, {"to": a.handle, "body": "kept"}) == first
+    assert code(await stack.send_message(ctx, {"to": a.handle, "body": "changed"})) == "send_message:idempotency_conflict"
+    assert len(await accepted_events(stack, a.session_id)) == 1
+
+
 # ---- effective permissions: the host's session overlay, recorded as events ----------------------
 
 

@@ -71,7 +71,7 @@ class InterruptService:
             "lifecycle:contention", f"session {target_record.session_id} kept changing under {CONFLICT_ATTEMPTS} attempts"
         )
 
-    async def _recorded(self, target: SessionRecord | NoSuchSession | NoSuchHandle, digest: str) -> dict | None:
+    async def _recorded(self, target: SessionRecord | NoSuchSession | NoSuchHandle, digest: str) -> list | dict | None:
         """The outcome this tool call already has: the commit keeps it with the target (the session it appended
         to), and a reference always resolves to the same session."""
         if not isinstance(target, SessionRecord):

@@ -218,7 +218,7 @@ class PeerService:
         raise LifecycleError("lifecycle:contention",
                              f"session {target_record.session_id} kept changing under {CONFLICT_ATTEMPTS} attempts")
 
-    async def _recorded(self, sender: SessionRecord, digest: str) -> dict | None:
+    async def _recorded(self, sender: SessionRecord, digest: str) -> list | dict | None:
         """The outcome this tool call already has, wherever its first attempt went.
 
         The record is written in the target's partition by the commit; the

@@ -55,9 +55,33 @@ def is_recorded_alone(code: Code) -> bool:
     return code not in WITH_RECIPIENT and code not in NEVER
 
 
-def record(arguments: SendArguments, outcome: dict) -> dict:
+def record(arguments: SendArguments, outcome: dict) -> list:
     """What is kept under the key: enough to answer a retry and to spot a conflicting one."""
-    return {"fp": fingerprint(arguments), "outcome": outcome}
+    return kept(fingerprint(arguments), outcome)
+
+
+# The answer to an accepted message, which most records keep: written as its three values.
+_ACCEPTED = ("message_id", "mode", "recipient_state")
+
+
+def kept(fp: str, outcome: dict) -> list:
+    """A record as stored (by every tool whose calls are keyed: send, peer send, interrupt): the
+    fingerprint and the outcome, an accepted message's as ``[fp, message_id, mode, recipient_state]``.
+    A record is kept per tool call for as long as its session, so it is kept short."""
+    ok = outcome.get("ok")
+    if isinstance(ok, dict) and tuple(ok) == _ACCEPTED:
+        return [fp, *ok.values()]
+    return [fp, outcome]
+
+
+def parse(recorded: list | dict) -> tuple[str | None, dict]:
+    """The fingerprint and the outcome of a stored record; a record written before the short form is
+    an object ``{"fp": ..., "outcome": ...}``."""
+    if isinstance(recorded, dict):
+        return recorded.get("fp"), recorded["outcome"]
+    if len(recorded) == 1 + len(_ACCEPTED):
+        return recorded[0], {"ok": dict(zip(_ACCEPTED, recorded[1:]))}
+    return recorded[0], recorded[1]
 
 
 CONFLICT_MESSAGE = (
@@ -65,8 +89,9 @@ CONFLICT_MESSAGE = (
 )
 
 
-def replayed_outcome(recorded: dict, arguments: SendArguments) -> dict:
+def replayed_outcome(recorded: list | dict, arguments: SendArguments) -> dict:
     """The answer to a tool call whose key already has a record: the original outcome, or a conflict."""
-    if recorded["fp"] != fingerprint(arguments):
+    fp, outcome = parse(recorded)
+    if fp != fingerprint(arguments):
         return {"error": {"code": Code.IDEMPOTENCY_CONFLICT.value, "message": CONFLICT_MESSAGE}}
-    return recorded["outcome"]
+    return outcome

@@ -25,7 +25,7 @@ from ..errors import Code, Rejected
 from ..records import SessionRecord
 from ..results import clip
 from ..state import SessionState
-from . import routing
+from . import idempotency, routing
 from .guards import Found, NoSuchHandle, NoSuchSession, Target, render_peer
 from .send import Accepted, Refused, Replayed
 
@@ -41,7 +41,7 @@ class InterruptGiven:
     new_id: str = ""
     now: float = 0.0
     # The idempotency record of this tool call, if it was decided before: it is answered from it.
-    recorded: dict | None = None
+    recorded: list | dict | None = None
 
 
 def require_target(sender: SessionRecord, target: Target) -> Found:
@@ -123,11 +123,12 @@ def fingerprint(arguments: InterruptArguments) -> str:
     return hashlib.sha256(json.dumps([arguments.to, arguments.reason]).encode()).hexdigest()[:32]
 
 
-def record(arguments: InterruptArguments, outcome: dict) -> dict:
-    return {"fp": fingerprint(arguments), "outcome": outcome}
+def record(arguments: InterruptArguments, outcome: dict) -> list:
+    return idempotency.kept(fingerprint(arguments), outcome)
 
 
-def replayed_outcome(recorded: dict, arguments: InterruptArguments) -> dict:
-    if recorded["fp"] != fingerprint(arguments):
+def replayed_outcome(recorded: list | dict, arguments: InterruptArguments) -> dict:
+    fp, outcome = idempotency.parse(recorded)
+    if fp != fingerprint(arguments):
         return {"error": {"code": Code.INTERRUPT_IDEMPOTENCY_CONFLICT.value, "message": CONFLICT_MESSAGE}}
-    return recorded["outcome"]
+    return outcome

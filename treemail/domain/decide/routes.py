@@ -21,7 +21,7 @@ from .. import grants, peerinput, peers
 from ..commands import PeerSendArguments, RegisterPeerRoute, RevokePeerRoute, SendToPeer, SetPeerGrant
 from ..errors import Code, Rejected
 from ..records import SessionRecord
-from . import admission, guards, send
+from . import admission, guards, idempotency, send
 from .guards import Found
 from .lifecycle import Given, require_registered
 from .send import Accepted, Refused, SendDecision, SendGiven
@@ -144,11 +144,12 @@ def fingerprint(arguments: PeerSendArguments) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()[:32]
 
 
-def record(arguments: PeerSendArguments, outcome: dict) -> dict:
-    return {"fp": fingerprint(arguments), "outcome": outcome}
+def record(arguments: PeerSendArguments, outcome: dict) -> list:
+    return idempotency.kept(fingerprint(arguments), outcome)
 
 
-def replayed_outcome(recorded: dict, arguments: PeerSendArguments) -> dict:
-    if recorded.get("fp") != fingerprint(arguments):
+def replayed_outcome(recorded: list | dict, arguments: PeerSendArguments) -> dict:
+    fp, outcome = idempotency.parse(recorded)
+    if fp != fingerprint(arguments):
         return {"error": {"code": Code.PEER_IDEMPOTENCY_CONFLICT.value, "message": CONFLICT_MESSAGE}}
-    return recorded["outcome"]
+    return outcome

@@ -33,7 +33,7 @@ class SendGiven:
     new_id: str = ""
     now: float = 0.0
     # The idempotency record of this tool call, if it was decided before: it is answered from it.
-    recorded: dict | None = None
+    recorded: list | dict | None = None
     # Seed 002: the whole service is draining.
     service_draining: bool = False
 
