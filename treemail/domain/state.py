@@ -75,34 +75,12 @@ class SessionState:
         """Only the fields that differ from a new session's (``from_json`` fills in the rest, as it does
         for a snapshot older than a field): the snapshot goes over the wire and into the state hash on
         every append, and most sessions leave most fields at their defaults. ``status`` is always
-        written: the candidate list reads it from the snapshot inside the server (adapters/peers.lua)."""
-        return compactjson.dumps(
-            {k: v for k, v in self._to_obj().items() if k == "status" or v != _DEFAULT_OBJ.get(k, _ABSENT)}
-        )
-
-    def _to_obj(self) -> dict:
-        # Written for every append: spelled out, because dataclasses.asdict deep-copies.
-        return {
-            "registered": self.registered,
-            "status": self.status,
-            "current_run": self.current_run,
-            "pending_agent": self.pending_agent,
-            "pending_all": self.pending_all,
-            "wake_pending": self.wake_pending,
-            "pair_inflight": self.pair_inflight,
-            "producers": list(self.producers),
-            "run_hops": self.run_hops,
-            "approvals": {k: list(v) for k, v in self.approvals.items()},
-            "rules_overlay": [list(rule) for rule in self.rules_overlay],
-            "installed_tools": list(self.installed_tools),
-            "outstanding": self.outstanding,
-            "wake_requested_at": self.wake_requested_at,
-            **({"peers": self.peers.to_obj()} if self.peers else {}),
-            "continuable": self.continuable,
-            "disposal": self.disposal,
-            "drained_by": sorted(self.drained_by),
-            "announced": self.announced,
-        }
+        written: the candidate list reads it from the snapshot inside the server (adapters/peers.lua).
+        Compared before they are converted, and read from the instance dict: built for every append."""
+        return compactjson.dumps({
+            name: _SNAPSHOT_FORM[name](value) if name in _SNAPSHOT_FORM else value
+            for name, value in self.__dict__.items() if name == "status" or value != _DEFAULT_VALUES[name]
+        })
 
     @classmethod
     def from_json(cls, text: str | bytes | None) -> "SessionState":
@@ -121,8 +99,16 @@ class SessionState:
 
 INITIAL = SessionState()
 _STATE_FIELDS = frozenset(SessionState.__dataclass_fields__)
-_DEFAULT_OBJ = SessionState()._to_obj()
-_ABSENT = object()
+_DEFAULT_VALUES = dict(INITIAL.__dict__)
+# How the fields JSON has no form for are written (the rest are written as they are).
+_SNAPSHOT_FORM = {
+    "producers": list,
+    "approvals": lambda approvals: {k: list(v) for k, v in approvals.items()},
+    "rules_overlay": lambda rules: [list(rule) for rule in rules],
+    "installed_tools": list,
+    "peers": lambda peers: peers.to_obj(),
+    "drained_by": sorted,
+}
 
 
 @dataclass(frozen=True)
