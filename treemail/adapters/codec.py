@@ -67,8 +67,12 @@ def _is_text(value) -> bool:
     return True
 
 
-def _identifier(value) -> str | None:
-    return value if _is_text(value) and 0 < len(value) <= MAX_ID_CHARS else None
+def _is_str(value) -> bool:
+    return isinstance(value, str)
+
+
+def _identifier(value, is_text) -> str | None:
+    return value if is_text(value) and 0 < len(value) <= MAX_ID_CHARS else None
 
 
 def _type_name(value) -> str:
@@ -80,16 +84,17 @@ def parse_command(data: str | bytes, *, check_version: bool = True) -> SendMessa
     command, ``NewerProtocol`` for one a newer treemail wrote (``check_version=False`` reads it anyway,
     to answer its producer)."""
     try:
-        decoded = orjson.loads(data)
+        # orjson refuses a lone surrogate: every string it reads is text a store accepts.
+        decoded, is_text = orjson.loads(data), _is_str
     except orjson.JSONDecodeError:
         # What orjson refuses and the standard library reads (a lone surrogate, NaN, a huge integer) is
         # judged as before: as an invalid command, answered to its producer, rather than as no JSON at all.
-        decoded = json.loads(data)
+        decoded, is_text = json.loads(data), _is_text
     if not isinstance(decoded, dict):
         raise InvalidCommand(f"the entry is a JSON {type(decoded).__name__}, not an object")
     if check_version:
         protocol.require_known(decoded.get("v"), f"command {decoded.get('id')}")
-    command_id, reply_to = _identifier(decoded.get("id")), _identifier(decoded.get("reply_to"))
+    command_id, reply_to = _identifier(decoded.get("id"), is_text), _identifier(decoded.get("reply_to"), is_text)
 
     def invalid(reason: str) -> InvalidCommand:
         return InvalidCommand(reason, command_id, reply_to)
@@ -102,7 +107,7 @@ def parse_command(data: str | bytes, *, check_version: bool = True) -> SendMessa
     if not (isinstance(args, list) and len(args) in (3, 4)):
         raise invalid("`args` must be [to, body, mode] (and content blocks)")
     for name, value in zip(("session id", "run id", "tool call id", "to", "body"), [*ctx, *args[:2]]):
-        if not _is_text(value):
+        if not is_text(value):
             raise invalid(f"`{name}` must be a string, not {_type_name(value)}")
     if args[2] not in MODES:
         raise invalid("`mode` must be \"steer\" or \"queue\"")
@@ -111,7 +116,7 @@ def parse_command(data: str | bytes, *, check_version: bool = True) -> SendMessa
     except (ValueError, TypeError, KeyError) as exc:
         raise invalid(f"content blocks: {exc}") from None
     traceparent = decoded.get("tp", "")
-    if not _is_text(traceparent):
+    if not is_text(traceparent):
         raise invalid("`tp` must be a traceparent string")
     sid, run, call = ctx
     to, body, mode = args[:3]
