@@ -9,6 +9,7 @@ Over the house's 200 lines: the script's argument layout (``prepare``) must
 sit beside the reads of the same keys, so the two cannot drift apart.
 """
 
+import functools
 import hashlib
 import json
 import os
@@ -39,6 +40,20 @@ from .statecache import Loaded, StateCache
 COMMIT_LUA = resources.files(__package__).joinpath("commit.lua").read_text()
 COMMIT_SHA = hashlib.sha1(COMMIT_LUA.encode()).hexdigest()
 DUE_MAIL_LUA = resources.files(__package__).joinpath("due_mail.lua").read_text()
+
+
+@functools.lru_cache(maxsize=4096)
+def _commit_keys(partition: int, session_id: str, root_session_id: str) -> tuple[str, ...]:
+    """The commit script's KEYS 1-14 for one session (commit.lua): built for every append, and the same for
+    every append of the session. KEYS[4], the idempotency hash, is the state hash's until a tool call's
+    record is kept."""
+    p, sid, root = partition, session_id, root_session_id
+    return (
+        keys.session_stream(p, sid), keys.session_snapshot(p, sid), keys.session_mail(p, sid),
+        keys.session_snapshot(p, sid), keys.tree_handles(p, root), keys.tree_members(p, root),
+        keys.wake_stream(p), keys.partition_sessions(p), keys.feed(p), keys.approvals(p), keys.tree_grants(p, root),
+        keys.session_due(p, sid), keys.due_index(p), keys.outbound_index(p),
+    )
 
 
 @dataclass(frozen=True)
@@ -308,25 +323,9 @@ class EventStore:
         wakes = [wake_trigger(record, message_id, seq) for seq, message_id in applied.wakes]
         wakes += [interrupt_trigger(record, event, seq) for seq, event in applied.interrupts]
         index = approval_index(record, applied)
-        idem_key = (
-            keys.session_idempotency(p, idempotency_session or sid) if idempotency_digest else self.state_key(record)
-        )
-        key_list = [
-            keys.session_stream(p, sid),
-            self.state_key(record),
-            keys.session_mail(p, sid),
-            idem_key,
-            keys.tree_handles(p, record.root_session_id),
-            keys.tree_members(p, record.root_session_id),
-            keys.wake_stream(p),
-            keys.partition_sessions(p),
-            keys.feed(p),
-            keys.approvals(p),
-            keys.tree_grants(p, record.root_session_id),
-            keys.session_due(p, sid),
-            keys.due_index(p),
-            keys.outbound_index(p),
-        ]
+        key_list = list(_commit_keys(p, sid, record.root_session_id))
+        if idempotency_digest:
+            key_list[3] = keys.session_idempotency(p, idempotency_session or sid)
         left = Loaded(applied.state, applied.version, os.urandom(8).hex())
         # Held under the new etag: used only once the server shows that etag, i.e. once this append applied.
         self.states.put(sid, left)
@@ -379,7 +378,7 @@ class EventStore:
             applied = apply(loaded.state, {}, companion.events, loaded.version)
             left = Loaded(applied.state, applied.version, os.urandom(8).hex())
             self.states.put(record.session_id, left)
-            key_list.extend((keys.session_stream(partition, record.session_id), self.state_key(record)))
+            key_list.extend(_commit_keys(partition, record.session_id, record.root_session_id)[:2])
             encoded = [part for event in companion.events for part in ev.encode(event)]
             index = index_entries(record.session_id, companion.events, loaded.version + 1)
             args.extend((f"{loaded.etag} {left.etag}", applied.state.to_json(), record.session_id,
