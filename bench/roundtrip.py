@@ -3,7 +3,7 @@
 Shaped like treemail's producer (producers/client.py), without its batching: one client owns one
 reply list; a send XADDs a command-sized entry (the same compact JSON
 `encode_command` writes) to a stream and awaits a future; one listener task
-BLPOPs the reply list (then LPOPs up to 1000 more: answers come in bursts) and
+BLMPOPs the reply list (up to 1000 answers a round trip: answers come in bursts) and
 hands each answer to its future by command id. The echo consumer is a
 subprocess, as the treemail worker is, so its CPU is not the host's: it reads
 the stream with XREADGROUP (COUNT 100, BLOCK 100, as the worker's subscriber),
@@ -67,18 +67,15 @@ class RawClient:
     async def _listen(self) -> None:
         key = reply_list(self.client_id)
         while not self.closing:
-            first = await self.listener.blpop([key], timeout=1)
-            if first is None:
-                continue
-            rest = await self.listener.lpop(key, 1000)
-            for raw in [first[1], *(rest or [])]:
+            popped = await self.listener.blmpop(1, 1, key, direction="LEFT", count=1000)
+            for raw in popped[1] if popped else ():
                 answer = json.loads(raw)
                 future = self.waiting.get(answer.pop("command_id"))
                 if future is not None and not future.done():
                     future.set_result(answer)
 
     async def close(self) -> None:
-        # As `CommandClient.close`: a cancel may not end a BLPOP in flight, the flag ends the loop within 1 s.
+        # As `CommandClient.close`: a cancel may not end a BLMPOP in flight, the flag ends the loop within 1 s.
         self.closing = True
         self.task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -126,7 +123,7 @@ async def echo(url: str) -> None:
 def count_calls(client, name: str) -> list[int]:
     """Wrap `client.<name>` (an instance attribute shadows the method); the list's one item counts the calls.
 
-    Counts the reply listener's BLPOPs: answers per wake-up is how far the consumer batched its replies.
+    Counts the reply listener's pops: answers per wake-up is how far the consumer batched its replies.
     """
     calls = [0]
     method = getattr(client, name)

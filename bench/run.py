@@ -10,7 +10,7 @@ Phases (the Valkey is flushed between the throughput phases):
   3. two worker processes on the same backlog
   3b-3d. the durable profile; memory per accepted message vs a bare XADD; what is left after 1,000,000 sends
   4. host round-trip latency at a steady send rate, one worker running
-     (each rate also through a bare XADD + BLPOP round trip to an echo consumer: host CPU per send)
+     (each rate also through a bare XADD + BLMPOP round trip to an echo consumer: host CPU per send)
   5. send latency to a recipient whose stream holds ~1M events vs a fresh one
   5b. 100,000 sessions registered on the Valkey: memory per session, send latency vs a fresh server's
   6. replay rate: projections.replay.rebuild(write=False, and write=True) vs raw XRANGE + json.loads, ~500k events
@@ -199,11 +199,11 @@ async def phase_latency(url: str, sizes: Sizes, rate: int) -> dict:
             return await host.send_message(SendContext(root, "run-1", f"call-{i}"),
                                            {"to": kid, "body": f"steady message {i}"})
 
-        blpops = roundtrip.count_calls(host.commands._listener, "blpop")
+        pops = roundtrip.count_calls(host.commands._listener, "blmpop")
         worker_cpu = cpu_seconds(workers.procs[0].pid)
         run = await roundtrip.paced(rate, total, send)
         worker_cpu = cpu_seconds(workers.procs[0].pid) - worker_cpu
-        wakeups = blpops[0]
+        wakeups = pops[0]
         workers.check_alive()
     finally:
         await host.close()
@@ -222,7 +222,7 @@ async def phase_latency(url: str, sizes: Sizes, rate: int) -> dict:
         f"p99 {out['p99_ms']:.2f} ms, max {out['max_ms']:.2f} ms (pacer lateness p99 "
         f"{out['start_lateness_p99_ms']:.2f} ms); CPU per send: host {out['host_cpu_us_per_send']:.0f} us, "
         f"worker {out['worker_cpu_us_per_send']:.0f} us; {out['answers_per_listener_wakeup']:.1f} answers per "
-        f"BLPOP" + (f"; first failure {failures[0]}" if failures else ""))
+        f"pop" + (f"; first failure {failures[0]}" if failures else ""))
     out["raw"] = await raw_round_trip(url, pairs, rate, total)
     out["host_cpu_ratio"] = out["host_cpu_us_per_send"] / out["raw"]["host_cpu_us_per_send"]
     log(f"  host CPU per send, treemail / raw round trip: {out['host_cpu_ratio']:.2f}")
@@ -230,7 +230,7 @@ async def phase_latency(url: str, sizes: Sizes, rate: int) -> dict:
 
 
 async def raw_round_trip(url: str, pairs: list[tuple[str, str]], rate: int, total: int) -> dict:
-    """The same pace, concurrency, senders and bodies as treemail's run, through XADD + BLPOP to an echo."""
+    """The same pace, concurrency, senders and bodies as treemail's run, through XADD + BLMPOP to an echo."""
     await roundtrip.prepare(url)
     echo = roundtrip.start_echo(url)
     client = roundtrip.RawClient(url)
@@ -243,11 +243,11 @@ async def raw_round_trip(url: str, pairs: list[tuple[str, str]], rate: int, tota
         for i in range(200):  # warm up, as treemail's run: the echo has joined, connections are open
             if "message_id" not in await asyncio.wait_for(send(i, "w"), 30):
                 raise RuntimeError("raw warm-up send failed")
-        blpops = roundtrip.count_calls(client.listener, "blpop")
+        pops = roundtrip.count_calls(client.listener, "blmpop")
         echo_cpu = cpu_seconds(echo.pid)
         run = await roundtrip.paced(rate, total, send)
         echo_cpu = cpu_seconds(echo.pid) - echo_cpu
-        wakeups = blpops[0]
+        wakeups = pops[0]
         if echo.poll() is not None:
             raise RuntimeError(f"echo consumer exited with {echo.returncode}")
     finally:
@@ -263,7 +263,7 @@ async def raw_round_trip(url: str, pairs: list[tuple[str, str]], rate: int, tota
            "answers_per_listener_wakeup": total / max(1, wakeups)}
     log(f"  raw round trip: {out['ok']}/{total} ok at {out['achieved_rate']:,.0f} sends/s: p50 {out['p50_ms']:.2f} ms, "
         f"p99 {out['p99_ms']:.2f} ms; CPU per send: host {out['host_cpu_us_per_send']:.0f} us, "
-        f"echo {out['echo_cpu_us_per_send']:.0f} us; {out['answers_per_listener_wakeup']:.1f} answers per BLPOP")
+        f"echo {out['echo_cpu_us_per_send']:.0f} us; {out['answers_per_listener_wakeup']:.1f} answers per pop")
     return out
 
 
@@ -496,11 +496,11 @@ def report(results: dict, env: dict, sizes: Sizes, quick: bool, wall: float) -> 
     for pace in (lat, low):
         rt = pace["raw"]
         rows += [
-            (f"raw XADD + BLPOP round trip at {pace['target_rate']:,}/s", f"p50 {rt['p50_ms']:.2f} ms",
+            (f"raw XADD + BLMPOP round trip at {pace['target_rate']:,}/s", f"p50 {rt['p50_ms']:.2f} ms",
              f"p99 {rt['p99_ms']:.2f} ms, {rt['ok']:,} sends ({rt['failed']} failed), same process, pace, concurrency",
              ""),
             (f"host CPU per send at {pace['target_rate']:,}/s, treemail / raw", f"{pace['host_cpu_ratio']:.2f}",
-             f"{pace['host_cpu_us_per_send']:.0f} us vs {rt['host_cpu_us_per_send']:.0f} us; answers per BLPOP "
+             f"{pace['host_cpu_us_per_send']:.0f} us vs {rt['host_cpu_us_per_send']:.0f} us; answers per pop "
              f"{pace['answers_per_listener_wakeup']:.1f} vs {rt['answers_per_listener_wakeup']:.1f}", ""),
         ]
     rows += [
@@ -586,18 +586,18 @@ Valkey, the worker process(es) and the benchmark process share these cores.
   {sizes.latency_rate:,} sends/s (and again at {sizes.latency_rate // 4:,} sends/s) for {sizes.latency_seconds:g} s
   each, with every send its own task
   (many in flight); `send_message` call to result, 20 roots taking turns, each to its 5 children.
-- **raw XADD + BLPOP round trip**: right after each send round trip, in the same benchmark
+- **raw XADD + BLMPOP round trip**: right after each send round trip, in the same benchmark
   process, the same pace, concurrency (every send its own task), senders, recipients and bodies, through
   `bench/roundtrip.py`'s client shaped like treemail's producer (`producers/client.py`): each send
   XADDs a command-sized entry (the JSON `encode_command` writes) to a stream and awaits a future;
-  one listener task per client BLPOPs the client's one reply list (then LPOPs up to 1000 more) and
+  one listener task per client BLMPOPs the client's one reply list (up to 1000 answers a pop) and
   hands each answer to its future by command id. The consumer is a subprocess, as the worker is:
   `XREADGROUP COUNT 100 BLOCK 100`, one pipelined `LPUSH` + `EXPIRE` per reply list and `XACK` per
   batch, deciding nothing. Host CPU per send is the benchmark process's CPU time over the paced span
   divided by the sends, for both loops (the pacer and the client's listener included); the ratio
   has no target in the issue, it is reported. It depends on how the consumer batches: a consumer
   that falls behind answers many sends per `LPUSH`, and the host then wakes once for many answers
-  (answers per BLPOP, shown next to it), so a slower consumer can lower the host's CPU per send.
+  (answers per pop, shown next to it), so a slower consumer can lower the host's CPU per send.
 - **replay**: {results['replay']['sessions']} sessions ({sizes.replay_trees} trees of 1 root + {sizes.replay_children} children)
   registered through the host API (directory entry, partition session set, SessionRegistered at
   version 1), then each stream filled by a server-side Lua loop with ProducerRegistered +

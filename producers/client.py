@@ -1,6 +1,6 @@
 """The command client: publish a SendMessage to a command stream and wait for its decision.
 
-Each client owns a reply list; one background task BLPOPs it and hands each
+Each client owns a reply list; one background task pops it and hands each
 answer to the send waiting for it. A send that gets no answer before its
 deadline, or that is still waiting when the client closes, is answered with
 send_message:engine_shutdown: the command may still be decided, and because
@@ -26,6 +26,8 @@ from treemail.domain.results import engine_shutdown
 log = logging.getLogger("treemail.client")
 # At most this many commands in one publishing pipeline; more wait for the next.
 MAX_PUBLISH_BATCH = 500
+# At most this many answers taken from the reply list in one round trip.
+MAX_ANSWERS_PER_POP = 1000
 
 
 class CommandClient:
@@ -102,18 +104,29 @@ class CommandClient:
         reply_key = keys.reply_list(self.client_id)
         while not self._closing:
             try:
-                first = await self._listener.blpop([reply_key], timeout=1)
-                # Answers arrive in bursts (a worker answers a whole batch): take the rest in one call.
-                rest = await self._listener.lpop(reply_key, 1000) if first is not None else None
+                await self._take_answers(reply_key)
             except asyncio.CancelledError:
                 raise
             except Exception:  # noqa: BLE001 - a dropped connection: retry, the deadline covers the sender
                 await asyncio.sleep(0.2)
-                continue
-            if first is None:
-                continue
-            for raw in [first[1], *(rest or [])]:
+
+    async def _take_answers(self, reply_key: str) -> None:
+        """Waits up to a second for answers and hands each to its send. Answers arrive in bursts (a
+        worker answers a whole batch): BLMPOP takes a burst in the round trip that waited for it."""
+        if not self.config.cluster:
+            popped = await self._listener.blmpop(1, 1, reply_key, direction="LEFT", count=MAX_ANSWERS_PER_POP)
+            for raw in popped[1] if popped else ():
                 self._deliver(raw)
+            return
+        # A cluster client asks a node where BLMPOP's keys are (they follow a count) before every call:
+        # a round trip more. There, BLPOP waits for the first answer, which is handed over before the
+        # rest of the burst is asked for.
+        first = await self._listener.blpop([reply_key], timeout=1)
+        if first is None:
+            return
+        self._deliver(first[1])
+        for raw in await self._listener.lpop(reply_key, MAX_ANSWERS_PER_POP) or ():
+            self._deliver(raw)
 
     def _deliver(self, raw: bytes) -> None:
         """Hand one answer to its send. Anything else in the list is skipped: the listener must outlive it.

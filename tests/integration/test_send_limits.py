@@ -2,11 +2,13 @@
 for a refusal, a deadline for a send waiting on a person, and a reply listener that outlives junk."""
 
 import asyncio
+import json
 
 import pytest
 
 from treemail.adapters import keys
 
+from ..conftest import CLUSTER
 from .conftest import live, make_config, running_stack
 
 pytestmark = pytest.mark.cluster
@@ -87,3 +89,25 @@ async def test_a_stray_entry_in_the_reply_list_does_not_stop_the_listener(redis_
         assert "message_id" in result, result
     # (close() ran in the context manager and did not raise)
 
+
+
+async def test_a_burst_of_answers_is_handed_over_from_the_round_trip_that_waited_for_it(redis_url):
+    async with stack_with(redis_url, decision_timeout_s=5) as host:
+        client = host.commands
+        pops: list[str] = []
+        for name in ("blmpop", "blpop", "lpop"):
+            def counted(*args, _name=name, _method=getattr(client._listener, name), **kwargs):
+                pops.append(_name)
+                return _method(*args, **kwargs)
+            setattr(client._listener, name, counted)
+        futures = {f"command-{i}": asyncio.get_running_loop().create_future() for i in range(5)}
+        client._waiting.update(futures)
+        await asyncio.sleep(0.2)  # the listener waits in a pop made before the counting began
+        await host.redis.lpush(keys.reply_list(client.client_id),
+                               *[json.dumps({"command_id": c, "ok": {"n": n}}) for n, c in enumerate(futures)])
+        answers = await asyncio.wait_for(asyncio.gather(*futures.values()), 5)
+        assert answers == [{"ok": {"n": n}} for n in range(5)]
+        await asyncio.sleep(0.2)
+        # One server: the waiting BLMPOP took all five, and the next one waits. A cluster: the waiting BLPOP
+        # took the first, one LPOP the other four, and the next BLPOP waits.
+        assert pops == (["lpop", "blpop"] if CLUSTER else ["blmpop"])
