@@ -12,6 +12,12 @@ appended under the session's etag, so pumps scale like workers: run one for
 availability, two or more for speed; none ever doubles a release, a park or
 a wake. Its lag (how long the oldest due obligation waited for a pass) is
 ``treemail_pump_lag_seconds``, alerted on in deploy/alerts.yml.
+
+Health, as the worker's: ``/healthz`` while the event loop ticks, ``/readyz``
+once the first sweep is done and while the server answers. A pump that
+loses its server keeps trying every interval, and logs one line when that
+starts failing and one when it works again (a server not there at start is a
+clear error, as for every process).
 """
 
 import asyncio
@@ -22,6 +28,7 @@ from treemail.adapters import metrics, tracing
 from treemail.adapters.config import Config, load_config
 from treemail.adapters.connection import connect
 from treemail.adapters.eventstore import EventStore
+from treemail.adapters.health import UNREACHABLE, Health, OutageLog, watch
 from treemail.services.obligations import ObligationService
 from treemail.services.sessions import SessionService
 
@@ -32,15 +39,25 @@ DEFAULT_METRICS_PORT = 9466
 
 class Pump:
     def __init__(self, store: EventStore, config: Config, interval_s: float = 1.0) -> None:
+        self.store = store
         self.config = config
         self.interval_s = interval_s
         self.service = ObligationService(SessionService(store, config))
         self.passes = 0
+        self.swept = False
+        self.health = Health()
+        self.outages = OutageLog(log)
+
+    async def probe(self) -> str | None:
+        await self.store.redis.ping()
+        return None if self.swept else "sweeping the sessions with pending mail"
 
     async def start(self) -> int:
         """The first pass: every session with pending mail, whatever the due index says. Returns sessions seen."""
+        await self.store.load_scripts()
         swept = await self.service.sweep()
         log.info("pump swept %d sessions with pending mail; %d events", swept.sessions, len(swept.events))
+        self.swept = True
         return swept.sessions
 
     async def step(self) -> int:
@@ -49,14 +66,16 @@ class Pump:
         return len(done.events)
 
     async def run(self, stopping: asyncio.Event) -> None:
-        await self.start()
         while not stopping.is_set():
             try:
+                if not self.swept:
+                    await self.start()
                 await self.step()
+                self.outages.ok("pump pass")
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001 - a failed pass (a server blip) is retried at the next interval
-                log.warning("pump pass failed", exc_info=True)
+            except Exception as exc:  # noqa: BLE001 - a failed pass (a server blip) is retried at the next interval
+                self.outages.failed("server" if isinstance(exc, UNREACHABLE) else "pump pass", exc)
             try:
                 await asyncio.wait_for(stopping.wait(), self.interval_s)
             except asyncio.TimeoutError:
@@ -67,22 +86,29 @@ async def serve_pump(config: Config, url: str, metrics_port: int | None = None, 
     """Run one pump until SIGINT/SIGTERM. ``metrics_port``: None or negative serves none, 0 a free port."""
     tracing.configure_from_env()
     redis = await connect(url, config.service)
+    store = EventStore(redis, config.service)
+    pump = Pump(store, config, interval_s)
+    server = None
     if metrics_port is not None and metrics_port >= 0:
-        metrics.start_server(metrics_port, "pump", metrics.PUMP_REGISTRY)
+        server = metrics.start_server(metrics_port, "pump", metrics.PUMP_REGISTRY, pump.health)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stopping.set)
-    store = EventStore(redis, config.service)
-    await store.load_scripts()
+    watcher = asyncio.create_task(watch(pump.health, pump.probe, pump.outages, stopping.is_set))
     try:
-        await Pump(store, config, interval_s).run(stopping)
+        await pump.run(stopping)
     finally:
+        pump.health.set(False, "stopping")
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
+        if server is not None:
+            await asyncio.to_thread(metrics.stop_server, server)
         await redis.aclose()
 
 
 def main() -> None:
-    """Until the CLI wires `treemail pump`: configuration from TREEMAIL_CONFIG and the environment."""
+    """`python -m treemail.projections.pump`: configuration from TREEMAIL_CONFIG and the environment."""
     import os
 
     logging.basicConfig(level=os.environ.get("TREEMAIL_LOG", "WARNING"), format="%(asctime)s %(name)s %(message)s")

@@ -75,6 +75,14 @@ def test_a_bad_metrics_port_breaks_only_the_command_that_uses_it():
     assert "TREEMAIL_METRICS_PORT" in one_line_error(cli("", "worker", **env))
 
 
+def test_a_bad_pump_setting_breaks_only_the_pump():
+    env = {"TREEMAIL_PUMP_INTERVAL_S": "0", "TREEMAIL_PUMP_METRICS_PORT": "many"}
+    assert cli("", "schema", **env).returncode == 0
+    assert "TREEMAIL_PUMP_METRICS_PORT" in one_line_error(cli("", "pump", **env))
+    del env["TREEMAIL_PUMP_METRICS_PORT"]
+    assert "TREEMAIL_PUMP_INTERVAL_S" in one_line_error(cli("", "pump", **env))
+
+
 @pytest.mark.parametrize("args,says", [
     (("dead-letters", "--count", "0"), "--count"),
     (("no-such-command",), "No such command"),

@@ -31,8 +31,8 @@ K8S_FILES = sorted(p for p in K8S.rglob("*.yaml") if p.name != "kustomization.ya
 KUSTOMIZATIONS = sorted(K8S.rglob("kustomization.yaml"))
 
 # Read by treemail/cli.py and its logging setup, not by load_config.
-EXTRA_ENV = {"TREEMAIL_CONFIG", "TREEMAIL_METRICS_PORT", "TREEMAIL_PROJECTION_METRICS_PORT", "REDIS_URL",
-             "TREEMAIL_LOG", "TREEMAIL_LOG_FORMAT"}
+EXTRA_ENV = {"TREEMAIL_CONFIG", "TREEMAIL_METRICS_PORT", "TREEMAIL_PROJECTION_METRICS_PORT", "TREEMAIL_PUMP_METRICS_PORT",
+             "REDIS_URL", "TREEMAIL_LOG", "TREEMAIL_LOG_FORMAT"}
 ENV_NAME = re.compile(r"\b(TREEMAIL_[A-Z0-9_]+|REDIS_URL)\b")
 
 
@@ -70,7 +70,7 @@ def test_deploy_tree_has_the_expected_files():
         "compose.yaml", "Dockerfile", "compose/prometheus.yml", "compose/treemail.toml",
         "valkey/valkey.conf", "valkey/valkey-cluster.conf", "k8s/kustomization.yaml",
         "k8s/valkey-cluster/kustomization.yaml", "grafana/provisioning/datasources/prometheus.yml",
-        "grafana/provisioning/dashboards/treemail.yml",
+        "grafana/provisioning/dashboards/treemail.yml", "k8s/pump.yaml", "targets/pumps.json",
     ):
         assert (DEPLOY / name).is_file(), f"deploy/{name} is missing"
 
@@ -133,14 +133,17 @@ def test_workloads_have_replicas_resources_probes_and_matching_labels():
             assert "livenessProbe" in container and "readinessProbe" in container, f"{name}: probes"
 
 
-def test_worker_and_projection_deployments():
+def test_worker_projection_and_pump_deployments():
     worker = find("Deployment", "treemail-worker")
     projections = find("Deployment", "treemail-projections")
+    pump = find("Deployment", "treemail-pump")
     assert worker["spec"]["replicas"] == 3
     # Exactly one projection runner per partition set; a second folds twice into the same views.
     assert projections["spec"]["replicas"] == 1
     assert projections["spec"]["strategy"]["type"] == "Recreate"
-    for doc, command, port in ((worker, "worker", 9464), (projections, "projections", 9465)):
+    # Pumps act under etags (never twice): more than one, so obligations are kept while one restarts.
+    assert pump["spec"]["replicas"] >= 2
+    for doc, command, port in ((worker, "worker", 9464), (projections, "projections", 9465), (pump, "pump", 9466)):
         template = doc["spec"]["template"]
         annotations = template["metadata"]["annotations"]
         assert annotations["prometheus.io/scrape"] == "true" and annotations["prometheus.io/port"] == str(port)
@@ -168,7 +171,8 @@ def test_worker_pdb_and_services_select_the_worker_pods():
     assert not matches(pdb["spec"]["selector"]["matchLabels"],
                        find("Deployment", "treemail-projections")["spec"]["template"]["metadata"]["labels"])
     for service, deployment in (("treemail-worker-metrics", "treemail-worker"),
-                                ("treemail-projections-metrics", "treemail-projections")):
+                                ("treemail-projections-metrics", "treemail-projections"),
+                                ("treemail-pump-metrics", "treemail-pump")):
         svc = find("Service", service)
         assert svc["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
         labels = find("Deployment", deployment)["spec"]["template"]["metadata"]["labels"]
@@ -258,7 +262,7 @@ def test_docker_compose_v1_config():
 def test_compose_services():
     doc = compose()
     services = doc["services"]
-    assert {"valkey", "worker", "projections", "prometheus", "grafana"} <= set(services)
+    assert {"valkey", "worker", "projections", "pump", "prometheus", "grafana"} <= set(services)
     for name, service in services.items():
         for volume in service.get("volumes", []):
             source = volume.split(":")[0]
@@ -273,14 +277,17 @@ def test_compose_services():
     assert (DEPLOY / mounted[conf]).resolve() == (DEPLOY / "valkey" / "valkey.conf").resolve()
     assert "/data" in mounted and mounted["/data"] in doc["volumes"], "Valkey's AOF needs a volume at /data"
 
-    worker, projections = services["worker"], services["projections"]
+    worker, projections, pump = services["worker"], services["projections"], services["pump"]
     assert worker["deploy"]["replicas"] == 3 and projections["deploy"]["replicas"] == 1
+    assert pump["deploy"]["replicas"] >= 2
     assert worker["command"] == ["worker"] and projections["command"] == ["projections"]
-    assert "ports" not in worker, "a published host port would stop `--scale worker=N`"
-    assert "container_name" not in worker
+    assert pump["command"] == ["pump"]
+    for scaled in (worker, pump):
+        assert "ports" not in scaled, "a published host port would stop `--scale`"
+        assert "container_name" not in scaled
     build = worker["build"]
     assert (DEPLOY / build["context"] / build["dockerfile"]).resolve() == (DEPLOY / "Dockerfile").resolve()
-    for service in (worker, projections):
+    for service in (worker, projections, pump):
         assert service["environment"]["REDIS_URL"] == "redis://valkey:6379/0"
         assert service["depends_on"]["valkey"]["condition"] == "service_healthy"
 
@@ -312,7 +319,8 @@ def test_compose_prometheus_discovers_the_scaled_services():
     host_config = yaml.safe_load((DEPLOY / "prometheus.yml").read_text(encoding="utf-8"))
     assert set(jobs) == {job["job_name"] for job in host_config["scrape_configs"]}
     services = compose()["services"]
-    for job, service, port in (("treemail-workers", "worker", 9464), ("treemail-projections", "projections", 9465)):
+    for job, service, port in (("treemail-workers", "worker", 9464), ("treemail-projections", "projections", 9465),
+                               ("treemail-pumps", "pump", 9466)):
         (sd,) = jobs[job]["dns_sd_configs"]
         assert sd["names"] == [service] and sd["type"] == "A" and sd["port"] == port
         assert str(port) in [str(p) for p in services[service]["expose"]]
@@ -430,7 +438,7 @@ def test_service_env_values_load(tmp_path):
         path = tmp_path / "treemail.toml"
         path.write_text(text, encoding="utf-8")
         load_config(path, environ={k: v for k, v in env.items() if k != "TREEMAIL_CONFIG"})
-        for port_var in ("TREEMAIL_METRICS_PORT", "TREEMAIL_PROJECTION_METRICS_PORT"):
+        for port_var in ("TREEMAIL_METRICS_PORT", "TREEMAIL_PROJECTION_METRICS_PORT", "TREEMAIL_PUMP_METRICS_PORT"):
             if port_var in env:
                 assert env[port_var].isdigit(), f"{where}: {port_var}={env[port_var]!r}"
 
@@ -440,7 +448,7 @@ def test_service_env_values_load(tmp_path):
 
 def test_compose_healthchecks_ask_readiness_not_metrics():
     services = compose()["services"]
-    for name, port in (("worker", 9464), ("projections", 9465)):
+    for name, port in (("worker", 9464), ("projections", 9465), ("pump", 9466)):
         test = " ".join(services[name]["healthcheck"]["test"])
         assert f"127.0.0.1:{port}/readyz" in test, f"compose {name}: healthcheck {test}"
 

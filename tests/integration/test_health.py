@@ -158,6 +158,40 @@ def test_projection_worker_rides_out_an_outage_and_folds_again():
     assert during and len(during) <= 4, err
 
 
+def test_pump_readiness_follows_the_server_and_its_passes_resume_after_an_outage():
+    server = LocalValkey().start()
+    port = free_port()
+    pump = spawn("pump", server.url, port)
+
+    def passes() -> float:
+        return samples(port).get(("treemail_pump_passes_total", ()), 0)
+
+    try:
+        wait_until(lambda: get(port, "/readyz") == (200, "ready\n"), 20, "pump ready (swept)")
+        assert get(port, "/healthz") == (200, "alive\n")
+        before = wait_until(passes, 10, "a pass counted")
+
+        server.stop(kill=True)
+        status, why = wait_until(lambda: (r := get(port, "/readyz"))[0] == 503 and r, 10, "pump not ready")
+        assert "Connection" in why or "no answer" in why, why
+        assert get(port, "/healthz")[0] == 200 and pump.poll() is None, "the pump died with the server"
+        time.sleep(3)  # passes fail meanwhile, every interval
+
+        server.start()
+        wait_until(lambda: get(port, "/readyz")[0] == 200, 15, "pump ready again")
+        during_outage = passes()
+        wait_until(lambda: passes() > during_outage, 10, "passes counted again")
+        assert during_outage >= before
+    finally:
+        err = stop(pump)
+        server.cleanup()
+    assert pump.returncode == 0, err
+    assert "Traceback" not in err, err
+    during = outage_lines(err, "server failing: Connection")
+    assert any("server working again" in line for line in during), err
+    assert len(during) <= 4, during
+
+
 def _tree_known(url: str, root: str) -> bool:
     async def look():
         from treemail.adapters.viewstore import load_view
