@@ -7,20 +7,16 @@ in the same atomic step and answers a repeat with it, so a notice is never
 written twice. A conflict (the session changed meanwhile) decides again.
 """
 
-import asyncio
 import hashlib
 import json
-import random
 from collections.abc import Callable
 
 from ..adapters.eventstore import EventStore, Loaded
 from ..domain import events as ev
-from ..domain.errors import LifecycleError
 from ..domain.messaging import MessagingConfig
 from ..domain.records import SessionRecord
 from ..domain.state import SessionState
-
-ATTEMPTS = 200
+from . import contention
 
 
 def notice_digest(*parts: str | None) -> str:
@@ -38,9 +34,7 @@ async def append_once(
     ``policy`` keeps the partition's due index (seed 004): a notice is mail
     like any other, with attempts, backoff and a deadline.
     """
-    for attempt in range(ATTEMPTS):
-        if attempt:
-            await asyncio.sleep(random.uniform(0, 0.001 * min(attempt, 20)))
+    async for attempt in contention.rounds(record.session_id):
         loaded = first if first is not None and not attempt else await store.load(record)
         events, value = decide(loaded.state)
         if not events:
@@ -52,15 +46,11 @@ async def append_once(
             return value
         if result.status == "dup":
             return result.record
-    raise LifecycleError("lifecycle:contention", f"session {record.session_id} kept changing under {ATTEMPTS} attempts")
 
 
 async def append_fixed(store: EventStore, record: SessionRecord, events: list[ev.Event]) -> None:
     """Append events already decided (a record of what happened elsewhere), whatever was appended since."""
-    for attempt in range(ATTEMPTS):
-        if attempt:
-            await asyncio.sleep(random.uniform(0, 0.001 * min(attempt, 20)))
+    async for _ in contention.rounds(record.session_id):
         loaded = await store.load(record)
         if (await store.append(store.prepare(record, loaded, events))).status == "ok":
             return
-    raise LifecycleError("lifecycle:contention", f"session {record.session_id} kept changing under {ATTEMPTS} attempts")

@@ -7,9 +7,7 @@ record as a send. A conflict (another writer appended first) decides again
 on fresh state; a duplicate key answers the first outcome.
 """
 
-import asyncio
 import json
-import random
 import time
 
 from ..adapters import keys, metrics
@@ -19,13 +17,12 @@ from ..domain.commands import InterruptAgent
 from ..domain.decide import interrupt, routing
 from ..domain.decide.guards import Found, NoSuchHandle, NoSuchSession, Target
 from ..domain.decide.send import Accepted, outcome_of
-from ..domain.errors import LifecycleError
 from ..domain.handlers import HANDLERS
 from ..domain.records import Peer, SessionRecord
 from ..domain.state import SessionState
+from . import contention
 
 decide_interrupt = HANDLERS[InterruptAgent].decide
-CONFLICT_ATTEMPTS = 200
 
 
 class InterruptService:
@@ -39,9 +36,8 @@ class InterruptService:
         sender = await self.directory.get(context.session_id)
         target_record = await self._resolve(sender, arguments.to)
         recorded = await self._recorded(target_record, interrupt.key_digest(context))
-        for attempt in range(CONFLICT_ATTEMPTS):
-            if attempt:
-                await asyncio.sleep(random.uniform(0, 0.001 * min(attempt, 20)))
+        subject = target_record.session_id if isinstance(target_record, SessionRecord) else arguments.to
+        async for _ in contention.rounds(subject):
             present = [r for r in (sender, target_record) if isinstance(r, SessionRecord)]
             loaded = await self.store.load_many(present)
             target: Target = target_record
@@ -67,9 +63,6 @@ class InterruptService:
             if result.status == "dup":
                 return interrupt.replayed_outcome(result.record, arguments)
             metrics.CONFLICT_ROUNDS.inc()
-        raise LifecycleError(
-            "lifecycle:contention", f"session {target_record.session_id} kept changing under {CONFLICT_ATTEMPTS} attempts"
-        )
 
     async def _recorded(self, target: SessionRecord | NoSuchSession | NoSuchHandle, digest: str) -> list | dict | None:
         """The outcome this tool call already has: the commit keeps it with the target (the session it appended

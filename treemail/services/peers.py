@@ -15,9 +15,7 @@ A little over the house's 200 lines: the peer send's load, decide, append and re
 place, like ``sends.py`` for tree mail.
 """
 
-import asyncio
 import json
-import random
 import time
 from dataclasses import dataclass
 
@@ -34,11 +32,10 @@ from ..domain.handlers import HANDLERS
 from ..domain.messaging import MessagingConfig
 from ..domain.records import SessionRecord
 from ..domain.state import SessionState
-from . import admission
+from . import admission, contention
 from .sessions import SessionService
 
 decide_peer_send = HANDLERS[SendToPeer].decide
-CONFLICT_ATTEMPTS = 200
 
 
 @dataclass(frozen=True)
@@ -183,9 +180,7 @@ class PeerService:
         if target_record is not None:
             # Kept as long as the records it points to (no expiry): a retry must always find its first outcome.
             await self.store.redis.set(keys.peer_intent(sender.partition, digest), target_id, nx=True)
-        for attempt in range(CONFLICT_ATTEMPTS):
-            if attempt:
-                await asyncio.sleep(random.uniform(0, 0.001 * min(attempt, 20)))
+        async for _ in contention.rounds(target_id or arguments.peer):
             present = [r for r in (sender, target_record) if r is not None]
             loaded = await self.store.load_many(present)
             if target_record is not None:
@@ -215,8 +210,6 @@ class PeerService:
             if result.status == "dup":
                 return routes.replayed_outcome(result.record, arguments)
             metrics.CONFLICT_ROUNDS.inc()
-        raise LifecycleError("lifecycle:contention",
-                             f"session {target_record.session_id} kept changing under {CONFLICT_ATTEMPTS} attempts")
 
     async def _recorded(self, sender: SessionRecord, digest: str) -> list | dict | None:
         """The outcome this tool call already has, wherever its first attempt went.

@@ -5,8 +5,6 @@ in batches, ``services.sends``) goes through ``execute``: registration,
 status, runs, claims, acknowledgements, injected mail, wakes, approvals.
 """
 
-import asyncio
-import random
 import time
 from dataclasses import fields, replace
 
@@ -20,12 +18,10 @@ from ..domain.decide.lifecycle import Given
 from ..domain.errors import LifecycleError, UnknownSessionError
 from ..domain.handlers import HANDLERS
 from ..domain.records import SessionRecord
+from . import contention
 from .outbound import companions_for
 
 HANDLE_ATTEMPTS = 16
-# Writers racing on one session retry with jitter; past this many conflicts in
-# a row something is wrong (a writer looping), and the caller is told.
-CONFLICT_ATTEMPTS = 200
 
 
 class SessionService:
@@ -49,10 +45,7 @@ class SessionService:
         """
         handler = HANDLERS[type(command)]
         record = record or await self.record(command.session_id)
-        for attempt in range(CONFLICT_ATTEMPTS):
-            if attempt:
-                # Many writers on one session: spread the retries so they stop colliding in lockstep.
-                await asyncio.sleep(random.uniform(0, 0.001 * min(attempt, 20)))
+        async for _ in contention.rounds(command.session_id):
             loaded = await self.store.load(record)
             if not loaded.state.registered and not isinstance(command, (RegisterSession, ForkSession)):
                 raise LifecycleError("lifecycle:unknown_session", f"session {command.session_id} is not registered")
@@ -72,9 +65,6 @@ class SessionService:
                 return new_events
             if result.status == "handle_taken":
                 raise HandleTaken(record.handle)
-        raise LifecycleError(
-            "lifecycle:contention", f"session {command.session_id} kept changing under {CONFLICT_ATTEMPTS} attempts"
-        )
 
     async def _history(self, handler, command, record: SessionRecord, version: int) -> tuple:
         if handler.reads_history is None:
