@@ -93,7 +93,9 @@ class Worker:
         self.url = url
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
         broker_class = RedisClusterBroker if config.service.cluster else RedisBroker
-        self.broker = broker_class(url, logger=None, graceful_timeout=30)
+        # apply_types=False: the handler reads its batch from the broker's context (``_handle_current``), so
+        # FastStream's dependency injection would only add a layer of calls to every batch.
+        self.broker = broker_class(url, logger=None, graceful_timeout=30, apply_types=False)
         self.decider: SendService | None = None
         self.redis = None
         self.decided = 0
