@@ -93,9 +93,7 @@ class Worker:
         self.url = url
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
         broker_class = RedisClusterBroker if config.service.cluster else RedisBroker
-        # apply_types=False: the handler reads its batch from the broker's context (``_handle_current``), so
-        # FastStream's dependency injection would only add a layer of calls to every batch.
-        self.broker = broker_class(url, logger=None, graceful_timeout=30, apply_types=False)
+        self.broker = broker_class(url, logger=None, graceful_timeout=30)
         self.decider: SendService | None = None
         self.redis = None
         self.decided = 0
