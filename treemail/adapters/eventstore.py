@@ -44,9 +44,9 @@ DUE_MAIL_LUA = resources.files(__package__).joinpath("due_mail.lua").read_text()
 
 @functools.lru_cache(maxsize=4096)
 def _commit_keys(partition: int, session_id: str, root_session_id: str) -> tuple[str, ...]:
-    """The commit script's KEYS 1-14 for one session (commit.lua): built for every append, and the same for
-    every append of the session. KEYS[4], the idempotency hash, is the state hash's until a tool call's
-    record is kept."""
+    """The commit script's KEYS 1-14 for one session (commit.lua): the same for every append of the session,
+    so built once. KEYS[4] is the tool call's idempotency hash when the append keeps a record (``prepare``
+    puts it there); without one it is a placeholder in the same slot, the state hash."""
     p, sid, root = partition, session_id, root_session_id
     return (
         keys.session_stream(p, sid), keys.session_snapshot(p, sid), keys.session_mail(p, sid),
