@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test soak test-unit test-integration test-slow test-cluster cluster bench install clean prometheus
+.PHONY: run test soak test-unit test-integration test-slow test-cluster cluster bench ab install clean prometheus
 
 # pip's own progress, not --quiet: a first install takes a minute or two and must not look hung.
 # setuptools says "Editable installation ... Please be careful" on every editable install; it is
@@ -76,6 +76,11 @@ test-slow: $(STAMP)
 ## bench: throughput and latency next to raw baselines measured in the same run
 bench: $(STAMP)
 	$(BIN)/python -m bench.run
+
+## ab: judge a change: BEFORE and AFTER (commits) run in turn, ROUNDS times (default 5), phases ONLY
+## (default one,latency,latency_low); the pairs, the medians and how many pairs came out better
+ab: $(STAMP)
+	$(BIN)/python -m bench.ab $(BEFORE) $(AFTER) $(if $(ONLY),--only $(ONLY)) $(if $(ROUNDS),--rounds $(ROUNDS))
 
 clean:
 	rm -rf $(VENV) build *.egg-info
