@@ -116,6 +116,21 @@ def run_phases(worktree: Path, commit: str, only: str) -> dict:
     return results_of(done.stdout)
 
 
+def alternate(worktree: Path, before: str, after: str, only: str, rounds: int) -> dict[str, list[dict]]:
+    """Each commit's results, round by round, from one worktree made (and removed) here."""
+    _git("worktree", "add", "--quiet", "--detach", str(worktree), before)
+    try:
+        subprocess.run(["make", "install"], cwd=worktree, check=True, capture_output=True)
+        runs: dict[str, list[dict]] = {before: [], after: []}
+        for round_ in range(rounds):
+            for commit in (before, after) if round_ % 2 == 0 else (after, before):
+                runs[commit].append(run_phases(worktree, commit, only))
+            print(f"round {round_ + 1} of {rounds} done", file=sys.stderr, flush=True)
+        return runs
+    finally:
+        _git("worktree", "remove", "--force", str(worktree))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench.ab", description=__doc__.splitlines()[0])
     parser.add_argument("before")
@@ -127,18 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--rounds must be at least 1")
     try:
         before, after = commit_of(args.before), commit_of(args.after)
-        worktree = Path(tempfile.mkdtemp(prefix="treemail-ab-")) / "tree"
-        _git("worktree", "add", "--quiet", "--detach", str(worktree), before)
-        try:
-            subprocess.run(["make", "install"], cwd=worktree, check=True, capture_output=True)
-            runs: dict[str, list[dict]] = {before: [], after: []}
-            for round_ in range(args.rounds):
-                order = (before, after) if round_ % 2 == 0 else (after, before)
-                for commit in order:
-                    runs[commit].append(run_phases(worktree, commit, args.only))
-                print(f"round {round_ + 1} of {args.rounds} done", file=sys.stderr, flush=True)
-        finally:
-            _git("worktree", "remove", "--force", str(worktree))
+        with tempfile.TemporaryDirectory(prefix="treemail-ab-") as scratch:
+            runs = alternate(Path(scratch) / "tree", before, after, args.only, args.rounds)
     except AbError as exc:
         print(f"bench.ab: error: {exc}", file=sys.stderr)
         return 2
