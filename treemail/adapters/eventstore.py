@@ -56,6 +56,15 @@ def _commit_keys(partition: int, session_id: str, root_session_id: str) -> tuple
     )
 
 
+def _mail_items(pairs) -> dict[str, MailItem]:
+    """(message id, item) pairs as the server answers them (bytes) -> the items by message id."""
+    items = {}
+    for raw_id, raw_item in pairs:
+        message_id = raw_id.decode()
+        items[message_id] = MailItem.from_json(message_id, raw_item)
+    return items
+
+
 @dataclass(frozen=True)
 class Reply:
     """What an append also does once it applies (``EventStore.answers_in_commit``): push the producer's
@@ -271,11 +280,9 @@ class EventStore:
         if which not in ("all", "due"):
             return {}
         if which == "all":
-            raw = await self.redis.hgetall(keys.session_mail(p, sid))
-            return {k.decode(): MailItem.from_json(k.decode(), v) for k, v in raw.items()}
+            return _mail_items((await self.redis.hgetall(keys.session_mail(p, sid))).items())
         flat = await self.redis.eval(DUE_MAIL_LUA, 2, keys.session_due(p, sid), keys.session_mail(p, sid))
-        ids = [m.decode() for m in flat[0::2]]
-        return {m: MailItem.from_json(m, item) for m, item in zip(ids, flat[1::2])}
+        return _mail_items(zip(flat[0::2], flat[1::2]))
 
     async def load_mail_items(self, record: SessionRecord, message_ids: list[str]) -> dict[str, MailItem]:
         if not message_ids:
