@@ -7,6 +7,8 @@ import json
 import pytest
 
 from treemail.adapters import keys
+from treemail.adapters.connection import connect
+from treemail.producers.client import CommandClient
 
 from ..conftest import CLUSTER
 from .conftest import live, make_config, running_stack
@@ -92,22 +94,29 @@ async def test_a_stray_entry_in_the_reply_list_does_not_stop_the_listener(redis_
 
 
 async def test_a_burst_of_answers_is_handed_over_from_the_round_trip_that_waited_for_it(redis_url):
-    async with stack_with(redis_url, decision_timeout_s=5) as host:
-        client = host.commands
-        pops: list[str] = []
-        for name in ("blmpop", "blpop", "lpop"):
-            def counted(*args, _name=name, _method=getattr(client._listener, name), **kwargs):
-                pops.append(_name)
-                return _method(*args, **kwargs)
-            setattr(client._listener, name, counted)
+    config = make_config(redis_url)
+    redis, listener = await connect(redis_url, config.service), await connect(redis_url, config.service)
+    # Every pop the listener makes, and how many answers it returned (a wait that timed out returns none).
+    popped: list[tuple[str, int]] = []
+    for name in ("blmpop", "blpop", "lpop"):
+        async def counted(*args, _name=name, _method=getattr(listener, name), **kwargs):
+            reply = await _method(*args, **kwargs)
+            values = reply[1] if _name != "lpop" and reply else reply
+            if values:
+                popped.append((_name, 1 if isinstance(values, bytes) else len(values)))
+            return reply
+        setattr(listener, name, counted)
+    client = CommandClient(redis, listener, config.service)  # its listener starts with the counting on
+    try:
         futures = {f"command-{i}": asyncio.get_running_loop().create_future() for i in range(5)}
         client._waiting.update(futures)
-        await asyncio.sleep(0.2)  # the listener waits in a pop made before the counting began
-        await host.redis.lpush(keys.reply_list(client.client_id),
-                               *[json.dumps({"command_id": c, "ok": {"n": n}}) for n, c in enumerate(futures)])
+        await redis.lpush(keys.reply_list(client.client_id),
+                          *[json.dumps({"command_id": c, "ok": {"n": n}}) for n, c in enumerate(futures)])
         answers = await asyncio.wait_for(asyncio.gather(*futures.values()), 5)
         assert answers == [{"ok": {"n": n}} for n in range(5)]
-        await asyncio.sleep(0.2)
-        # One server: the waiting BLMPOP took all five, and the next one waits. A cluster: the waiting BLPOP
-        # took the first, one LPOP the other four, and the next BLPOP waits.
-        assert pops == (["lpop", "blpop"] if CLUSTER else ["blmpop"])
+        # One server: one BLMPOP took all five. A cluster: BLPOP the first (handed over at once), LPOP the rest.
+        assert popped == ([("blpop", 1), ("lpop", 4)] if CLUSTER else [("blmpop", 5)])
+    finally:
+        await client.close()
+        await redis.aclose()
+        await listener.aclose()
