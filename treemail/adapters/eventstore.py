@@ -263,6 +263,11 @@ class EventStore:
         grants = {root: frozenset(v.decode() for v in labels) for root, labels in zip(roots, replies)}
         return SendReads(loaded, recorded, grants, bool(replies[-1]))
 
+    async def recorded(self, record: SessionRecord, digest: str) -> list | dict | None:
+        """The idempotency record kept under ``digest`` with ``record``'s session, or None."""
+        raw = await self.redis.hget(keys.session_idempotency(record.partition, record.session_id), digest)
+        return json.loads(raw) if raw is not None else None
+
     @staticmethod
     def record_outcome_call(sender: SessionRecord, digest: str, record: list | dict, pipe) -> None:
         """Keep a refusal that touched no session under its tool call: set once, then read back, so a

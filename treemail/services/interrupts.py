@@ -7,10 +7,9 @@ record as a send. A conflict (another writer appended first) decides again
 on fresh state; a duplicate key answers the first outcome.
 """
 
-import json
 import time
 
-from ..adapters import keys, metrics
+from ..adapters import metrics
 from ..adapters.eventstore import EventStore
 from ..domain import ids
 from ..domain.commands import InterruptAgent
@@ -69,8 +68,7 @@ class InterruptService:
         to), and a reference always resolves to the same session."""
         if not isinstance(target, SessionRecord):
             return None
-        raw = await self.store.redis.hget(keys.session_idempotency(target.partition, target.session_id), digest)
-        return json.loads(raw) if raw is not None else None
+        return await self.store.recorded(target, digest)
 
     async def _resolve(self, sender: SessionRecord | None, to: str) -> SessionRecord | NoSuchSession | NoSuchHandle:
         """A full UUID, or a handle in the sender's tree only, as for send_message."""

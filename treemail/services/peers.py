@@ -223,5 +223,4 @@ class PeerService:
         if target is None:
             return None
         # The commit keeps the record with the session it appended to: the target's.
-        recorded = await self.store.redis.hget(keys.session_idempotency(target.partition, target.session_id), digest)
-        return json.loads(recorded) if recorded is not None else None
+        return await self.store.recorded(target, digest)
