@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, NamedTuple
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError, ResponseError
