@@ -142,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--rounds must be at least 1")
     try:
         before, after = commit_of(args.before), commit_of(args.after)
+        if before == after:
+            raise AbError(f"{args.before} and {args.after} are the same commit ({before[:10]}): nothing to compare")
         with tempfile.TemporaryDirectory(prefix="treemail-ab-") as scratch:
             runs = alternate(Path(scratch) / "tree", before, after, args.only, args.rounds)
     except AbError as exc:

@@ -39,3 +39,9 @@ def test_an_unknown_revision_is_a_one_line_error(capsys):
     assert ab.main(["no-such-revision-anywhere", "HEAD", "--rounds", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["bench.ab: error: no commit 'no-such-revision-anywhere' in " + str(ab.ROOT)]
+
+
+def test_the_same_commit_twice_is_a_one_line_error(capsys):
+    assert ab.main(["HEAD", "HEAD", "--rounds", "1"]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("bench.ab: error: HEAD and HEAD are the same commit (") and "nothing to compare" in line
