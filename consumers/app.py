@@ -106,6 +106,9 @@ class Worker:
         self.health = Health()
         self.outages = OutageLog(log)
         self._subscribers: list = []
+        # Per command stream, the batches it may have in flight (``ServiceConfig.batches_in_flight``).
+        self._slots: dict[str, asyncio.Semaphore] = {}
+        self._in_flight: set[asyncio.Task] = set()
         self._stopping = False
         self.revived = 0
         self._subscribe()
@@ -127,7 +130,29 @@ class Worker:
     async def _handle_current(self, body=None) -> None:
         # The batch from the broker's context: a ``RedisBatchStreamMessage`` parameter is a dependency
         # that fast_depends resolves in a worker thread, a thread hop per batch (issue 17).
-        await self.handle(self.broker.context.get_local("message"))
+        message = self.broker.context.get_local("message")
+        if self.config.service.batches_in_flight == 1:
+            await self.handle(message)
+            return
+        # Returning lets FastStream read the next batch while this one waits for the server; the stream's
+        # slots bound how many are read ahead (and held unacknowledged) at once.
+        slots = self._slots.get(message.raw_message["channel"])
+        if slots is None:
+            slots = self._slots[message.raw_message["channel"]] = asyncio.Semaphore(
+                self.config.service.batches_in_flight)
+        await slots.acquire()
+        task = asyncio.create_task(self._handle_in_flight(message, slots))
+        self._in_flight.add(task)
+        task.add_done_callback(self._in_flight.discard)
+
+    async def _handle_in_flight(self, message, slots: asyncio.Semaphore) -> None:
+        try:
+            await self.handle(message)
+            self.outages.ok("batch")
+        except Exception as exc:  # noqa: BLE001 - the batch stays pending and is reclaimed, as FastStream would
+            self._failed("batch", exc)
+        finally:
+            slots.release()
 
     async def handle(self, message) -> None:
         """A batch read by XREADGROUP (a ``RedisBatchStreamMessage``): acknowledged with its answers; raising
@@ -397,6 +422,9 @@ class Worker:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
         await self.broker.stop()
+        # The batches FastStream handed over before it stopped reading are finished, not cut short.
+        if self._in_flight:
+            await asyncio.wait(self._in_flight, timeout=self.step_deadline_s)
         if self._metrics_server is not None:
             # A thread join, off the loop: shutdown waits for serve_forever's next poll.
             await asyncio.to_thread(metrics.stop_server, self._metrics_server)

@@ -50,6 +50,9 @@ class ServiceConfig(BaseModel):
     partitions: int = Field(default=16, ge=1, le=16384)
     command_streams: int = Field(default=4, ge=1, le=1024)
     batch_size: int = Field(default=100, ge=1, le=10000)
+    # Batches of one command stream a worker decides at once: while one waits for the server, the next is
+    # read and decided (on the states the first leaves, checked by etag like any other worker's).
+    batches_in_flight: int = Field(default=2, ge=1, le=64)
     # A command pending this long in a consumer's list is reclaimed by another worker.
     reclaim_idle_ms: int = Field(default=15000, ge=10)
     # A command delivered more often than this is set aside in the dead-letter stream.
