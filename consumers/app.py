@@ -6,7 +6,9 @@ only then lets FastStream XACK the batch. A reclaim task XAUTOCLAIMs commands
 left pending by a dead worker for ``reclaim_idle_ms`` and decides them
 again; idempotency makes that second decision return the first one's result.
 The same periodic task trims what every reader has handled from the command
-and wake streams (``retention.trim_handled``).
+and wake streams (``retention.trim_handled``). On a stream no other live
+worker reads, the next batch is read and decided while one waits for the
+server (``batches_in_flight``).
 
 Health: ``/healthz`` answers while the event loop ticks, ``/readyz`` while the
 last probe (every second) found the server and the consumer group on every
@@ -54,7 +56,7 @@ from treemail.services.sends import SendService
 from . import admission
 from .deadletters import Letter, dead_letter, gave_up
 from .entries import no_body, raw_batch, split_malformed, text
-from .stats import record_batch, refresh_stats, server_unreachable
+from .stats import others_reading, record_batch, refresh_stats, server_unreachable
 
 log = logging.getLogger("treemail.worker")
 
@@ -109,6 +111,8 @@ class Worker:
         # Per command stream, the batches it may have in flight (``ServiceConfig.batches_in_flight``).
         self._slots: dict[str, asyncio.Semaphore] = {}
         self._in_flight: set[asyncio.Task] = set()
+        # The command streams no other live worker reads (``probe``): only these have batches in flight.
+        self._read_alone: set[str] = set()
         self._stopping = False
         self.revived = 0
         self._subscribe()
@@ -131,15 +135,18 @@ class Worker:
         # The batch from the broker's context: a ``RedisBatchStreamMessage`` parameter is a dependency
         # that fast_depends resolves in a worker thread, a thread hop per batch (issue 17).
         message = self.broker.context.get_local("message")
-        if self.config.service.batches_in_flight == 1:
+        stream = message.raw_message["channel"]
+        if stream not in self._read_alone or self.decider.held.paused:
+            # A second batch in hand is decided on the states the first leaves. Where other workers take
+            # batches of the stream too, or other writers keep changing the states held, they have moved
+            # those states on, and it conflicts (BENCHMARKS.md, issue 17): one batch at a time then.
             await self.handle(message)
             return
         # Returning lets FastStream read the next batch while this one waits for the server; the stream's
         # slots bound how many are read ahead (and held unacknowledged) at once.
-        slots = self._slots.get(message.raw_message["channel"])
+        slots = self._slots.get(stream)
         if slots is None:
-            slots = self._slots[message.raw_message["channel"]] = asyncio.Semaphore(
-                self.config.service.batches_in_flight)
+            slots = self._slots[stream] = asyncio.Semaphore(self.config.service.batches_in_flight)
         await slots.acquire()
         task = asyncio.create_task(self._handle_in_flight(message, slots))
         self._in_flight.add(task)
@@ -372,7 +379,24 @@ class Worker:
         stopped = sum(1 for s in self._subscribers if not s.running)
         if stopped:
             return f"{stopped} command stream subscriber(s) stopped"
+        await self._note_streams_read_alone()
         return None
+
+    @property
+    def streams_read_alone(self) -> frozenset[str]:
+        """The command streams this worker may have several batches of in hand (``batches_in_flight``)."""
+        return frozenset(self._read_alone)
+
+    async def _note_streams_read_alone(self) -> None:
+        service = self.config.service
+        if service.batches_in_flight == 1:
+            return
+        alone = set()
+        for index in range(service.command_streams):
+            stream = keys.command_stream(index)
+            if not await others_reading(self.redis, stream, self.consumer, service):
+                alone.add(stream)
+        self._read_alone = alone
 
     async def refresh_stats(self) -> None:
         await refresh_stats(self.redis, self.config.service)

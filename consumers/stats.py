@@ -19,6 +19,12 @@ def live_consumer_idle_ms(config: ServiceConfig) -> int:
     return max(config.reclaim_idle_ms, MIN_LIVE_CONSUMER_IDLE_MS)
 
 
+async def others_reading(redis, stream: str, consumer: str, config: ServiceConfig) -> int:
+    """How many live consumers other than ``consumer`` read ``stream`` in the workers' group."""
+    consumers = await redis.xinfo_consumers(stream, keys.COMMAND_GROUP)
+    return sum(1 for c in consumers if c["idle"] < live_consumer_idle_ms(config) and text(c["name"]) != consumer)
+
+
 def outcome_label(outcome: dict) -> str:
     """The bounded ``outcome`` label of one decision: ok, approval_pending or the error code."""
     if "ok" in outcome:
@@ -49,9 +55,7 @@ async def refresh_stats(redis, config: ServiceConfig) -> None:
             if group.get("lag") is not None:
                 metrics.COMMAND_BACKLOG.labels(stream).set(group["lag"])
             metrics.COMMAND_PENDING.labels(stream).set(group["pending"])
-        consumers = await redis.xinfo_consumers(stream, keys.COMMAND_GROUP)
-        live = sum(1 for c in consumers if c["idle"] < live_consumer_idle_ms(config))
-        metrics.WORKER_CONSUMERS.labels(stream).set(live)
+        metrics.WORKER_CONSUMERS.labels(stream).set(await others_reading(redis, stream, "", config))
     pending = 0
     for partition in range(config.partitions):
         statuses = await redis.hvals(keys.approvals(partition))

@@ -42,10 +42,19 @@ class Gate:
                 await asyncio.sleep(0.01)
 
 
-async def started(redis_url: str, batches_in_flight: int) -> tuple[Treemail, Worker, Gate, object, object]:
+async def until(condition, seconds: float = 10) -> None:
+    async with asyncio.timeout(seconds):
+        while not condition():
+            await asyncio.sleep(0.02)
+
+
+async def started(redis_url: str, batches_in_flight: int, alone: bool = True
+                  ) -> tuple[Treemail, Worker, Gate, object, object]:
     config = one_stream_config(redis_url, batches_in_flight)
     worker = Worker(config, redis_url, consumer="in-flight")
     await worker.start()
+    if alone:  # the health probe has found no other worker reading the stream
+        await until(lambda: keys.command_stream(0) in worker.streams_read_alone)
     host = await Treemail.connect(config, redis_url)
     root = await host.register_root("planner", "plans", rules={"child": "allow"})
     child = await host.register_child(root.session_id, "explore", "reads", rules={"parent": "allow"})
@@ -82,7 +91,8 @@ async def test_the_next_batch_is_decided_while_one_waits_and_no_more_than_the_bo
 
 
 async def test_with_one_batch_in_flight_the_next_waits_for_it(redis_url, calls):
-    host, worker, gate, root, child = await started(redis_url, batches_in_flight=1)
+    host, worker, gate, root, child = await started(redis_url, batches_in_flight=1, alone=False)
+    assert worker.streams_read_alone == frozenset()  # not even looked for
     try:
         first = sending(host, calls, root, child, "hold-1")
         await gate.until_entered("hold-1")
@@ -120,3 +130,53 @@ async def test_a_stopping_worker_finishes_the_batches_in_flight(redis_url, calls
             await worker.stop()
         else:
             await stopping
+
+
+async def test_a_worker_that_shares_the_stream_with_another_takes_one_batch_at_a_time(redis_url, calls):
+    host, worker, gate, root, child = await started(redis_url, batches_in_flight=2)
+    stream = keys.command_stream(0)
+    neighbour_polls = True
+
+    async def neighbour() -> None:
+        # Another worker of the group polling the stream (it reads its own pending entries: it takes none).
+        while neighbour_polls:
+            await host.redis.xreadgroup(keys.COMMAND_GROUP, "neighbour", {stream: "0"}, count=1)
+            await asyncio.sleep(0.1)
+
+    polling = asyncio.create_task(neighbour())
+    try:
+        await until(lambda: stream not in worker.streams_read_alone)
+        first = sending(host, calls, root, child, "hold-1")
+        await gate.until_entered("hold-1")
+        second = sending(host, calls, root, child, "free-2")
+        await asyncio.sleep(HELD_MS / 1000)
+        assert gate.entered == ["hold-1"]
+
+        gate.open.set()
+        results = await asyncio.gather(first, second)
+        assert all("message_id" in r for r in results), results
+    finally:
+        neighbour_polls = False
+        await polling
+        gate.open.set()
+        await host.close()
+        await worker.stop()
+
+
+async def test_a_worker_whose_held_states_others_keep_changing_takes_one_batch_at_a_time(redis_url, calls):
+    host, worker, gate, root, child = await started(redis_url, batches_in_flight=2)
+    try:
+        worker.decider.held.contended(conflicted=10, appended=10)  # as after a batch that mostly conflicted
+        first = sending(host, calls, root, child, "hold-1")
+        await gate.until_entered("hold-1")
+        second = sending(host, calls, root, child, "free-2")
+        await asyncio.sleep(HELD_MS / 1000)
+        assert gate.entered == ["hold-1"]
+
+        gate.open.set()
+        results = await asyncio.gather(first, second)
+        assert all("message_id" in r for r in results), results
+    finally:
+        gate.open.set()
+        await host.close()
+        await worker.stop()

@@ -14,7 +14,9 @@ def test_held_states_are_paused_for_a_while_after_a_batch_that_mostly_conflicted
 
     held.contended(conflicted=5, appended=10)
 
+    assert held.paused  # the worker takes one batch at a time meanwhile
     assert [held.reads([], []) for _ in range(heldreads.PAUSE_BATCHES)] == [None] * heldreads.PAUSE_BATCHES
+    assert not held.paused
     assert held.reads([], []) == SendReads({}, {}, {}, False)
 
 
@@ -23,4 +25,5 @@ def test_a_few_conflicts_do_not_pause_held_states():
 
     held.contended(conflicted=1, appended=100)
 
+    assert not held.paused
     assert held.reads([], []) == SendReads({}, {}, {}, False)

@@ -50,8 +50,9 @@ class ServiceConfig(BaseModel):
     partitions: int = Field(default=16, ge=1, le=16384)
     command_streams: int = Field(default=4, ge=1, le=1024)
     batch_size: int = Field(default=100, ge=1, le=10000)
-    # Batches of one command stream a worker decides at once: while one waits for the server, the next is
-    # read and decided (on the states the first leaves, checked by etag like any other worker's).
+    # Batches of one command stream a worker decides at once when no other worker reads the stream: while
+    # one waits for the server, the next is read and decided (on the states the first leaves, checked by
+    # etag like any other writer's).
     batches_in_flight: int = Field(default=2, ge=1, le=64)
     # A command pending this long in a consumer's list is reclaimed by another worker.
     reclaim_idle_ms: int = Field(default=15000, ge=10)

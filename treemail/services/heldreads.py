@@ -52,6 +52,11 @@ class HeldReads:
         if conflicted > CONTENDED_SHARE * appended:
             self._paused = PAUSE_BATCHES
 
+    @property
+    def paused(self) -> bool:
+        """Whether other writers have lately been changing the states held (``contended``)."""
+        return self._paused > 0
+
     def reads(self, records: list[SessionRecord], senders: list[SessionRecord]) -> SendReads | None:
         """What a fresh read would return, from what is held; None if anything is not held or too old, or
         while held states are paused (``contended``)."""
