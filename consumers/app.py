@@ -151,6 +151,9 @@ class Worker:
         task = asyncio.create_task(self._handle_in_flight(message, slots))
         self._in_flight.add(task)
         task.add_done_callback(self._in_flight.discard)
+        # The batch runs first, up to its first wait for the server (its appends sent), and only then does
+        # FastStream send the next read: a lone command is not held back behind it (BENCHMARKS.md, issue 17).
+        await asyncio.sleep(0)
 
     async def _handle_in_flight(self, message, slots: asyncio.Semaphore) -> None:
         try:
