@@ -66,6 +66,19 @@ def sending(host: Treemail, calls, root, child, body: str) -> asyncio.Task:
     return asyncio.create_task(host.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": body}))
 
 
+async def takes_one_batch_at_a_time(host: Treemail, gate: Gate, calls, root, child) -> None:
+    """While a batch is held, the next command is not even read; both are decided once it goes on."""
+    first = sending(host, calls, root, child, "hold-1")
+    await gate.until_entered("hold-1")
+    second = sending(host, calls, root, child, "free-2")
+    await asyncio.sleep(HELD_MS / 1000)
+    assert gate.entered == ["hold-1"]
+
+    gate.open.set()
+    results = await asyncio.gather(first, second)
+    assert all("message_id" in r for r in results), results
+
+
 async def test_the_next_batch_is_decided_while_one_waits_and_no_more_than_the_bound(redis_url, calls):
     host, worker, gate, root, child = await started(redis_url, batches_in_flight=2)
     try:
@@ -94,15 +107,7 @@ async def test_with_one_batch_in_flight_the_next_waits_for_it(redis_url, calls):
     host, worker, gate, root, child = await started(redis_url, batches_in_flight=1, alone=False)
     assert worker.streams_read_alone == frozenset()  # not even looked for
     try:
-        first = sending(host, calls, root, child, "hold-1")
-        await gate.until_entered("hold-1")
-        second = sending(host, calls, root, child, "free-2")
-        await asyncio.sleep(HELD_MS / 1000)
-        assert gate.entered == ["hold-1"]
-
-        gate.open.set()
-        results = await asyncio.gather(first, second)
-        assert all("message_id" in r for r in results), results
+        await takes_one_batch_at_a_time(host, gate, calls, root, child)
     finally:
         gate.open.set()
         await host.close()
@@ -146,15 +151,7 @@ async def test_a_worker_that_shares_the_stream_with_another_takes_one_batch_at_a
     polling = asyncio.create_task(neighbour())
     try:
         await until(lambda: stream not in worker.streams_read_alone)
-        first = sending(host, calls, root, child, "hold-1")
-        await gate.until_entered("hold-1")
-        second = sending(host, calls, root, child, "free-2")
-        await asyncio.sleep(HELD_MS / 1000)
-        assert gate.entered == ["hold-1"]
-
-        gate.open.set()
-        results = await asyncio.gather(first, second)
-        assert all("message_id" in r for r in results), results
+        await takes_one_batch_at_a_time(host, gate, calls, root, child)
     finally:
         neighbour_polls = False
         await polling
@@ -167,15 +164,7 @@ async def test_a_worker_whose_held_states_others_keep_changing_takes_one_batch_a
     host, worker, gate, root, child = await started(redis_url, batches_in_flight=2)
     try:
         worker.decider.held.contended(conflicted=10, appended=10)  # as after a batch that mostly conflicted
-        first = sending(host, calls, root, child, "hold-1")
-        await gate.until_entered("hold-1")
-        second = sending(host, calls, root, child, "free-2")
-        await asyncio.sleep(HELD_MS / 1000)
-        assert gate.entered == ["hold-1"]
-
-        gate.open.set()
-        results = await asyncio.gather(first, second)
-        assert all("message_id" in r for r in results), results
+        await takes_one_batch_at_a_time(host, gate, calls, root, child)
     finally:
         gate.open.set()
         await host.close()
