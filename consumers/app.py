@@ -56,6 +56,7 @@ from treemail.services.sends import SendService
 from . import admission
 from .deadletters import Letter, dead_letter, gave_up
 from .entries import no_body, raw_batch, split_malformed, text
+from .inflight import BatchesInFlight
 from .stats import others_reading, record_batch, refresh_stats, server_unreachable
 
 log = logging.getLogger("treemail.worker")
@@ -108,11 +109,7 @@ class Worker:
         self.health = Health()
         self.outages = OutageLog(log)
         self._subscribers: list = []
-        # Per command stream, the batches it may have in flight (``ServiceConfig.batches_in_flight``).
-        self._slots: dict[str, asyncio.Semaphore] = {}
-        self._in_flight: set[asyncio.Task] = set()
-        # The command streams no other live worker reads (``probe``): only these have batches in flight.
-        self._read_alone: set[str] = set()
+        self.in_flight = BatchesInFlight(config.service.batches_in_flight)
         self._stopping = False
         self.revived = 0
         self._subscribe()
@@ -136,33 +133,19 @@ class Worker:
         # that fast_depends resolves in a worker thread, a thread hop per batch (issue 17).
         message = self.broker.context.get_local("message")
         stream = message.raw_message["channel"]
-        if stream not in self._read_alone or self.decider.held.paused:
-            # A second batch in hand is decided on the states the first leaves. Where other workers take
-            # batches of the stream too, or other writers keep changing the states held, they have moved
-            # those states on, and it conflicts (BENCHMARKS.md, issue 17): one batch at a time then.
+        # Held states others keep changing (``heldreads``) would make a second batch conflict as well.
+        if self.in_flight.may_take(stream) and not self.decider.held.paused:
+            await self.in_flight.take(stream, lambda: self._handle_reported(message))
+        else:
             await self.handle(message)
-            return
-        # Returning lets FastStream read the next batch while this one waits for the server; the stream's
-        # slots bound how many are read ahead (and held unacknowledged) at once.
-        slots = self._slots.get(stream)
-        if slots is None:
-            slots = self._slots[stream] = asyncio.Semaphore(self.config.service.batches_in_flight)
-        await slots.acquire()
-        task = asyncio.create_task(self._handle_in_flight(message, slots))
-        self._in_flight.add(task)
-        task.add_done_callback(self._in_flight.discard)
-        # The batch runs first, up to its first wait for the server (its appends sent), and only then does
-        # FastStream send the next read: a lone command is not held back behind it (BENCHMARKS.md, issue 17).
-        await asyncio.sleep(0)
 
-    async def _handle_in_flight(self, message, slots: asyncio.Semaphore) -> None:
+    async def _handle_reported(self, message) -> None:
+        """``handle`` for a batch in flight, where no FastStream loop takes what it raises: it stays pending."""
         try:
             await self.handle(message)
             self.outages.ok("batch")
         except Exception as exc:  # noqa: BLE001 - the batch stays pending and is reclaimed, as FastStream would
             self._failed("batch", exc)
-        finally:
-            slots.release()
 
     async def handle(self, message) -> None:
         """A batch read by XREADGROUP (a ``RedisBatchStreamMessage``): acknowledged with its answers; raising
@@ -385,21 +368,14 @@ class Worker:
         await self._note_streams_read_alone()
         return None
 
-    @property
-    def streams_read_alone(self) -> frozenset[str]:
-        """The command streams this worker may have several batches of in hand (``batches_in_flight``)."""
-        return frozenset(self._read_alone)
-
     async def _note_streams_read_alone(self) -> None:
         service = self.config.service
         if service.batches_in_flight == 1:
             return
-        alone = set()
-        for index in range(service.command_streams):
-            stream = keys.command_stream(index)
-            if not await others_reading(self.redis, stream, self.consumer, service):
-                alone.add(stream)
-        self._read_alone = alone
+        streams = [keys.command_stream(index) for index in range(service.command_streams)]
+        self.in_flight.read_alone = frozenset(
+            [stream for stream in streams if not await others_reading(self.redis, stream, self.consumer, service)]
+        )
 
     async def refresh_stats(self) -> None:
         await refresh_stats(self.redis, self.config.service)
@@ -450,8 +426,7 @@ class Worker:
                 await asyncio.gather(task, return_exceptions=True)
         await self.broker.stop()
         # The batches FastStream handed over before it stopped reading are finished, not cut short.
-        if self._in_flight:
-            await asyncio.wait(self._in_flight, timeout=self.step_deadline_s)
+        await self.in_flight.finish(timeout=self.step_deadline_s)
         if self._metrics_server is not None:
             # A thread join, off the loop: shutdown waits for serve_forever's next poll.
             await asyncio.to_thread(metrics.stop_server, self._metrics_server)

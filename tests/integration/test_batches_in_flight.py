@@ -54,7 +54,7 @@ async def started(redis_url: str, batches_in_flight: int, alone: bool = True
     worker = Worker(config, redis_url, consumer="in-flight")
     await worker.start()
     if alone:  # the health probe has found no other worker reading the stream
-        await until(lambda: keys.command_stream(0) in worker.streams_read_alone)
+        await until(lambda: keys.command_stream(0) in worker.in_flight.read_alone)
     host = await Treemail.connect(config, redis_url)
     root = await host.register_root("planner", "plans", rules={"child": "allow"})
     child = await host.register_child(root.session_id, "explore", "reads", rules={"parent": "allow"})
@@ -105,7 +105,7 @@ async def test_the_next_batch_is_decided_while_one_waits_and_no_more_than_the_bo
 
 async def test_with_one_batch_in_flight_the_next_waits_for_it(redis_url, calls):
     host, worker, gate, root, child = await started(redis_url, batches_in_flight=1, alone=False)
-    assert worker.streams_read_alone == frozenset()  # not even looked for
+    assert worker.in_flight.read_alone == frozenset()  # not even looked for
     try:
         await takes_one_batch_at_a_time(host, gate, calls, root, child)
     finally:
@@ -150,7 +150,7 @@ async def test_a_worker_that_shares_the_stream_with_another_takes_one_batch_at_a
 
     polling = asyncio.create_task(neighbour())
     try:
-        await until(lambda: stream not in worker.streams_read_alone)
+        await until(lambda: stream not in worker.in_flight.read_alone)
         await takes_one_batch_at_a_time(host, gate, calls, root, child)
     finally:
         neighbour_polls = False
