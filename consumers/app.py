@@ -57,7 +57,7 @@ from . import admission
 from .deadletters import Letter, dead_letter, gave_up
 from .entries import no_body, raw_batch, split_malformed, text
 from .inflight import BatchesInFlight
-from .stats import others_reading, record_batch, refresh_stats, server_unreachable
+from .stats import live_readers, record_batch, refresh_stats, server_unreachable
 
 log = logging.getLogger("treemail.worker")
 
@@ -372,10 +372,11 @@ class Worker:
         service = self.config.service
         if service.batches_in_flight == 1:
             return
-        streams = [keys.command_stream(index) for index in range(service.command_streams)]
-        self.in_flight.read_alone = frozenset(
-            [stream for stream in streams if not await others_reading(self.redis, stream, self.consumer, service)]
-        )
+        alone = []
+        for stream in (keys.command_stream(index) for index in range(service.command_streams)):
+            if not await live_readers(self.redis, stream, service, besides=self.consumer):
+                alone.append(stream)
+        self.in_flight.read_alone = frozenset(alone)
 
     async def refresh_stats(self) -> None:
         await refresh_stats(self.redis, self.config.service)

@@ -19,10 +19,10 @@ def live_consumer_idle_ms(config: ServiceConfig) -> int:
     return max(config.reclaim_idle_ms, MIN_LIVE_CONSUMER_IDLE_MS)
 
 
-async def others_reading(redis, stream: str, consumer: str, config: ServiceConfig) -> int:
-    """How many live consumers other than ``consumer`` read ``stream`` in the workers' group."""
+async def live_readers(redis, stream: str, config: ServiceConfig, besides: str = "") -> int:
+    """How many live consumers of the workers' group read ``stream``, not counting the one named ``besides``."""
     consumers = await redis.xinfo_consumers(stream, keys.COMMAND_GROUP)
-    return sum(1 for c in consumers if c["idle"] < live_consumer_idle_ms(config) and text(c["name"]) != consumer)
+    return sum(1 for c in consumers if c["idle"] < live_consumer_idle_ms(config) and text(c["name"]) != besides)
 
 
 def outcome_label(outcome: dict) -> str:
@@ -55,7 +55,7 @@ async def refresh_stats(redis, config: ServiceConfig) -> None:
             if group.get("lag") is not None:
                 metrics.COMMAND_BACKLOG.labels(stream).set(group["lag"])
             metrics.COMMAND_PENDING.labels(stream).set(group["pending"])
-        metrics.WORKER_CONSUMERS.labels(stream).set(await others_reading(redis, stream, "", config))
+        metrics.WORKER_CONSUMERS.labels(stream).set(await live_readers(redis, stream, config))
     pending = 0
     for partition in range(config.partitions):
         statuses = await redis.hvals(keys.approvals(partition))
