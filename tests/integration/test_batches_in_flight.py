@@ -37,9 +37,7 @@ class Gate:
         worker.decider.decide = gated
 
     async def until_entered(self, body: str) -> None:
-        async with asyncio.timeout(10):
-            while body not in self.entered:
-                await asyncio.sleep(0.01)
+        await until(lambda: body in self.entered)
 
 
 async def until(condition, seconds: float = 10) -> None:
