@@ -31,6 +31,17 @@ STREAM = keys.command_stream(0)
 MAX_OUTSTANDING = 1000
 
 
+async def flush_sync(r, **target) -> None:
+    """Empty the server, and return only once its memory is released.
+
+    Valkey frees a plain FLUSHALL's keys in a background thread (``lazyfree-lazy-user-flush``, on by
+    default since Valkey 8): after the 1,000,000 sends of phase 3d that thread kept a core busy well
+    into the next phases, and the latency phase run just after it measured a p50 of 182 ms. Each phase
+    starts on a quiet server instead. ``target``: ``target_nodes`` on a cluster.
+    """
+    await r.execute_command("FLUSHALL", "SYNC", **target)
+
+
 def bench_config(url: str) -> Config:
     """Inbox never fills, no pair window, the highest per-sender capacity, one command stream."""
     return Config(

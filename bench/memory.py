@@ -14,7 +14,7 @@ import redis.asyncio as aioredis
 from treemail.adapters import keys
 from treemail.host import SendContext, Treemail
 
-from .common import STREAM, Workers, bench_config, register_trees
+from .common import STREAM, Workers, bench_config, flush_sync, register_trees
 
 BODY = 200
 TRIM_WAIT_S = 20.0  # the worker trims every reclaim_idle_ms / 2 (7.5 s by default)
@@ -60,7 +60,7 @@ async def bare_xadd(r: aioredis.Redis, count: int) -> float:
 
 async def phase_memory(url: str, sends: int, log) -> dict:
     r = aioredis.Redis.from_url(url)
-    await r.flushall()
+    await flush_sync(r)
     workers = Workers(url)
     host = await Treemail.connect(bench_config(url), url)
     try:

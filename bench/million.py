@@ -21,7 +21,7 @@ from treemail.adapters.codec import encode_command
 from treemail.domain.commands import SendArguments, SendContext, SendMessage
 from treemail.host import Treemail
 
-from .common import MAX_OUTSTANDING, STREAM, Workers, bench_config, register_trees
+from .common import MAX_OUTSTANDING, STREAM, Workers, bench_config, flush_sync, register_trees
 from .memory import usage_by_kind, used_memory
 
 BACKLOG = 50_000
@@ -39,7 +39,7 @@ def command(i: int, root: str, child: str) -> str:
 
 async def phase_million(url: str, sends: int, log) -> dict:
     r = aioredis.Redis.from_url(url)
-    await r.flushall()
+    await flush_sync(r)
     workers = Workers(url)
     host = await Treemail.connect(bench_config(url), url)
     answers: dict[str, int] = {}

@@ -23,7 +23,7 @@ from treemail.adapters import keys
 from treemail.adapters.embedded import LocalValkey
 from treemail.host import SendContext, Treemail
 
-from .common import Workers, bench_config, percentile
+from .common import Workers, bench_config, flush_sync, percentile
 from .memory import usage_by_kind, used_memory
 
 CHILDREN = 9  # per tree: 1 root + 9 children
@@ -70,7 +70,7 @@ async def phase_sessions(url: str, sessions: int, probe_sends: int, log) -> dict
     host = fresh = None
     r = aioredis.Redis.from_url(url)
     try:
-        await r.flushall()
+        await flush_sync(r)
         fresh_server.start()
         fresh_workers = Workers(fresh_server.url)
         host = await Treemail.connect(bench_config(url), url)

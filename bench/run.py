@@ -39,7 +39,7 @@ from treemail.domain import events as ev
 from treemail.domain.state import evolve
 
 from . import memory, million, population, raw, replay, roundtrip, scale
-from .common import (busy_seconds, cpu_seconds, STREAM, Workers, bench_config, machine, percentile, prefill_commands, count_replies,
+from .common import (busy_seconds, cpu_seconds, STREAM, Workers, bench_config, flush_sync, machine, percentile, prefill_commands, count_replies,
                      register_trees, wait_drained)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,7 +83,7 @@ def log(message: str) -> None:
 
 async def flush(url: str) -> None:
     r = aioredis.Redis.from_url(url)
-    await r.flushall()
+    await flush_sync(r)
     await r.aclose()
 
 

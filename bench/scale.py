@@ -16,7 +16,7 @@ from treemail.adapters import keys
 from treemail.adapters.config import Config, MessagingConfig, ServiceConfig
 from treemail.host import Treemail
 
-from .common import MAX_OUTSTANDING, Workers, busy_seconds, count_replies, cpu_seconds, prefill_commands, wait_drained
+from .common import MAX_OUTSTANDING, Workers, busy_seconds, flush_sync, count_replies, cpu_seconds, prefill_commands, wait_drained
 
 
 def config(url: str, streams: int, cluster: bool) -> Config:
@@ -56,9 +56,9 @@ async def flush(url: str, cluster: bool) -> None:
     r = client(url, cluster)
     try:
         if cluster:
-            await r.flushall(target_nodes=RedisCluster.PRIMARIES)
+            await flush_sync(r, target_nodes=RedisCluster.PRIMARIES)
         else:
-            await r.flushall()
+            await flush_sync(r)
     finally:
         await r.aclose()
 
