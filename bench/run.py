@@ -556,8 +556,9 @@ def write_markdown(table: str, results: dict, env: dict, sizes: Sizes, quick: bo
 
 Produced by `make bench` (`python -m bench.run{' --quick' if quick else ''}`) on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.
 Everything below was measured in one run against one local Valkey started by the
-benchmark (`LocalValkey(durable=False)`, profile `fast`), flushed between phases, except the
-cluster rows: a local 3-master `LocalValkeyCluster(masters=3)` started by the same run.
+benchmark (`LocalValkey(durable=False)`, profile `fast`), flushed between phases (`FLUSHALL SYNC`:
+a phase starts once the server has freed the last one's keys), except the cluster rows: a local
+3-master `LocalValkeyCluster(masters=3)` started by the same run.
 
 Machine: {env['cpu']}, {env['cores']} cores, Python {env['python']}, {env['valkey']}, {env['os']}.
 Valkey, the worker process(es) and the benchmark process share these cores.
@@ -584,7 +585,7 @@ Valkey, the worker process(es) and the benchmark process share these cores.
 - **2 worker processes**: as the first row, with two `treemail worker` processes in one group.
 - **send round trip**: one worker process; a host (`Treemail.connect`, same config) paced at
   {sizes.latency_rate:,} sends/s (and again at {sizes.latency_rate // 4:,} sends/s) for {sizes.latency_seconds:g} s
-  each, with every send its own task
+  each, with every send its own task, held only while it runs
   (many in flight); `send_message` call to result, 20 roots taking turns, each to its 5 children.
 - **raw XADD + BLMPOP round trip**: right after each send round trip, in the same benchmark
   process, the same pace, concurrency (every send its own task), senders, recipients and bodies, through
