@@ -35,6 +35,7 @@ from ..domain.state import Applied, MailItem, SessionState, apply
 from . import keys
 from .config import ServiceConfig
 from .directory import Directory
+from .lanes import CommandBatch, Lanes
 from .statecache import Loaded, StateCache
 
 COMMIT_LUA = resources.files(__package__).joinpath("commit.lua").read_text()
@@ -184,6 +185,8 @@ class EventStore:
         self.config = config
         self.directory = Directory(redis)
         self.states = StateCache()
+        # A cluster routes each command to its node, through redis-py's cluster pipeline.
+        self._lanes = None if config.cluster else Lanes(redis)
 
     # ---- command and wake streams ------------------------------------------------------------
 
@@ -420,10 +423,7 @@ class EventStore:
         changes nothing; the scripts are loaded and the same commands run again.
         """
         for attempt in range(2):
-            async with self.redis.pipeline(transaction=False) as pipe:
-                build(pipe)
-                self.add_durability_wait(pipe)
-                replies = await pipe.execute(raise_on_error=False)
+            replies = await self._round_trip(build)
             if attempt == 0 and any(isinstance(r, NoScriptError) for r in replies):
                 await self.load_scripts()
                 continue
@@ -432,6 +432,17 @@ class EventStore:
                     raise reply
             return replies
         raise AssertionError("unreachable")
+
+    async def _round_trip(self, build) -> list:
+        if self._lanes is None:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                build(pipe)
+                self.add_durability_wait(pipe)
+                return await pipe.execute(raise_on_error=False)
+        batch = CommandBatch()
+        build(batch)
+        self.add_durability_wait(batch)
+        return await self._lanes.run(batch.commands)
 
     async def append(self, prepared: PreparedAppend) -> AppendResult:
         replies = await self.run_pipeline(lambda pipe: self.commit_call(prepared, pipe))
