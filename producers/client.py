@@ -19,12 +19,13 @@ from redis.exceptions import RedisError
 from treemail.adapters import keys
 from treemail.adapters.codec import encode_command
 from treemail.adapters.config import ServiceConfig
+from treemail.adapters.lanes import Lanes
 from treemail.domain import ids
 from treemail.domain.commands import SendArguments, SendContext, SendMessage
 from treemail.domain.results import engine_shutdown
 
 log = logging.getLogger("treemail.client")
-# At most this many commands in one publishing pipeline; more wait for the next.
+# At most this many commands in one publishing round trip; more wait for the next.
 MAX_PUBLISH_BATCH = 500
 # At most this many answers taken from the reply list in one round trip.
 MAX_ANSWERS_PER_POP = 1000
@@ -35,6 +36,8 @@ class CommandClient:
         self.redis = redis
         self._listener = listener
         self.config = config
+        # One server: published on kept connections (``lanes``), not a pipeline borrowed per round trip.
+        self._lanes = None if config.cluster else Lanes(redis)
         self.client_id = ids.uuid7()
         self._waiting: dict[str, asyncio.Future] = {}
         self._closing = False
@@ -84,10 +87,7 @@ class CommandClient:
             while self._outbox:
                 batch, self._outbox = self._outbox[:MAX_PUBLISH_BATCH], self._outbox[MAX_PUBLISH_BATCH:]
                 try:
-                    async with self.redis.pipeline(transaction=False) as pipe:
-                        for stream, data, _ in batch:
-                            pipe.xadd(stream, {"__data__": data})
-                        replies = await pipe.execute(raise_on_error=False)
+                    replies = await self._publish_round_trip(batch)
                 except Exception as exc:  # noqa: BLE001 - every send of the batch is answered with it
                     replies = [exc] * len(batch)
                 for (_, _, published), reply in zip(batch, replies):
@@ -99,6 +99,14 @@ class CommandClient:
                         published.set_result(None)
         finally:
             self._flushing = None
+
+    async def _publish_round_trip(self, batch: list[tuple[str, bytes, asyncio.Future]]) -> list:
+        if self._lanes is None:  # a cluster routes each XADD to its stream's node
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for stream, data, _ in batch:
+                    pipe.xadd(stream, {"__data__": data})
+                return await pipe.execute(raise_on_error=False)
+        return await self._lanes.run([("XADD", stream, "*", "__data__", data) for stream, data, _ in batch])
 
     async def _listen(self) -> None:
         reply_key = keys.reply_list(self.client_id)
