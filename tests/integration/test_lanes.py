@@ -4,6 +4,8 @@ import asyncio
 
 import pytest
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError, ResponseError
 
 from treemail.adapters.lanes import CommandBatch, Lanes
@@ -83,3 +85,15 @@ async def test_a_kept_connection_the_server_closed_fails_one_round_trip_and_is_r
     assert await lanes.run([("INCR", "n"), ("GET", "n")]) == [1, b"1"]
     [second] = await lanes.run([("CLIENT", "ID")])
     assert second != first
+
+
+async def test_with_retries_configured_the_round_trip_is_made_again_whole_on_a_new_connection(redis_url):
+    client = aioredis.Redis.from_url(redis_url, retry=Retry(NoBackoff(), 1))
+    lanes = Lanes(client)
+    [first] = await lanes.run([("CLIENT", "ID")])
+    await client.client_kill_filter(_id=first)
+
+    incremented, second = await lanes.run([("INCR", "n"), ("CLIENT", "ID")])
+    assert incremented == 1 and second != first
+    assert await client.get("n") == b"1"  # made once: the write on the closed connection never arrived
+    await client.aclose()
