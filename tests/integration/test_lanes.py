@@ -3,6 +3,7 @@
 import asyncio
 
 import pytest
+import redis
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
@@ -73,25 +74,41 @@ async def test_a_round_trip_cut_short_leaves_no_reply_for_the_next_one(client):
     assert len(lanes.idle) == 1
 
 
-async def test_a_kept_connection_the_server_closed_fails_one_round_trip_and_is_reopened_for_the_next(client):
+def kill(redis_url: str, client_id: int) -> None:
+    """Close one connection from the server's side, without letting the event loop run (so the client
+    has not seen the close yet when its next round trip starts)."""
+    with redis.Redis.from_url(redis_url) as killer:
+        killer.client_kill_filter(_id=client_id)
+
+
+async def test_a_kept_connection_the_server_closed_meanwhile_is_reopened_before_use(client):
     lanes = Lanes(client)
     [first] = await lanes.run([("CLIENT", "ID")])
-    await client.client_kill_filter(_id=first)
+    await client.client_kill_filter(_id=first)  # a restart, say: the close arrives while the lane is idle
+    await asyncio.sleep(0.1)
 
-    # As a pipeline's round trip on it would (the client is configured without retries): nothing applied.
+    assert await lanes.run([("INCR", "n"), ("GET", "n")]) == [1, b"1"]
+    [second] = await lanes.run([("CLIENT", "ID")])
+    assert second != first
+
+
+async def test_a_connection_closed_under_a_round_trip_fails_it_and_is_reopened_for_the_next(client, redis_url):
+    lanes = Lanes(client)
+    [first] = await lanes.run([("CLIENT", "ID")])
+    kill(redis_url, first)
+
+    # As a pipeline's round trip would (the client is configured without retries): nothing applied.
     with pytest.raises(ConnectionError):
         await lanes.run([("INCR", "n")])
     assert await client.get("n") is None
     assert await lanes.run([("INCR", "n"), ("GET", "n")]) == [1, b"1"]
-    [second] = await lanes.run([("CLIENT", "ID")])
-    assert second != first
 
 
 async def test_with_retries_configured_the_round_trip_is_made_again_whole_on_a_new_connection(redis_url):
     client = aioredis.Redis.from_url(redis_url, retry=Retry(NoBackoff(), 1))
     lanes = Lanes(client)
     [first] = await lanes.run([("CLIENT", "ID")])
-    await client.client_kill_filter(_id=first)
+    kill(redis_url, first)
 
     incremented, second = await lanes.run([("INCR", "n"), ("CLIENT", "ID")])
     assert incremented == 1 and second != first

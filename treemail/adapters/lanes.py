@@ -13,12 +13,13 @@ in order, as the pipeline does: a command the server refuses gives its error
 in its place, and a lost connection is retried whole under the client's retry
 policy, as the pipeline's is. A lane whose round trip was cut short (the
 caller cancelled, the server went away) is disconnected, and reconnects on
-its next use.
+its next use; so is a kept lane the server closed meanwhile (a restart), as
+the pool checks a connection it lends.
 """
 
 from redis.asyncio import Redis
 from redis.commands.core import HashCommands
-from redis.exceptions import ResponseError
+from redis.exceptions import ConnectionError, ResponseError
 
 # Connections kept between round trips; more at once come from the pool and go back to it.
 KEPT = 4
@@ -42,8 +43,10 @@ class Lanes:
 
     async def run(self, commands: list[tuple]) -> list:
         """Every command's reply (or the server's error for it), in order, in one round trip."""
-        pool = self.client.connection_pool
-        connection = self.idle.pop() if self.idle else await pool.get_connection()
+        if self.idle:
+            connection = await self._ready(self.idle.pop())
+        else:
+            connection = await self.client.connection_pool.get_connection()
         try:
             return await connection.retry.call_with_retry(
                 lambda: self._round_trip(connection, commands), lambda _error: connection.disconnect()
@@ -52,6 +55,18 @@ class Lanes:
             # Kept even when cut short: a connection that fails or is cancelled while it writes or reads
             # disconnects itself (redis-py), so no reply of this round trip is left for the next one.
             await self._put_back(connection)
+
+    @staticmethod
+    async def _ready(connection):
+        """A kept connection the server closed (a restart) is reopened, as the pool checks one it lends."""
+        if connection.is_connected:
+            try:
+                stale = await connection.can_read()  # the server's close, or a reply nobody asked for
+            except ConnectionError:
+                stale = True
+            if stale:
+                await connection.disconnect()
+        return connection
 
     async def _round_trip(self, connection, commands: list[tuple]) -> list:
         await connection.send_packed_command(connection.pack_commands(commands))
