@@ -65,7 +65,7 @@ class Lanes:
             except ConnectionError:
                 stale = True
             if stale:
-                await connection.disconnect()
+                await connection.disconnect(nowait=True)  # forced: it cannot time out and strand the lane
         return connection
 
     async def _round_trip(self, connection, commands: list[tuple]) -> list:
