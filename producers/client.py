@@ -36,8 +36,8 @@ class CommandClient:
         self.redis = redis
         self._listener = listener
         self.config = config
-        # One server: published on kept connections (``lanes``), not a pipeline borrowed per round trip.
-        self._lanes = None if config.cluster else Lanes(redis)
+        # Published on kept connections (``lanes``), not a pipeline borrowed for each round trip.
+        self._lanes = Lanes(redis, cluster=config.cluster)
         self.client_id = ids.uuid7()
         self._waiting: dict[str, asyncio.Future] = {}
         self._closing = False
@@ -87,7 +87,8 @@ class CommandClient:
             while self._outbox:
                 batch, self._outbox = self._outbox[:MAX_PUBLISH_BATCH], self._outbox[MAX_PUBLISH_BATCH:]
                 try:
-                    replies = await self._publish_round_trip(batch)
+                    replies = await self._lanes.run([("XADD", stream, "*", "__data__", data)
+                                                     for stream, data, _ in batch])
                 except Exception as exc:  # noqa: BLE001 - every send of the batch is answered with it
                     replies = [exc] * len(batch)
                 for (_, _, published), reply in zip(batch, replies):
@@ -99,14 +100,6 @@ class CommandClient:
                         published.set_result(None)
         finally:
             self._flushing = None
-
-    async def _publish_round_trip(self, batch: list[tuple[str, bytes, asyncio.Future]]) -> list:
-        if self._lanes is None:  # a cluster routes each XADD to its stream's node
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for stream, data, _ in batch:
-                    pipe.xadd(stream, {"__data__": data})
-                return await pipe.execute(raise_on_error=False)
-        return await self._lanes.run([("XADD", stream, "*", "__data__", data) for stream, data, _ in batch])
 
     async def _listen(self) -> None:
         reply_key = keys.reply_list(self.client_id)

@@ -185,8 +185,7 @@ class EventStore:
         self.config = config
         self.directory = Directory(redis)
         self.states = StateCache()
-        # A cluster routes each command to its node, through redis-py's cluster pipeline.
-        self._lanes = None if config.cluster else Lanes(redis)
+        self._lanes = Lanes(redis, cluster=config.cluster)
 
     # ---- command and wake streams ------------------------------------------------------------
 
@@ -422,8 +421,11 @@ class EventStore:
         A server that lost its script cache (it restarted) answers NOSCRIPT and
         changes nothing; the scripts are loaded and the same commands run again.
         """
+        batch = CommandBatch()
+        build(batch)
+        self.add_durability_wait(batch)
         for attempt in range(2):
-            replies = await self._round_trip(build)
+            replies = await self._lanes.run(batch.commands)
             if attempt == 0 and any(isinstance(r, NoScriptError) for r in replies):
                 await self.load_scripts()
                 continue
@@ -432,17 +434,6 @@ class EventStore:
                     raise reply
             return replies
         raise AssertionError("unreachable")
-
-    async def _round_trip(self, build) -> list:
-        if self._lanes is None:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                build(pipe)
-                self.add_durability_wait(pipe)
-                return await pipe.execute(raise_on_error=False)
-        batch = CommandBatch()
-        build(batch)
-        self.add_durability_wait(batch)
-        return await self._lanes.run(batch.commands)
 
     async def append(self, prepared: PreparedAppend) -> AppendResult:
         replies = await self.run_pipeline(lambda pipe: self.commit_call(prepared, pipe))

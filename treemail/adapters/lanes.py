@@ -1,4 +1,4 @@
-"""Round trips of packed commands on connections kept out of the pool (one server; a cluster keeps its pipelines).
+"""Round trips of packed commands: on one server, on connections kept out of the pool.
 
 redis-py's pipeline borrows a connection from the pool for every round trip
 and returns it through a task of its own (``asyncio.shield``), under the
@@ -15,6 +15,9 @@ policy, as the pipeline's is. A lane whose round trip was cut short (the
 caller cancelled, the server went away) is disconnected, and reconnects on
 its next use; so is a kept lane the server closed meanwhile (a restart), as
 the pool checks a connection it lends.
+
+On a cluster the same commands go through redis-py's cluster pipeline, which
+routes each one to its node.
 """
 
 from redis.asyncio import Redis
@@ -36,13 +39,19 @@ class CommandBatch(HashCommands):
 
 
 class Lanes:
-    def __init__(self, client: Redis, kept: int = KEPT) -> None:
+    def __init__(self, client: Redis, kept: int = KEPT, cluster: bool = False) -> None:
         self.client = client
         self.kept = kept
+        self.cluster = cluster
         self.idle: list = []
 
     async def run(self, commands: list[tuple]) -> list:
-        """Every command's reply (or the server's error for it), in order, in one round trip."""
+        """Every command's reply (or the server's error for it), in order, in one round trip (per node)."""
+        if self.cluster:
+            async with self.client.pipeline(transaction=False) as pipe:
+                for args in commands:
+                    pipe.execute_command(*args)
+                return await pipe.execute(raise_on_error=False)
         if self.idle:
             connection = await self._ready(self.idle.pop())
         else:
