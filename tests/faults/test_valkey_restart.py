@@ -33,7 +33,7 @@ async def test_valkey_restart_mid_load_with_durable_profile_loses_no_acknowledge
                 successes = {}  # (sender, tool_call_id) -> (recipient, result, first sent at)
                 failures = []  # (tool call, code) of every failed attempt
                 killed_at = restarted_at = None
-                spanned = []  # sends made before the kill and decided after the restart, having waited it out
+                spanned = []  # sends made before the kill and answered after it: they waited the outage out
                 new_decided = []  # seconds after the restart at which each send first made after it was decided
                 loading = asyncio.Event()
                 loading.set()
@@ -64,7 +64,7 @@ async def test_valkey_restart_mid_load_with_durable_profile_loses_no_acknowledge
                             successes[(ctx.session_id, ctx.tool_call_id)] = (to, result, first_at)
                             if restarted_at is not None and first_at > restarted_at:
                                 new_decided.append(time.monotonic() - restarted_at)
-                            if restarted_at is not None and first_at < killed_at:
+                            if killed_at is not None and first_at < killed_at:
                                 spanned.append(ctx.tool_call_id)
                         else:
                             failures.append((ctx.tool_call_id, code(result), time.monotonic() - first_at,
@@ -77,8 +77,8 @@ async def test_valkey_restart_mid_load_with_durable_profile_loses_no_acknowledge
                     nonlocal killed_at, restarted_at
                     await asyncio.sleep(2.5)
                     before = len(successes)
-                    killed_at = time.monotonic()
                     await asyncio.to_thread(server.stop, True)  # SIGKILL: no shutdown, no final fsync
+                    killed_at = time.monotonic()  # the server is gone: nothing is answered until it is back
                     await asyncio.sleep(1.0)
                     await asyncio.to_thread(server.start)  # same port, same directory: the AOF is loaded
                     restarted_at = time.monotonic()
@@ -107,7 +107,7 @@ async def test_valkey_restart_mid_load_with_durable_profile_loses_no_acknowledge
     check_streams(all_histories, results, MESSAGING, set())
     after_restart = [k for k, (_, _, at) in successes.items() if at > restarted_at]
     print(f"\nvalkey kill -9 + restart: {len(successes)} sends acknowledged, {len(failures)} attempts answered "
-          f"engine_shutdown and retried, {len(spanned)} made before the kill decided after the restart, "
+          f"engine_shutdown and retried, {len(spanned)} made before the kill answered after it, "
           f"{len(after_restart)} new sends decided after the restart")
     print(f"first send made after the restart decided {new_decided[0]:.2f} s after it; "
           f"the 100th {new_decided[min(99, len(new_decided) - 1)]:.2f} s after it")
