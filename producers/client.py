@@ -33,7 +33,6 @@ MAX_ANSWERS_PER_POP = 1000
 
 class CommandClient:
     def __init__(self, redis: Redis, listener: Redis, config: ServiceConfig) -> None:
-        self.redis = redis
         self._listener = listener
         self.config = config
         # Published on kept connections (``lanes``), not a pipeline borrowed for each round trip.
@@ -41,7 +40,7 @@ class CommandClient:
         self.client_id = ids.uuid7()
         self._waiting: dict[str, asyncio.Future] = {}
         self._closing = False
-        # Commands waiting to be published: concurrent sends go out together, one pipeline per turn of
+        # Commands waiting to be published: concurrent sends go out together, one round trip per turn of
         # the event loop, instead of a connection, a write and a round trip each (issue 17: a
         # write per send was a fifth of a busy host's CPU; a cluster client also refuses past its
         # per-node connection limit instead of waiting).
