@@ -58,14 +58,16 @@ def protocol_schemas() -> dict:
         "protocol_version": PROTOCOL_VERSION,
         "description": (
             "Every stream entry and every command carries `v`, the protocol version that wrote it (absent: "
-            "protocol 2). Readers accept older versions (changes are additive) and refuse newer ones."
+            "protocol 1, the first release). Readers accept older versions (changes are additive) and refuse newer ones."
         ),
         "stream_entries": {
             "session": _entry("tm:{pN}:s:<session>:events; the entry id is the event's position `<seq>-0`",
                               {"type": {"enum": sorted(events)}, "data": _JSON_TEXT}, ["type", "data", "v"]),
-            "feed": _entry("tm:{pN}:feed: every event of the partition, in commit order",
+            "feed": _entry("tm:{pN}:feed: every event of the partition, in commit order, named by its session "
+                           "and position; its data is read from the session stream (an entry of an earlier release "
+                           "may carry a copy in `data`)",
                            {"session": {"type": "string"}, "seq": {"type": "string"}, "type": {"enum": sorted(events)},
-                            "data": _JSON_TEXT}, ["session", "seq", "type", "data", "v"]),
+                            "data": _JSON_TEXT}, ["session", "seq", "type", "v"]),
             "wake": _entry("tm:{pN}:wakes: a wake trigger (`data` is a wake_trigger)",
                            {"session": {"type": "string"}, "data": _JSON_TEXT}, ["session", "data", "v"]),
             "command": {"type": "object", "description": "tm:cmd:{cK}: `__data__` is a command (it carries `v`)",

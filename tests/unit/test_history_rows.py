@@ -9,7 +9,7 @@ from treemail.projections.render import history_row
 @pytest.mark.parametrize("event,fields", [
     (ev.SessionRunStarted(run_id="run-1"), "run_id=run-1"),
     (ev.ProducerRegistered(producer_id="agent:abc", owner="agent", sender_session_id="abc"),
-     "producer_id=agent:abc owner=agent sender_session_id=abc"),
+     "owner=agent sender_session_id=abc producer_id=agent:abc"),
     (ev.SessionWakeRequested(message_id=None), ""),
 ])
 def test_an_event_without_its_own_row_prints_as_key_value_fields(event, fields):

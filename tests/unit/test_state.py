@@ -1,6 +1,8 @@
 """The fold: counters, snapshots, and tolerance of events it does not know."""
 
 import json
+
+import pytest
 from dataclasses import replace
 
 from treemail.domain import events as ev
@@ -114,6 +116,41 @@ def test_an_event_is_stored_without_its_default_fields_and_older_full_entries_re
     assert "proof" not in stored and "blocks" not in stored and stored["agent_hop"] == 2
     # Entries written before defaults were left out carry every field; they decode to the same event.
     assert ev.decode(name, event.model_dump_json()) == ev.decode(name, data) == event
+
+
+def test_an_agents_message_is_stored_without_what_its_sender_implies_and_reads_back_whole():
+    event = accepted("a", T.root, hop=2).model_copy(update={"return_address": T.root.session_id})
+    name, data = ev.encode(event)
+    stored = json.loads(data)
+    assert not {"owner", "producer_id", "return_address"} & set(stored), stored
+    decoded = ev.decode(name, data)
+    assert decoded == event
+    assert (decoded.owner, decoded.producer_id, decoded.return_address) == (
+        "agent", f"agent:{T.root.session_id}", T.root.session_id)
+    # A protocol-2 entry wrote all three; it reads as the same event.
+    assert ev.decode(name, event.model_dump_json()) == event
+
+
+def test_what_the_sender_does_not_imply_is_stored_and_read_as_written():
+    odd = accepted("a", T.root).model_copy(update={"return_address": None, "producer_id": "agent:elsewhere"})
+    stored = json.loads(ev.encode(odd)[1])
+    assert stored["return_address"] is None and stored["producer_id"] == "agent:elsewhere"
+    assert ev.decode(*ev.encode(odd)) == odd
+    notice = accepted("n", owner="settlement")
+    stored = json.loads(ev.encode(notice)[1])
+    assert stored["owner"] == "settlement" and stored["producer_id"] == "settlement:host"
+    assert ev.decode(*ev.encode(notice)).return_address is None
+    registered_producer = ev.ProducerRegistered(producer_id=f"agent:{T.root.session_id}", owner="agent",
+                                                sender_session_id=T.root.session_id)
+    assert json.loads(ev.encode(registered_producer)[1]) == {"sender_session_id": T.root.session_id}
+    assert ev.decode(*ev.encode(registered_producer)) == registered_producer
+
+
+def test_an_entry_that_names_no_producer_and_no_agent_sender_is_refused():
+    with pytest.raises(ValueError, match="producer_id is required"):
+        ev.decode("ProducerMessageAccepted", '{"message_id":"m","owner":"settlement","body":"b","mode":"steer"}')
+    with pytest.raises(ValueError, match="producer_id is required"):
+        ev.decode("ProducerMessageAccepted", '{"message_id":"m","body":"b","mode":"steer"}')
 
 
 def test_a_snapshot_from_a_newer_version_with_unknown_fields_still_loads():

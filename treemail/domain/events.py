@@ -10,7 +10,7 @@ session stream, each a few lines), so a reader never has to look for one.
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 Status = Literal["queued", "running", "idle", "finished"]
 Mode = Literal["steer", "queue"]
@@ -24,6 +24,41 @@ StopReason = Literal["completed", "aborted", "max_tokens", "refusal", "error"]
 class Event(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
     at: float = 0.0
+
+    def implied(self) -> set[str] | None:
+        """Fields its entry leaves out because the others name them (read back by their default factory)."""
+        return None
+
+
+def agent_producer_id(sender_session_id: str) -> str:
+    return f"agent:{sender_session_id}"
+
+
+# Protocol 3: an agent's message names its producer and its return address only through its sender.
+# They were a quarter of an accepted message's entry (issue 17); an entry that leaves them out reads
+# back the same values, and one that writes them (protocol 2, or any other producer) reads as written.
+def _implied_producer(data: dict) -> str:
+    if data.get("owner") == "agent" and data.get("sender_session_id"):
+        return agent_producer_id(data["sender_session_id"])
+    raise ValueError("producer_id is required unless an agent (sender_session_id) produced the message")
+
+
+def _implied_return_address(data: dict) -> str | None:
+    return data.get("sender_session_id") if data.get("owner") == "agent" else None
+
+
+IMPLIED_PRODUCER = "absent: `agent:<sender_session_id>` when owner is agent (protocol 3)"
+IMPLIED_RETURN = "absent: sender_session_id when owner is agent, else null (protocol 3)"
+
+
+def _implied_by_sender(event: "ProducerRegistered | ProducerMessageAccepted") -> set[str] | None:
+    sender = event.sender_session_id
+    if event.owner != "agent" or not sender:
+        return None
+    implied = {"producer_id"} if event.producer_id == agent_producer_id(sender) else set()
+    if getattr(event, "return_address", None) == sender:
+        implied.add("return_address")
+    return implied
 
 
 class SessionRegistered(Event):
@@ -50,16 +85,21 @@ class SessionStatusChanged(Event):
 
 
 class ProducerRegistered(Event):
-    producer_id: str
-    owner: OwnerKind
+    # owner and sender_session_id before producer_id: its default factory reads them.
+    owner: OwnerKind = "agent"
     sender_session_id: str | None = None
+    producer_id: str = Field(default_factory=_implied_producer, description=IMPLIED_PRODUCER)
+
+    def implied(self) -> set[str] | None:
+        return _implied_by_sender(self)
 
 
 class ProducerMessageAccepted(Event):
     message_id: str
-    producer_id: str
-    owner: OwnerKind
+    # owner and sender_session_id before producer_id and return_address: their default factories read them.
+    owner: OwnerKind = "agent"
     sender_session_id: str | None = None
+    producer_id: str = Field(default_factory=_implied_producer, description=IMPLIED_PRODUCER)
     sender_handle: str | None = None
     body: str
     mode: Mode
@@ -76,12 +116,15 @@ class ProducerMessageAccepted(Event):
     # address is the session a reply goes to; principal, peer (the sender's route name) and in_reply_to
     # are set for mail over a peer route, ``reply`` when in_reply_to was checked to be a real inbound
     # message. ``proof``: the keyed source proof over all of it (``domain/proof.py``).
-    return_address: str | None = None
+    return_address: str | None = Field(default_factory=_implied_return_address, description=IMPLIED_RETURN)
     principal: str | None = None
     peer: str | None = None
     in_reply_to: str | None = None
     reply: bool = False
     proof: dict | None = None
+
+    def implied(self) -> set[str] | None:
+        return _implied_by_sender(self)
 
 
 class SessionRunStarted(Event):
@@ -365,7 +408,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
 def encode(event: Event) -> tuple[str, str]:
     # Fields left at their default are not written: they read back as the same default, and a message's
     # event stays about its body (a dozen nulls and falses were a third of an accepted message's entry).
-    return type(event).__name__, event.model_dump_json(exclude_defaults=True)
+    # Nor are the fields the others imply (``Event.implied``): they read back from their default factories.
+    return type(event).__name__, event.model_dump_json(exclude_defaults=True, exclude=event.implied())
 
 
 def decode(type_name: str, data: str | bytes) -> Event | None:

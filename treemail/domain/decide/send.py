@@ -108,10 +108,6 @@ def approval_fingerprint(recipient_session_id: str, arguments: SendArguments) ->
     return hashlib.sha256(raw.encode()).hexdigest()[:32]
 
 
-def agent_producer_id(sender_session_id: str) -> str:
-    return f"agent:{sender_session_id}"
-
-
 def decide_send(command: SendMessage, given: SendGiven) -> SendDecision:
     context, arguments, config = command.context, command.arguments, given.config
     if given.recorded is not None:
@@ -185,7 +181,7 @@ def _approval(command: SendMessage, given: SendGiven, sender: SessionRecord, fou
 
 def accept(command, given: SendGiven, sender: SessionRecord, found: Found, hop: int, **provenance) -> Accepted:
     """The accepted message on the recipient's stream; ``provenance``: a peer route's principal, name, reference."""
-    producer_id = agent_producer_id(sender.session_id)
+    producer_id = ev.agent_producer_id(sender.session_id)
     events: list[ev.Event] = []
     if producer_id not in found.state.producers:
         events.append(
