@@ -31,7 +31,7 @@ from ..domain.decide.lifecycle import claimable
 from ..domain.messaging import MessagingConfig
 from ..domain.outbound import index_entries
 from ..domain.records import SessionRecord
-from ..domain.state import Applied, MailItem, SessionState, apply
+from ..domain.state import Applied, MailItem, SessionState, apply, fold
 from . import keys
 from .config import ServiceConfig
 from .directory import Directory
@@ -389,13 +389,15 @@ class EventStore:
         after: dict[str, Loaded] = {}
         for companion in companions:
             record, loaded = companion.record, companion.loaded
-            applied = apply(loaded.state, {}, companion.events, loaded.version)
-            left = Loaded(applied.state, applied.version, os.urandom(8).hex())
+            # A companion's step writes its events, snapshot and outbound entries, nothing of its mail:
+            # its events are folded into its state alone (``apply`` would also build mail and wake changes).
+            left = Loaded(fold(companion.events, loaded.state), loaded.version + len(companion.events),
+                          os.urandom(8).hex())
             self.states.put(record.session_id, left)
             key_list.extend(_commit_keys(partition, record.session_id, record.root_session_id)[:2])
             encoded = [part for event in companion.events for part in ev.encode(event)]
             index = index_entries(record.session_id, companion.events, loaded.version + 1)
-            args.extend((f"{loaded.etag} {left.etag}", applied.state.to_json(), record.session_id,
+            args.extend((f"{loaded.etag} {left.etag}", left.state.to_json(), record.session_id,
                          len(companion.events), *encoded, len(index) // 2, *index))
             after[record.session_id] = left
         return after

@@ -13,11 +13,12 @@ UUID_PATTERN = re.compile(
 
 def uuid7() -> str:
     """A time-ordered UUID (RFC 9562 version 7): sorts by creation time in streams and logs."""
-    unix_ms = time.time_ns() // 1_000_000
-    rand = int.from_bytes(os.urandom(10), "big")
-    # 48 bits of milliseconds, version 7, 12 bits rand_a, variant 0b10, 62 bits rand_b; formatted here
-    # rather than through uuid.UUID, a third of the cost (one per send).
-    digits = f"{unix_ms & 0xFFFF_FFFF_FFFF:012x}7{rand >> 68:03x}{(0b10 << 62) | (rand & ((1 << 62) - 1)):016x}"
+    # 48 bits of milliseconds, then 80 random bits of which version 7 (4 bits) and variant 0b10 (2 bits)
+    # take their places; formatted here rather than through uuid.UUID, a third of the cost (one per send).
+    raw = bytearray((time.time_ns() // 1_000_000 & 0xFFFF_FFFF_FFFF).to_bytes(6, "big") + os.urandom(10))
+    raw[6] = 0x70 | (raw[6] & 0x0F)
+    raw[8] = 0x80 | (raw[8] & 0x3F)
+    digits = raw.hex()
     return f"{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"
 
 
