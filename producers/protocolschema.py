@@ -58,7 +58,8 @@ def protocol_schemas() -> dict:
         "protocol_version": PROTOCOL_VERSION,
         "description": (
             "Every stream entry and every command carries `v`, the protocol version that wrote it (absent: "
-            "protocol 1, the first release). Readers accept older versions (changes are additive) and refuse newer ones."
+            "protocol 1, the first release). Readers accept older versions (changes are additive) and refuse "
+            "newer ones."
         ),
         "stream_entries": {
             "session": _entry("tm:{pN}:s:<session>:events; the entry id is the event's position `<seq>-0`",

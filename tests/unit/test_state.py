@@ -1,9 +1,9 @@
 """The fold: counters, snapshots, and tolerance of events it does not know."""
 
 import json
+from dataclasses import replace
 
 import pytest
-from dataclasses import replace
 
 from treemail.domain import events as ev
 from treemail.domain import state as st

@@ -35,8 +35,8 @@ def agent_producer_id(sender_session_id: str) -> str:
 
 
 # Protocol 3: an agent's message names its producer and its return address only through its sender.
-# They were a quarter of an accepted message's entry (issue 17); an entry that leaves them out reads
-# back the same values, and one that writes them (protocol 2, or any other producer) reads as written.
+# They were 131 of an accepted message's 564 bytes of JSON (issue 17). An entry that leaves them out
+# reads back the same values; one that writes them (protocol 2, or any other producer) reads as written.
 def _implied_producer(data: dict) -> str:
     if data.get("owner") == "agent" and data.get("sender_session_id"):
         return agent_producer_id(data["sender_session_id"])
