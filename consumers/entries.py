@@ -58,9 +58,11 @@ async def raw_batch(message, original_parser):
     parser = getattr(original_parser, "__self__", None)
     if parser is None:
         return await original_parser(message)
+    # The batch's first entry id names it: without an id FastStream makes a uuid4 for every batch.
+    first = text(message["message_ids"][0]) if message.get("message_ids") else "batch"
     return parser._build_message(
         raw_message=message, body=b"", path={}, headers={}, batch_headers=[], reply_to="",
-        content_type=None, message_id="", correlation_id="",
+        content_type=None, message_id=first, correlation_id=first,
     )
 
 
