@@ -13,15 +13,13 @@ Longer than the house's 200 lines on purpose: it is the whole host surface in
 one place, and each method is a line or two of wiring.
 """
 
-import asyncio
 import contextlib
 import time
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 
-from treemail.adapters import approvalindex, keys, tokens, tracing
+from treemail.adapters import keys, tokens, tracing
 from treemail.adapters.config import Config, load_config
 from treemail.adapters.connection import connect
 from treemail.adapters.eventstore import EventStore
@@ -38,6 +36,7 @@ from treemail.services.sessions import SessionService
 
 from . import inspection, plugins, subscriptions, tool, tools, toolschemas
 from .client import CommandClient
+from .approvals import ApprovalHost
 from .disposals import DisposalHost, check_stop_reason
 from .interrupts import Interrupt, InterruptHost
 from .plugins import SendAttempt, SendHook
@@ -84,7 +83,7 @@ class Registration:
     root_session_id: str
 
 
-class Treemail(InterruptHost, PeerHost, DisposalHost):
+class Treemail(InterruptHost, PeerHost, DisposalHost, ApprovalHost):
     def __init__(self, redis: aioredis.Redis, listener: aioredis.Redis, config: Config) -> None:
         self.config = config
         self.redis = redis
@@ -398,24 +397,6 @@ class Treemail(InterruptHost, PeerHost, DisposalHost):
         """Renew a parked message's retry budget; ``retry_message:settled`` for a processed or refused one."""
         return await inspection.retry(self, message_id, caller_session_id)
 
-    async def _request(self, context: SendContext, parsed) -> dict:
-        deadline = None
-        while True:
-            outcome = await self.commands.request(context, parsed, tracing.traceparent())
-            if "approval" not in outcome:
-                break
-            # An `ask` rule: the send completes when a person approves, or fails when they deny.
-            request_id = outcome["approval"]["request_id"]
-            deadline = deadline or time.monotonic() + self.config.service.approval_timeout_s
-            waited = await self._wait_for_approval(request_id, deadline)
-            if waited == "closing":
-                return tool.engine_shutdown("the engine is shutting down while the send awaits approval")
-            if waited == "timeout":
-                return tool.approval_timeout(request_id, self.config.service.approval_timeout_s)
-            # "resolved": decide again, now with the answer; "vanished": a server that lost its last
-            # writes lost the request too, and deciding again opens it anew.
-        return outcome
-
     # ---- every installed tool, for any agent (producers/tools.py is the table) -----------------
 
     async def tool_schemas(self, session_id: str, format: str = "anthropic") -> list[dict]:
@@ -444,52 +425,6 @@ class Treemail(InterruptHost, PeerHost, DisposalHost):
 
     async def revoke_token(self, token: str) -> bool:
         return await tokens.revoke(self.redis, token)
-
-    async def _wait_for_approval(self, request_id: str, deadline: float) -> str:
-        """"resolved" once a person answered, "vanished" if the server lost the request, else "timeout" or
-        "closing"; never raises."""
-        while not self.commands.closing:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return "timeout"
-            try:
-                request = await approvalindex.find(self.redis, request_id, self.config.service.partitions)
-                if request is None:
-                    return "vanished"  # written in the same step as the answer we got: only data loss removes it
-                if request["status"] != "pending":
-                    return "resolved"
-                await self.redis.blpop([keys.approval_notify(request_id)], timeout=min(1.0, max(left, 0.01)))
-            except (RedisError, OSError):
-                # A server blip: keep waiting; the request is durable and the next poll finds it.
-                await asyncio.sleep(min(0.2, max(left, 0)))
-        return "closing"
-
-    # ---- approvals ---------------------------------------------------------------------------------
-
-    async def pending_approvals(self) -> list[dict]:
-        requests = await approvalindex.every(self.redis, self.config.service.partitions)
-        return [r for r in requests if r["status"] == "pending"]
-
-    async def approve(self, request_id: str, scope: str = "once") -> dict:
-        if scope not in ("once", "tree"):
-            raise ValueError(f"scope must be once or tree, got {scope!r}")
-        return await self._resolve(request_id, "approve_tree" if scope == "tree" else "approve_once")
-
-    async def deny(self, request_id: str) -> dict:
-        return await self._resolve(request_id, "deny")
-
-    async def _resolve(self, request_id: str, decision: str) -> dict:
-        request = await approvalindex.find(self.redis, request_id, self.config.service.partitions)
-        if request is None:
-            raise LookupError(f"no approval request has id {request_id}")
-        try:
-            await self.sessions.execute(c.ResolveApproval(request["sender_session_id"], request_id, decision))
-        except LifecycleError as error:
-            raise ValueError(error.message) from None
-        await self.redis.lpush(keys.approval_notify(request_id), decision)
-        await self.redis.expire(keys.approval_notify(request_id), 3600)
-        return {**request, "status": "denied" if decision == "deny" else "approved", "decision": decision,
-                "resolved_at": time.time()}
 
     # ---- effective permissions -----------------------------------------------------------------------
 
