@@ -7,11 +7,10 @@ in the same atomic step and answers a repeat with it, so a notice is never
 written twice. A conflict (the session changed meanwhile) decides again.
 """
 
-import hashlib
-import json
 from collections.abc import Callable
 
 from ..adapters.eventstore import EventStore, Loaded
+from ..domain import digests
 from ..domain import events as ev
 from ..domain.messaging import MessagingConfig
 from ..domain.records import SessionRecord
@@ -20,7 +19,7 @@ from . import contention
 
 
 def notice_digest(*parts: str | None) -> str:
-    return hashlib.sha256(json.dumps(["notice", *parts]).encode()).hexdigest()[:32]
+    return digests.digest(["notice", *parts])
 
 
 async def append_once(

@@ -14,10 +14,8 @@ for a key, so a race between two deliveries of one command is answered the
 same way.
 """
 
-import hashlib
-import json
 
-from .. import blocks
+from .. import blocks, digests
 from ..commands import SendArguments, SendContext
 from ..errors import Code
 
@@ -35,13 +33,11 @@ NEVER = frozenset({Code.IDEMPOTENCY_CONFLICT, Code.ENGINE_SHUTDOWN, Code.INVALID
 
 
 def key_digest(context: SendContext) -> str:
-    raw = json.dumps([context.session_id, context.run_id, context.tool_call_id])
-    return hashlib.sha256(raw.encode()).hexdigest()[:32]
+    return digests.digest([context.session_id, context.run_id, context.tool_call_id])
 
 
 def fingerprint(arguments: SendArguments) -> str:
-    raw = json.dumps([arguments.to, arguments.body, arguments.mode, *blocks.fingerprint_part(arguments.blocks)])
-    return hashlib.sha256(raw.encode()).hexdigest()[:32]
+    return digests.digest([arguments.to, arguments.body, arguments.mode, *blocks.fingerprint_part(arguments.blocks)])
 
 
 def is_recorded(code: Code) -> bool:

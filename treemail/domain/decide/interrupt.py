@@ -14,11 +14,9 @@ the registrations and the caller's run (seed 002: only the caller's open run
 may interrupt, as only it may send) and are decided again.
 """
 
-import hashlib
-import json
 from dataclasses import dataclass
 
-from .. import actions, permissions
+from .. import actions, digests, permissions
 from .. import events as ev
 from ..commands import InterruptAgent, InterruptArguments, SendContext
 from ..errors import Code, Rejected
@@ -115,12 +113,11 @@ CONFLICT_MESSAGE = (
 
 
 def key_digest(context: SendContext) -> str:
-    raw = json.dumps(["interrupt_agent", context.session_id, context.run_id, context.tool_call_id])
-    return hashlib.sha256(raw.encode()).hexdigest()[:32]
+    return digests.digest(["interrupt_agent", context.session_id, context.run_id, context.tool_call_id])
 
 
 def fingerprint(arguments: InterruptArguments) -> str:
-    return hashlib.sha256(json.dumps([arguments.to, arguments.reason]).encode()).hexdigest()[:32]
+    return digests.digest([arguments.to, arguments.reason])
 
 
 def record(arguments: InterruptArguments, outcome: dict) -> list:

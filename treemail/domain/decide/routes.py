@@ -12,12 +12,11 @@ default. A reply additionally names one of the replier's actual inbound
 references, whose sender must be the peer it replies to.
 """
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 
 from .. import events as ev
-from .. import grants, peerinput, peers
+from .. import digests, grants, peerinput, peers
 from ..commands import PeerSendArguments, RegisterPeerRoute, RevokePeerRoute, SendToPeer, SetPeerGrant
 from ..errors import Code, Rejected
 from ..records import SessionRecord
@@ -140,8 +139,7 @@ CONFLICT_MESSAGE = (
 
 
 def fingerprint(arguments: PeerSendArguments) -> str:
-    raw = json.dumps([arguments.peer, arguments.body, arguments.mode, arguments.in_reply_to, arguments.reply])
-    return hashlib.sha256(raw.encode()).hexdigest()[:32]
+    return digests.digest([arguments.peer, arguments.body, arguments.mode, arguments.in_reply_to, arguments.reply])
 
 
 def record(arguments: PeerSendArguments, outcome: dict) -> list:

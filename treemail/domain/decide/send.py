@@ -4,10 +4,9 @@ A little over the house's 200 lines: decide_send and the admission steps every a
 """
 
 import hashlib
-import json
 from dataclasses import dataclass
 
-from .. import blocks, effective, permissions
+from .. import blocks, digests, effective, permissions
 from .. import events as ev
 from ..commands import SendArguments, SendMessage
 from ..errors import Code, Rejected
@@ -104,8 +103,7 @@ def recipient_state_label(status: str) -> str:
 def approval_fingerprint(recipient_session_id: str, arguments: SendArguments) -> str:
     """What a person approves: this recipient, this mode, this body; nothing else rides on it."""
     body = hashlib.sha256(arguments.body.encode()).hexdigest()
-    raw = json.dumps([recipient_session_id, arguments.mode, body, *blocks.fingerprint_part(arguments.blocks)])
-    return hashlib.sha256(raw.encode()).hexdigest()[:32]
+    return digests.digest([recipient_session_id, arguments.mode, body, *blocks.fingerprint_part(arguments.blocks)])
 
 
 def decide_send(command: SendMessage, given: SendGiven) -> SendDecision:
