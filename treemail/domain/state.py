@@ -197,7 +197,27 @@ def evolve(state: SessionState, event: ev.Event) -> SessionState:
         peers = peer_state.evolve(state.peers, event)
         if peers is not state.peers:
             state = replace(state, peers=peers)
+    # A match tries its cases in order: the events every send folds come first (each case passed costs an
+    # isinstance check, and the sender's MessageSent was fifteenth).
     match event:
+        case (ev.ProducerMessageAccepted(owner=owner, sender_session_id=sender)
+              | ev.ProducerMessageRestored(owner=owner, sender_session_id=sender)):
+            # Seed 002: a session ever sent mail is "announced" (it owes its parent a settlement notice).
+            # One copy of the state for all of it: this case runs for every message sent.
+            changes = {"pending_all": state.pending_all + 1, "announced": True}
+            producer_id = getattr(event, "producer_id", None)  # a restored message names none
+            if producer_id in state.producers:
+                changes["producers"] = _recent(state.producers, producer_id)
+            if _counted(owner):
+                pairs = dict(state.pair_inflight)
+                pairs[sender] = pairs.get(sender, 0) + 1
+                changes.update(pending_agent=state.pending_agent + 1, pair_inflight=pairs)
+            return replace(state, **changes)
+        # Seed 004: the sender's own record of its send intents.
+        case ev.MessageSent():
+            return replace(state, outstanding=state.outstanding + 1)
+        case ev.ProducerRegistered(producer_id=producer_id):
+            return replace(state, producers=_recent(state.producers, producer_id))
         case ev.SessionRegistered(status=status, continuable=continuable):
             return replace(state, registered=True, status=status, continuable=continuable)
         case ev.SessionStatusChanged(status=status):
@@ -212,21 +232,6 @@ def evolve(state: SessionState, event: ev.Event) -> SessionState:
                 return replace(state, run_hops=hops)
             # A session whose run ended is idle until its host says it finished or a new run starts.
             return replace(state, status="idle", current_run=None, run_hops=hops)
-        case ev.ProducerRegistered(producer_id=producer_id):
-            return replace(state, producers=_recent(state.producers, producer_id))
-        case (ev.ProducerMessageAccepted(owner=owner, sender_session_id=sender)
-              | ev.ProducerMessageRestored(owner=owner, sender_session_id=sender)):
-            # Seed 002: a session ever sent mail is "announced" (it owes its parent a settlement notice).
-            # One copy of the state for all of it: this case runs for every message sent.
-            changes = {"pending_all": state.pending_all + 1, "announced": True}
-            producer_id = getattr(event, "producer_id", None)  # a restored message names none
-            if producer_id in state.producers:
-                changes["producers"] = _recent(state.producers, producer_id)
-            if _counted(owner):
-                pairs = dict(state.pair_inflight)
-                pairs[sender] = pairs.get(sender, 0) + 1
-                changes.update(pending_agent=state.pending_agent + 1, pair_inflight=pairs)
-            return replace(state, **changes)
         case ev.ProducerMessageConsumed():
             return _drain(replace(state, run_hops=_observe(state, event)), event)
         case ev.ProducerMessageDiscarded():
@@ -244,9 +249,6 @@ def evolve(state: SessionState, event: ev.Event) -> SessionState:
             return replace(state, installed_tools=tuple(tools))
         case ev.MessageRulesOverlaid(rules=rules):
             return replace(state, rules_overlay=tuple(tuple(rule) for rule in rules))
-        # Seed 004: the sender's own record of its send intents.
-        case ev.MessageSent():
-            return replace(state, outstanding=state.outstanding + 1)
         case ev.MessageSettled():
             return replace(state, outstanding=max(0, state.outstanding - 1))
         # Seed 002, part 1.
