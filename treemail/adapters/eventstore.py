@@ -233,10 +233,14 @@ class EventStore:
 
     async def load_many(self, records: list[SessionRecord]) -> dict[str, Loaded]:
         """Several sessions' states in one round trip."""
-        async with self.redis.pipeline(transaction=False) as pipe:
+        if not records:
+            return {}
+
+        def build(batch) -> None:
             for record in records:
-                pipe.hmget(self.state_key(record), *self.STATE_FIELDS)
-            replies = await pipe.execute()
+                batch.hmget(self.state_key(record), *self.STATE_FIELDS)
+
+        replies = await self.read_round_trip(build)
         return {record.session_id: self.parse_loaded(record.session_id, r) for record, r in zip(records, replies)}
 
     async def load_for_sends(
@@ -246,15 +250,16 @@ class EventStore:
         tool calls ((sender, digest)), the grants of the senders' trees, and the service-wide drain flag."""
         calls = list(dict.fromkeys((sender.session_id, sender.partition, digest) for sender, digest in calls))
         roots = {r.root_session_id: r.partition for r in trees}
-        async with self.redis.pipeline(transaction=False) as pipe:
+        def build(batch) -> None:
             for record in records:
-                pipe.hmget(self.state_key(record), *self.STATE_FIELDS)
+                batch.hmget(self.state_key(record), *self.STATE_FIELDS)
             for session_id, partition, digest in calls:
-                pipe.hget(keys.session_idempotency(partition, session_id), digest)
+                batch.hget(keys.session_idempotency(partition, session_id), digest)
             for root, partition in roots.items():
-                pipe.smembers(keys.tree_grants(partition, root))
-            pipe.exists(keys.service_drain())
-            replies = await pipe.execute()
+                batch.execute_command("SMEMBERS", keys.tree_grants(partition, root))
+            batch.execute_command("EXISTS", keys.service_drain())
+
+        replies = await self.read_round_trip(build)
         loaded = {record.session_id: self.parse_loaded(record.session_id, r) for record, r in zip(records, replies)}
         replies = replies[len(records):]
         recorded = {
@@ -416,6 +421,18 @@ class EventStore:
 
     async def load_scripts(self) -> None:
         await self.redis.script_load(COMMIT_LUA)
+
+    async def read_round_trip(self, build) -> list:
+        """The replies to the reads ``build(batch)`` adds, in one round trip on a kept connection (``lanes``:
+        a fresh read of a batch to decide is one per batch, and the pool's pipeline costs about as much
+        again as the reads); a command the server refused raises its error, as a pipeline's would."""
+        batch = CommandBatch()
+        build(batch)
+        replies = await self._lanes.run(batch.commands)
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
 
     async def run_pipeline(self, build) -> list:
         """Run the commands ``build(pipe)`` adds, in one round trip, ending with the durability wait.
