@@ -67,7 +67,15 @@ def _attributes(values: dict) -> dict:
 
 @contextlib.contextmanager
 def span(name: str, parent: str | None = None, **attributes):
-    """A span, child of ``parent`` (a traceparent) when given, else of the current context."""
+    """A span, child of ``parent`` (a traceparent) when given, else of the current context.
+
+    With tracing off and no ``parent``, nothing is made: the API's no-op span would only stand for the
+    current context, which stays current anyway. Making it was about a twelfth of the host's CPU per
+    send (BENCHMARKS.md, issue 17). With a ``parent`` the no-op span makes that context current, so it is
+    made as before."""
+    if parent is None and not enabled():
+        yield None
+        return
     with tracer().start_as_current_span(name, context=_context(parent), attributes=_attributes(attributes)) as s:
         yield s
 
