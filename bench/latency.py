@@ -68,7 +68,7 @@ async def treemail_round(url: str, rate: int, total: int) -> dict:
             return await host.send_message(SendContext(root, "run-1", f"call-{i}"),
                                            {"to": kid, "body": f"steady message {i}"})
 
-        pops = roundtrip.count_calls(host.commands._listener, "blmpop")
+        pops = roundtrip.count_calls(host.commands, "_pop_answers")
         worker_cpu = cpu_seconds(workers.procs[0].pid)
         run = await roundtrip.paced(rate, total, send)
         run["worker_cpu"] = cpu_seconds(workers.procs[0].pid) - worker_cpu

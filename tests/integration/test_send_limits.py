@@ -97,16 +97,22 @@ async def test_a_burst_of_answers_is_handed_over_from_the_round_trip_that_waited
     config = make_config(redis_url)
     redis, listener = await connect(redis_url, config.service), await connect(redis_url, config.service)
     # Every pop the listener makes, and how many answers it returned (a wait that timed out returns none).
+    # One server: the client's BLMPOP on its kept connection (``_pop_answers``); a cluster: the listener's calls.
     popped: list[tuple[str, int]] = []
-    for name in ("blmpop", "blpop", "lpop"):
-        async def counted(*args, _name=name, _method=getattr(listener, name), **kwargs):
+
+    def count(owner, name: str, label: str) -> None:
+        async def counted(*args, _method=getattr(owner, name), **kwargs):
             reply = await _method(*args, **kwargs)
-            values = reply[1] if _name != "lpop" and reply else reply
+            values = reply[1] if label != "lpop" and reply else reply
             if values:
-                popped.append((_name, 1 if isinstance(values, bytes) else len(values)))
+                popped.append((label, 1 if isinstance(values, bytes) else len(values)))
             return reply
-        setattr(listener, name, counted)
-    client = CommandClient(redis, listener, config.service)  # its listener starts with the counting on
+        setattr(owner, name, counted)
+
+    for name in ("blpop", "lpop"):
+        count(listener, name, name)
+    client = CommandClient(redis, listener, config.service)
+    count(client, "_pop_answers", "blmpop")  # before its listener's first pop: that runs at the first await
     try:
         futures = {f"command-{i}": asyncio.get_running_loop().create_future() for i in range(5)}
         client._waiting.update(futures)
