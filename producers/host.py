@@ -35,8 +35,8 @@ from treemail.services.obligations import ObligationService
 from treemail.services.sessions import SessionService
 
 from . import inspection, plugins, subscriptions, tool, tools, toolschemas
-from .client import CommandClient
 from .approvals import ApprovalHost
+from .client import CommandClient
 from .disposals import DisposalHost, check_stop_reason
 from .interrupts import Interrupt, InterruptHost
 from .plugins import SendAttempt, SendHook

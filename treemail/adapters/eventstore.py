@@ -250,6 +250,7 @@ class EventStore:
         tool calls ((sender, digest)), the grants of the senders' trees, and the service-wide drain flag."""
         calls = list(dict.fromkeys((sender.session_id, sender.partition, digest) for sender, digest in calls))
         roots = {r.root_session_id: r.partition for r in trees}
+
         def build(batch) -> None:
             for record in records:
                 batch.hmget(self.state_key(record), *self.STATE_FIELDS)

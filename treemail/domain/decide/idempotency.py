@@ -14,7 +14,6 @@ for a key, so a race between two deliveries of one command is answered the
 same way.
 """
 
-
 from .. import blocks, digests
 from ..commands import SendArguments, SendContext
 from ..errors import Code
