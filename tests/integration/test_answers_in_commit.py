@@ -64,7 +64,6 @@ async def test_an_append_answers_and_acknowledges_only_if_it_applies(redis_url):
 async def watched_worker(redis_url, **messaging) -> tuple[Worker, list]:
     """A started worker whose separate answer step is watched: the commands it answered apart."""
     worker = Worker(make_config(redis_url, **messaging), redis_url, consumer="watched")
-    await worker.start()
     answered_apart: list = []
     original = worker._answer
 
@@ -72,7 +71,10 @@ async def watched_worker(redis_url, **messaging) -> tuple[Worker, list]:
         answered_apart.extend(command.command_id for command, _ in rest)
         await original(rest, outcomes, stream)
 
+    # Watched before it starts: the commands are already waiting, and a worker may decide and answer
+    # them before ``start`` returns.
     worker._answer = watched
+    await worker.start()
     return worker, answered_apart
 
 
