@@ -19,7 +19,7 @@ from redis.exceptions import RedisError
 from treemail.adapters import keys
 from treemail.adapters.codec import encode_command
 from treemail.adapters.config import ServiceConfig
-from treemail.adapters.lanes import Lanes
+from treemail.adapters.lanes import Lanes, raise_refused
 from treemail.domain import ids
 from treemail.domain.commands import SendArguments, SendContext, SendMessage
 from treemail.domain.results import engine_shutdown
@@ -133,9 +133,8 @@ class CommandClient:
 
     async def _pop_answers(self, reply_key: str):
         """One BLMPOP of up to MAX_ANSWERS_PER_POP answers (waiting up to a second), on the kept connection."""
-        [popped] = await self._answers.run([("BLMPOP", 1, 1, reply_key, "LEFT", "COUNT", MAX_ANSWERS_PER_POP)])
-        if isinstance(popped, Exception):
-            raise popped
+        command = ("BLMPOP", 1, 1, reply_key, "LEFT", "COUNT", MAX_ANSWERS_PER_POP)
+        [popped] = raise_refused(await self._answers.run([command]))
         return popped
 
     def _deliver(self, raw: bytes) -> None:

@@ -35,7 +35,7 @@ from ..domain.state import Applied, MailItem, SessionState, apply, fold
 from . import keys
 from .config import ServiceConfig
 from .directory import Directory
-from .lanes import CommandBatch, Lanes
+from .lanes import CommandBatch, Lanes, raise_refused
 from .statecache import Loaded, StateCache
 
 COMMIT_LUA = resources.files(__package__).joinpath("commit.lua").read_text()
@@ -429,11 +429,7 @@ class EventStore:
         again as the reads); a command the server refused raises its error, as a pipeline's would."""
         batch = CommandBatch()
         build(batch)
-        replies = await self._lanes.run(batch.commands)
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise reply
-        return replies
+        return raise_refused(await self._lanes.run(batch.commands))
 
     async def run_pipeline(self, build) -> list:
         """Run the commands ``build(pipe)`` adds, in one round trip, ending with the durability wait.
@@ -449,10 +445,7 @@ class EventStore:
             if attempt == 0 and any(isinstance(r, NoScriptError) for r in replies):
                 await self.load_scripts()
                 continue
-            for reply in replies:
-                if isinstance(reply, Exception):
-                    raise reply
-            return replies
+            return raise_refused(replies)
         raise AssertionError("unreachable")
 
     async def append(self, prepared: PreparedAppend) -> AppendResult:

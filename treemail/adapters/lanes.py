@@ -28,6 +28,15 @@ from redis.exceptions import ConnectionError, ResponseError
 KEPT = 4
 
 
+def raise_refused(replies: list) -> list:
+    """``replies``, once none of them is the server's refusal of its command; else the first refusal, raised,
+    as a pipeline's ``execute`` raises it."""
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies
+
+
 class CommandBatch(HashCommands):
     """The commands a step adds, in order: ``execute_command`` and the hash commands of a pipeline's API."""
 
