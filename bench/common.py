@@ -31,6 +31,13 @@ STREAM = keys.command_stream(0)
 MAX_OUTSTANDING = 1000
 
 
+async def flush(url: str) -> None:
+    """``flush_sync`` on a connection of its own (one server)."""
+    r = aioredis.Redis.from_url(url)
+    await flush_sync(r)
+    await r.aclose()
+
+
 async def flush_sync(r, **target) -> None:
     """Empty the server, and return only once its memory is released.
 

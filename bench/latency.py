@@ -9,12 +9,10 @@ and p99 are kept beside the pooled ones, so a bad round shows instead of vanishi
 
 import asyncio
 
-import redis.asyncio as aioredis
-
 from treemail.host import SendContext, Treemail
 
 from . import roundtrip
-from .common import Workers, bench_config, cpu_seconds, flush_sync, percentile, register_trees
+from .common import Workers, bench_config, cpu_seconds, flush, percentile, register_trees
 
 WARM_UP_SENDS = 200
 
@@ -45,9 +43,7 @@ def pooled(runs: list[dict], cpu_keys: tuple[str, ...]) -> dict:
 
 async def treemail_round(url: str, rate: int, total: int) -> dict:
     """One worker, one host paced at ``rate``; also the (root, child) pairs it sent between."""
-    r = aioredis.Redis.from_url(url)
-    await flush_sync(r)
-    await r.aclose()
+    await flush(url)
     workers = Workers(url)
     host = await Treemail.connect(bench_config(url), url)
     try:

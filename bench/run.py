@@ -39,7 +39,7 @@ from treemail.domain import events as ev
 from treemail.domain.state import evolve
 
 from . import latency, memory, million, population, raw, replay, scale
-from .common import (busy_seconds, cpu_seconds, STREAM, Workers, bench_config, flush_sync, machine, percentile, prefill_commands, count_replies,
+from .common import (busy_seconds, cpu_seconds, STREAM, Workers, bench_config, flush, machine, percentile, prefill_commands, count_replies,
                      register_trees, wait_drained)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,12 +80,6 @@ HISTORY_SENDERS = 5  # children per recipient in phase 5; each sends at most (50
 
 def log(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-
-async def flush(url: str) -> None:
-    r = aioredis.Redis.from_url(url)
-    await flush_sync(r)
-    await r.aclose()
 
 
 async def setup_backlog(url: str, sizes: Sizes) -> None:
