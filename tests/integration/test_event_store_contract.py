@@ -2,22 +2,19 @@
 the 3-master cluster (marker ``cluster``).
 
 What the commit step promises: an append applies whole or not at all; it applies only on the etag
-the caller decided on; a chained append fails when the one it was built on did not apply; a batch's
-appends go in one script call per partition, each with its own result; an
+the caller decided on; a chained append fails when the one it was built on did not apply; an
 idempotency key is written once; a handle has one owner per tree (a session without one still joins
 its tree); the feed entry, the wake trigger and
 the indexes are written in the same step as their events.
 """
 
-import dataclasses
 import json
 
 import pytest
 
 from treemail.adapters import approvalindex, feed, keys
 from treemail.adapters.connection import connect
-from treemail.adapters.eventstore import CommitCalls, EventStore
-from treemail.adapters.lanes import CommandBatch
+from treemail.adapters.eventstore import EventStore, parse_append
 from treemail.domain import events as ev
 from treemail.domain.records import SessionRecord
 
@@ -79,32 +76,10 @@ async def test_a_chained_append_fails_when_the_one_it_was_built_on_did_not_apply
     second = store.prepare(r, first.loaded, [accepted("m-2")])
     assert (await store.append(other_writer)).status == "ok"
 
-    commits = CommitCalls.of([first, second])
-    replies = await store.run_pipeline(commits.add_to)
+    replies = await store.run_pipeline(lambda pipe: [store.commit_call(p, pipe) for p in (first, second)])
 
-    assert [result.status for result in commits.results(replies)] == ["conflict", "conflict"]
+    assert [parse_append(reply).status for reply in replies[:2]] == ["conflict", "conflict"]
     assert [type(e) for _, e in await store.read(r)] == [ev.SessionRegistered, ev.SessionStatusChanged]
-
-
-async def test_a_batch_takes_one_call_per_partition_and_each_append_keeps_its_own_result(store):
-    """Appends of one partition share a script call; one that fails does not stop the next (issue 17)."""
-    here, stale, after_it = (record(sid, handle=None) for sid in ("s-1", "s-3", "s-4"))
-    elsewhere = dataclasses.replace(record("s-2", handle=None), partition=5)
-    stale_state = await store.load(stale)
-    await store.append(store.prepare(stale, stale_state, [registered(stale)]))
-    appends = [store.prepare(r, await store.load(r), [registered(r)]) for r in (here, elsewhere)]
-    appends.append(store.prepare(stale, stale_state, [registered(stale)]))
-    appends.append(store.prepare(after_it, await store.load(after_it), [registered(after_it)]))
-
-    commits, batch = CommitCalls.of(appends), CommandBatch()
-    commits.add_to(batch)
-    results = commits.results(await store.run_pipeline(commits.add_to))
-
-    assert [command[0] for command in batch.commands] == ["EVALSHA", "EVALSHA"]  # partitions 3 and 5
-    assert commits.replies == 2
-    assert [(result.status, result.version) for result in results] == [("ok", 1), ("ok", 1), ("conflict", 1),
-                                                                       ("ok", 1)]
-    assert [await stream_length(store, r) for r in (here, elsewhere, stale, after_it)] == [1, 1, 1, 1]
 
 
 async def test_a_held_state_is_used_only_while_the_server_still_shows_the_append_that_wrote_it(store):

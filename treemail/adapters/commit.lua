@@ -9,14 +9,14 @@
 -- did not apply, even when another worker's append brought the version to
 -- the number it expected.
 --
--- An append's KEYS: 1 stream, 2 state hash (version, snapshot), 3 pending-mail hash,
+-- KEYS: 1 stream, 2 state hash (version, snapshot), 3 pending-mail hash,
 --       4 the sender's idempotency hash (one field per tool call, no expiry), 5 tree handles hash, 6 tree members set,
 --       7 partition wake stream, 8 partition sessions set, 9 partition feed,
 --       10 partition approvals hash, 11 tree grants set, 12 the session's due-mail hash (the ids of what a
 --       claim may take), 13 partition due index, 14 partition outbound index,
 --       then per companion its stream and its state hash
 --       (all in one hash slot: the tree's partition tag)
--- Its ARGV: 1 expected etag ('' for a new session) and new etag as "old new", 2 snapshot json,
+-- ARGV: 1 expected etag ('' for a new session) and new etag as "old new", 2 snapshot json,
 --       3 idempotency record ('' none), 4 its field (the tool call's digest),
 --       5 the session's registration: '' none, '*' without a handle, else the handle to reserve,
 --       6 session id, 7 event count, then (type, data) per event,
@@ -34,163 +34,141 @@
 --       and last the protocol version every entry carries (`v`)
 -- The last KEY is the partition's copy of the service-wide drain flag (after the companions' keys); with an
 -- answer, the two before it are the producer's reply list and the command stream (one server only).
---
--- One call carries several appends of one partition, applied in order (a worker's batch: their keys share
--- the partition's hash slot). The call's own ARGV are the number of appends, then each append's key count and
--- argument count, then each append's arguments as above; its KEYS are each append's keys in turn. It returns
--- two values per append: the status ('ok', 'conflict', 'dup', 'handle_taken') and what goes with it.
--- Appends that did not apply change nothing, and a later append chained on one of them fails its etag check.
-local function commit(KEYS, ARGV)
-  if ARGV[3] ~= '' then
-    local existing = redis.call('HGET', KEYS[4], ARGV[4])
-    if existing then return {'dup', existing} end
-  end
-  local state = redis.call('HMGET', KEYS[2], 'version', 'etag')
-  local current = tonumber(state[1] or '0')
-  local space = string.find(ARGV[1], ' ', 1, true)
-  local expected_etag = string.sub(ARGV[1], 1, space - 1)
-  if (state[2] or '') ~= expected_etag then return {'conflict', tostring(current)} end
-  -- The drain flag the decision read is part of the state it decided on: a drain that began since is a conflict.
-  local drain_read = ARGV[#ARGV - 1]
-  if drain_read ~= '' and tostring(redis.call('EXISTS', KEYS[#KEYS])) ~= drain_read then
-    return {'conflict', tostring(current)}
-  end
+if ARGV[3] ~= '' then
+  local existing = redis.call('HGET', KEYS[4], ARGV[4])
+  if existing then return {'dup', existing} end
+end
+local state = redis.call('HMGET', KEYS[2], 'version', 'etag')
+local current = tonumber(state[1] or '0')
+local space = string.find(ARGV[1], ' ', 1, true)
+local expected_etag = string.sub(ARGV[1], 1, space - 1)
+if (state[2] or '') ~= expected_etag then return {'conflict', tostring(current)} end
+-- The drain flag the decision read is part of the state it decided on: a drain that began since is a conflict.
+local drain_read = ARGV[#ARGV - 1]
+if drain_read ~= '' and tostring(redis.call('EXISTS', KEYS[#KEYS])) ~= drain_read then
+  return {'conflict', tostring(current)}
+end
 
-  -- Companions (seed 004): other sessions of the partition the same decision appends to (a sender's
-  -- record of the message its recipient accepted or settled). Every etag is checked before anything
-  -- is written, so the step applies whole or not at all.
-  local function companions_start()
-    local j = 8 + 2 * tonumber(ARGV[7])
-    j = j + 1 + 3 * tonumber(ARGV[j])
-    j = j + 1 + tonumber(ARGV[j])
-    j = j + 1 + 2 * tonumber(ARGV[j])
-    j = j + 1 + tonumber(ARGV[j])
-    return j + 3
+-- Companions (seed 004): other sessions of the partition the same decision appends to (a sender's
+-- record of the message its recipient accepted or settled). Every etag is checked before anything
+-- is written, so the step applies whole or not at all.
+local function companions_start()
+  local j = 8 + 2 * tonumber(ARGV[7])
+  j = j + 1 + 3 * tonumber(ARGV[j])
+  j = j + 1 + tonumber(ARGV[j])
+  j = j + 1 + 2 * tonumber(ARGV[j])
+  j = j + 1 + tonumber(ARGV[j])
+  return j + 3
+end
+local companions = {}
+local c = companions_start()
+for n = 1, tonumber(ARGV[c]) do
+  c = c + 1
+  local cstate = redis.call('HMGET', KEYS[14 + 2 * n], 'version', 'etag')
+  local cspace = string.find(ARGV[c], ' ', 1, true)
+  if (cstate[2] or '') ~= string.sub(ARGV[c], 1, cspace - 1) then return {'conflict', tostring(current)} end
+  companions[n] = {at = c, version = tonumber(cstate[1] or '0'), etag = string.sub(ARGV[c], cspace + 1)}
+  c = c + 3
+  c = c + 2 * tonumber(ARGV[c]) + 1
+  c = c + 2 * tonumber(ARGV[c])
+end
+if ARGV[5] ~= '' then
+  if ARGV[5] ~= '*' and redis.call('HSETNX', KEYS[5], ARGV[5], ARGV[6]) == 0 then return {'handle_taken', ''} end
+  redis.call('SADD', KEYS[6], ARGV[6])
+  redis.call('SADD', KEYS[8], ARGV[6])
+end
+local protocol = ARGV[#ARGV]
+local i = 8
+local version = current
+local events_start = i
+for _ = 1, tonumber(ARGV[7]) do
+  version = version + 1
+  -- The entry id is the event's position: readers address events by version.
+  redis.call('XADD', KEYS[1], version .. '-0', 'type', ARGV[i], 'data', ARGV[i + 1], 'v', protocol)
+  i = i + 2
+end
+redis.call('HSET', KEYS[2], 'version', version, 'snapshot', ARGV[2], 'etag', string.sub(ARGV[1], space + 1))
+local changes = tonumber(ARGV[i])
+i = i + 1
+for _ = 1, changes do
+  if ARGV[i + 1] == '' then
+    redis.call('HDEL', KEYS[3], ARGV[i])
+  else
+    redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
   end
-  local companions = {}
-  local c = companions_start()
-  for n = 1, tonumber(ARGV[c]) do
-    c = c + 1
-    local cstate = redis.call('HMGET', KEYS[14 + 2 * n], 'version', 'etag')
-    local cspace = string.find(ARGV[c], ' ', 1, true)
-    if (cstate[2] or '') ~= string.sub(ARGV[c], 1, cspace - 1) then return {'conflict', tostring(current)} end
-    companions[n] = {at = c, version = tonumber(cstate[1] or '0'), etag = string.sub(ARGV[c], cspace + 1)}
-    c = c + 3
-    c = c + 2 * tonumber(ARGV[c]) + 1
-    c = c + 2 * tonumber(ARGV[c])
+  if ARGV[i + 2] == '1' then
+    -- The due index names the item; the mail hash keeps its only copy (due_mail.lua reads both).
+    redis.call('HSET', KEYS[12], ARGV[i], '1')
+  else
+    redis.call('HDEL', KEYS[12], ARGV[i])
   end
-  if ARGV[5] ~= '' then
-    if ARGV[5] ~= '*' and redis.call('HSETNX', KEYS[5], ARGV[5], ARGV[6]) == 0 then return {'handle_taken', ''} end
-    redis.call('SADD', KEYS[6], ARGV[6])
-    redis.call('SADD', KEYS[8], ARGV[6])
-  end
-  local protocol = ARGV[#ARGV]
-  local i = 8
-  local version = current
-  local events_start = i
-  for _ = 1, tonumber(ARGV[7]) do
-    version = version + 1
-    -- The entry id is the event's position: readers address events by version.
-    redis.call('XADD', KEYS[1], version .. '-0', 'type', ARGV[i], 'data', ARGV[i + 1], 'v', protocol)
-    i = i + 2
-  end
-  redis.call('HSET', KEYS[2], 'version', version, 'snapshot', ARGV[2], 'etag', string.sub(ARGV[1], space + 1))
-  local changes = tonumber(ARGV[i])
+  i = i + 3
+end
+local wakes = tonumber(ARGV[i])
+i = i + 1
+for _ = 1, wakes do
+  -- In the same step as the event: a wake is never requested without its trigger.
+  redis.call('XADD', KEYS[7], '*', 'session', ARGV[6], 'data', ARGV[i], 'v', protocol)
   i = i + 1
-  for _ = 1, changes do
-    if ARGV[i + 1] == '' then
-      redis.call('HDEL', KEYS[3], ARGV[i])
-    else
-      redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
-    end
-    if ARGV[i + 2] == '1' then
-      -- The due index names the item; the mail hash keeps its only copy (due_mail.lua reads both).
-      redis.call('HSET', KEYS[12], ARGV[i], '1')
-    else
-      redis.call('HDEL', KEYS[12], ARGV[i])
-    end
-    i = i + 3
-  end
-  local wakes = tonumber(ARGV[i])
+end
+local approvals = tonumber(ARGV[i])
+i = i + 1
+for _ = 1, approvals do
+  redis.call('HSET', KEYS[10], ARGV[i], ARGV[i + 1])
+  i = i + 2
+end
+local grants = tonumber(ARGV[i])
+i = i + 1
+for _ = 1, grants do
+  redis.call('SADD', KEYS[11], ARGV[i])
   i = i + 1
-  for _ = 1, wakes do
-    -- In the same step as the event: a wake is never requested without its trigger.
-    redis.call('XADD', KEYS[7], '*', 'session', ARGV[6], 'data', ARGV[i], 'v', protocol)
-    i = i + 1
-  end
-  local approvals = tonumber(ARGV[i])
-  i = i + 1
-  for _ = 1, approvals do
-    redis.call('HSET', KEYS[10], ARGV[i], ARGV[i + 1])
-    i = i + 2
-  end
-  local grants = tonumber(ARGV[i])
-  i = i + 1
-  for _ = 1, grants do
-    redis.call('SADD', KEYS[11], ARGV[i])
-    i = i + 1
-  end
-  -- The partition feed lets projections follow every session of the partition
-  -- through one stream. It names each event (session, position, type) and carries no
-  -- copy of its data: readers take that from the session stream (feed.py), the truth.
-  local feed_maxlen = ARGV[i]
-  local seq = current
-  for j = events_start, events_start + 2 * tonumber(ARGV[7]) - 1, 2 do
-    seq = seq + 1
+end
+-- The partition feed lets projections follow every session of the partition
+-- through one stream. It names each event (session, position, type) and carries no
+-- copy of its data: readers take that from the session stream (feed.py), the truth.
+local feed_maxlen = ARGV[i]
+local seq = current
+for j = events_start, events_start + 2 * tonumber(ARGV[7]) - 1, 2 do
+  seq = seq + 1
+  redis.call('XADD', KEYS[9], 'MAXLEN', '~', feed_maxlen, '*',
+    'session', ARGV[6], 'seq', seq, 'type', ARGV[j], 'v', protocol)
+end
+
+-- Seed 004: when the delivery pump must next look at this session (computed by the caller).
+local due_op = ARGV[i + 1]
+if due_op == 'set' then
+  redis.call('ZADD', KEYS[13], ARGV[i + 2], ARGV[6])
+elseif due_op == 'lt' then
+  redis.call('ZADD', KEYS[13], 'LT', ARGV[i + 2], ARGV[6])
+elseif due_op == 'del' then
+  redis.call('ZREM', KEYS[13], ARGV[6])
+end
+for n, companion in ipairs(companions) do
+  local k = companion.at
+  local csid = ARGV[k + 2]
+  local cversion = companion.version
+  local ccount = tonumber(ARGV[k + 3])
+  k = k + 4
+  for _ = 1, ccount do
+    cversion = cversion + 1
+    redis.call('XADD', KEYS[13 + 2 * n], cversion .. '-0', 'type', ARGV[k], 'data', ARGV[k + 1], 'v', protocol)
     redis.call('XADD', KEYS[9], 'MAXLEN', '~', feed_maxlen, '*',
-      'session', ARGV[6], 'seq', seq, 'type', ARGV[j], 'v', protocol)
+      'session', csid, 'seq', cversion, 'type', ARGV[k], 'v', protocol)
+    k = k + 2
   end
-
-  -- Seed 004: when the delivery pump must next look at this session (computed by the caller).
-  local due_op = ARGV[i + 1]
-  if due_op == 'set' then
-    redis.call('ZADD', KEYS[13], ARGV[i + 2], ARGV[6])
-  elseif due_op == 'lt' then
-    redis.call('ZADD', KEYS[13], 'LT', ARGV[i + 2], ARGV[6])
-  elseif due_op == 'del' then
-    redis.call('ZREM', KEYS[13], ARGV[6])
+  redis.call('HSET', KEYS[14 + 2 * n], 'version', cversion, 'snapshot', ARGV[companion.at + 1], 'etag', companion.etag)
+  for _ = 1, tonumber(ARGV[k]) do
+    redis.call('HSET', KEYS[14], ARGV[k + 1], ARGV[k + 2])
+    k = k + 2
   end
-  for n, companion in ipairs(companions) do
-    local k = companion.at
-    local csid = ARGV[k + 2]
-    local cversion = companion.version
-    local ccount = tonumber(ARGV[k + 3])
-    k = k + 4
-    for _ = 1, ccount do
-      cversion = cversion + 1
-      redis.call('XADD', KEYS[13 + 2 * n], cversion .. '-0', 'type', ARGV[k], 'data', ARGV[k + 1], 'v', protocol)
-      redis.call('XADD', KEYS[9], 'MAXLEN', '~', feed_maxlen, '*',
-        'session', csid, 'seq', cversion, 'type', ARGV[k], 'v', protocol)
-      k = k + 2
-    end
-    redis.call('HSET', KEYS[14 + 2 * n], 'version', cversion, 'snapshot', ARGV[companion.at + 1], 'etag', companion.etag)
-    for _ = 1, tonumber(ARGV[k]) do
-      redis.call('HSET', KEYS[14], ARGV[k + 1], ARGV[k + 2])
-      k = k + 2
-    end
-  end
-  if ARGV[3] ~= '' then redis.call('HSET', KEYS[4], ARGV[4], ARGV[3]) end
-  -- The producer's answer and the command's acknowledgement, in the same step as the decision they report
-  -- (one server, fast profile): the answer exists exactly when the append does, one round trip sooner.
-  local answer = ARGV[#ARGV - 5]
-  if answer ~= '' then
-    redis.call('LPUSH', KEYS[#KEYS - 2], answer)
-    redis.call('EXPIRE', KEYS[#KEYS - 2], ARGV[#ARGV - 4])
-    redis.call('XACK', KEYS[#KEYS - 1], ARGV[#ARGV - 3], ARGV[#ARGV - 2])
-  end
-  return {'ok', tostring(version)}
 end
-
-local appends = tonumber(ARGV[1])
-local results = {}
-local key_at, arg_at = 0, 1 + 2 * appends
-for n = 1, appends do
-  local key_count, arg_count = tonumber(ARGV[2 * n]), tonumber(ARGV[2 * n + 1])
-  local append_keys, append_args = {}, {}
-  for j = 1, key_count do append_keys[j] = KEYS[key_at + j] end
-  for j = 1, arg_count do append_args[j] = ARGV[arg_at + j] end
-  local result = commit(append_keys, append_args)
-  results[2 * n - 1], results[2 * n] = result[1], result[2]
-  key_at, arg_at = key_at + key_count, arg_at + arg_count
+if ARGV[3] ~= '' then redis.call('HSET', KEYS[4], ARGV[4], ARGV[3]) end
+-- The producer's answer and the command's acknowledgement, in the same step as the decision they report
+-- (one server, fast profile): the answer exists exactly when the append does, one round trip sooner.
+local answer = ARGV[#ARGV - 5]
+if answer ~= '' then
+  redis.call('LPUSH', KEYS[#KEYS - 2], answer)
+  redis.call('EXPIRE', KEYS[#KEYS - 2], ARGV[#ARGV - 4])
+  redis.call('XACK', KEYS[#KEYS - 1], ARGV[#ARGV - 3], ARGV[#ARGV - 2])
 end
-return results
+return {'ok', tostring(version)}

@@ -88,7 +88,6 @@ class Companion:
 
 @dataclass(frozen=True)
 class PreparedAppend:
-    partition: int
     keys: list[str]
     args: list[Any]
     applied: Applied
@@ -168,57 +167,14 @@ def decode_entries(entries: list) -> Iterator[tuple[int, ev.Event | None]]:
         yield int(entry_id.split(b"-")[0]), decode_entry(fields)
 
 
-def parse_append(status, value) -> AppendResult:
-    status = status.decode() if isinstance(status, bytes) else status
+def parse_append(reply: list) -> AppendResult:
+    status = reply[0].decode() if isinstance(reply[0], bytes) else reply[0]
+    value = reply[1]
     if status == "dup":
         return AppendResult("dup", record=json.loads(value))
     if status in ("ok", "conflict"):
         return AppendResult(status, version=int(value))
     return AppendResult(status)
-
-
-@dataclass(frozen=True)
-class CommitCalls:
-    """The commit script calls that apply a batch's appends, in order: one call per partition, carrying that
-    partition's appends (their keys share its hash slot). A call costs the worker a command to pack and the
-    server a script to enter, whatever it carries (issue 17)."""
-    appends: list[PreparedAppend]
-    # Per call, in the order added: the indexes of the appends it carries, in the order it applies them.
-    calls: list[list[int]]
-
-    @classmethod
-    def of(cls, appends: list[PreparedAppend]) -> "CommitCalls":
-        by_partition: dict[int, list[int]] = {}
-        for index, prepared in enumerate(appends):
-            by_partition.setdefault(prepared.partition, []).append(index)
-        return cls(appends, list(by_partition.values()))
-
-    def add_to(self, pipe) -> None:
-        for indexes in self.calls:
-            header: list[Any] = [len(indexes)]
-            call_keys: list[str] = []
-            call_args: list[Any] = []
-            for index in indexes:
-                prepared = self.appends[index]
-                header += (len(prepared.keys), len(prepared.args))
-                call_keys += prepared.keys
-                call_args += prepared.args
-            # execute_command, not pipe.evalsha: redis-py refuses the latter in cluster pipelines,
-            # though EVALSHA routes by its first key like any keyed command.
-            pipe.execute_command("EVALSHA", COMMIT_SHA, len(call_keys), *call_keys, *header, *call_args)
-
-    @property
-    def replies(self) -> int:
-        """How many pipeline replies the calls take: the replies of any command added after them follow."""
-        return len(self.calls)
-
-    def results(self, replies: list) -> list[AppendResult]:
-        """Each append's result, in the order of the appends; ``replies`` start with the first call's."""
-        by_index: dict[int, AppendResult] = {}
-        for indexes, reply in zip(self.calls, replies):
-            for n, index in enumerate(indexes):
-                by_index[index] = parse_append(reply[2 * n], reply[2 * n + 1])
-        return [by_index[index] for index in range(len(self.appends))]
 
 
 class EventStore:
@@ -418,7 +374,7 @@ class EventStore:
         args.append("" if read_draining is None else "1" if read_draining else "0")
         # Last, wherever the sections before it end: the commit script reads it as ARGV[#ARGV].
         args.append(PROTOCOL_VERSION)
-        return PreparedAppend(p, key_list, args, applied, left, after)
+        return PreparedAppend(key_list, args, applied, left, after)
 
     @staticmethod
     def _due(applied: Applied, mail: dict[str, MailItem] | None, policy: MessagingConfig | None) -> tuple[str, str]:
@@ -459,6 +415,11 @@ class EventStore:
         the fsync (WAITAOF after the append), and one pushed by the append itself would not."""
         return not self.config.cluster and self.config.profile != "durable"
 
+    def commit_call(self, prepared: PreparedAppend, pipe) -> None:
+        # execute_command, not pipe.evalsha: redis-py refuses the latter in cluster pipelines,
+        # though EVALSHA routes by its first key like any keyed command.
+        pipe.execute_command("EVALSHA", COMMIT_SHA, len(prepared.keys), *prepared.keys, *prepared.args)
+
     async def load_scripts(self) -> None:
         await self.redis.script_load(COMMIT_LUA)
 
@@ -488,8 +449,8 @@ class EventStore:
         raise AssertionError("unreachable")
 
     async def append(self, prepared: PreparedAppend) -> AppendResult:
-        commits = CommitCalls.of([prepared])
-        return commits.results(await self.run_pipeline(commits.add_to))[0]
+        replies = await self.run_pipeline(lambda pipe: self.commit_call(prepared, pipe))
+        return parse_append(replies[0])
 
     def add_durability_wait(self, pipe) -> None:
         """Under the durable profile, the pipeline ends with WAITAOF: success only after the local fsync.

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from ..adapters import keys, metrics
 from ..adapters.codec import encode_answer
-from ..adapters.eventstore import CommitCalls, Companion, EventStore, Loaded, PreparedAppend, Reply, SendReads
+from ..adapters.eventstore import Companion, EventStore, Loaded, PreparedAppend, Reply, SendReads, parse_append
 from ..domain import events as ev
 from ..domain import ids, proof
 from ..domain.commands import SendMessage
@@ -202,22 +202,22 @@ class SendService:
         if not committing and not alone:
             return []
 
-        commits = CommitCalls.of(appends)
-
         def build(pipe) -> None:
-            commits.add_to(pipe)
+            for prepared in appends:
+                self.store.commit_call(prepared, pipe)
             for w, record in alone:
                 self.store.record_outcome_call(w.sender, w.digest, record, pipe)
 
         replies = await self.store.run_pipeline(build)
-        kept = replies[commits.replies:]
+        kept = replies[len(appends):]
         for index, (w, _) in enumerate(alone):
             # The record kept (ours, or a concurrent decision's of the same call) is the answer.
             outcomes[w.command.command_id] = idempotency.replayed_outcome(
                 json.loads(kept[2 * index + 1]), w.command.arguments
             )
         retry: list[_Work] = []
-        for (w, outcome), result in zip(committing, commits.results(replies)):
+        for (w, outcome), reply in zip(committing, replies):
+            result = parse_append(reply)
             if result.status == "ok":
                 outcomes[w.command.command_id] = outcome
                 if w.entry is not None:
