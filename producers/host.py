@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
-from treemail.adapters import keys, tokens, tracing
+from treemail.adapters import tokens, tracing
 from treemail.adapters.config import Config, load_config
 from treemail.adapters.connection import connect
 from treemail.adapters.eventstore import EventStore
@@ -193,8 +193,8 @@ class Treemail(InterruptHost, PeerHost, DisposalHost, ApprovalHost):
             yield
             return
         record = await self.sessions.record(session_id)
-        raw = await self.redis.hget(keys.session_mail(record.partition, session_id), message_id)
-        parent = MailItem.from_json(message_id, raw).trace if raw else None
+        item = (await self.store.load_mail_items(record, [message_id])).get(message_id)
+        parent = item.trace if item else None
         with tracing.span(f"treemail.{step}", parent or None, message_id=message_id, session_id=session_id):
             yield
 

@@ -12,14 +12,13 @@ so a model-facing tool can return it as is.
 import json
 import time
 
-from treemail.adapters import keys, outboundindex, tracing
+from treemail.adapters import outboundindex, tracing
 from treemail.domain import commands as c
 from treemail.domain import events as ev
 from treemail.domain.errors import Code, LifecycleError
 from treemail.domain.outbound import may_inspect, status_of
 from treemail.domain.records import SessionRecord
 from treemail.domain.results import error_result
-from treemail.domain.state import MailItem
 
 # Delegation trees are shallow; this only bounds a walk over a corrupt directory.
 MAX_DEPTH = 256
@@ -62,8 +61,7 @@ async def _locate(host, message_id: str, caller: str | None):
     recipient = await host.store.directory.get(found.sent.recipient_session_id)
     item = None
     if found.settled is None and isinstance(found.sent, ev.MessageSent) and recipient is not None:
-        raw = await host.redis.hget(keys.session_mail(recipient.partition, recipient.session_id), message_id)
-        item = MailItem.from_json(message_id, raw) if raw else None
+        item = (await host.store.load_mail_items(recipient, [message_id])).get(message_id)
     return found, recipient, item
 
 

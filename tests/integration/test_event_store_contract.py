@@ -154,21 +154,57 @@ async def test_the_feed_entry_and_the_wake_trigger_are_written_in_the_same_step_
     assert set(await store.redis.hkeys(keys.session_mail(3, "s-1"))) == {b"m-1"}
 
 
-async def test_the_due_index_names_the_claimable_mail_and_a_claim_reads_each_item_from_the_one_copy(store):
-    """Issue 17: the due hash keeps ids only; more than one HMGET slice of due mail is read whole."""
+def steer(message_id: str) -> ev.ProducerMessageAccepted:
+    return ev.ProducerMessageAccepted(message_id=message_id, producer_id="goal:host", owner="goal", body="b",
+                                      mode="steer")
+
+
+async def hash_fields(store: EventStore, key: str) -> set[str]:
+    return {field.decode() for field in await store.redis.hkeys(key)}
+
+
+async def test_an_item_is_kept_once_in_the_due_hash_while_a_claim_may_take_it_then_in_the_mail_hash(store):
+    """Issue 17: each pending item has one copy, in the due hash while it is claimable, else the mail hash."""
     r = record("s-1")
+    due_key, held_key = keys.session_due(3, "s-1"), keys.session_mail(3, "s-1")
     await store.append(store.prepare(r, await store.load(r), [registered(r, "running")]))
-    steer = [ev.ProducerMessageAccepted(message_id=f"s-{i}", producer_id="goal:host", owner="goal", body="b",
-                                        mode="steer") for i in range(1200)]
-    await store.append(store.prepare(r, await store.load(r), [*steer, accepted("q-1"), accepted("q-2")]))
+    await store.append(store.prepare(r, await store.load(r), [steer("s-1"), steer("s-2"), accepted("q-1")],
+                                     new_mail=("s-1", "s-2", "q-1")))
+    assert (await hash_fields(store, due_key), await hash_fields(store, held_key)) == ({"s-1", "s-2"}, {"q-1"})
+    assert set(await store.load_mail(r, "due")) == {"s-1", "s-2"}
+    assert set(await store.load_mail(r, "all")) == {"s-1", "s-2", "q-1"}
 
-    due = await store.load_mail(r, "due")
+    claimed = ev.ProducerMessageClaimed(message_id="s-1", owner="goal", run_id="run-1")
+    consumed = ev.ProducerMessageConsumed(message_id="s-2", owner="goal", run_id="run-1")
+    await store.append(store.prepare(r, await store.load(r), [claimed, consumed], mail=await store.load_mail(r)))
 
-    assert set(due) == {e.message_id for e in steer}
-    assert due["s-7"] == (await store.load_mail(r, "all"))["s-7"]
-    assert set(await store.redis.hvals(keys.session_due(3, "s-1"))) == {b"1"}
-    await store.redis.hdel(keys.session_mail(3, "s-1"), "s-3")  # an id whose item is gone is skipped
-    assert len(await store.load_mail(r, "due")) == 1199
+    assert (await hash_fields(store, due_key), await hash_fields(store, held_key)) == (set(), {"s-1", "q-1"})
+    assert await store.load_mail(r, "due") == {}
+    items = await store.load_mail_items(r, ["s-1", "s-2", "q-1"])
+    assert {m: item.state for m, item in items.items()} == {"s-1": "claimed", "q-1": "accepted"}
+
+
+async def test_an_older_due_hash_that_names_its_items_still_reads_and_moves_to_one_copy(store):
+    """Written by an earlier version: the due hash held the id alone ("1"), the mail hash every item."""
+    r = record("s-1")
+    due_key, held_key = keys.session_due(3, "s-1"), keys.session_mail(3, "s-1")
+    await store.append(store.prepare(r, await store.load(r), [registered(r, "running")]))
+    await store.append(store.prepare(r, await store.load(r), [steer("s-1"), steer("s-2")], new_mail=("s-1", "s-2")))
+    old_layout = await store.redis.hgetall(due_key)
+    await store.redis.hset(held_key, mapping=old_layout)
+    await store.redis.hset(due_key, mapping={"s-1": "1", "s-2": "1"})
+
+    assert set(await store.load_mail(r, "due")) == {"s-1", "s-2"}
+    assert set(await store.load_mail(r, "all")) == {"s-1", "s-2"}
+    assert set(await store.load_mail_items(r, ["s-2"])) == {"s-2"}
+
+    claimed = ev.ProducerMessageClaimed(message_id="s-1", owner="goal", run_id="run-1")
+    await store.append(store.prepare(r, await store.load(r), [claimed], mail=await store.load_mail(r, "due")))
+
+    assert await store.redis.hget(due_key, "s-2") == b"1"
+    assert (await hash_fields(store, due_key), await hash_fields(store, held_key)) == ({"s-2"}, {"s-1", "s-2"})
+    assert (await store.load_mail_items(r, ["s-1"]))["s-1"].state == "claimed"
+    assert set(await store.load_mail(r, "due")) == {"s-2"}
 
 
 async def test_a_feed_batch_reads_its_wanted_events_from_the_session_streams(store):

@@ -12,15 +12,16 @@
 -- KEYS: 1 stream, 2 state hash (version, snapshot), 3 pending-mail hash,
 --       4 the sender's idempotency hash (one field per tool call, no expiry), 5 tree handles hash, 6 tree members set,
 --       7 partition wake stream, 8 partition sessions set, 9 partition feed,
---       10 partition approvals hash, 11 tree grants set, 12 the session's due-mail hash (the ids of what a
---       claim may take), 13 partition due index, 14 partition outbound index,
+--       10 partition approvals hash, 11 tree grants set, 12 the session's due-mail hash (the items a claim
+--       may take; the pending-mail hash holds the rest), 13 partition due index, 14 partition outbound index,
 --       then per companion its stream and its state hash
 --       (all in one hash slot: the tree's partition tag)
 -- ARGV: 1 expected etag ('' for a new session) and new etag as "old new", 2 snapshot json,
 --       3 idempotency record ('' none), 4 its field (the tool call's digest),
 --       5 the session's registration: '' none, '*' without a handle, else the handle to reserve,
 --       6 session id, 7 event count, then (type, data) per event,
---       then mail change count, then (message id, item json or '' to delete, '1' if due or ''),
+--       then mail change count, then (message id, item json or '' to delete, where it goes: 'due' or 'held',
+--       or 'new due' / 'new held' for an item these events create, which is in neither hash yet),
 --       then wake count, then one wake trigger json each,
 --       then approval index count, then (field, value) each,
 --       then tree grant count, then one label each,
@@ -90,17 +91,23 @@ end
 redis.call('HSET', KEYS[2], 'version', version, 'snapshot', ARGV[2], 'etag', string.sub(ARGV[1], space + 1))
 local changes = tonumber(ARGV[i])
 i = i + 1
+-- An item lives in one of two hashes: the due hash while a claim may take it, the pending-mail hash
+-- otherwise. One copy, and a new message costs one write (issue 17).
 for _ = 1, changes do
-  if ARGV[i + 1] == '' then
-    redis.call('HDEL', KEYS[3], ARGV[i])
+  local message_id, item, where = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  if item == '' then
+    redis.call('HDEL', KEYS[3], message_id)
+    redis.call('HDEL', KEYS[12], message_id)
+  elseif where == 'new due' then
+    redis.call('HSET', KEYS[12], message_id, item)
+  elseif where == 'new held' then
+    redis.call('HSET', KEYS[3], message_id, item)
+  elseif where == 'due' then
+    redis.call('HSET', KEYS[12], message_id, item)
+    redis.call('HDEL', KEYS[3], message_id)
   else
-    redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
-  end
-  if ARGV[i + 2] == '1' then
-    -- The due index names the item; the mail hash keeps its only copy (due_mail.lua reads both).
-    redis.call('HSET', KEYS[12], ARGV[i], '1')
-  else
-    redis.call('HDEL', KEYS[12], ARGV[i])
+    redis.call('HSET', KEYS[3], message_id, item)
+    redis.call('HDEL', KEYS[12], message_id)
   end
   i = i + 3
 end

@@ -14,7 +14,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -40,7 +40,6 @@ from .statecache import Loaded, StateCache
 
 COMMIT_LUA = resources.files(__package__).joinpath("commit.lua").read_text()
 COMMIT_SHA = hashlib.sha1(COMMIT_LUA.encode()).hexdigest()
-DUE_MAIL_LUA = resources.files(__package__).joinpath("due_mail.lua").read_text()
 
 
 @functools.lru_cache(maxsize=4096)
@@ -57,6 +56,10 @@ def _commit_keys(partition: int, session_id: str, root_session_id: str) -> tuple
     )
 
 
+# What an older version wrote in the due hash: the item's id alone, its only copy in the pending-mail hash.
+_NAMED_ONLY = b"1"
+
+
 def _mail_items(pairs) -> dict[str, MailItem]:
     """(message id, item) pairs as the server answers them (bytes) -> the items by message id."""
     items = {}
@@ -64,6 +67,13 @@ def _mail_items(pairs) -> dict[str, MailItem]:
         message_id = raw_id.decode()
         items[message_id] = MailItem.from_json(message_id, raw_item)
     return items
+
+
+def _placement(item: MailItem, new: bool) -> str:
+    """Where commit.lua keeps an item: the due hash while a claim may take it, else the pending-mail hash;
+    'new' when it is in neither yet, so nothing needs removing from the other."""
+    where = "due" if claimable(item) else "held"
+    return f"new {where}" if new else where
 
 
 @dataclass(frozen=True)
@@ -292,16 +302,33 @@ class EventStore:
             return await self.load_mail_items(record, [message_id] if message_id else [])
         if which not in ("all", "due"):
             return {}
-        if which == "all":
-            return _mail_items((await self.redis.hgetall(keys.session_mail(p, sid))).items())
-        flat = await self.redis.eval(DUE_MAIL_LUA, 2, keys.session_due(p, sid), keys.session_mail(p, sid))
-        return _mail_items(zip(flat[0::2], flat[1::2]))
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(keys.session_due(p, sid))
+            if which == "all":
+                pipe.hgetall(keys.session_mail(p, sid))
+            replies = await pipe.execute()
+        due, held = replies[0], replies[1] if which == "all" else {}
+        named_only = [raw_id.decode() for raw_id, raw_item in due.items() if raw_item == _NAMED_ONLY]
+        items = _mail_items((raw_id, raw_item) for raw_id, raw_item in due.items() if raw_item != _NAMED_ONLY)
+        items.update(_mail_items(held.items()))
+        if named_only and which == "due":
+            items.update(await self.load_mail_items(record, named_only))
+        return items
 
     async def load_mail_items(self, record: SessionRecord, message_ids: list[str]) -> dict[str, MailItem]:
+        """The named items, from whichever of the two hashes holds each (``_placement``)."""
         if not message_ids:
             return {}
-        raw = await self.redis.hmget(keys.session_mail(record.partition, record.session_id), message_ids)
-        return {m: MailItem.from_json(m, v) for m, v in zip(message_ids, raw) if v is not None}
+        p, sid = record.partition, record.session_id
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hmget(keys.session_due(p, sid), message_ids)
+            pipe.hmget(keys.session_mail(p, sid), message_ids)
+            due, held = await pipe.execute()
+        return {
+            message_id: MailItem.from_json(message_id, raw)
+            for message_id, in_due, in_held in zip(message_ids, due, held)
+            if (raw := in_due if in_due not in (None, _NAMED_ONLY) else in_held) is not None
+        }
 
     # ---- append ------------------------------------------------------------------------------
 
@@ -321,6 +348,7 @@ class EventStore:
         read_draining: bool | None = None,
         folded: SessionState | None = None,
         reply: Reply | None = None,
+        new_mail: Collection[str] = (),
     ) -> PreparedAppend:
         """``mail``: the pending mail the decision read; ``mail_complete`` when it is all of it
         (``Handler.reads_mail == "all"``), not just the due index or the one item a command named.
@@ -333,13 +361,16 @@ class EventStore:
         ``folded``: the state the events leave, when the decision folded them already (``state.apply``).
         ``reply``: the answer to push and the command to acknowledge once the append applies (only where
         ``answers_in_commit``).
+        ``new_mail``: ids of messages these events accept for the first time (a send's new id): their items
+        are in neither mail hash yet, so writing one removes nothing from the other.
         """
         p, sid = record.partition, record.session_id
         applied = apply(loaded.state, mail or {}, new_events, loaded.version, folded)
         encoded = [part for event in new_events for part in ev.encode(event)]
-        # (message id, item or '' once done, '1' if a claim may take it): the Lua keeps the due index too.
+        # (message id, item or '' once done, which hash keeps it): the Lua keeps each item in one place.
         changes = [part for message_id, item in applied.mail_changes.items()
-                   for part in (message_id, item.to_json() if item else "", "1" if item and claimable(item) else "")]
+                   for part in (message_id, item.to_json() if item else "",
+                                _placement(item, message_id in new_mail) if item else "")]
         wakes = [wake_trigger(record, message_id, seq) for seq, message_id in applied.wakes]
         wakes += [interrupt_trigger(record, event, seq) for seq, event in applied.interrupts]
         index = approval_index(record, applied)

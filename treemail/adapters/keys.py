@@ -33,7 +33,10 @@ def session_mail(partition: int, session_id: str) -> str:
 
 
 def session_due(partition: int, session_id: str) -> str:
-    """The ids of the pending mail a claim may take (``lifecycle.claimable``): a subset of ``session_mail``'s."""
+    """The pending mail a claim may take (``lifecycle.claimable``), each item under its message id.
+
+    ``session_mail`` holds the rest of the session's pending mail: an item is in one of the two.
+    (An older version kept only the id here, as ``1``, and every item in ``session_mail``.)"""
     return f"{PREFIX}:{tag(partition)}:s:{session_id}:due"
 
 

@@ -265,6 +265,7 @@ class SendService:
             session, loaded[session.session_id], events, idempotency_digest=digest, idempotency_record=record,
             idempotency_session=w.sender.session_id, policy=self.config, companions=companions,
             read_draining=draining, folded=folded, reply=reply,
+            new_mail=(w.new_id,),  # made for this decision (uuid7): no item can have it yet
         )
         loaded[session.session_id] = prepared.loaded
         loaded.update(prepared.companions)
