@@ -4,8 +4,8 @@ the 3-master cluster (marker ``cluster``).
 What the commit step promises: an append applies whole or not at all; it applies only on the etag
 the caller decided on; a chained append fails when the one it was built on did not apply; an
 idempotency key is written once; a handle has one owner per tree (a session without one still joins
-its tree); the feed entry, the wake trigger and
-the indexes are written in the same step as their events.
+its tree); each pending item is kept once, in the due hash while a claim may take it; the feed entry,
+the wake trigger and the indexes are written in the same step as their events.
 """
 
 import json
@@ -18,6 +18,7 @@ from treemail.adapters.eventstore import EventStore, parse_append
 from treemail.domain import events as ev
 from treemail.domain.records import SessionRecord
 
+from ..conftest import CLUSTER
 from .conftest import make_config
 
 pytestmark = pytest.mark.cluster
@@ -182,6 +183,27 @@ async def test_an_item_is_kept_once_in_the_due_hash_while_a_claim_may_take_it_th
     assert await store.load_mail(r, "due") == {}
     items = await store.load_mail_items(r, ["s-1", "s-2", "q-1"])
     assert {m: item.state for m, item in items.items()} == {"s-1": "claimed", "q-1": "accepted"}
+
+
+async def calls_during(store: EventStore, append) -> dict[str, int]:
+    await store.redis.config_resetstat()
+    await append
+    stats = await store.redis.info("commandstats")
+    return {name: stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("hset", "hdel")}
+
+
+@pytest.mark.skipif(CLUSTER, reason="counted with INFO commandstats, which a cluster keeps per node")
+@pytest.mark.parametrize("new, writes", [(True, {"hset": 2, "hdel": 0}), (False, {"hset": 2, "hdel": 1})])
+async def test_a_new_message_is_one_write_and_an_existing_one_also_leaves_the_other_hash(store, new, writes):
+    """A message the decision creates (a send's new id) is in neither hash yet: one server call fewer."""
+    r = record("s-1")
+    await store.append(store.prepare(r, await store.load(r), [registered(r, "running")]))
+
+    prepared = store.prepare(r, await store.load(r), [steer("m-1")], new_mail=("m-1",) if new else ())
+
+    # HSET: the state hash and the item; HDEL: the item's absence from the pending-mail hash, unless new.
+    assert await calls_during(store, store.append(prepared)) == writes
+    assert set(await store.load_mail(r, "due")) == {"m-1"}
 
 
 async def test_an_older_due_hash_that_names_its_items_still_reads_and_moves_to_one_copy(store):

@@ -296,7 +296,8 @@ class EventStore:
 
     async def load_mail(self, record: SessionRecord, which: str = "all", message_id: str | None = None
                         ) -> dict[str, MailItem]:
-        """The pending mail a decision reads (``Handler.reads_mail``): all, the due index, or one named item."""
+        """The pending mail a decision reads (``Handler.reads_mail``): all, what a claim may take (the due
+        hash), or one named item."""
         p, sid = record.partition, record.session_id
         if which == "named":
             return await self.load_mail_items(record, [message_id] if message_id else [])
@@ -351,7 +352,7 @@ class EventStore:
         new_mail: Collection[str] = (),
     ) -> PreparedAppend:
         """``mail``: the pending mail the decision read; ``mail_complete`` when it is all of it
-        (``Handler.reads_mail == "all"``), not just the due index or the one item a command named.
+        (``Handler.reads_mail == "all"``), not just the due hash or the one item a command named.
 
         ``idempotency_session``: the sender whose tool call the record answers (same tree, same slot).
         ``policy`` (seed 004) keeps the partition's due index: exact when all the
