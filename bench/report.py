@@ -1,0 +1,239 @@
+"""The table of `make bench` and the BENCHMARKS.md it writes: one row per figure, each next to its target.
+
+``bench.run`` measures (one function per phase); this module only words the results.
+"""
+
+import json
+import time
+from pathlib import Path
+
+from .common import bench_config
+from .sizes import Sizes
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def rounds_of(figures: dict, key: str) -> str:
+    """Each latency round's own figure: '0.91 / 0.95 / 1.02 ms' (the row's value is over all their sends)."""
+    return " / ".join(f"{round_[key]:.2f}" for round_ in figures["rounds"]) + " ms"
+
+
+def report(results: dict, env: dict, sizes: Sizes, quick: bool, wall: float) -> str:
+    one, two, rawr = results["one"], results["two"], results["raw"]
+    lat, hist, low = results["latency"], results["history"], results["latency_low"]
+    ratio_raw = one["rate"] / rawr["rate"]
+    ratio_two = two["rate"] / one["rate"]
+    rows = [
+        ("treemail, 1 worker process", f"{one['rate']:,.0f} commands/s", f"{sizes.commands:,} sends in {one['seconds']:.2f} s", ""),
+        ("raw Redis baseline, 1 process", f"{rawr['rate']:,.0f} commands/s", f"{sizes.commands:,} sends in {rawr['seconds']:.2f} s", ""),
+        ("treemail / raw", f"{ratio_raw:.2f}", "target >= 0.7", verdict(ratio_raw >= 0.7)),
+    ]
+    for who, key, target in (("worker", "worker_cpu_s", 1.5), ("Valkey", "valkey_cpu_s", 2.0)):
+        mine, base = one[key] / sizes.commands * 1e6, rawr[key] / sizes.commands * 1e6
+        rows.append((f"{who} CPU per decision, treemail / raw", f"{mine / base:.2f}",
+                     f"{mine:.0f} us vs {base:.0f} us, target <= {target:g}", verdict(mine / base <= target)))
+    dur, mem = results["durable"], results["memory"]
+    ratio_dur = dur["rate"] / one["rate"]
+    rows += [
+        ("treemail, 1 worker, durable profile", f"{dur['rate']:,.0f} commands/s",
+         f"{sizes.commands:,} sends in {dur['seconds']:.2f} s, outcomes {dur['outcomes']}", ""),
+        ("durable / fast", f"{ratio_dur:.2f}", "target >= 0.6", verdict(ratio_dur >= 0.6)),
+        (f"memory per accepted {mem['body_bytes']}-byte message", f"{mem['bytes_per_message']:,.0f} bytes",
+         f"{mem['accepted']:,} sends, used_memory delta", ""),
+        ("bare XADD of the same body", f"{mem['bare_xadd_bytes']:,.0f} bytes", "", ""),
+        ("memory treemail / bare", f"{mem['ratio']:.2f}", "target <= 2.5", verdict(mem["ratio"] <= 2.5)),
+        ("command stream length after the run", f"{mem['command_stream_len_after_run']:,} entries",
+         f"{mem['command_stream_len_after_trim']:,} after the worker's trim pass; reply lists left: "
+         f"{mem['reply_lists_left']}", ""),
+    ]
+    mil = results["million"]
+    rows += [
+        (f"after {mil['sends']:,} sends: command stream", f"{mil['command_stream_after']:,} entries",
+         f"at most {mil['command_stream_peak']:,} while fed; reply lists {mil['reply_lists_left']}, wake entries "
+         f"{mil['wake_entries_after']}", ""),
+        (f"after {mil['sends']:,} sends: memory per send", f"{mil['bytes_per_send']:,.0f} bytes",
+         f"by kind of key in the JSON (million.by_kind); {mil['answers'].get('ok', 0):,} accepted", ""),
+    ]
+    rows += [
+        ("treemail, 2 worker processes", f"{two['rate']:,.0f} commands/s", f"{sizes.commands:,} sends in {two['seconds']:.2f} s", ""),
+        ("2 workers / 1 worker", f"{ratio_two:.2f}", "target >= 1.3", verdict(ratio_two >= 1.3)),
+        (f"send round trip p50 at {lat['target_rate']:,}/s", f"{lat['p50_ms']:.2f} ms",
+         f"achieved {lat['achieved_rate']:,.0f} sends/s; rounds {rounds_of(lat, 'p50_ms')}; target <= 1 ms",
+         verdict(lat["p50_ms"] <= 1.0)),
+        (f"send round trip p99 at {lat['target_rate']:,}/s", f"{lat['p99_ms']:.2f} ms",
+         f"{lat['ok']:,} sends ({lat['failed']} failed); rounds {rounds_of(lat, 'p99_ms')}; target <= 5 ms",
+         verdict(lat["p99_ms"] <= 5.0)),
+        (f"send round trip at {low['target_rate']:,}/s", f"p50 {low['p50_ms']:.2f} ms", f"p99 {low['p99_ms']:.2f} ms, {low['ok']:,} sends ({low['failed']} failed)", ""),
+    ]
+    for pace in (lat, low):
+        rt = pace["raw"]
+        rows += [
+            (f"raw XADD + BLMPOP round trip at {pace['target_rate']:,}/s", f"p50 {rt['p50_ms']:.2f} ms",
+             f"p99 {rt['p99_ms']:.2f} ms, {rt['ok']:,} sends ({rt['failed']} failed), same process, pace, concurrency",
+             ""),
+            (f"host CPU per send at {pace['target_rate']:,}/s, treemail / raw", f"{pace['host_cpu_ratio']:.2f}",
+             f"{pace['host_cpu_us_per_send']:.0f} us vs {rt['host_cpu_us_per_send']:.0f} us; answers per pop "
+             f"{pace['answers_per_listener_wakeup']:.1f} vs {rt['answers_per_listener_wakeup']:.1f}", ""),
+        ]
+    rows += [
+        (f"send p50, {hist['events']:,}-event recipient", f"{hist['big_p50_ms']:.2f} ms", f"p99 {hist['big_p99_ms']:.2f} ms, {hist['events']:,} events", ""),
+        ("send p50, fresh recipient", f"{hist['fresh_p50_ms']:.2f} ms", f"p99 {hist['fresh_p99_ms']:.2f} ms", ""),
+        ("long / fresh stream (p50)", f"{hist['ratio_p50']:.2f}", "target <= 1.2", verdict(hist["ratio_p50"] <= 1.2)),
+    ]
+    pop = results["sessions"]
+    rows += [
+        (f"memory per registered session, {pop['sessions']:,} sessions", f"{pop['bytes_per_session']:,.0f} bytes",
+         f"used_memory delta, {pop['keys_per_session']:.1f} keys per session, registered at "
+         f"{pop['register_rate']:,.0f}/s", ""),
+        (f"send p50, {pop['sessions']:,}-session server", f"{pop['populated_p50_ms']:.2f} ms",
+         f"p99 {pop['populated_p99_ms']:.2f} ms", ""),
+        (f"send p50, fresh server ({pop['fresh_sessions']} sessions)", f"{pop['fresh_p50_ms']:.2f} ms",
+         f"p99 {pop['fresh_p99_ms']:.2f} ms", ""),
+        ("populated / fresh server (p50)", f"{pop['ratio_p50']:.2f}", "target <= 1.2", verdict(pop["ratio_p50"] <= 1.2)),
+    ]
+    rep = results["replay"]
+    rows += [
+        ("replay: rebuild(write=False), 1 process", f"{rep['replay_rate']:,.0f} events/s",
+         f"{rep['events']:,} events, {rep['sessions']} sessions, in {rep['replay_seconds']:.2f} s", ""),
+        ("replay: raw XRANGE + json.loads", f"{rep['raw_rate']:,.0f} events/s",
+         f"{rep['raw_events']:,} events in {rep['raw_seconds']:.2f} s", ""),
+        ("replay / raw", f"{rep['ratio']:.2f}", "target >= 0.7", verdict(rep["ratio"] >= 0.7)),
+        ("replay: rebuild(write=True), 1 process", f"{rep['write_rate']:,.0f} events/s",
+         f"{rep['write_events']:,} events in {rep['write_seconds']:.2f} s, {rep['write_ratio']:.2f} of raw", ""),
+    ]
+    for key, where in (("scale_single", "one Valkey"), ("scale_cluster", "3-master cluster")):
+        base = results[key][0]["rate"]
+        for row in results[key]:
+            rows.append((f"{where}, {row['workers']} worker(s), {sizes.scale_streams} cmd streams",
+                         f"{row['rate']:,.0f} commands/s",
+                         f"{sizes.scale_commands:,} sends in {row['seconds']:.2f} s, x{row['rate'] / base:.2f} vs 1 worker, "
+                         f"noise {row['other_cpu_s'] / row['seconds']:.2f} cores",
+                         ""))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+    header = (f"{'QUICK smoke run (not the reference figures); ' if quick else ''}"
+              f"CPU {env['cpu']}, {env['cores']} cores, Python {env['python']}, {env['valkey']}, {env['os']}; "
+              f"`make bench` took {wall:.0f} s")
+    return header + "\n\n" + "\n".join(lines)
+
+
+# Everything after this marker in BENCHMARKS.md is hand-written analysis; a new run keeps it.
+NOTES_MARKER = "<!-- notes: kept across runs -->"
+
+
+def write_markdown(table: str, results: dict, env: dict, sizes: Sizes, quick: bool) -> None:
+    path = ROOT / "BENCHMARKS.md"
+    outcomes = results["one"]["outcomes"]
+    text = f"""# Benchmarks
+
+Produced by `make bench` (`python -m bench.run{' --quick' if quick else ''}`) on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.
+Everything below was measured in one run against one local Valkey started by the
+benchmark (`LocalValkey(durable=False)`, profile `fast`), flushed between phases (`FLUSHALL SYNC`:
+a phase starts once the server has freed the last one's keys), except the cluster rows: a local
+3-master `LocalValkeyCluster(masters=3)` started by the same run.
+
+Machine: {env['cpu']}, {env['cores']} cores, Python {env['python']}, {env['valkey']}, {env['os']}.
+Valkey, the worker process(es) and the benchmark process share these cores.
+
+```
+{table}
+```
+
+## What each row measures
+
+- **treemail, 1 worker process**: {sizes.trees} trees of 1 root + {sizes.children} children registered
+  through the host API ({sizes.trees * sizes.children:,} recipients, `max_pending_per_session` 1e9,
+  `max_inflight_per_pair` 0, one command stream); {sizes.commands:,} `SendMessage` commands
+  (the roots take turns, each to a random child of its tree, by session id, unique tool-call ids, a dummy reply list)
+  XADDed to the command stream; the group cursor is held at the end (`XGROUP SETID $`) until
+  the worker process(es) have started and joined the group, then rewound to 0, so start-up is
+  not timed. Time runs from the group's first read until `XINFO GROUPS` shows pending = 0 and
+  lag = 0; CPU seconds of Valkey and the workers are read from /proc over the same span. Outcomes of the
+  1-worker run: {outcomes}.
+- **raw Redis baseline**: the same backlog shape decided by a plain `redis.asyncio` loop in the
+  benchmark process: `XREADGROUP COUNT 100`, pipelined `HMGET` of each recipient's state hash,
+  accept, one pipelined Lua compare-and-set per command (check `version`, `XADD`, `HSET version`),
+  one `XACK` per batch. No idempotency record, no snapshot JSON, no reply.
+- **2 worker processes**: as the first row, with two `treemail worker` processes in one group.
+- **send round trip**: one worker process; a host (`Treemail.connect`, same config) paced at
+  {sizes.latency_rate:,} sends/s (and again at {sizes.latency_rate // 4:,} sends/s) for {sizes.latency_seconds:g} s
+  each, with every send its own task, held only while it runs
+  (many in flight); `send_message` call to result, 20 roots taking turns, each to its 5 children.
+  At each rate {sizes.latency_rounds} round(s) (`bench/latency.py`), each on a flushed server with
+  its own worker and followed by the raw round trip below: p50, p99 and CPU per send are over
+  every send of the rounds together, and each round's own p50 and p99 are listed in the row, so a
+  bad round shows. One 5-second run was a draw on this machine (fourteen runs of one commit: p50
+  0.90-1.13 ms, p99 2.28-8.89 ms).
+- **raw XADD + BLMPOP round trip**: right after each round of the send round trip, in the same benchmark
+  process, the same pace, concurrency (every send its own task), senders, recipients and bodies, through
+  `bench/roundtrip.py`'s client shaped like treemail's producer (`producers/client.py`): each send
+  XADDs a command-sized entry (the JSON `encode_command` writes) to a stream and awaits a future;
+  one listener task per client BLMPOPs the client's one reply list (up to 1000 answers a pop) and
+  hands each answer to its future by command id. The consumer is a subprocess, as the worker is:
+  `XREADGROUP COUNT 100 BLOCK 100`, one pipelined `LPUSH` + `EXPIRE` per reply list and `XACK` per
+  batch, deciding nothing. Host CPU per send is the benchmark process's CPU time over the paced span
+  divided by the sends, for both loops (the pacer and the client's listener included); the ratio
+  has no target in the issue, it is reported. It depends on how the consumer batches: a consumer
+  that falls behind answers many sends per `LPUSH`, and the host then wakes once for many answers
+  (answers per pop, shown next to it), so a slower consumer can lower the host's CPU per send.
+- **replay**: {results['replay']['sessions']} sessions ({sizes.replay_trees} trees of 1 root + {sizes.replay_children} children)
+  registered through the host API (directory entry, partition session set, SessionRegistered at
+  version 1), then each stream filled by a server-side Lua loop with ProducerRegistered +
+  (ProducerMessageAccepted, ProducerMessageConsumed) pairs of real event JSON at ids `<n>-0`, about
+  {sizes.replay_events:,} events per session. `projections.replay.rebuild(store, all {bench_config('').service.partitions} partitions,
+  write=False)` with a fresh `EventStore` (empty directory cache), all four projections, in the
+  benchmark process; the raw loop in the same process and run: `SMEMBERS` of each partition's
+  session set, `XRANGE` in chunks of 10,000 and `json.loads` of every `data` field over the same
+  streams. Next to it `rebuild(..., write=True)`, the rebuild `treemail replay` runs: the same fold,
+  then each partition's views and checkpoints written in one MULTI/EXEC. Raw, rebuild and
+  rebuild-with-writing alternate twice; the best of two of each is shown. The folded views are
+  checked (and the written rebuild's must equal them): {results['replay']['views_check']}.
+- **scale-out**: {sizes.scale_trees} trees of 1 root + {sizes.scale_children} children, roots chosen so that each of
+  {sizes.scale_streams} command streams gets the same number of senders; {sizes.scale_commands:,} `SendMessage`
+  commands (root -> random child of its tree), each XADDed to `keys.command_stream(crc32(sender) % {sizes.scale_streams})`
+  as `producers/client.py` routes them; then 1, 2 and 4 `treemail worker` processes
+  (`TREEMAIL_SERVICE_COMMAND_STREAMS={sizes.scale_streams}`), timed as the first row over all streams. Each row
+  re-registers and re-fills a flushed server. Once on the benchmark's single Valkey, once on a
+  local 3-master `LocalValkeyCluster` (no replicas, same 2 cores; workers with
+  `TREEMAIL_SERVICE_CLUSTER=true`, prefill and progress through a `RedisCluster` client). The backlog
+  is {sizes.scale_commands:,} commands, smaller than the first rows', to keep `make bench` short.
+- **~1M-event recipient**: one child's stream pre-filled with ProducerRegistered + (Accepted,
+  Consumed) pairs at entry ids `<n>-0` and its state hash set to version n and the real fold's
+  snapshot; {sizes.probe_sends:,} sequential sends to it interleaved with {sizes.probe_sends:,} to a
+  fresh child, one worker.
+- **after {sizes.million_sends:,} sends** (`bench/million.py`): one worker; a producer in the benchmark
+  process XADDs the commands in chunks of 10,000 (1 root + 1 child per tree, enough roots that none
+  reaches the per-source capacity; nobody consumes), never more than 50,000 undecided, and a reader
+  takes the answers off the reply list as a host does. After the last answer the worker's periodic
+  pass (every `reclaim_idle_ms / 2`) gets up to 20 s. The command stream's length, the reply lists
+  and wake entries left are then read, and every key's `MEMORY USAGE` is summed by kind of key (the
+  bytes per send that remain: the session streams, the feed bounded by `feed_maxlen`, and the records
+  each message keeps until it is processed or as long as its sender).
+- **{results['sessions']['sessions']:,}-session server**: trees of 1 root + 9 children registered through
+  the host API (`register_root`, `register_child`, all `idle`; SessionRegistered decided and committed
+  as every registration is), 16 trees in flight at once from one process (one tree at a time does
+  about half the rate on this machine); {results['sessions']['register_seconds']:.0f} s for all of them. Memory per
+  session is Valkey's `used_memory` after minus before the registration, divided by the sessions
+  counted in the partitions' session sets; by kind of key (`MEMORY USAGE`, on the fresh server's
+  {results['sessions']['fresh_sessions']} sessions before any mail), in bytes per session:
+  {results['sessions']['fresh_key_bytes_per_session_by_kind']}. The baseline is a second, fresh
+  `LocalValkey` started for the phase holding only 5 trees registered the same way, with its own worker
+  process; on each server the 9 children of 5 trees (spread over the population on the big one) open a
+  run and send to their root. Every pair sends once to warm up, then {sizes.probe_sends:,} sequential
+  sends to each server alternate send by send, so both see the same moments of the shared machine; a
+  fresh session on the populated server would share the keyspace whose size is what is measured.
+
+Raw figures of this run (JSON):
+
+```
+{json.dumps(results, indent=1, default=str)}
+```
+"""
+    notes = ""
+    if path.exists() and NOTES_MARKER in path.read_text():
+        notes = path.read_text().split(NOTES_MARKER, 1)[1]
+    path.write_text(text + "\n" + NOTES_MARKER + notes)

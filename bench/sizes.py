@@ -1,0 +1,33 @@
+"""How much each phase of `make bench` does: the full run, and the smoke run (`--quick`)."""
+
+from dataclasses import dataclass
+
+
+@dataclass
+class Sizes:
+    trees: int
+    children: int
+    commands: int
+    latency_rate: int
+    latency_seconds: float
+    latency_rounds: int  # at each rate; the percentiles are over every round's sends (bench/latency.py)
+    big_events: int
+    probe_sends: int
+    replay_trees: int = 20  # x (1 root + replay_children) sessions
+    replay_children: int = 9
+    replay_events: int = 2500  # per session
+    scale_trees: int = 80
+    scale_children: int = 10
+    scale_commands: int = 60_000
+    scale_streams: int = 4
+    memory_sends: int = 10_000
+    million_sends: int = 1_000_000  # phase 3d: what is left after them
+    sessions: int = 100_000  # phase 5b: registered on one Valkey
+
+
+FULL = Sizes(trees=200, children=5, commands=100_000, latency_rate=2000, latency_seconds=5.0, latency_rounds=3,
+             big_events=1_000_000, probe_sends=1000)
+QUICK = Sizes(trees=20, children=5, commands=5_000, latency_rate=500, latency_seconds=1.0, latency_rounds=1,
+              big_events=20_000, probe_sends=100, replay_trees=4, replay_children=4, replay_events=2000,
+              scale_trees=8, scale_children=20, scale_commands=3_000, memory_sends=1_000,
+              million_sends=20_000, sessions=2_000)
