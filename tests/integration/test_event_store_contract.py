@@ -113,6 +113,28 @@ async def test_an_idempotency_key_is_written_once_and_a_duplicate_returns_the_fi
     assert await stream_length(store, r) == 2
 
 
+async def test_a_step_that_fails_a_check_leaves_no_idempotency_record(store):
+    """The record goes in before the checks (one call that checks and writes); a failed step takes it out."""
+    r, taken = record("s-1"), record("s-2")
+    await store.append(store.prepare(taken, await store.load(taken), [registered(taken)]))
+    await store.append(store.prepare(r, await store.load(r), [registered(r, "running")]))
+    stale = await store.load(r)
+    await store.append(store.prepare(r, stale, [ev.SessionStatusChanged(status="idle")]))
+    idempotency = keys.session_idempotency(3, "s-1")
+
+    on_stale = store.prepare(r, stale, [accepted("m-1")], idempotency_digest="k", idempotency_record={"n": 1})
+    handle_taken = store.prepare(record("s-3"), await store.load(record("s-3")), [registered(record("s-3"))],
+                                 idempotency_digest="h", idempotency_record={"n": 2}, idempotency_session="s-1")
+
+    assert (await store.append(on_stale)).status == "conflict"
+    assert (await store.append(handle_taken)).status == "handle_taken"
+    assert await store.redis.hgetall(idempotency) == {}
+    retried = store.prepare(r, await store.load(r), [accepted("m-1")], idempotency_digest="k",
+                            idempotency_record={"n": 3})
+    assert (await store.append(retried)).status == "ok"
+    assert json.loads(await store.redis.hget(idempotency, "k")) == {"n": 3}
+
+
 async def test_a_handle_has_one_owner_per_tree_and_a_taken_one_writes_nothing(store):
     first, second = record("s-1"), record("s-2")
     assert (await store.append(store.prepare(first, await store.load(first), [registered(first)]))).status == "ok"
