@@ -114,7 +114,7 @@ async def test_an_idempotency_key_is_written_once_and_a_duplicate_returns_the_fi
 
 
 async def test_a_step_that_fails_a_check_leaves_no_idempotency_record(store):
-    """The record goes in before the checks (one call that checks and writes); a failed step takes it out."""
+    """A conflict or a taken handle keeps no record: the tool call's retry is decided again, not answered."""
     r, taken = record("s-1"), record("s-2")
     await store.append(store.prepare(taken, await store.load(taken), [registered(taken)]))
     await store.append(store.prepare(r, await store.load(r), [registered(r, "running")]))

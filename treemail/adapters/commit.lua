@@ -35,26 +35,19 @@
 --       and last the protocol version every entry carries (`v`)
 -- The last KEY is the partition's copy of the service-wide drain flag (after the companions' keys); with an
 -- answer, the two before it are the producer's reply list and the command stream (one server only).
--- The idempotency record goes in first, if the tool call has none: HSETNX checks and writes in one call
--- (issue 17). A step that then fails a check takes it out again (`refused`): a failed step changes nothing.
-local recorded = false
 if ARGV[3] ~= '' then
-  if redis.call('HSETNX', KEYS[4], ARGV[4], ARGV[3]) == 0 then return {'dup', redis.call('HGET', KEYS[4], ARGV[4])} end
-  recorded = true
-end
-local function refused(status, value)
-  if recorded then redis.call('HDEL', KEYS[4], ARGV[4]) end
-  return {status, value}
+  local existing = redis.call('HGET', KEYS[4], ARGV[4])
+  if existing then return {'dup', existing} end
 end
 local state = redis.call('HMGET', KEYS[2], 'version', 'etag')
 local current = tonumber(state[1] or '0')
 local space = string.find(ARGV[1], ' ', 1, true)
 local expected_etag = string.sub(ARGV[1], 1, space - 1)
-if (state[2] or '') ~= expected_etag then return refused('conflict', tostring(current)) end
+if (state[2] or '') ~= expected_etag then return {'conflict', tostring(current)} end
 -- The drain flag the decision read is part of the state it decided on: a drain that began since is a conflict.
 local drain_read = ARGV[#ARGV - 1]
 if drain_read ~= '' and tostring(redis.call('EXISTS', KEYS[#KEYS])) ~= drain_read then
-  return refused('conflict', tostring(current))
+  return {'conflict', tostring(current)}
 end
 
 -- Companions (seed 004): other sessions of the partition the same decision appends to (a sender's
@@ -74,14 +67,14 @@ for n = 1, tonumber(ARGV[c]) do
   c = c + 1
   local cstate = redis.call('HMGET', KEYS[14 + 2 * n], 'version', 'etag')
   local cspace = string.find(ARGV[c], ' ', 1, true)
-  if (cstate[2] or '') ~= string.sub(ARGV[c], 1, cspace - 1) then return refused('conflict', tostring(current)) end
+  if (cstate[2] or '') ~= string.sub(ARGV[c], 1, cspace - 1) then return {'conflict', tostring(current)} end
   companions[n] = {at = c, version = tonumber(cstate[1] or '0'), etag = string.sub(ARGV[c], cspace + 1)}
   c = c + 3
   c = c + 2 * tonumber(ARGV[c]) + 1
   c = c + 2 * tonumber(ARGV[c])
 end
 if ARGV[5] ~= '' then
-  if ARGV[5] ~= '*' and redis.call('HSETNX', KEYS[5], ARGV[5], ARGV[6]) == 0 then return refused('handle_taken', '') end
+  if ARGV[5] ~= '*' and redis.call('HSETNX', KEYS[5], ARGV[5], ARGV[6]) == 0 then return {'handle_taken', ''} end
   redis.call('SADD', KEYS[6], ARGV[6])
   redis.call('SADD', KEYS[8], ARGV[6])
 end
@@ -176,6 +169,7 @@ for n, companion in ipairs(companions) do
     k = k + 2
   end
 end
+if ARGV[3] ~= '' then redis.call('HSET', KEYS[4], ARGV[4], ARGV[3]) end
 -- The producer's answer and the command's acknowledgement, in the same step as the decision they report
 -- (one server, fast profile): the answer exists exactly when the append does, one round trip sooner.
 local answer = ARGV[#ARGV - 5]
