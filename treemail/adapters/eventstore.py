@@ -308,10 +308,12 @@ class EventStore:
             if which == "all":
                 pipe.hgetall(keys.session_mail(p, sid))
             replies = await pipe.execute()
-        due, held = replies[0], replies[1] if which == "all" else {}
-        named_only = [raw_id.decode() for raw_id, raw_item in due.items() if raw_item == _NAMED_ONLY]
+        due = replies[0]
+        held = replies[1] if which == "all" else {}
         items = _mail_items((raw_id, raw_item) for raw_id, raw_item in due.items() if raw_item != _NAMED_ONLY)
         items.update(_mail_items(held.items()))
+        # Items an older version named in the due hash are in the pending-mail hash, which "all" read already.
+        named_only = [raw_id.decode() for raw_id, raw_item in due.items() if raw_item == _NAMED_ONLY]
         if named_only and which == "due":
             items.update(await self.load_mail_items(record, named_only))
         return items
