@@ -303,11 +303,13 @@ class EventStore:
             return await self.load_mail_items(record, [message_id] if message_id else [])
         if which not in ("all", "due"):
             return {}
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hgetall(keys.session_due(p, sid))
+
+        def build(batch) -> None:
+            batch.hgetall(keys.session_due(p, sid))
             if which == "all":
-                pipe.hgetall(keys.session_mail(p, sid))
-            replies = await pipe.execute()
+                batch.hgetall(keys.session_mail(p, sid))
+
+        replies = await self.read_round_trip(build)
         due = replies[0]
         held = replies[1] if which == "all" else {}
         items = _mail_items((raw_id, raw_item) for raw_id, raw_item in due.items() if raw_item != _NAMED_ONLY)
@@ -323,10 +325,12 @@ class EventStore:
         if not message_ids:
             return {}
         p, sid = record.partition, record.session_id
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hmget(keys.session_due(p, sid), message_ids)
-            pipe.hmget(keys.session_mail(p, sid), message_ids)
-            due, held = await pipe.execute()
+
+        def build(batch) -> None:
+            batch.hmget(keys.session_due(p, sid), message_ids)
+            batch.hmget(keys.session_mail(p, sid), message_ids)
+
+        due, held = await self.read_round_trip(build)
         return {
             message_id: MailItem.from_json(message_id, raw)
             for message_id, in_due, in_held in zip(message_ids, due, held)
