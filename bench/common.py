@@ -193,6 +193,19 @@ async def count_replies(redis, total: int) -> dict[str, int]:
     return counts
 
 
+async def wait_joined(redis, streams: list[str], count: int, alive, timeout: float = 60) -> None:
+    """Until ``count`` workers are in the members set and every stream has a reader, and then one heartbeat
+    more: each worker has then seen the last one join and reads only its share (consumers/ownership.py)."""
+    deadline = time.perf_counter() + timeout
+    while (await redis.zcard(keys.worker_members()) < count
+           or not all([await redis.xinfo_consumers(stream, keys.COMMAND_GROUP) for stream in streams])):
+        alive()
+        if time.perf_counter() > deadline:
+            raise TimeoutError(f"{count} workers did not join within {timeout:g} s")
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(ServiceConfig().worker_timeout_ms / 4000 * 1.5)
+
+
 async def group_progress(redis: aioredis.Redis, stream: str, group: str) -> tuple[int, int]:
     """(pending, lag) of the group; lag is what nobody has read yet."""
     for info in await redis.xinfo_groups(stream):

@@ -59,7 +59,8 @@ def report(results: dict, env: dict, sizes: Sizes, quick: bool, wall: float) -> 
          f"by kind of key in the JSON (million.by_kind); {mil['answers'].get('ok', 0):,} accepted", ""),
     ]
     rows += [
-        ("treemail, 2 worker processes", f"{two['rate']:,.0f} commands/s", f"{sizes.commands:,} sends in {two['seconds']:.2f} s", ""),
+        ("treemail, 2 worker processes", f"{two['rate']:,.0f} commands/s",
+         f"{sizes.commands:,} sends in {two['seconds']:.2f} s, over 2 cmd streams {two.get('per_stream', '')}", ""),
         ("2 workers / 1 worker", f"{ratio_two:.2f}", "target >= 1.3", verdict(ratio_two >= 1.3)),
         (f"send round trip p50 at {lat['target_rate']:,}/s", f"{lat['p50_ms']:.2f} ms",
          f"achieved {lat['achieved_rate']:,.0f} sends/s; rounds {rounds_of(lat, 'p50_ms')}; target <= 1 ms",
@@ -158,7 +159,9 @@ Valkey, the worker process(es) and the benchmark process share these cores.
   benchmark process: `XREADGROUP COUNT 100`, pipelined `HMGET` of each recipient's state hash,
   accept, one pipelined Lua compare-and-set per command (check `version`, `XADD`, `HSET version`),
   one `XACK` per batch. No idempotency record, no snapshot JSON, no reply.
-- **2 worker processes**: as the first row, with two `treemail worker` processes in one group.
+- **2 worker processes**: as the first row, with the backlog over two command streams (each sender's on
+  `crc32(sender) % 2`, as producers route them; the commands on each in the row) and two `treemail worker`
+  processes in one group, each reading the stream it owns (`exclusive_streams`, `consumers/ownership.py`).
 - **send round trip**: one worker process; a host (`Treemail.connect`, same config) paced at
   {sizes.latency_rate:,} sends/s (and again at {sizes.latency_rate // 4:,} sends/s) for {sizes.latency_seconds:g} s
   each, with every send its own task, held only while it runs
@@ -196,7 +199,8 @@ Valkey, the worker process(es) and the benchmark process share these cores.
   {sizes.scale_streams} command streams gets the same number of senders; {sizes.scale_commands:,} `SendMessage`
   commands (root -> random child of its tree), each XADDed to `keys.command_stream(crc32(sender) % {sizes.scale_streams})`
   as `producers/client.py` routes them; then 1, 2 and 4 `treemail worker` processes
-  (`TREEMAIL_SERVICE_COMMAND_STREAMS={sizes.scale_streams}`), timed as the first row over all streams. Each row
+  (`TREEMAIL_SERVICE_COMMAND_STREAMS={sizes.scale_streams}`; the live workers share the streams out, one
+  reader each), timed as the first row over all streams, from one heartbeat after the last worker joined. Each row
   re-registers and re-fills a flushed server. Once on the benchmark's single Valkey, once on a
   local 3-master `LocalValkeyCluster` (no replicas, same 2 cores; workers with
   `TREEMAIL_SERVICE_CLUSTER=true`, prefill and progress through a `RedisCluster` client). The backlog

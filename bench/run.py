@@ -40,8 +40,8 @@ from treemail.domain.state import evolve
 from . import latency, memory, million, population, raw, replay, scale
 from .report import ROOT, report, write_markdown
 from .sizes import FULL, QUICK, Sizes
-from .common import (busy_seconds, cpu_seconds, STREAM, Workers, bench_config, flush, machine, percentile, prefill_commands, count_replies,
-                     register_trees, wait_drained)
+from .common import (busy_seconds, cpu_seconds, Workers, bench_config, flush, machine, percentile, prefill_commands, count_replies,
+                     register_trees, wait_drained, wait_joined)
 
 VALKEY_PID = 0  # set in main: its CPU time is read around each throughput phase
 
@@ -54,11 +54,12 @@ def log(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-async def setup_backlog(url: str, sizes: Sizes) -> None:
+async def setup_backlog(url: str, sizes: Sizes, streams: int = 1) -> dict[str, int]:
+    """Returns how many commands went to each command stream."""
     host = await Treemail.connect(bench_config(url), url)
     try:
         trees = await register_trees(host, sizes.trees, sizes.children)
-        await prefill_commands(host.redis, trees, sizes.commands)
+        return await prefill_commands(host.redis, trees, sizes.commands, streams)
     finally:
         await host.close()
 
@@ -72,31 +73,30 @@ async def check_replies(url: str, total: int) -> dict[str, int]:
 
 
 async def phase_workers(url: str, sizes: Sizes, count: int, extra_env: dict[str, str] | None = None,
-                        server_pid: int | None = None) -> dict:
+                        server_pid: int | None = None, streams: int = 1) -> dict:
+    """``streams``: the command streams the backlog is spread over (each sender's on one, as producers route
+    them); each is read by one worker at a time (``exclusive_streams``)."""
     server_pid = server_pid or VALKEY_PID
     await flush(url)
     t = time.perf_counter()
-    await setup_backlog(url, sizes)
+    per_stream = await setup_backlog(url, sizes, streams)
     log(f"  registered {sizes.trees * (sizes.children + 1)} sessions, prefilled {sizes.commands} commands "
-        f"in {time.perf_counter() - t:.1f} s; starting {count} worker process(es)")
-    workers = Workers(url, extra_env)
+        f"{list(per_stream.values())} in {time.perf_counter() - t:.1f} s; starting {count} worker process(es)")
+    workers = Workers(url, {"TREEMAIL_SERVICE_COMMAND_STREAMS": str(streams), **(extra_env or {})})
+    names = list(per_stream)
     r = aioredis.Redis.from_url(url)
     try:
-        # Hold the backlog back (group cursor at the end) until every worker has started and
-        # joined the group, then rewind the cursor: start-up is not timed, all workers start together.
-        await r.xgroup_setid(STREAM, keys.COMMAND_GROUP, "$")
+        # Hold the backlog back (group cursors at the end) until every worker has started and
+        # taken its share of the streams, then rewind the cursors: start-up is not timed.
+        for name in names:
+            await r.xgroup_setid(name, keys.COMMAND_GROUP, "$")
         workers.start(count)
-        deadline = time.perf_counter() + 60
-        while len(await r.xinfo_consumers(STREAM, keys.COMMAND_GROUP)) < count:
-            workers.check_alive()
-            if time.perf_counter() > deadline:
-                raise TimeoutError("workers did not join the consumer group within 60 s")
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(0.3)
+        await wait_joined(r, names, count, workers.check_alive)
         valkey_cpu = cpu_seconds(server_pid)
         start_cpu = sum(cpu_seconds(p.pid) for p in workers.procs)
-        await r.xgroup_setid(STREAM, keys.COMMAND_GROUP, "0", entries_read=0)
-        seconds = await wait_drained(r, [STREAM], keys.COMMAND_GROUP, sizes.commands, timeout=600,
+        for name in names:
+            await r.xgroup_setid(name, keys.COMMAND_GROUP, "0", entries_read=0)
+        seconds = await wait_drained(r, names, keys.COMMAND_GROUP, sizes.commands, timeout=600,
                                      alive=workers.check_alive)
         valkey_cpu = cpu_seconds(server_pid) - valkey_cpu
         worker_cpu = sum(cpu_seconds(p.pid) for p in workers.procs) - start_cpu
@@ -108,7 +108,7 @@ async def phase_workers(url: str, sizes: Sizes, count: int, extra_env: dict[str,
     log(f"  {count} worker(s): {sizes.commands} commands in {seconds:.2f} s = {rate:,.0f} commands/s; "
         f"outcomes {outcomes}; CPU: valkey {valkey_cpu:.1f} s, worker(s) {worker_cpu:.1f} s")
     return {"seconds": seconds, "rate": rate, "outcomes": outcomes, "valkey_cpu_s": valkey_cpu,
-            "worker_cpu_s": worker_cpu}
+            "worker_cpu_s": worker_cpu, "per_stream": list(per_stream.values())}
 
 
 async def phase_raw(url: str, sizes: Sizes) -> dict:
@@ -356,7 +356,8 @@ def main(argv: list[str] | None = None) -> int:
              lambda: asyncio.run(memory.phase_memory(url, sizes.memory_sends, log))),
             ("million", f"phase 3d: {sizes.million_sends:,} sends through one worker: what is left",
              lambda: asyncio.run(million.phase_million(url, sizes.million_sends, log))),
-            ("two", "phase 3: two treemail worker processes", lambda: asyncio.run(phase_workers(url, sizes, 2))),
+            ("two", "phase 3: two treemail worker processes, the backlog over two command streams",
+             lambda: asyncio.run(phase_workers(url, sizes, 2, streams=2))),
             ("latency", "phase 4: producer round-trip latency",
              lambda: asyncio.run(latency.phase_latency(url, sizes.latency_rate, sizes.latency_seconds,
                                                        sizes.latency_rounds, log))),

@@ -16,7 +16,7 @@ from treemail.adapters import keys
 from treemail.adapters.config import Config, MessagingConfig, ServiceConfig
 from treemail.host import Treemail
 
-from .common import MAX_OUTSTANDING, Workers, busy_seconds, flush_sync, count_replies, cpu_seconds, prefill_commands, wait_drained
+from .common import MAX_OUTSTANDING, Workers, busy_seconds, flush_sync, count_replies, cpu_seconds, prefill_commands, wait_drained, wait_joined
 
 
 def config(url: str, streams: int, cluster: bool) -> Config:
@@ -86,14 +86,7 @@ async def run_one(url: str, cluster: bool, server_pids: list[int], workers_count
         for name in names:
             await r.xgroup_setid(name, keys.COMMAND_GROUP, "$")
         workers.start(workers_count)
-        deadline = time.perf_counter() + 60
-        for name in names:
-            while len(await r.xinfo_consumers(name, keys.COMMAND_GROUP)) < workers_count:
-                workers.check_alive()
-                if time.perf_counter() > deadline:
-                    raise TimeoutError("workers did not join the consumer groups within 60 s")
-                await asyncio.sleep(0.05)
-        await asyncio.sleep(0.3)
+        await wait_joined(r, names, workers_count, workers.check_alive)
         server_cpu = sum(cpu_seconds(p) for p in server_pids)
         worker_cpu = sum(cpu_seconds(p.pid) for p in workers.procs)
         busy, own = busy_seconds(), time.process_time()

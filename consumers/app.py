@@ -1,14 +1,15 @@
 """The worker process: a FastStream Redis broker with batch subscribers on the command streams.
 
-Each worker reads batches with XREADGROUP from every command stream in one
-consumer group, decides them (``services.sends``), answers each producer, and
-only then lets FastStream XACK the batch. A reclaim task XAUTOCLAIMs commands
-left pending by a dead worker for ``reclaim_idle_ms`` and decides them
-again; idempotency makes that second decision return the first one's result.
-The same periodic task trims what every reader has handled from the command
-and wake streams (``retention.trim_handled``). On a stream no other live
-worker reads, the next batch is read and decided while one waits for the
-server (``batches_in_flight``).
+Each worker reads batches with XREADGROUP, in one consumer group, from the
+command streams it owns (the live workers share them out, ``ownership``),
+decides them (``services.sends``), answers each producer, and acknowledges
+the batch in the same round trip. A reclaim task XAUTOCLAIMs commands of its
+streams left pending by a dead worker for ``reclaim_idle_ms`` and decides
+them again; idempotency makes that second decision return the first one's
+result. The same periodic task trims what every reader has handled from the
+command and wake streams (``retention.trim_handled``). On a stream no other
+live worker reads, the next batch is read and decided while one waits for
+the server (``batches_in_flight``).
 
 Health: ``/healthz`` answers while the event loop ticks, ``/readyz`` while the
 last probe (every second) found the server and the consumer group on every
@@ -23,8 +24,8 @@ approvals waiting) are polled by a separate task every ``STATS_INTERVAL_S``,
 off the hot path, and every worker reports the same group-wide values (so
 dashboards take ``max``, not ``sum``, across workers).
 
-Over the house's 200 lines: the worker's life cycle (subscribe, decide,
-reclaim, trim, revive, stop) reads best as one class.
+Over the house's 200 lines: the worker's life cycle (subscribe, share the
+streams out, decide, reclaim, trim, revive, stop) reads best as one class.
 """
 
 import asyncio
@@ -57,6 +58,7 @@ from . import admission
 from .deadletters import Letter, dead_letter, gave_up
 from .entries import no_body, raw_batch, split_malformed, text
 from .inflight import BatchesInFlight
+from .ownership import Membership, owned_streams
 from .stats import live_readers, record_batch, refresh_stats, server_unreachable
 
 log = logging.getLogger("treemail.worker")
@@ -69,6 +71,9 @@ STATS_INTERVAL_S = 5.0
 # The periodic passes (reclaim, trim, stats) run on the worker's connection, which has no timer per
 # reply: each pass as a whole gives up after this long and is tried again at the next interval.
 PASS_DEADLINE_S = 60.0
+# A stopping worker's steps on the server (leaving the members set, deciding what it read and dropped) give
+# up after this long each: what is left then is taken over as a dead worker's would be.
+STOP_STEP_S = 5.0
 
 
 class _UnprefixedStreamSub(StreamSub):
@@ -108,9 +113,13 @@ class Worker:
         self._stats_task: asyncio.Task | None = None
         self._reclaim_task: asyncio.Task | None = None
         self._health_task: asyncio.Task | None = None
+        self._membership_task: asyncio.Task | None = None
         self.health = Health()
         self.outages = OutageLog(log)
+        # One per command stream, by index; only the owned ones run (``share_streams``).
         self._subscribers: list = []
+        self.membership: Membership | None = None
+        self.owned: frozenset[int] = frozenset()
         self.in_flight = BatchesInFlight(config.service.batches_in_flight)
         self._stopping = False
         self.revived = 0
@@ -235,7 +244,7 @@ class Worker:
         """
         service = self.config.service
         taken = 0
-        for index in range(service.command_streams):
+        for index in sorted(self.owned):  # a stream's owner decides its commands, new or reclaimed
             stream = keys.command_stream(index)
             start = "0-0"
             while True:
@@ -310,7 +319,7 @@ class Worker:
         consumer group; FastStream then stops the subscriber (NOGROUP) and
         would never read again.
         """
-        stopped = [s for s in self._subscribers if not s.running]
+        stopped = [s for index, s in enumerate(self._subscribers) if index in self.owned and not s.running]
         if stopped:
             log.warning("%d subscriber(s) stopped; recreating the consumer group and restarting", len(stopped))
             await self.decider.store.ensure_command_group(self.config.service.command_streams)
@@ -319,25 +328,69 @@ class Worker:
             self.revived += len(stopped)
         return len(stopped)
 
-    async def _reclaim_loop(self) -> None:
+    async def share_streams(self) -> None:
+        """Say this worker is alive, then read the command streams it owns now and stop reading the others
+        (``ownership``); every stream when ``exclusive_streams`` is off."""
+        service = self.config.service
+        live = await self.membership.beat()
+        owned = (owned_streams(live, self.membership.me) if service.exclusive_streams
+                 else frozenset(range(service.command_streams)))
+        if any(index in owned and not s.running for index, s in enumerate(self._subscribers)):
+            # At the streams' start, as at start-up: FastStream would create a missing group at their end and
+            # skip what producers wrote since the server lost it.
+            await self.decider.store.ensure_command_group(service.command_streams)
+        released = []
+        for index, subscriber in enumerate(self._subscribers):
+            if index in owned and not subscriber.running:
+                await subscriber.start()
+            elif index not in owned and subscriber.running:
+                await subscriber.stop()
+                released.append(keys.command_stream(index))
+        if owned != self.owned:
+            log.info("worker %s reads command streams %s of %d (%d live workers)", self.consumer,
+                     sorted(owned), service.command_streams, len(set(live) | {self.membership.me}))
+        self.owned = owned
+        if service.exclusive_streams and service.batches_in_flight > 1:
+            self.in_flight.read_alone = frozenset(keys.command_stream(index) for index in owned)
+        for stream in released:
+            await self._finish_pending(stream)
+
+    async def _finish_pending(self, stream: str) -> None:
+        """Decide what this worker read of ``stream`` and has not handled. A stopped subscriber drops the
+        batch of a read that was on the wire: it stays in this worker's pending list, where only reclaim,
+        ``reclaim_idle_ms`` later, would find it."""
+        await self.in_flight.finish(timeout=self.step_deadline_s)
+        replies = await self.redis.xreadgroup(keys.COMMAND_GROUP, self.consumer, {stream: "0"},
+                                              count=self.config.service.batch_size)
+        for _, entries in replies:
+            live = [(entry_id, fields) for entry_id, fields in entries if fields]
+            if live:
+                await self._decide_reclaimed(stream, live)
+
+    async def _every(self, interval_s: float, deadline_s: float, subject: str, step) -> None:
+        """``step`` every ``interval_s`` until the worker stops. One that fails or takes over ``deadline_s`` is
+        reported (once per change of state) and tried again at the next interval."""
         # The flag, not only cancellation, ends the loop: a client library that swallows a
         # CancelledError mid-command must not keep a stopping worker alive.
         while not self._stopping:
-            await asyncio.sleep(self.config.service.reclaim_idle_ms / 2000)
+            await asyncio.sleep(interval_s)
             if self._stopping:
                 return
             try:
-                async with asyncio.timeout(PASS_DEADLINE_S):
-                    await self.revive()
-                    await self.reclaim()
-                    await self.trim()
-                self.outages.ok("reclaim pass")
+                async with asyncio.timeout(deadline_s):
+                    await step()
+                self.outages.ok(subject)
             except asyncio.CancelledError:
                 raise
             except TimeoutError:
-                self._failed("reclaim pass", RedisTimeoutError(f"pass not done within {PASS_DEADLINE_S:g} s"))
-            except Exception as exc:  # noqa: BLE001 - a failed pass is retried at the next interval
-                self._failed("reclaim pass", exc)
+                self._failed(subject, RedisTimeoutError(f"{subject} not done within {deadline_s:g} s"))
+            except Exception as exc:  # noqa: BLE001 - tried again at the next interval
+                self._failed(subject, exc)
+
+    async def _reclaim_pass(self) -> None:
+        await self.revive()
+        await self.reclaim()
+        await self.trim()
 
     def _failed(self, subject: str, exc: Exception) -> None:
         # Lost connections are the health probe's to report, once, as the server's state.
@@ -364,10 +417,11 @@ class Worker:
         missing = await self._streams_without_group()
         if missing:
             return f"consumer group {keys.COMMAND_GROUP} missing on {', '.join(missing)}"
-        stopped = sum(1 for s in self._subscribers if not s.running)
+        stopped = sum(1 for index, s in enumerate(self._subscribers) if index in self.owned and not s.running)
         if stopped:
             return f"{stopped} command stream subscriber(s) stopped"
-        await self._note_streams_read_alone()
+        if not self.config.service.exclusive_streams:
+            await self._note_streams_read_alone()
         return None
 
     async def _note_streams_read_alone(self) -> None:
@@ -379,6 +433,25 @@ class Worker:
             if not await live_readers(self.redis, stream, service, besides=self.consumer):
                 alone.append(stream)
         self.in_flight.read_alone = frozenset(alone)
+
+    async def _leave(self) -> None:
+        """Leave the members set first, so the others take the streams over at their next beat, not after
+        ``worker_timeout_ms``."""
+        if self.membership is None:
+            return
+        try:
+            async with asyncio.timeout(STOP_STEP_S):
+                await self.membership.leave()
+        except Exception as exc:  # noqa: BLE001 - the others take over after the timeout instead
+            self._failed("leaving the members set", exc)
+
+    async def _finish_owned_pending(self) -> None:
+        try:
+            async with asyncio.timeout(STOP_STEP_S):
+                for index in sorted(self.owned):
+                    await self._finish_pending(keys.command_stream(index))
+        except Exception as exc:  # noqa: BLE001 - what is left is reclaimed by the streams' next owners
+            self._failed("finishing the pending commands", exc)
 
     async def refresh_stats(self) -> None:
         await refresh_stats(self.redis, self.config.service)
@@ -411,8 +484,20 @@ class Worker:
                 free_port_if_taken=self._metrics_port_is_default,
             )
             self.metrics_port = self._metrics_server.server_address[1]
-        await self.broker.start()
-        self._reclaim_task = asyncio.create_task(self._reclaim_loop(), name="treemail-worker-reclaim")
+        # Connected, not started: starting the broker would start every subscriber, and a worker reads only
+        # the streams it owns (``share_streams``).
+        await self.broker.connect()
+        self.membership = Membership(self.redis, self.consumer, self.config.service.command_streams,
+                                     self.config.service.worker_timeout_ms)
+        await self.share_streams()
+        service = self.config.service
+        # A beat later than the timeout finds this worker taken for dead either way.
+        self._membership_task = asyncio.create_task(self._every(
+            self.membership.interval_s, service.worker_timeout_ms / 1000, "membership", self.share_streams,
+        ), name="treemail-worker-membership")
+        self._reclaim_task = asyncio.create_task(self._every(
+            service.reclaim_idle_ms / 2000, PASS_DEADLINE_S, "reclaim pass", self._reclaim_pass,
+        ), name="treemail-worker-reclaim")
         self._health_task = asyncio.create_task(
             watch(self.health, self.probe, self.outages, lambda: self._stopping), name="treemail-worker-health"
         )
@@ -423,13 +508,15 @@ class Worker:
         """Finish the batch in hand, take no new commands, close."""
         self._stopping = True
         self.health.set(False, "stopping")
-        for task in (self._stats_task, self._reclaim_task, self._health_task):
+        for task in (self._stats_task, self._reclaim_task, self._health_task, self._membership_task):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
+        await self._leave()
         await self.broker.stop()
         # The batches FastStream handed over before it stopped reading are finished, not cut short.
         await self.in_flight.finish(timeout=self.step_deadline_s)
+        await self._finish_owned_pending()
         if self._metrics_server is not None:
             # A thread join, off the loop: shutdown waits for serve_forever's next poll.
             await asyncio.to_thread(metrics.stop_server, self._metrics_server)

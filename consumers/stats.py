@@ -60,6 +60,9 @@ async def refresh_stats(redis, config: ServiceConfig) -> None:
                 metrics.COMMAND_BACKLOG.labels(stream).set(group["lag"])
             metrics.COMMAND_PENDING.labels(stream).set(group["pending"])
         metrics.WORKER_CONSUMERS.labels(stream).set(await live_readers(redis, stream, config))
+    seconds, micros = await redis.time()
+    now_ms = seconds * 1000 + micros // 1000
+    metrics.WORKERS_LIVE.set(await redis.zcount(keys.worker_members(), now_ms - config.worker_timeout_ms, "+inf"))
     pending = 0
     for partition in range(config.partitions):
         statuses = await redis.hvals(keys.approvals(partition))
@@ -71,3 +74,4 @@ def server_unreachable(config: ServiceConfig) -> None:
     """No worker can read while the server is gone: the live-worker gauge must say so, not keep its last value."""
     for index in range(config.command_streams):
         metrics.WORKER_CONSUMERS.labels(keys.command_stream(index)).set(0)
+    metrics.WORKERS_LIVE.set(0)

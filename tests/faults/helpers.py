@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
 
-from tests.integration.conftest import WORKER_ENV, make_config, messaging_env, wait_for_consumers
+from tests.integration.conftest import WORKER_ENV, make_config, messaging_env, wait_for_workers
 from treemail.adapters import keys
 from treemail.adapters.config import Config
 from treemail.domain import events as ev
@@ -74,7 +74,7 @@ class WorkerPool:
     async def start(self, count: int) -> None:
         for _ in range(count):
             self.spawn()
-        await wait_for_consumers(self.url, count)
+        await wait_for_workers(self.url, count)
 
     async def __aexit__(self, *exc) -> None:
         for process in self.started:

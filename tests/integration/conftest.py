@@ -12,14 +12,17 @@ from treemail.host import SendContext, Treemail
 from ..conftest import CLUSTER, backend_env
 
 _db = itertools.count(1)
+# A killed worker's command streams go to the others after this long (``worker_timeout_ms``), as its
+# pending commands do after reclaim_idle_ms (500 ms here).
+WORKER_TIMEOUT_MS = 2000
 
 
 def make_config(url: str, profile: str = "fast", **messaging) -> Config:
     return Config(
         messaging=MessagingConfig(**messaging),
         service=ServiceConfig(
-            redis_url=url, command_streams=2, reclaim_idle_ms=500, decision_timeout_s=10, profile=profile,
-            cluster=CLUSTER,
+            redis_url=url, command_streams=2, reclaim_idle_ms=500, worker_timeout_ms=WORKER_TIMEOUT_MS,
+            decision_timeout_s=10, profile=profile, cluster=CLUSTER,
         ),
     )
 
@@ -81,6 +84,7 @@ WORKER_ENV = {
     "TREEMAIL_METRICS_PORT": "-1",
     "TREEMAIL_SERVICE_COMMAND_STREAMS": "2",
     "TREEMAIL_SERVICE_RECLAIM_IDLE_MS": "500",
+    "TREEMAIL_SERVICE_WORKER_TIMEOUT_MS": str(WORKER_TIMEOUT_MS),
 }
 
 
@@ -89,7 +93,9 @@ def messaging_env(**messaging) -> dict[str, str]:
             for k, v in messaging.items()}
 
 
-async def wait_for_consumers(url: str, count: int, timeout: float = 20.0) -> None:
+async def wait_for_workers(url: str, count: int, timeout: float = 20.0) -> None:
+    """Until ``count`` live workers are in the members set: each reads its share of the command streams
+    from its first heartbeat on (``consumers/ownership.py``)."""
     import time
 
     from treemail.adapters import keys
@@ -103,14 +109,13 @@ async def wait_for_consumers(url: str, count: int, timeout: float = 20.0) -> Non
     deadline = time.monotonic() + timeout
     try:
         while True:
-            try:
-                consumers = await client.xinfo_consumers(keys.command_stream(0), keys.COMMAND_GROUP)
-            except Exception:  # noqa: BLE001 - the group does not exist yet
-                consumers = []
-            if len(consumers) >= count:
+            seconds, micros = await client.time()
+            now_ms = seconds * 1000 + micros // 1000
+            live = await client.zcount(keys.worker_members(), now_ms - WORKER_TIMEOUT_MS, "+inf")
+            if live >= count:
                 return
             if time.monotonic() > deadline:
-                raise TimeoutError(f"only {len(consumers)} of {count} workers came up")
+                raise TimeoutError(f"only {live} of {count} workers came up")
             await asyncio.sleep(0.05)
     finally:
         await client.aclose()
@@ -129,7 +134,7 @@ async def worker_processes(url: str, count: int, **messaging):
         for _ in range(count)
     ]
     try:
-        await wait_for_consumers(url, count)
+        await wait_for_workers(url, count)
         yield pool
     finally:
         for process in pool:

@@ -18,7 +18,7 @@ from treemail.domain.errors import RedisUnavailable
 from treemail.host import Treemail
 
 from ..conftest import CLUSTER
-from .conftest import WORKER_ENV, live, make_config, wait_for_consumers
+from .conftest import WORKER_ENV, live, make_config, wait_for_workers
 
 SECRET = "hunter2-very-secret"
 
@@ -64,7 +64,7 @@ async def test_an_acl_user_limited_to_treemail_keys_runs_the_durable_stack_witho
             await limited.get("not-treemail")  # the user really is limited
         await require_durable_server(limited)  # WAITAOF, not CONFIG GET
         await limited.aclose()
-        await wait_for_consumers(redis_url, 1)
+        await wait_for_workers(redis_url, 1)
         host = await Treemail.connect(config, url)
         try:
             root = await host.register_root("planner", "x", rules={"child": "allow"})

@@ -12,11 +12,11 @@ from .conftest import make_config
 HELD_MS = 500  # long enough for several of FastStream's 100 ms polls
 
 
-def one_stream_config(redis_url: str, batches_in_flight: int):
+def one_stream_config(redis_url: str, batches_in_flight: int, exclusive: bool = True):
     config = make_config(redis_url)
     # Reclaim would take a held batch over (it is pending past reclaim_idle_ms) and decide it again.
     service = config.service.model_copy(update={"command_streams": 1, "batches_in_flight": batches_in_flight,
-                                                "reclaim_idle_ms": 60_000})
+                                                "reclaim_idle_ms": 60_000, "exclusive_streams": exclusive})
     return config.model_copy(update={"service": service})
 
 
@@ -46,12 +46,12 @@ async def until(condition, seconds: float = 10) -> None:
             await asyncio.sleep(0.02)
 
 
-async def started(redis_url: str, batches_in_flight: int, alone: bool = True
+async def started(redis_url: str, batches_in_flight: int, alone: bool = True, exclusive: bool = True
                   ) -> tuple[Treemail, Worker, Gate, object, object]:
-    config = one_stream_config(redis_url, batches_in_flight)
+    config = one_stream_config(redis_url, batches_in_flight, exclusive)
     worker = Worker(config, redis_url, consumer="in-flight")
     await worker.start()
-    if alone:  # the health probe has found no other worker reading the stream
+    if alone:  # it owns the stream, or (streams shared) the health probe has found no other worker reading it
         await until(lambda: keys.command_stream(0) in worker.in_flight.read_alone)
     host = await Treemail.connect(config, redis_url)
     root = await host.register_root("planner", "plans", rules={"child": "allow"})
@@ -136,7 +136,8 @@ async def test_a_stopping_worker_finishes_the_batches_in_flight(redis_url, calls
 
 
 async def test_a_worker_that_shares_the_stream_with_another_takes_one_batch_at_a_time(redis_url, calls):
-    host, worker, gate, root, child = await started(redis_url, batches_in_flight=2)
+    # Streams shared (``exclusive_streams`` off): whether another worker reads it is seen by the health probe.
+    host, worker, gate, root, child = await started(redis_url, batches_in_flight=2, exclusive=False)
     stream = keys.command_stream(0)
     neighbour_polls = True
 

@@ -23,7 +23,7 @@ from treemail.domain.errors import Code
 from treemail.host import Treemail
 from treemail.projections.views import PROJECTIONS
 
-from .conftest import Calls, WORKER_ENV, make_config, wait_for_consumers
+from .conftest import Calls, WORKER_ENV, make_config, wait_for_workers
 
 
 def get(port: int, path: str) -> tuple[int, str]:
@@ -93,6 +93,7 @@ def test_worker_readiness_follows_the_server_and_an_outage_is_a_few_lines_not_tr
         # The live-worker gauge falls: nobody reads while the server is gone.
         wait_until(lambda: samples(port).get(("treemail_worker_consumers", (("stream", keys.command_stream(0)),)))
                    == 0, 10, "live workers 0 during the outage")
+        assert samples(port)[("treemail_workers_live", ())] == 0
         time.sleep(8)  # a reclaim pass (every reclaim_idle_ms / 2) and stats refreshes fail meanwhile
 
         server.start()
@@ -135,7 +136,7 @@ def test_projection_worker_rides_out_an_outage_and_folds_again():
 
     try:
         wait_until(lambda: get(port, "/readyz")[0] == 200, 20, "projection worker ready")
-        asyncio.run(wait_for_consumers(server.url, 1))
+        asyncio.run(wait_for_workers(server.url, 1))
         first = asyncio.run(send_once("before"))
         wait_until(lambda: folded(first), 15, "the first tree folded")
 
@@ -145,7 +146,7 @@ def test_projection_worker_rides_out_an_outage_and_folds_again():
         time.sleep(3)
         server.start()
         wait_until(lambda: get(port, "/readyz")[0] == 200, 15, "projection worker ready again")
-        asyncio.run(wait_for_consumers(server.url, 1))
+        asyncio.run(wait_for_workers(server.url, 1))
         second = asyncio.run(send_once("after"))
         wait_until(lambda: _tree_known(server.url, second), 15, "a tree made after the outage is folded")
     finally:
@@ -242,21 +243,26 @@ async def test_each_process_exports_its_own_metrics_with_counters_at_zero(redis_
 
 
 async def test_live_worker_gauge_falls_when_a_worker_dies(redis_url):
-    config = make_config(redis_url)  # reclaim_idle_ms 500: a worker silent for 2 s is not live
+    config = make_config(redis_url)  # worker_timeout_ms 2000: a worker silent that long is not live
     observer = Worker(config, redis_url, consumer="observer", metrics_port=0)
     await observer.start()
     other = spawn("worker", redis_url, -1)
-    stream = (("stream", keys.command_stream(0)),)
+    streams = [(("stream", keys.command_stream(index)),) for index in range(config.service.command_streams)]
     try:
-        await wait_for_consumers(redis_url, 2)
-        await asyncio.sleep(0.5)
+        await wait_for_workers(redis_url, 2)
         await observer.refresh_stats()
-        assert (await asyncio.to_thread(samples, observer.metrics_port))[("treemail_worker_consumers", stream)] == 2
+        seen = await asyncio.to_thread(samples, observer.metrics_port)
+        assert seen[("treemail_workers_live", ())] == 2
+        assert all(seen[("treemail_worker_consumers", stream)] >= 1 for stream in streams), seen
         os.kill(other.pid, signal.SIGKILL)
         other.wait()
-        await asyncio.sleep(2.5)
+        await asyncio.sleep(config.service.worker_timeout_ms / 1000 + 0.5)
         await observer.refresh_stats()
-        assert (await asyncio.to_thread(samples, observer.metrics_port))[("treemail_worker_consumers", stream)] == 1
+        seen = await asyncio.to_thread(samples, observer.metrics_port)
+        assert seen[("treemail_workers_live", ())] == 1
+        # The dead worker's stream is the observer's now: every stream still has a live reader.
+        assert observer.owned == frozenset(range(config.service.command_streams))
+        assert all(seen[("treemail_worker_consumers", stream)] == 1 for stream in streams), seen
     finally:
         stop(other)
         await observer.stop()

@@ -23,7 +23,7 @@ import pytest
 from treemail.consumers.app import Worker
 from treemail.host import Treemail
 
-from .conftest import WORKER_ENV, Calls, make_config, messaging_env, wait_for_consumers
+from .conftest import WORKER_ENV, Calls, make_config, messaging_env, wait_for_workers
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -161,7 +161,7 @@ async def test_prometheus_scrapes_worker_sends_by_outcome(redis_url, tmp_path):
     calls = Calls()
     with worker_process(redis_url, worker_port, max_pending_per_session=2) as worker, \
             prometheus_server(tmp_path, worker_port) as base:
-        await wait_for_consumers(redis_url, 1)
+        await wait_for_workers(redis_url, 1)
         host = await Treemail.connect(make_config(redis_url, max_pending_per_session=2), redis_url)
         try:
             root = await host.register_root("planner", "plans", rules={"child": "allow"})

@@ -54,6 +54,12 @@ class ServiceConfig(BaseModel):
     # one waits for the server, the next is read and decided (on the states the first leaves, checked by
     # etag like any other writer's).
     batches_in_flight: int = Field(default=2, ge=1, le=64)
+    # Each command stream is read by one live worker at a time, the streams shared out evenly among the
+    # live workers: workers that take turns at one stream's batches decide one sender's commands at once
+    # and conflict on its record (BENCHMARKS.md, issue 17, tenth pass). False: every worker reads every stream.
+    exclusive_streams: bool = True
+    # A worker that has not said it is alive for this long is taken for dead: its streams go to the others.
+    worker_timeout_ms: int = Field(default=5000, ge=100)
     # A command pending this long in a consumer's list is reclaimed by another worker.
     reclaim_idle_ms: int = Field(default=15000, ge=10)
     # A command delivered more often than this is set aside in the dead-letter stream.

@@ -115,6 +115,12 @@ def command_stream(index: int) -> str:
     return f"{PREFIX}:cmd:{{c{index}}}"
 
 
+def worker_members() -> str:
+    """Sorted set: each live worker (its consumer name) -> when it last said so (server time, ms). The
+    workers share the command streams out among its members (``consumers/ownership.py``)."""
+    return f"{PREFIX}:workers"
+
+
 def dead_letters() -> str:
     return f"{PREFIX}:cmd:dead"
 

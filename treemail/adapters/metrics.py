@@ -76,6 +76,10 @@ WORKER_CONSUMERS = Gauge(
     "treemail_worker_consumers", "Consumers of the worker group seen active recently (0 while the server is "
     "unreachable)", ["stream"], registry=WORKER_REGISTRY,
 )
+WORKERS_LIVE = Gauge(
+    "treemail_workers_live", "Workers in the members set that shares the command streams out (0 while the server "
+    "is unreachable)", registry=WORKER_REGISTRY,
+)
 DEAD_LETTERS = Counter(
     "treemail_dead_letters", "Commands moved to the dead-letter stream", ["reason"], registry=WORKER_REGISTRY
 )
