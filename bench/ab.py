@@ -20,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# (phase, label, path into the phase's results, whether lower is better)
+# (phase, label, path into the phase's results (keys, or the index of a row), whether lower is better)
 FIGURES = (
     ("one", "1 worker: worker CPU-s per run", ("worker_cpu_s",), True),
     ("one", "1 worker: Valkey CPU-s per run", ("valkey_cpu_s",), True),
@@ -35,6 +35,10 @@ FIGURES = (
     ("latency_low", "500/s: p50 ms", ("p50_ms",), True),
     ("latency_low", "500/s: worker CPU us per send", ("worker_cpu_us_per_send",), True),
     ("replay", "replay: events/s", ("replay_rate",), False),
+    ("scale_single", "one Valkey, 1 worker: commands/s", (0, "rate"), False),
+    ("scale_single", "one Valkey, 2 workers: commands/s", (1, "rate"), False),
+    ("scale_single", "one Valkey, 4 workers: commands/s", (2, "rate"), False),
+    ("scale_single", "one Valkey, 2 workers: worker CPU-s", (1, "worker_cpu_s"), True),
 )
 
 
@@ -65,10 +69,15 @@ class Compared:
                 f"{self.better} of {len(self.pairs)} pairs: {pairs}")
 
 
-def _figure(results: dict, phase: str, path: tuple[str, ...]) -> float | None:
+def _figure(results: dict, phase: str, path: tuple[str | int, ...]) -> float | None:
     value = results.get(phase)
     for key in path:
-        value = value.get(key) if isinstance(value, dict) else None
+        if isinstance(value, dict):
+            value = value.get(key)
+        elif isinstance(value, list) and isinstance(key, int) and key < len(value):
+            value = value[key]  # the scale-out phases report one row per worker count
+        else:
+            value = None
     return float(value) if isinstance(value, (int, float)) else None
 
 

@@ -27,6 +27,17 @@ def test_each_figure_is_compared_pair_by_pair_with_its_own_sense_of_better():
     assert "better in 2 of 3 pairs" in cpu.line() and "(-1.9 %)" in cpu.line()
 
 
+def test_a_figure_of_a_phase_that_reports_rows_is_read_from_its_row():
+    def scale(*rates: float) -> dict:
+        return {"scale_single": [{"workers": 2 ** n, "rate": rate} for n, rate in enumerate(rates)]}
+
+    rows = {row.label: row for row in ab.compare([scale(9000, 7000, 4000), scale(9100)],
+                                                 [scale(9050, 10500, 10000), scale(9000)])}
+    assert rows["one Valkey, 1 worker: commands/s"].pairs == [(9000, 9050), (9100, 9000)]
+    assert rows["one Valkey, 2 workers: commands/s"].pairs == [(7000, 10500)]  # the second round has no such row
+    assert rows["one Valkey, 4 workers: commands/s"].better == 1
+
+
 def test_the_results_are_the_json_the_benchmark_prints_after_its_log_lines():
     stdout = "[bench 09:00:00] phase 1: one treemail worker process\n[bench 09:00:20]   1 worker(s): ...\n" \
              '{\n "one": {\n  "rate": 4847.2\n }\n}\n'
