@@ -51,6 +51,7 @@ from treemail.adapters.eventstore import EventStore
 from treemail.adapters.proofkeys import load_keyring
 from treemail.adapters.retention import trim_handled
 from treemail.adapters.health import UNREACHABLE, Health, OutageLog, watch
+from treemail.adapters.members import Membership
 from treemail.domain.commands import SendMessage
 from treemail.services.sends import SendService
 
@@ -58,7 +59,7 @@ from . import admission
 from .deadletters import Letter, dead_letter, gave_up
 from .entries import no_body, raw_batch, split_malformed, text
 from .inflight import BatchesInFlight
-from .ownership import Membership, owned_streams
+from .ownership import owned_streams
 from .stats import live_readers, record_batch, refresh_stats, server_unreachable
 
 log = logging.getLogger("treemail.worker")
@@ -487,7 +488,7 @@ class Worker:
         # Connected, not started: starting the broker would start every subscriber, and a worker reads only
         # the streams it owns (``share_streams``).
         await self.broker.connect()
-        self.membership = Membership(self.redis, self.consumer, self.config.service.command_streams,
+        self.membership = Membership(self.redis, (self.consumer, self.config.service.command_streams),
                                      self.config.service.worker_timeout_ms)
         await self.share_streams()
         service = self.config.service

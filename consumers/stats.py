@@ -6,7 +6,7 @@ dashboards take ``max``, not ``sum``, across workers).
 
 from collections import Counter
 
-from treemail.adapters import keys, metrics
+from treemail.adapters import keys, members, metrics
 from treemail.adapters.config import ServiceConfig
 
 from .entries import text
@@ -60,9 +60,7 @@ async def refresh_stats(redis, config: ServiceConfig) -> None:
                 metrics.COMMAND_BACKLOG.labels(stream).set(group["lag"])
             metrics.COMMAND_PENDING.labels(stream).set(group["pending"])
         metrics.WORKER_CONSUMERS.labels(stream).set(await live_readers(redis, stream, config))
-    seconds, micros = await redis.time()
-    now_ms = seconds * 1000 + micros // 1000
-    metrics.WORKERS_LIVE.set(await redis.zcount(keys.worker_members(), now_ms - config.worker_timeout_ms, "+inf"))
+    metrics.WORKERS_LIVE.set(len(await members.live(redis, config.worker_timeout_ms)))
     pending = 0
     for partition in range(config.partitions):
         statuses = await redis.hvals(keys.approvals(partition))

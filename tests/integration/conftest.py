@@ -98,7 +98,7 @@ async def wait_for_workers(url: str, count: int, timeout: float = 20.0) -> None:
     from its first heartbeat on (``consumers/ownership.py``)."""
     import time
 
-    from treemail.adapters import keys
+    from treemail.adapters import members
 
     if CLUSTER:
         from redis.asyncio.cluster import RedisCluster
@@ -109,9 +109,7 @@ async def wait_for_workers(url: str, count: int, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     try:
         while True:
-            seconds, micros = await client.time()
-            now_ms = seconds * 1000 + micros // 1000
-            live = await client.zcount(keys.worker_members(), now_ms - WORKER_TIMEOUT_MS, "+inf")
+            live = len(await members.live(client, WORKER_TIMEOUT_MS))
             if live >= count:
                 return
             if time.monotonic() > deadline:

@@ -4,7 +4,8 @@ import itertools
 
 import pytest
 
-from treemail.consumers.ownership import member, owned_streams, parse_member
+from treemail.adapters import members
+from treemail.consumers.ownership import owned_streams
 
 
 @pytest.mark.parametrize("workers,streams", [(1, 4), (2, 4), (3, 4), (4, 4), (5, 4), (3, 16), (7, 1024)])
@@ -45,4 +46,5 @@ def test_workers_configured_with_different_stream_counts_leave_no_stream_unread(
 
 @pytest.mark.parametrize("name", ["host-123", "a name with spaces", "7 9"])
 def test_a_members_set_entry_gives_back_its_worker(name):
-    assert parse_member(member(name, 16)) == (name, 16)
+    assert members.parse(members.entry((name, 16))) == (name, 16)
+    assert members.parse(members.entry((name, 16)).encode()) == (name, 16)

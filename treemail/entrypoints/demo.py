@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from treemail.adapters import keys
+from treemail.adapters import members
 from treemail.adapters.config import Config
 from treemail.adapters.embedded import LocalValkey, LocalValkeyCluster, free_port
 from treemail.producers.host import Treemail
@@ -80,17 +80,8 @@ def _hop_guard_env(config: Config) -> tuple[dict[str, str], str | None]:
 async def _other_workers(host: Treemail, ours: list[subprocess.Popen]) -> int:
     """Live workers on the server the demo did not start: they decide sends with their own settings."""
     pids = {str(p.pid) for p in ours}
-    others = set()
-    for index in range(host.config.service.command_streams):
-        try:
-            consumers = await host.redis.xinfo_consumers(keys.command_stream(index), keys.COMMAND_GROUP)
-        except Exception:  # noqa: BLE001 - no stream or group yet: nobody else
-            continue
-        for consumer in consumers:
-            name = consumer["name"].decode() if isinstance(consumer["name"], bytes) else consumer["name"]
-            if consumer["idle"] < 5000 and name.rsplit("-", 1)[-1] not in pids:
-                others.add(name)
-    return len(others)
+    workers = await members.live(host.redis, host.config.service.worker_timeout_ms)
+    return sum(1 for consumer, _ in workers if consumer.rsplit("-", 1)[-1] not in pids)
 
 
 def _treemail_command() -> str:
