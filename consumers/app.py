@@ -492,9 +492,10 @@ class Worker:
                                      self.config.service.worker_timeout_ms)
         await self.share_streams()
         service = self.config.service
-        # A beat later than the timeout finds this worker taken for dead either way.
+        # The pass's deadline, not the heartbeat's: a step that gives a stream up waits for the batches in
+        # hand and decides what it read of it, and cutting that short would leave it to reclaim.
         self._membership_task = asyncio.create_task(self._every(
-            self.membership.interval_s, service.worker_timeout_ms / 1000, "membership", self.share_streams,
+            self.membership.interval_s, PASS_DEADLINE_S, "membership", self.share_streams,
         ), name="treemail-worker-membership")
         self._reclaim_task = asyncio.create_task(self._every(
             service.reclaim_idle_ms / 2000, PASS_DEADLINE_S, "reclaim pass", self._reclaim_pass,

@@ -50,9 +50,9 @@ class ServiceConfig(BaseModel):
     partitions: int = Field(default=16, ge=1, le=16384)
     command_streams: int = Field(default=4, ge=1, le=1024)
     batch_size: int = Field(default=100, ge=1, le=10000)
-    # Batches of one command stream a worker decides at once when no other worker reads the stream: while
-    # one waits for the server, the next is read and decided (on the states the first leaves, checked by
-    # etag like any other writer's).
+    # Batches of one command stream a worker decides at once on a stream it owns (streams shared: where no
+    # other worker reads it): while one waits for the server, the next is read and decided (on the states
+    # the first leaves, checked by etag like any other writer's).
     batches_in_flight: int = Field(default=2, ge=1, le=64)
     # Each command stream is read by one live worker at a time, the streams shared out evenly among the
     # live workers: workers that take turns at one stream's batches decide one sender's commands at once
