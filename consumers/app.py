@@ -121,6 +121,8 @@ class Worker:
         self._subscribers: list = []
         self.membership: Membership | None = None
         self.owned: frozenset[int] = frozenset()
+        # Held while subscribers start or stop: the membership beat and the health probe's revive both do.
+        self._subscribing = asyncio.Lock()
         self.in_flight = BatchesInFlight(config.service.batches_in_flight)
         self._stopping = False
         self.revived = 0
@@ -320,13 +322,14 @@ class Worker:
         consumer group; FastStream then stops the subscriber (NOGROUP) and
         would never read again.
         """
-        stopped = [s for index, s in enumerate(self._subscribers) if index in self.owned and not s.running]
-        if stopped:
-            log.warning("%d subscriber(s) stopped; recreating the consumer group and restarting", len(stopped))
-            await self.decider.store.ensure_command_group(self.config.service.command_streams)
-            for subscriber in stopped:
-                await subscriber.start()
-            self.revived += len(stopped)
+        async with self._subscribing:
+            stopped = [s for index, s in enumerate(self._subscribers) if index in self.owned and not s.running]
+            if stopped:
+                log.warning("%d subscriber(s) stopped; recreating the consumer group and restarting", len(stopped))
+                await self.decider.store.ensure_command_group(self.config.service.command_streams)
+                for subscriber in stopped:
+                    await subscriber.start()
+                self.revived += len(stopped)
         return len(stopped)
 
     async def share_streams(self) -> None:
@@ -336,21 +339,22 @@ class Worker:
         live = await self.membership.beat()
         owned = (owned_streams(live, self.membership.me) if service.exclusive_streams
                  else frozenset(range(service.command_streams)))
-        if any(index in owned and not s.running for index, s in enumerate(self._subscribers)):
-            # At the streams' start, as at start-up: FastStream would create a missing group at their end and
-            # skip what producers wrote since the server lost it.
-            await self.decider.store.ensure_command_group(service.command_streams)
-        released = []
-        for index, subscriber in enumerate(self._subscribers):
-            if index in owned and not subscriber.running:
-                await subscriber.start()
-            elif index not in owned and subscriber.running:
-                await subscriber.stop()
-                released.append(keys.command_stream(index))
         if owned != self.owned:
             log.info("worker %s reads command streams %s of %d (%d live workers)", self.consumer,
                      sorted(owned), service.command_streams, len(set(live) | {self.membership.me}))
-        self.owned = owned
+        released = []
+        async with self._subscribing:  # not while the health probe revives subscribers
+            self.owned = owned
+            if any(index in owned and not s.running for index, s in enumerate(self._subscribers)):
+                # At the streams' start, as at start-up: FastStream would create a missing group at their end
+                # and skip what producers wrote since the server lost it.
+                await self.decider.store.ensure_command_group(service.command_streams)
+            for index, subscriber in enumerate(self._subscribers):
+                if index in owned and not subscriber.running:
+                    await subscriber.start()
+                elif index not in owned and subscriber.running:
+                    await subscriber.stop()
+                    released.append(keys.command_stream(index))
         if service.exclusive_streams and service.batches_in_flight > 1:
             self.in_flight.read_alone = frozenset(keys.command_stream(index) for index in owned)
         for stream in released:
