@@ -344,15 +344,18 @@ class Worker:
                      sorted(owned), service.command_streams, len(set(live) | {self.membership.me}))
         released = []
         async with self._subscribing:  # not while the health probe revives subscribers
+            # Streams newly owned start here; one owned before that FastStream stopped is revive's to restart.
+            gained = [self._subscribers[index] for index in sorted(owned - self.owned)
+                      if not self._subscribers[index].running]
             self.owned = owned
-            if any(index in owned and not s.running for index, s in enumerate(self._subscribers)):
+            if gained:
                 # At the streams' start, as at start-up: FastStream would create a missing group at their end
                 # and skip what producers wrote since the server lost it.
                 await self.decider.store.ensure_command_group(service.command_streams)
+            for subscriber in gained:
+                await subscriber.start()
             for index, subscriber in enumerate(self._subscribers):
-                if index in owned and not subscriber.running:
-                    await subscriber.start()
-                elif index not in owned and subscriber.running:
+                if index not in owned and subscriber.running:
                     await subscriber.stop()
                     released.append(keys.command_stream(index))
         if service.exclusive_streams and service.batches_in_flight > 1:
