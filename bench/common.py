@@ -20,7 +20,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from treemail.adapters.codec import encode_command
-from treemail.adapters import keys
+from treemail.adapters import keys, members
 from treemail.adapters.config import Config, MessagingConfig, ServiceConfig
 from treemail.domain.commands import SendArguments, SendContext, SendMessage
 
@@ -197,7 +197,7 @@ async def wait_joined(redis, streams: list[str], count: int, alive, timeout: flo
     """Until ``count`` workers are in the members set and every stream has a reader, and then one heartbeat
     more: each worker has then seen the last one join and reads only its share (consumers/ownership.py)."""
     deadline = time.perf_counter() + timeout
-    while (await redis.zcard(keys.worker_members()) < count
+    while (len(await members.live(redis, ServiceConfig().worker_timeout_ms)) < count
            or not all([await redis.xinfo_consumers(stream, keys.COMMAND_GROUP) for stream in streams])):
         alive()
         if time.perf_counter() > deadline:
