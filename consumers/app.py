@@ -323,7 +323,7 @@ class Worker:
         would never read again.
         """
         async with self._subscribing:
-            stopped = [s for index, s in enumerate(self._subscribers) if index in self.owned and not s.running]
+            stopped = self._stopped_owned()
             if stopped:
                 log.warning("%d subscriber(s) stopped; recreating the consumer group and restarting", len(stopped))
                 await self.decider.store.ensure_command_group(self.config.service.command_streams)
@@ -331,6 +331,10 @@ class Worker:
                     await subscriber.start()
                 self.revived += len(stopped)
         return len(stopped)
+
+    def _stopped_owned(self) -> list:
+        """Subscribers of streams this worker owns that are not reading (FastStream stops one on NOGROUP)."""
+        return [s for index, s in enumerate(self._subscribers) if index in self.owned and not s.running]
 
     async def share_streams(self) -> None:
         """Say this worker is alive, then read the command streams it owns now and stop reading the others
@@ -341,7 +345,7 @@ class Worker:
                  else frozenset(range(service.command_streams)))
         if owned != self.owned:
             log.info("worker %s reads command streams %s of %d (%d live workers)", self.consumer,
-                     sorted(owned), service.command_streams, len(set(live) | {self.membership.me}))
+                     sorted(owned), service.command_streams, len(live))
         released = []
         async with self._subscribing:  # not while the health probe revives subscribers
             # Streams newly owned start here; one owned before that FastStream stopped is revive's to restart.
@@ -425,7 +429,7 @@ class Worker:
         missing = await self._streams_without_group()
         if missing:
             return f"consumer group {keys.COMMAND_GROUP} missing on {', '.join(missing)}"
-        stopped = sum(1 for index, s in enumerate(self._subscribers) if index in self.owned and not s.running)
+        stopped = len(self._stopped_owned())
         if stopped:
             return f"{stopped} command stream subscriber(s) stopped"
         if not self.config.service.exclusive_streams:
@@ -495,10 +499,9 @@ class Worker:
         # Connected, not started: starting the broker would start every subscriber, and a worker reads only
         # the streams it owns (``share_streams``).
         await self.broker.connect()
-        self.membership = Membership(self.redis, (self.consumer, self.config.service.command_streams),
-                                     self.config.service.worker_timeout_ms)
-        await self.share_streams()
         service = self.config.service
+        self.membership = Membership(self.redis, (self.consumer, service.command_streams), service.worker_timeout_ms)
+        await self.share_streams()
         # The pass's deadline, not the heartbeat's: a step that gives a stream up waits for the batches in
         # hand and decides what it read of it, and cutting that short would leave it to reclaim.
         self._membership_task = asyncio.create_task(self._every(
