@@ -24,8 +24,9 @@ approvals waiting) are polled by a separate task every ``STATS_INTERVAL_S``,
 off the hot path, and every worker reports the same group-wide values (so
 dashboards take ``max``, not ``sum``, across workers).
 
-Over the house's 200 lines: the worker's life cycle (subscribe, share the
-streams out, decide, reclaim, trim, revive, stop) reads best as one class.
+Over the house's 200 lines: the worker's life cycle (share the streams out,
+decide, reclaim, trim, revive, stop) reads best as one class; its subscribers,
+one per command stream, are ``subscriptions``.
 """
 
 import asyncio
@@ -36,8 +37,7 @@ import signal
 import socket
 import time
 
-from faststream import AckPolicy
-from faststream.redis import RedisBroker, RedisClusterBroker, StreamSub
+from faststream.redis import RedisBroker, RedisClusterBroker
 from faststream.redis.subscriber.usecases import stream_subscriber
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -57,10 +57,11 @@ from treemail.services.sends import SendService
 
 from . import admission
 from .deadletters import Letter, dead_letter, gave_up
-from .entries import no_body, raw_batch, split_malformed, text
+from .entries import split_malformed, text
 from .inflight import BatchesInFlight
 from .ownership import owned_streams
 from .stats import live_readers, record_batch, refresh_stats, server_unreachable
+from .subscriptions import Subscriptions
 
 log = logging.getLogger("treemail.worker")
 
@@ -75,17 +76,6 @@ PASS_DEADLINE_S = 60.0
 # A stopping worker's steps on the server (leaving the members set, deciding what it read and dropped) give
 # up after this long each: what is left then is taken over as a dead worker's would be.
 STOP_STEP_S = 5.0
-
-
-class _UnprefixedStreamSub(StreamSub):
-    """A command stream subscription FastStream need not copy. FastStream deep-copies a ``StreamSub`` to
-    add the broker's prefix every time it reads or logs a batch (about 8 us each, two per batch); the
-    worker's broker has no prefix, so the subscription with it added is this one."""
-
-    __slots__ = ()
-
-    def add_prefix(self, prefix: str) -> "StreamSub":
-        return self if not prefix else super().add_prefix(prefix)
 
 
 class Worker:
@@ -117,30 +107,21 @@ class Worker:
         self._membership_task: asyncio.Task | None = None
         self.health = Health()
         self.outages = OutageLog(log)
-        # One per command stream, by index; only the owned ones run (``share_streams``).
-        self._subscribers: list = []
         self.membership: Membership | None = None
-        self.owned: frozenset[int] = frozenset()
-        # Held while subscribers start or stop: the membership beat and the health probe's revive both do.
-        self._subscribing = asyncio.Lock()
+        # One subscriber per command stream; only the owned ones run (``share_streams``).
+        self.subscriptions = Subscriptions(self.broker, config.service, self.consumer, self._handle_current)
         self.in_flight = BatchesInFlight(config.service.batches_in_flight)
         self._stopping = False
-        self.revived = 0
-        self._subscribe()
 
-    def _subscribe(self) -> None:
-        service = self.config.service
-        for index in range(service.command_streams):
-            live = _UnprefixedStreamSub(
-                keys.command_stream(index), group=keys.COMMAND_GROUP, consumer=self.consumer, batch=True,
-                max_records=service.batch_size, polling_interval=100,
-            )
-            # The worker acknowledges a batch itself, in the same round trip as its answers (one round trip
-            # less per batch than FastStream's own XACK after the handler returns).
-            subscriber = self.broker.subscriber(stream=live, parser=raw_batch, decoder=no_body,
-                                                ack_policy=AckPolicy.MANUAL)
-            subscriber(self._handle_current)
-            self._subscribers.append(subscriber)
+    @property
+    def owned(self) -> frozenset[int]:
+        """The command streams this worker reads (by index)."""
+        return self.subscriptions.owned
+
+    @property
+    def revived(self) -> int:
+        """How many subscribers FastStream had stopped were restarted."""
+        return self.subscriptions.revived
 
     async def _handle_current(self, body=None) -> None:
         # The batch from the broker's context: a ``RedisBatchStreamMessage`` parameter is a dependency
@@ -316,25 +297,14 @@ class Worker:
         await dead_letter(self.redis, stream, letters, self.consumer)
 
     async def revive(self) -> int:
-        """Restart subscribers FastStream stopped for good, after recreating the group they lost.
+        """Restart the subscribers FastStream stopped for good (``Subscriptions.revive``)."""
+        revived = await self.subscriptions.revive(self._ensure_group)
+        if revived:
+            log.warning("%d subscriber(s) had stopped; recreated the consumer group and restarted them", revived)
+        return revived
 
-        A server that came back without its data (no AOF, a flush) has no
-        consumer group; FastStream then stops the subscriber (NOGROUP) and
-        would never read again.
-        """
-        async with self._subscribing:
-            stopped = self._stopped_owned()
-            if stopped:
-                log.warning("%d subscriber(s) stopped; recreating the consumer group and restarting", len(stopped))
-                await self.decider.store.ensure_command_group(self.config.service.command_streams)
-                for subscriber in stopped:
-                    await subscriber.start()
-                self.revived += len(stopped)
-        return len(stopped)
-
-    def _stopped_owned(self) -> list:
-        """Subscribers of streams this worker owns that are not reading (FastStream stops one on NOGROUP)."""
-        return [s for index, s in enumerate(self._subscribers) if index in self.owned and not s.running]
+    async def _ensure_group(self) -> None:
+        await self.decider.store.ensure_command_group(self.config.service.command_streams)
 
     async def share_streams(self) -> None:
         """Say this worker is alive, then read the command streams it owns now and stop reading the others
@@ -346,22 +316,7 @@ class Worker:
         if owned != self.owned:
             log.info("worker %s reads command streams %s of %d (%d live workers)", self.consumer,
                      sorted(owned), service.command_streams, len(live))
-        released = []
-        async with self._subscribing:  # not while the health probe revives subscribers
-            # Streams newly owned start here; one owned before that FastStream stopped is revive's to restart.
-            gained = [self._subscribers[index] for index in sorted(owned - self.owned)
-                      if not self._subscribers[index].running]
-            self.owned = owned
-            if gained:
-                # At the streams' start, as at start-up: FastStream would create a missing group at their end
-                # and skip what producers wrote since the server lost it.
-                await self.decider.store.ensure_command_group(service.command_streams)
-            for subscriber in gained:
-                await subscriber.start()
-            for index, subscriber in enumerate(self._subscribers):
-                if index not in owned and subscriber.running:
-                    await subscriber.stop()
-                    released.append(keys.command_stream(index))
+        released = await self.subscriptions.own(owned, self._ensure_group)
         if service.exclusive_streams and service.batches_in_flight > 1:
             self.in_flight.read_alone = frozenset(keys.command_stream(index) for index in owned)
         for stream in released:
@@ -429,7 +384,7 @@ class Worker:
         missing = await self._streams_without_group()
         if missing:
             return f"consumer group {keys.COMMAND_GROUP} missing on {', '.join(missing)}"
-        stopped = len(self._stopped_owned())
+        stopped = len(self.subscriptions.stopped())
         if stopped:
             return f"{stopped} command stream subscriber(s) stopped"
         if not self.config.service.exclusive_streams:
