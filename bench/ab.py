@@ -39,6 +39,7 @@ FIGURES = (
     ("scale_single", "one Valkey, 2 workers: commands/s", (1, "rate"), False),
     ("scale_single", "one Valkey, 4 workers: commands/s", (2, "rate"), False),
     ("scale_single", "one Valkey, 2 workers: worker CPU-s", (1, "worker_cpu_s"), True),
+    ("routing", "both ways, 2 workers, by tree: commands/s", ("by_tree", "rate"), False),
 )
 
 

@@ -135,16 +135,19 @@ async def register_trees(host, trees: int, children: int, run_on: str = "root") 
     return out
 
 
-def stream_of(sender: str, streams: int) -> str:
-    """The command stream a producer uses for this sender (producers/client.py routes the same way)."""
-    return keys.command_stream(zlib.crc32(sender.encode()) % streams)
+def stream_of(route: str, streams: int) -> str:
+    """The command stream of the tree whose root is ``route`` (producers/client.py routes the same way)."""
+    return keys.command_stream(zlib.crc32(route.encode()) % streams)
 
 
 async def prefill_commands(redis, trees: list[tuple[str, list[str]]], total: int, streams: int = 1,
-                           seed: int = 42) -> dict[str, int]:
-    """`total` SendMessage commands (root i % trees -> random child of its tree), each on its sender's stream.
+                           seed: int = 42, both_ways: bool = False, by_sender: bool = False) -> dict[str, int]:
+    """`total` SendMessage commands (root i % trees -> random child of its tree), each on its tree's stream.
 
-    Senders take turns so that each has at most ceil(total / trees) unsettled messages (source capacity).
+    ``both_ways``: every other round of the trees a random child sends to its root instead (children report
+    to their parents). ``by_sender``: each command on its sender's stream, as releases before tree routing
+    put them. Senders take turns so that each has at most ceil(total / trees) unsettled messages (source
+    capacity).
 
     The consumer groups are created at id 0 first: FastStream creates them at `$`
     when they do not exist, which would skip everything written before.
@@ -167,11 +170,12 @@ async def prefill_commands(redis, trees: list[tuple[str, list[str]]], total: int
             for i in range(start, min(total, start + chunk)):
                 root, kids = trees[i % len(trees)]
                 child = kids[rng.randrange(len(kids))]
+                sender, recipient = (child, root) if both_ways and (i // len(trees)) % 2 else (root, child)
                 command = SendMessage(
-                    f"cmd-{i}", SendContext(root, "run-1", f"call-{i}"),
-                    SendArguments(child, f"benchmark message {i}: please look at item {i}", "steer"), REPLY_TO,
+                    f"cmd-{i}", SendContext(sender, "run-1", f"call-{i}"),
+                    SendArguments(recipient, f"benchmark message {i}: please look at item {i}", "steer"), REPLY_TO,
                 )
-                name = stream_of(root, streams)
+                name = stream_of(sender if by_sender else root, streams)
                 per_stream[name] += 1
                 pipe.xadd(name, {"__data__": encode_command(command)})
             await pipe.execute()

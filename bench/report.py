@@ -114,6 +114,13 @@ def report(results: dict, env: dict, sizes: Sizes, quick: bool, wall: float) -> 
                          f"{sizes.scale_commands:,} sends in {row['seconds']:.2f} s, x{row['rate'] / base:.2f} vs 1 worker, "
                          f"noise {row['other_cpu_s'] / row['seconds']:.2f} cores",
                          ""))
+    routing = results["routing"]
+    for route in ("by_tree", "by_sender"):
+        row = routing[route]
+        rows.append((f"mail both ways, 2 workers, routed {route.replace('_', ' ')}", f"{row['rate']:,.0f} commands/s",
+                     f"worker CPU {row['worker_cpu_us']:.0f} us per decision; runs "
+                     + " / ".join(f"{rate:,.0f}" for rate in row["rates"]), ""))
+    rows.append(("routed by tree / by sender", f"{routing['ratio']:.2f}", "same run, alternating", ""))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
     header = (f"{'QUICK smoke run (not the reference figures); ' if quick else ''}"
@@ -159,8 +166,8 @@ Valkey, the worker process(es) and the benchmark process share these cores.
   benchmark process: `XREADGROUP COUNT 100`, pipelined `HMGET` of each recipient's state hash,
   accept, one pipelined Lua compare-and-set per command (check `version`, `XADD`, `HSET version`),
   one `XACK` per batch. No idempotency record, no snapshot JSON, no reply.
-- **2 worker processes**: as the first row, with the backlog over two command streams (each sender's on
-  `crc32(sender) % 2`, as producers route them; the commands on each in the row) and two `treemail worker`
+- **2 worker processes**: as the first row, with the backlog over two command streams (each root sender's on
+  `crc32(root) % 2`, as producers route them; the commands on each in the row) and two `treemail worker`
   processes in one group, each reading the stream it owns (`exclusive_streams`, `consumers/ownership.py`).
 - **send round trip**: one worker process; a host (`Treemail.connect`, same config) paced at
   {sizes.latency_rate:,} sends/s (and again at {sizes.latency_rate // 4:,} sends/s) for {sizes.latency_seconds:g} s
@@ -197,7 +204,7 @@ Valkey, the worker process(es) and the benchmark process share these cores.
   checked (and the written rebuild's must equal them): {results['replay']['views_check']}.
 - **scale-out**: {sizes.scale_trees} trees of 1 root + {sizes.scale_children} children, roots chosen so that each of
   {sizes.scale_streams} command streams gets the same number of senders; {sizes.scale_commands:,} `SendMessage`
-  commands (root -> random child of its tree), each XADDed to `keys.command_stream(crc32(sender) % {sizes.scale_streams})`
+  commands (root -> random child of its tree), each XADDed to `keys.command_stream(crc32(root) % {sizes.scale_streams})`
   as `producers/client.py` routes them; then 1, 2 and 4 `treemail worker` processes
   (`TREEMAIL_SERVICE_COMMAND_STREAMS={sizes.scale_streams}`; the live workers share the streams out, one
   reader each), timed as the first row over all streams, from one heartbeat after the last worker joined. Each row
@@ -205,6 +212,11 @@ Valkey, the worker process(es) and the benchmark process share these cores.
   local 3-master `LocalValkeyCluster` (no replicas, same 2 cores; workers with
   `TREEMAIL_SERVICE_CLUSTER=true`, prefill and progress through a `RedisCluster` client). The backlog
   is {sizes.scale_commands:,} commands, smaller than the first rows', to keep `make bench` short.
+- **mail both ways** (routing): as the scale-out rows on one Valkey, with 2 workers, but every other round
+  of the trees a random child sends to its root instead of the root to a child, and each child's run is open.
+  The backlog is put on the streams by tree (`crc32(root)`, as producers route now) and, as the baseline,
+  by sender (`crc32(sender)`, as releases before tree routing did: a child's report then often sits on
+  another worker's stream than its root's mail). The two alternate, twice each; each row is their mean.
 - **~1M-event recipient**: one child's stream pre-filled with ProducerRegistered + (Accepted,
   Consumed) pairs at entry ids `<n>-0` and its state hash set to version n and the real fold's
   snapshot; {sizes.probe_sends:,} sequential sends to it interleaved with {sizes.probe_sends:,} to a

@@ -331,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="shrink every phase for a smoke run")
     parser.add_argument("--no-write", action="store_true", help="print only, leave BENCHMARKS.md alone")
     parser.add_argument("--only", default="", help="comma-separated phases (one,raw,durable,memory,two,latency,latency_low,history,sessions,"
-                        "replay,scale_single,scale_cluster); implies --no-write")
+                        "replay,scale_single,routing,scale_cluster); implies --no-write")
     args = parser.parse_args(argv)
     only = [p for p in args.only.split(",") if p]
     quick = args.quick or os.environ.get("BENCH_QUICK", "") not in ("", "0")
@@ -373,6 +373,10 @@ def main(argv: list[str] | None = None) -> int:
             ("scale_single", f"phase 7: scale-out, {SCALE_WORKERS} worker processes, one Valkey, "
                              f"{sizes.scale_streams} command streams",
              lambda: asyncio.run(phase_scale(url, sizes, False, [VALKEY_PID]))),
+            ("routing", f"phase 7b: 2 worker processes, mail both ways in each tree, routed by tree and by sender, "
+                        f"one Valkey, {sizes.scale_streams} command streams",
+             lambda: asyncio.run(scale.run_routing(url, VALKEY_PID, sizes.scale_trees, sizes.scale_children,
+                                                   sizes.scale_commands, sizes.scale_streams, log))),
             ("scale_cluster", f"phase 8: scale-out, {SCALE_WORKERS} worker processes, local 3-master Valkey Cluster, "
                               f"{sizes.scale_streams} command streams",
              lambda: run_cluster_phase(sizes)),

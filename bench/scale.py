@@ -1,8 +1,11 @@
 """Scale-out: decisions/s with 1, 2, 4 worker processes, on one Valkey and on a local 3-master cluster.
 
 Both use several command streams (`keys.command_stream(i)`), each command on
-stream crc32(sender) % n as producers/client.py routes it, so on the cluster the
+stream crc32(the sender's root) % n as producers/client.py routes it, so on the cluster the
 ingress is spread over several slots, and the trees over the `{pN}` partitions.
+
+Routing (`run_routing`): 2 workers, one Valkey, the trees' mail going both ways (children report to their
+roots), put on the streams by tree as producers do now and by sender as earlier releases did.
 """
 
 import asyncio
@@ -31,8 +34,10 @@ def client(url: str, cluster: bool):
     return RedisCluster.from_url(url) if cluster else aioredis.Redis.from_url(url)
 
 
-async def balanced_trees(host: Treemail, trees: int, children: int, streams: int) -> list[tuple[str, list[str]]]:
-    """`trees` roots, the same number on every command stream (roots whose stream is full are left unused)."""
+async def balanced_trees(host: Treemail, trees: int, children: int, streams: int, children_send: bool = False
+                         ) -> list[tuple[str, list[str]]]:
+    """`trees` roots, the same number on every command stream (roots whose stream is full are left unused);
+    ``children_send``: the children's runs are open too (only a session's open run may send, seed 002)."""
     per = -(-trees // streams)
     roots: dict[int, list[str]] = {i: [] for i in range(streams)}
     while sum(len(v) for v in roots.values()) < trees:
@@ -48,6 +53,8 @@ async def balanced_trees(host: Treemail, trees: int, children: int, streams: int
             for c in range(children)
         ])
         await host.start_run(root, "run-1")  # only a session's open run may send (seed 002)
+        if children_send:
+            await asyncio.gather(*[host.start_run(kid.session_id, "run-1") for kid in kids])
         out.append((root, [k.session_id for k in kids]))
     return out
 
@@ -63,14 +70,32 @@ async def flush(url: str, cluster: bool) -> None:
         await r.aclose()
 
 
+async def run_routing(url: str, server_pid: int, trees: int, children: int, commands: int, streams: int, log
+                      ) -> dict:
+    """2 workers on mail going both ways, routed by sender (the baseline) and by tree, alternately twice."""
+    rows: dict[str, list[dict]] = {"by_sender": [], "by_tree": []}
+    for _ in range(2):
+        for route in rows:
+            log(f"  both ways, routed {route.replace('_', ' ')}")
+            rows[route].append(await run_one(url, False, [server_pid], 2, trees, children, commands, streams, log,
+                                             both_ways=True, by_sender=route == "by_sender"))
+    out = {route: {"rate": sum(r["rate"] for r in runs) / len(runs),
+                   "worker_cpu_us": 1e6 * sum(r["worker_cpu_s"] for r in runs) / (commands * len(runs)),
+                   "rates": [r["rate"] for r in runs], "outcomes": [r["outcomes"] for r in runs]}
+           for route, runs in rows.items()}
+    out["ratio"] = out["by_tree"]["rate"] / out["by_sender"]["rate"]
+    log(f"  by tree / by sender: {out['ratio']:.2f}")
+    return out
+
+
 async def run_one(url: str, cluster: bool, server_pids: list[int], workers_count: int, trees: int, children: int,
-                  commands: int, streams: int, log) -> dict:
+                  commands: int, streams: int, log, both_ways: bool = False, by_sender: bool = False) -> dict:
     await flush(url, cluster)
     cfg = config(url, streams, cluster)
     t = time.perf_counter()
     host = await Treemail.connect(cfg, url)
     try:
-        registered = await balanced_trees(host, trees, children, streams)
+        registered = await balanced_trees(host, trees, children, streams, children_send=both_ways)
     finally:
         await host.close()
     r = client(url, cluster)
@@ -79,7 +104,8 @@ async def run_one(url: str, cluster: bool, server_pids: list[int], workers_count
              "TREEMAIL_SERVICE_CLUSTER": "true" if cluster else "false"}
     workers = Workers(url, extra)
     try:
-        per_stream = await prefill_commands(r, registered, commands, streams)
+        per_stream = await prefill_commands(r, registered, commands, streams, both_ways=both_ways,
+                                            by_sender=by_sender)
         log(f"  {'cluster' if cluster else 'single'}: registered {trees * (children + 1)} sessions, prefilled "
             f"{commands} commands over {streams} streams {list(per_stream.values())} in "
             f"{time.perf_counter() - t:.1f} s; starting {workers_count} worker(s)")

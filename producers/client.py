@@ -19,6 +19,7 @@ from redis.exceptions import RedisError
 from treemail.adapters import keys
 from treemail.adapters.codec import encode_command
 from treemail.adapters.config import ServiceConfig
+from treemail.adapters.directory import Directory
 from treemail.adapters.lanes import Lanes, raise_refused
 from treemail.domain import ids
 from treemail.domain.commands import SendArguments, SendContext, SendMessage
@@ -32,9 +33,12 @@ MAX_ANSWERS_PER_POP = 1000
 
 
 class CommandClient:
-    def __init__(self, redis: Redis, listener: Redis, config: ServiceConfig) -> None:
+    def __init__(self, redis: Redis, listener: Redis, config: ServiceConfig, directory: Directory | None = None
+                 ) -> None:
+        """``directory``: where a sender's tree is looked up (``stream_for``); without it, commands go by sender."""
         self._listener = listener
         self.config = config
+        self._directory = directory
         # Published on kept connections (``lanes``), not a pipeline borrowed for each round trip.
         self._lanes = Lanes(redis, cluster=config.cluster)
         # The listener's one connection, kept: a pop through the pool borrows and returns a connection
@@ -55,10 +59,22 @@ class CommandClient:
     def closing(self) -> bool:
         return self._closing
 
-    def stream_for(self, context: SendContext) -> str:
-        # One sender's commands always use one stream: they are decided in order.
-        index = zlib.crc32(context.session_id.encode()) % self.config.command_streams
-        return keys.command_stream(index)
+    def stream_for(self, context: SendContext, root_session_id: str | None = None) -> str:
+        """The command stream of the sender's tree, named by its root (the sender's own id when unknown).
+
+        One tree's commands always use one stream, and each stream is one live worker's
+        (``consumers/ownership.py``): a child's report to its parent and the parent's next send are decided
+        by one worker, which would otherwise conflict with another on the sessions both touch. A sender is
+        in one tree for good, so its commands stay on one stream and are decided in order.
+        """
+        route = root_session_id or context.session_id
+        return keys.command_stream(zlib.crc32(route.encode()) % self.config.command_streams)
+
+    async def _tree_of(self, context: SendContext) -> str | None:
+        if self._directory is None or self.config.command_streams == 1:
+            return None
+        record = await self._directory.get(context.session_id)  # cached: a record never changes
+        return record.root_session_id if record is not None else None
 
     async def request(self, context: SendContext, arguments: SendArguments, traceparent: str = "") -> dict:
         if self._closing:
@@ -67,7 +83,8 @@ class CommandClient:
         future = asyncio.get_running_loop().create_future()
         self._waiting[command.command_id] = future
         try:
-            await self._publish(self.stream_for(context), encode_command(command))
+            stream = self.stream_for(context, await self._tree_of(context))
+            await self._publish(stream, encode_command(command))
             return await asyncio.wait_for(future, self.config.decision_timeout_s)
         except asyncio.TimeoutError:
             return engine_shutdown(f"no decision within {self.config.decision_timeout_s:g} s")

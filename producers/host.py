@@ -89,7 +89,7 @@ class Treemail(InterruptHost, PeerHost, DisposalHost, ApprovalHost):
         self.redis = redis
         self.store = EventStore(redis, config.service)
         self.sessions = SessionService(self.store, config)
-        self.commands = CommandClient(redis, listener, config.service)
+        self.commands = CommandClient(redis, listener, config.service, self.store.directory)
         self.wake_reader = WakeReader(redis, config.service)
         self._init_interrupts()
         self.obligations = ObligationService(self.sessions)

@@ -46,7 +46,8 @@ async def test_a_send_whose_publishing_fails_is_answered_engine_shutdown_and_the
     real_stream_for = client.stream_for
     # A command stream key that holds a string: the server refuses the XADD (WRONGTYPE) for this send only.
     await stack.redis.set("tm:not-a-stream", "x")
-    client.stream_for = lambda context: "tm:not-a-stream" if context.tool_call_id == "bad" else real_stream_for(context)
+    client.stream_for = lambda context, root=None: (
+        "tm:not-a-stream" if context.tool_call_id == "bad" else real_stream_for(context, root))
 
     bad, good = await asyncio.gather(
         stack.send_message(SendContext(root.session_id, "run-1", "bad"), {"to": child.handle, "body": "lost"}),

@@ -60,6 +60,38 @@ async def send_on_every_stream(host: Treemail, calls, senders: dict[int, tuple])
     ]), 20)
 
 
+async def test_a_tree_s_commands_go_to_its_root_s_stream_whoever_sends_them(redis_url, calls):
+    config = config_for(redis_url)
+    host = await Treemail.connect(config, redis_url)
+    worker = Worker(config, redis_url, consumer="worker-a")
+    try:
+        root = await host.register_root("planner", "plans", rules={"child": "allow"})
+        home = zlib.crc32(root.session_id.encode()) % STREAMS
+        while True:  # a child whose own id would route it elsewhere
+            child = await host.register_child(root.session_id, "explore", "reads", rules={"parent": "allow"})
+            if zlib.crc32(child.session_id.encode()) % STREAMS != home:
+                break
+        await host.start_run(root.session_id, "run-1")
+        await host.start_run(child.session_id, "run-1")
+        report = asyncio.create_task(host.send_message(calls.ctx(child.session_id), {"to": root.handle, "body": "found"}))
+        steer = asyncio.create_task(host.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "go"}))
+        await until_length(host, home, 2)
+        assert [await host.redis.xlen(keys.command_stream(i)) for i in range(STREAMS) if i != home] == [0] * 3
+
+        await worker.start()
+        results = await asyncio.wait_for(asyncio.gather(report, steer), 10)
+        assert all("message_id" in result for result in results), results
+    finally:
+        await host.close()
+        await worker.stop()
+
+
+async def until_length(host: Treemail, stream: int, length: int) -> None:
+    async with asyncio.timeout(10):
+        while await host.redis.xlen(keys.command_stream(stream)) < length:
+            await asyncio.sleep(0.02)
+
+
 async def test_two_workers_share_the_streams_out_and_a_stopping_one_hands_its_share_over_at_once(redis_url, calls):
     config = config_for(redis_url)
     host = await Treemail.connect(config, redis_url)
