@@ -100,6 +100,10 @@ async def test_send_message_answers_rather_than_raises_when_the_server_goes_away
         down = await host.send_message(SendContext(root.session_id, "run-1", "down"), {"to": a.handle, "body": "x"})
         assert code(down) == "send_message:engine_shutdown"
         assert "unreachable" in down["error"]["message"]
+        # A sender this host has not sent for yet: its tree's stream is looked up first, which fails the same way.
+        unseen = await host.send_message(SendContext(b.session_id, "run-1", "unseen"), {"to": a.handle, "body": "x"})
+        assert code(unseen) == "send_message:engine_shutdown"
+        assert "unreachable" in unseen["error"]["message"]
         # An `ask` send whose approval wait meets a dead server ends at its approval deadline or sooner.
         asked = await host.send_message(SendContext(a.session_id, "run-1", "ask"), {"to": b.handle, "body": "x"})
         assert code(asked) in ("send_message:engine_shutdown", "send_message:approval_timeout")
