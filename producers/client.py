@@ -71,7 +71,7 @@ class CommandClient:
         return keys.command_stream(zlib.crc32(route.encode()) % self.config.command_streams)
 
     async def _tree_of(self, context: SendContext) -> str | None:
-        if self._directory is None or self.config.command_streams == 1:
+        if self._directory is None or self.config.command_streams == 1 or self.config.route_commands_by == "sender":
             return None
         record = await self._directory.get(context.session_id)  # cached: a record never changes
         return record.root_session_id if record is not None else None

@@ -60,8 +60,10 @@ async def send_on_every_stream(host: Treemail, calls, senders: dict[int, tuple])
     ]), 20)
 
 
-async def test_a_tree_s_commands_go_to_its_root_s_stream_whoever_sends_them(redis_url, calls):
-    config = config_for(redis_url)
+@pytest.mark.parametrize("route", ["tree", "sender"])
+async def test_a_tree_s_commands_go_to_its_root_s_stream_whoever_sends_them(redis_url, calls, route):
+    """Or, routed by sender, each to its sender's own stream."""
+    config = config_for(redis_url, route_commands_by=route)
     host = await Treemail.connect(config, redis_url)
     worker = Worker(config, redis_url, consumer="worker-a")
     try:
@@ -69,14 +71,18 @@ async def test_a_tree_s_commands_go_to_its_root_s_stream_whoever_sends_them(redi
         home = zlib.crc32(root.session_id.encode()) % STREAMS
         while True:  # a child whose own id would route it elsewhere
             child = await host.register_child(root.session_id, "explore", "reads", rules={"parent": "allow"})
-            if zlib.crc32(child.session_id.encode()) % STREAMS != home:
+            own = zlib.crc32(child.session_id.encode()) % STREAMS
+            if own != home:
                 break
         await host.start_run(root.session_id, "run-1")
         await host.start_run(child.session_id, "run-1")
         report = asyncio.create_task(host.send_message(calls.ctx(child.session_id), {"to": root.handle, "body": "found"}))
         steer = asyncio.create_task(host.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "go"}))
-        await until_length(host, home, 2)
-        assert [await host.redis.xlen(keys.command_stream(i)) for i in range(STREAMS) if i != home] == [0] * 3
+        expected = {home: 2} if route == "tree" else {home: 1, own: 1}
+        for stream, length in expected.items():
+            await until_length(host, stream, length)
+        assert {i: await host.redis.xlen(keys.command_stream(i)) for i in range(STREAMS)} == {
+            i: expected.get(i, 0) for i in range(STREAMS)}
 
         await worker.start()
         results = await asyncio.wait_for(asyncio.gather(report, steer), 10)

@@ -116,3 +116,11 @@ def test_a_table_that_is_not_a_table_is_a_config_error_even_with_overrides(tmp_p
         load_config(path, environ={})
     with pytest.raises(ConfigError, match="messaging"):
         load_config(path, environ={"TREEMAIL_MESSAGING_MAX_HOPS": "1"})
+
+
+def test_commands_are_routed_by_tree_unless_told_by_sender_and_nothing_else():
+    assert load_config(environ={}).service.route_commands_by == "tree"
+    by_sender = load_config(environ={"TREEMAIL_SERVICE_ROUTE_COMMANDS_BY": "sender"})
+    assert by_sender.service.route_commands_by == "sender"
+    with pytest.raises(ConfigError, match="route_commands_by"):
+        load_config(environ={"TREEMAIL_SERVICE_ROUTE_COMMANDS_BY": "recipient"})
