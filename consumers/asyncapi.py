@@ -43,8 +43,8 @@ WAKES = keys.wake_stream(0).replace("{p0}", "{partition}")
 PARAMETERS = {
     "shard": {
         "description": "the command stream's hash tag, braces included: `{c<N>}`, N = crc32(the session id of the "
-        "sender's tree root; the sender's own when it is unknown) mod `[service] command_streams`; one tree's "
-        "commands always use one stream, read by one worker, so a sender's are decided in order",
+        "sender's tree root; the sender's own when it is unknown or `[service] route_commands_by` is `sender`) mod "
+        "`[service] command_streams`; a sender's commands always use one stream, so they are decided in order",
         "examples": [keys.command_stream(0).split(":")[-1]],
     },
     "client_id": {
