@@ -60,7 +60,7 @@ class CommandClient:
         return self._closing
 
     def stream_for(self, context: SendContext, root_session_id: str | None = None) -> str:
-        """The command stream of the sender's tree, named by its root (the sender's own id when unknown).
+        """The command stream of the sender's tree, named by its root (the sender's own id without one).
 
         One tree's commands always use one stream, and each stream is one live worker's
         (``consumers/ownership.py``): a child's report to its parent and the parent's next send are decided
@@ -71,6 +71,7 @@ class CommandClient:
         return keys.command_stream(zlib.crc32(route.encode()) % self.config.command_streams)
 
     async def _tree_of(self, context: SendContext) -> str | None:
+        """The sender's tree root when commands go by tree (``route_commands_by``); None routes by sender."""
         if self._directory is None or self.config.command_streams == 1 or self.config.route_commands_by == "sender":
             return None
         record = await self._directory.get(context.session_id)  # cached: a record never changes
