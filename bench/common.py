@@ -13,7 +13,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import zlib
 from pathlib import Path
 
 import redis.asyncio as aioredis
@@ -137,7 +136,7 @@ async def register_trees(host, trees: int, children: int, run_on: str = "root") 
 
 def stream_of(route: str, streams: int) -> str:
     """The command stream of the tree whose root is ``route`` (producers/client.py routes the same way)."""
-    return keys.command_stream(zlib.crc32(route.encode()) % streams)
+    return keys.command_stream(keys.command_shard(route, streams))
 
 
 async def prefill_commands(redis, trees: list[tuple[str, list[str]]], total: int, streams: int = 1,

@@ -10,7 +10,6 @@ roots), put on the streams by tree as producers do now and by sender as earlier 
 
 import asyncio
 import time
-import zlib
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
@@ -43,7 +42,7 @@ async def balanced_trees(host: Treemail, trees: int, children: int, streams: int
     while sum(len(v) for v in roots.values()) < trees:
         root = await host.register_root("planner", "root", rules={"child": "allow", "parent": "allow"},
                                         status="running")
-        index = zlib.crc32(root.session_id.encode()) % streams
+        index = keys.command_shard(root.session_id, streams)
         if len(roots[index]) < per:
             roots[index].append(root.session_id)
     out = []

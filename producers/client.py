@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import zlib
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -68,7 +67,7 @@ class CommandClient:
         in one tree for good, so its commands stay on one stream and are decided in order.
         """
         route = root_session_id or context.session_id
-        return keys.command_stream(zlib.crc32(route.encode()) % self.config.command_streams)
+        return keys.command_stream(keys.command_shard(route, self.config.command_streams))
 
     async def _tree_of(self, context: SendContext) -> str | None:
         """The sender's tree root when commands go by tree (``route_commands_by``); None routes by sender."""

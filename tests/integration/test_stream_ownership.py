@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import zlib
 
 import pytest
 
@@ -40,12 +39,18 @@ async def pending(host: Treemail, stream: int) -> int:
     return (await host.redis.xpending(keys.command_stream(stream), keys.COMMAND_GROUP))["pending"]
 
 
+async def until_length(host: Treemail, stream: int, length: int) -> None:
+    async with asyncio.timeout(10):
+        while await host.redis.xlen(keys.command_stream(stream)) < length:
+            await asyncio.sleep(0.02)
+
+
 async def senders_on(host: Treemail, streams) -> dict[int, tuple]:
     """A root (with a child to send to) whose commands go to each of ``streams``."""
     found: dict[int, tuple] = {}
     while len(found) < len(streams):
         root = await host.register_root("planner", "plans", rules={"child": "allow"})
-        index = zlib.crc32(root.session_id.encode()) % STREAMS
+        index = keys.command_shard(root.session_id, STREAMS)
         if index in streams and index not in found:
             child = await host.register_child(root.session_id, "explore", "reads", rules={"parent": "allow"})
             await host.start_run(root.session_id, "run-1")
@@ -68,10 +73,10 @@ async def test_a_tree_s_commands_go_to_its_root_s_stream_whoever_sends_them(redi
     worker = Worker(config, redis_url, consumer="worker-a")
     try:
         root = await host.register_root("planner", "plans", rules={"child": "allow"})
-        home = zlib.crc32(root.session_id.encode()) % STREAMS
+        home = keys.command_shard(root.session_id, STREAMS)
         while True:  # a child whose own id would route it elsewhere
             child = await host.register_child(root.session_id, "explore", "reads", rules={"parent": "allow"})
-            own = zlib.crc32(child.session_id.encode()) % STREAMS
+            own = keys.command_shard(child.session_id, STREAMS)
             if own != home:
                 break
         await host.start_run(root.session_id, "run-1")
@@ -90,12 +95,6 @@ async def test_a_tree_s_commands_go_to_its_root_s_stream_whoever_sends_them(redi
     finally:
         await host.close()
         await worker.stop()
-
-
-async def until_length(host: Treemail, stream: int, length: int) -> None:
-    async with asyncio.timeout(10):
-        while await host.redis.xlen(keys.command_stream(stream)) < length:
-            await asyncio.sleep(0.02)
 
 
 async def test_two_workers_share_the_streams_out_and_a_stopping_one_hands_its_share_over_at_once(redis_url, calls):

@@ -115,6 +115,12 @@ def command_stream(index: int) -> str:
     return f"{PREFIX}:cmd:{{c{index}}}"
 
 
+def command_shard(route_session_id: str, command_streams: int) -> int:
+    """The command stream (by index) of a send routed by ``route_session_id``: its sender's tree root, or the
+    sender itself (``route_commands_by``)."""
+    return zlib.crc32(route_session_id.encode()) % command_streams
+
+
 def worker_members() -> str:
     """Sorted set: each live worker (its consumer name) -> when it last said so (server time, ms). The
     workers share the command streams out among its members (``consumers/ownership.py``)."""
