@@ -74,7 +74,7 @@ async def check_replies(url: str, total: int) -> dict[str, int]:
 
 async def phase_workers(url: str, sizes: Sizes, count: int, extra_env: dict[str, str] | None = None,
                         server_pid: int | None = None, streams: int = 1) -> dict:
-    """``streams``: the command streams the backlog is spread over (each sender's on one, as producers route
+    """``streams``: the command streams the backlog is spread over (each tree's on one, as producers route
     them); each is read by one worker at a time (``exclusive_streams``)."""
     server_pid = server_pid or VALKEY_PID
     await flush(url)

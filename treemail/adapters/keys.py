@@ -122,8 +122,9 @@ def command_shard(route_session_id: str, command_streams: int) -> int:
 
 
 def worker_members() -> str:
-    """Sorted set: each live worker (its consumer name) -> when it last said so (server time, ms). The
-    workers share the command streams out among its members (``consumers/ownership.py``)."""
+    """Sorted set: each live worker (``"<command_streams> <consumer name>"``, ``members.entry``) -> when it
+    last said so (server time, ms). The workers share the command streams out among its members
+    (``consumers/ownership.py``)."""
     return f"{PREFIX}:workers"
 
 
