@@ -22,6 +22,40 @@ def rounds_of(figures: dict, key: str) -> str:
     return " / ".join(f"{round_[key]:.2f}" for round_ in figures["rounds"]) + " ms"
 
 
+def within(floor_ratio: float, target: float, at_most: bool) -> str:
+    """Whether the floor itself meets treemail's target: if not, no decision on top of it can."""
+    ok = floor_ratio <= target if at_most else floor_ratio >= target
+    return f"treemail's target {'<=' if at_most else '>='} {target:g}: {'within' if ok else 'beyond'} the floor's reach"
+
+
+def floor_rows(flo: dict, rawr: dict, one: dict, sizes: Sizes) -> list[tuple[str, str, str, str]]:
+    """The records' floor (bench/floor.py) next to the raw loop, and treemail next to the floor."""
+    ratio = flo["rate"] / rawr["rate"]
+    rows = [
+        ("records' floor, 1 process, deciding nothing", f"{flo['rate']:,.0f} commands/s",
+         f"{sizes.commands:,} sends in {flo['seconds']:.2f} s; the raw loop + the records kept per send + its answer", ""),
+        ("floor / raw", f"{ratio:.2f}", within(ratio, 0.7, at_most=False), ""),
+    ]
+    for who, key, target in (("worker", "worker_cpu_s", 1.5), ("Valkey", "valkey_cpu_s", 2.0)):
+        mine, base = flo[key] / sizes.commands * 1e6, rawr[key] / sizes.commands * 1e6
+        rows.append((f"{who} CPU per command, floor / raw", f"{mine / base:.2f}",
+                     f"{mine:.0f} us vs {base:.0f} us; {within(mine / base, target, at_most=True)}", ""))
+    rows.append(("treemail / floor", f"{one['rate'] / flo['rate']:.2f}",
+                 f"worker CPU x{one['worker_cpu_s'] / flo['worker_cpu_s']:.2f}, Valkey CPU "
+                 f"x{one['valkey_cpu_s'] / flo['valkey_cpu_s']:.2f}: the decision on top of the records", ""))
+    return rows
+
+
+def floor_memory_rows(flo: dict, mem: dict) -> list[tuple[str, str, str, str]]:
+    ratio = flo["bytes_per_message"] / flo["bare_xadd_bytes"]
+    return [
+        ("records' floor: memory per message", f"{flo['bytes_per_message']:,.0f} bytes",
+         f"x{ratio:.2f} a bare XADD ({flo['bare_xadd_bytes']:,.0f} bytes); {within(ratio, 2.5, at_most=True)}", ""),
+        ("memory treemail / floor", f"{mem['bytes_per_message'] / flo['bytes_per_message']:.2f}",
+         "by kind of key in the JSON (floor.memory.by_kind)", ""),
+    ]
+
+
 def report(results: dict, env: dict, sizes: Sizes, quick: bool, wall: float) -> str:
     one, two, rawr = results["one"], results["two"], results["raw"]
     lat, hist, low = results["latency"], results["history"], results["latency_low"]
@@ -36,6 +70,7 @@ def report(results: dict, env: dict, sizes: Sizes, quick: bool, wall: float) -> 
         mine, base = one[key] / sizes.commands * 1e6, rawr[key] / sizes.commands * 1e6
         rows.append((f"{who} CPU per decision, treemail / raw", f"{mine / base:.2f}",
                      f"{mine:.0f} us vs {base:.0f} us, target <= {target:g}", verdict(mine / base <= target)))
+    rows += floor_rows(results["floor"], rawr, one, sizes)
     dur, mem = results["durable"], results["memory"]
     ratio_dur = dur["rate"] / one["rate"]
     rows += [
@@ -46,6 +81,7 @@ def report(results: dict, env: dict, sizes: Sizes, quick: bool, wall: float) -> 
          f"{mem['accepted']:,} sends, used_memory delta", ""),
         ("bare XADD of the same body", f"{mem['bare_xadd_bytes']:,.0f} bytes", "", ""),
         ("memory treemail / bare", f"{mem['ratio']:.2f}", "target <= 2.5", verdict(mem["ratio"] <= 2.5)),
+        *floor_memory_rows(results["floor"]["memory"], mem),
         ("command stream length after the run", f"{mem['command_stream_len_after_run']:,} entries",
          f"{mem['command_stream_len_after_trim']:,} after the worker's trim pass; reply lists left: "
          f"{mem['reply_lists_left']}", ""),
@@ -166,6 +202,18 @@ Valkey, the worker process(es) and the benchmark process share these cores.
   benchmark process: `XREADGROUP COUNT 100`, pipelined `HMGET` of each recipient's state hash,
   accept, one pipelined Lua compare-and-set per command (check `version`, `XADD`, `HSET version`),
   one `XACK` per batch. No idempotency record, no snapshot JSON, no reply.
+- **records' floor** (`bench/floor.py`): the raw baseline's loop, backlog shape ({sizes.trees * sizes.children:,}
+  root -> child pairs, UUIDv7 session ids) and batching, with each command's one script call writing the
+  records treemail keeps for an accepted send, each in the fewest bytes that still says what it must, and
+  deciding nothing: the sender's idempotency evidence checked and kept (run and tool call -> message id),
+  both sessions' versions checked and written, the message on the recipient's stream (id, sender, mode,
+  hops, body), the sender's record of it on the sender's stream (seed 004), the mail item that keeps it an
+  obligation (beside the recipient's version), one feed entry, and the answer on a reply list (one
+  `EXPIRE` and one `XACK` per batch). A ratio of the floor to the raw loop that misses treemail's target
+  cannot be met by any worker that keeps these records on this stack; `treemail / floor` is what the
+  decision costs on top of them. Its memory row: {sizes.memory_sends:,} sends of a 200-byte body from 20
+  roots to 5 children each, after one warm-up send per pair, `used_memory` before and after (the
+  command stream and reply list deleted and freed first), next to {sizes.memory_sends:,} bare XADDs of the body.
 - **2 worker processes**: as the first row, with the backlog over two command streams (each root sender's on
   `crc32(root) % 2`, as producers route them; the commands on each in the row) and two `treemail worker`
   processes in one group, each reading the stream it owns (`exclusive_streams`, `consumers/ownership.py`).

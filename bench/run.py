@@ -7,6 +7,7 @@
 Phases (the Valkey is flushed between the throughput phases):
   1. one `treemail worker` process deciding a prefilled backlog of SendMessage commands
   2. the raw baseline: XREADGROUP + pipelined HMGET + Lua CAS XADD + XACK, same backlog shape
+  2b. the records' floor: the raw loop plus the records the seeds keep per send and its answer, deciding nothing
   3. two worker processes on the same backlog
   3b-3d. the durable profile; memory per accepted message vs a bare XADD; what is left after 1,000,000 sends
   4. host round-trip latency at a steady send rate, one worker running
@@ -26,6 +27,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import sys
 import time
 
@@ -37,7 +39,7 @@ from treemail.host import SendContext, Treemail
 from treemail.domain import events as ev
 from treemail.domain.state import evolve
 
-from . import latency, memory, million, population, raw, replay, scale
+from . import floor, latency, memory, million, population, raw, replay, scale
 from .report import ROOT, report, write_markdown
 from .sizes import FULL, QUICK, Sizes
 from .common import (busy_seconds, cpu_seconds, Workers, bench_config, flush, machine, percentile, prefill_commands, count_replies,
@@ -113,8 +115,6 @@ async def phase_workers(url: str, sizes: Sizes, count: int, extra_env: dict[str,
 
 async def phase_raw(url: str, sizes: Sizes) -> dict:
     await flush(url)
-    import random
-
     recipients = [f"r{i}" for i in range(sizes.trees * sizes.children)]
     rng = random.Random(42)
     order = [rng.randrange(len(recipients)) for _ in range(sizes.commands)]
@@ -130,6 +130,34 @@ async def phase_raw(url: str, sizes: Sizes) -> dict:
     log(f"  raw: {decided} commands in {seconds:.2f} s = {rate:,.0f} commands/s; CPU: valkey {valkey_cpu:.1f} s, "
         f"worker {own_cpu:.1f} s")
     return {"seconds": seconds, "rate": rate, "valkey_cpu_s": valkey_cpu, "worker_cpu_s": own_cpu}
+
+
+async def phase_floor(url: str, sizes: Sizes) -> dict:
+    """The raw loop plus the records the seeds keep per send (bench/floor.py): throughput and CPU on the
+    raw phase's backlog shape, then memory per 200-byte message next to a bare XADD."""
+    await flush(url)
+    rng = random.Random(42)
+    pairs = floor.pairs_of(floor.trees_of(sizes.trees, sizes.children))
+    r = aioredis.Redis.from_url(url)
+    try:
+        await floor.prefill(r, [(*pairs[rng.randrange(len(pairs))], f"benchmark message {i}")
+                                for i in range(sizes.commands)])
+    finally:
+        await r.aclose()
+    valkey_cpu, own_cpu = cpu_seconds(VALKEY_PID), time.process_time()
+    seconds, decided = await floor.run_worker(url, sizes.commands)
+    valkey_cpu, own_cpu = cpu_seconds(VALKEY_PID) - valkey_cpu, time.process_time() - own_cpu
+    rate = decided / seconds
+    log(f"  floor: {decided} commands in {seconds:.2f} s = {rate:,.0f} commands/s; CPU: valkey {valkey_cpu:.1f} s, "
+        f"worker {own_cpu:.1f} s")
+    await flush(url)
+    mem = await floor.phase_memory(url, sizes.memory_sends, memory.BODY, log)
+    r = aioredis.Redis.from_url(url)
+    try:
+        mem["bare_xadd_bytes"] = await memory.bare_xadd(r, sizes.memory_sends)
+    finally:
+        await r.aclose()
+    return {"seconds": seconds, "rate": rate, "valkey_cpu_s": valkey_cpu, "worker_cpu_s": own_cpu, "memory": mem}
 
 
 async def timed_send(host: Treemail, ctx: SendContext, to: str, body: str) -> tuple[float, dict]:
@@ -330,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench.run")
     parser.add_argument("--quick", action="store_true", help="shrink every phase for a smoke run")
     parser.add_argument("--no-write", action="store_true", help="print only, leave BENCHMARKS.md alone")
-    parser.add_argument("--only", default="", help="comma-separated phases (one,raw,durable,memory,two,latency,latency_low,history,sessions,"
+    parser.add_argument("--only", default="", help="comma-separated phases (one,raw,floor,durable,memory,two,latency,latency_low,history,sessions,"
                         "replay,scale_single,routing,scale_cluster); implies --no-write")
     args = parser.parse_args(argv)
     only = [p for p in args.only.split(",") if p]
@@ -350,6 +378,8 @@ def main(argv: list[str] | None = None) -> int:
         phases = [
             ("one", "phase 1: one treemail worker process", lambda: asyncio.run(phase_workers(url, sizes, 1))),
             ("raw", "phase 2: raw Redis baseline", lambda: asyncio.run(phase_raw(url, sizes))),
+            ("floor", "phase 2b: the records' floor: the raw loop plus the records the seeds keep per send",
+             lambda: asyncio.run(phase_floor(url, sizes))),
             ("durable", "phase 3b: one worker, durable profile (AOF + WAITAOF), on its own Valkey",
              lambda: run_durable_phase(sizes)),
             ("memory", "phase 3c: memory per accepted message vs a bare XADD",

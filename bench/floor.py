@@ -1,0 +1,195 @@
+"""The records' floor: the raw loop plus every record treemail keeps per accepted send, each at its least.
+
+The raw baseline (raw.py) appends one event per command and answers nobody. An accepted send keeps
+more than that under the seeds (the issue's own list: session stream entry, feed entry, mail item,
+idempotency evidence, reply). This loop writes exactly those, each in the fewest bytes that still
+says what it must, and decides nothing: same backlog shape, same batch, one script call per command
+and one XACK per batch, as raw.py. Per command, in one script:
+
+- the idempotency check on the sender's tool call (seed 000: a retried call answers the first answer);
+- the recipient's and the sender's versions checked (a decision on stale state must not apply);
+- the message on the recipient's stream (id, sender, body);
+- the sender's record of it on the sender's stream (id, recipient: seed 004's sent record);
+- both versions written;
+- the idempotency evidence (the call's id -> the message id);
+- the mail item that keeps the message an obligation until it is processed (seed 004);
+- one feed entry naming the recipient's new event (projections follow the feed);
+- the answer on the producer's reply list, which expires.
+
+What treemail spends beyond this floor is its decision (permissions, guards, folding, the
+protocol's fields), not the records. If the floor alone is over a target, records the seeds require
+would have to go for the target to be met.
+"""
+
+import asyncio
+import json
+import time
+
+import redis.asyncio as aioredis
+
+from treemail.domain.ids import uuid7
+
+STREAM = "floor:cmd"
+GROUP = "floor-workers"
+REPLY = "floor:reply"
+FEED_MAXLEN = 1_000_000  # treemail's default `feed_maxlen`
+
+FLOOR_LUA = """
+local sender = redis.call('HMGET', KEYS[4], 'version', ARGV[5])
+if sender[2] then
+  -- A retried tool call: the first answer again, and nothing written (seed 000).
+  redis.call('LPUSH', KEYS[6], '{"ok": {"message_id": "' .. sender[2] .. '"}}')
+  return {'dup', sender[2]}
+end
+if tonumber(sender[1] or '0') ~= tonumber(ARGV[2]) then return {'conflict', ''} end
+if tonumber(redis.call('HGET', KEYS[2], 'version') or '0') ~= tonumber(ARGV[1]) then return {'conflict', ''} end
+local version, sent = tonumber(ARGV[1]) + 1, tonumber(ARGV[2]) + 1
+redis.call('XADD', KEYS[1], version .. '-0', 'type', 'Accepted', 'data', ARGV[3])
+redis.call('HSET', KEYS[2], 'version', version, ARGV[6], '0')
+redis.call('XADD', KEYS[3], sent .. '-0', 'type', 'Sent', 'data', ARGV[4])
+redis.call('HSET', KEYS[4], 'version', sent, ARGV[5], ARGV[6])
+redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[8], '*', 'session', ARGV[9], 'seq', version)
+redis.call('LPUSH', KEYS[6], ARGV[7])
+return {'ok', tostring(version)}
+"""
+
+# The kinds of key the floor keeps (the command stream and the reply list are transient).
+KEPT = ("recipient events", "recipient state", "sender events", "sender state", "feed")
+REPLY_TTL_S = 60
+
+
+def session_key(session: str, kind: str) -> str:
+    return f"floor:{session}:{kind}"
+
+
+FEED = "floor:feed"  # one server, one feed: treemail keeps one per partition
+
+
+def trees_of(trees: int, children: int) -> list[tuple[str, list[str]]]:
+    """(root, children) with UUIDv7 session ids, as treemail's."""
+    return [(uuid7(), [uuid7() for _ in range(children)]) for _ in range(trees)]
+
+
+def pairs_of(trees: list[tuple[str, list[str]]]) -> list[tuple[str, str]]:
+    """(sender, recipient): each tree's root sends to its children, as in treemail's phases."""
+    return [(root, kid) for root, kids in trees for kid in kids]
+
+
+async def prefill(redis: aioredis.Redis, commands: list[tuple[str, str, str]], first: int = 0) -> None:
+    """(sender, recipient, body) each, numbered from ``first`` (the tool call ids must not repeat)."""
+    try:
+        await redis.xgroup_create(STREAM, GROUP, id="0", mkstream=True)
+    except aioredis.ResponseError as exc:
+        if "BUSYGROUP" not in str(exc):
+            raise
+    for start in range(0, len(commands), 5000):
+        async with redis.pipeline(transaction=False) as pipe:
+            for i, (sender, to, body) in enumerate(commands[start:start + 5000], first + start):
+                command = {"from": sender, "run": "run-1", "call": f"call-{i}", "to": to, "mode": "steer", "body": body}
+                pipe.xadd(STREAM, {"__data__": json.dumps(command)})
+            await pipe.execute()
+
+
+def script_call(cmd: dict, versions: dict[str, int], message_id: str) -> tuple:
+    """The script's keys and arguments for one command (see FLOOR_LUA)."""
+    to, sender = cmd["to"], cmd["from"]
+    return (
+        6, session_key(to, "events"), session_key(to, "state"), session_key(sender, "events"),
+        session_key(sender, "state"), FEED, REPLY,
+        versions[to], versions[sender],
+        # The message: what the recipient's envelope and the contract's guards need (seed 000).
+        json.dumps({"message_id": message_id, "from": sender, "mode": cmd["mode"], "hops": 1, "body": cmd["body"]}),
+        json.dumps({"message_id": message_id, "to": to}),  # the sender's record of it (seed 004)
+        f"{cmd['run']} {cmd['call']}",  # the idempotency key within the sender: (run, tool call)
+        message_id, json.dumps({"ok": {"message_id": message_id}}), FEED_MAXLEN, to,
+    )
+
+
+async def run_worker(url: str, total: int, batch: int = 100) -> tuple[float, int]:
+    """Write every prefilled command's records; returns (seconds, commands written)."""
+    redis = aioredis.Redis.from_url(url)
+    sha = await redis.script_load(FLOOR_LUA)
+    decided = 0
+    started = None
+    try:
+        while decided < total:
+            reply = await redis.xreadgroup(GROUP, "floor-1", {STREAM: ">"}, count=batch, block=100)
+            if not reply:
+                continue
+            if started is None:
+                started = time.perf_counter()
+            entries = reply[0][1]
+            pending = [json.loads(fields[b"__data__"]) for _, fields in entries]
+            while pending:
+                sessions = list(dict.fromkeys(s for cmd in pending for s in (cmd["to"], cmd["from"])))
+                async with redis.pipeline(transaction=False) as pipe:
+                    for s in sessions:
+                        pipe.hget(session_key(s, "state"), "version")
+                    versions = {s: int(v or 0) for s, v in zip(sessions, await pipe.execute())}
+                async with redis.pipeline(transaction=False) as pipe:
+                    for cmd in pending:
+                        pipe.evalsha(sha, *script_call(cmd, versions, uuid7()))
+                        versions[cmd["to"]] += 1  # chained within the batch, as raw.py does
+                        versions[cmd["from"]] += 1
+                    results = await pipe.execute()
+                pending = [cmd for cmd, result in zip(pending, results) if result[0] == b"conflict"]
+            async with redis.pipeline(transaction=False) as pipe:  # one acknowledgement and lifetime per batch
+                pipe.xack(STREAM, GROUP, *[entry_id for entry_id, _ in entries])
+                pipe.expire(REPLY, REPLY_TTL_S)
+                await pipe.execute()
+            decided += len(entries)
+        return time.perf_counter() - started, decided
+    finally:
+        await redis.aclose()
+
+
+async def kept_bytes_by_kind(redis: aioredis.Redis, senders: set[str]) -> dict[str, int]:
+    """`MEMORY USAGE` (exact) of every key the floor keeps, summed by kind."""
+    out = dict.fromkeys(KEPT, 0)
+    async for key in redis.scan_iter(match="floor:*", count=1000):
+        name = key.decode()
+        if name in (STREAM, REPLY):
+            continue
+        *_, session, kind = name.split(":")
+        if name != FEED:
+            kind = f"{'sender' if session in senders else 'recipient'} {kind}"
+        out[kind] += await redis.memory_usage(key, samples=0) or 0
+    return out
+
+
+async def used_memory(redis: aioredis.Redis) -> int:
+    return int((await redis.info("memory"))["used_memory"])
+
+
+async def drop_transient(redis: aioredis.Redis) -> None:
+    """Delete the command stream and the reply list, and wait until Valkey has freed them: a DEL of a
+    large key frees it in the background (`lazyfree-lazy-user-del`), after `used_memory` is read."""
+    await redis.delete(STREAM, REPLY)
+    while int((await redis.info("memory"))["lazyfree_pending_objects"]):
+        await asyncio.sleep(0.05)
+
+
+async def phase_memory(url: str, sends: int, body_bytes: int, log) -> dict:
+    """Bytes per accepted message over the floor's kept keys, after one warm-up send per pair (a
+    session's keys exist before the measured sends, as in treemail's memory phase: 20 roots x 5)."""
+    redis = aioredis.Redis.from_url(url)
+    try:
+        pairs = pairs_of(trees_of(20, 5))
+        senders = {sender for sender, _ in pairs}
+        await prefill(redis, [(s, r, "warm") for s, r in pairs])
+        await run_worker(url, len(pairs))
+        await drop_transient(redis)
+        before, kinds_before = await used_memory(redis), await kept_bytes_by_kind(redis, senders)
+        await prefill(redis, [(*pairs[i % len(pairs)], f"{i:08d}".ljust(body_bytes, "x")) for i in range(sends)],
+                      first=len(pairs))
+        await run_worker(url, sends)
+        await drop_transient(redis)
+        after, kinds_after = await used_memory(redis), await kept_bytes_by_kind(redis, senders)
+    finally:
+        await redis.aclose()
+    by_kind = {kind: round((kinds_after[kind] - kinds_before[kind]) / sends, 1) for kind in KEPT}
+    out = {"sends": sends, "bytes_per_message": (after - before) / sends, "by_kind": by_kind,
+           "keys_bytes_per_message": round(sum(by_kind.values()), 1)}
+    log(f"  floor memory: {out['bytes_per_message']:,.0f} bytes per {body_bytes}-byte message (used_memory); "
+        f"by kind of key {by_kind}")
+    return out
