@@ -214,6 +214,9 @@ Valkey, the worker process(es) and the benchmark process share these cores.
   decision costs on top of them. Its memory row: {sizes.memory_sends:,} sends of a 200-byte body from 20
   roots to 5 children each, after one warm-up send per pair, `used_memory` before and after (the
   command stream and reply list deleted and freed first), next to {sizes.memory_sends:,} bare XADDs of the body.
+  Valkey allocates a stream node at `stream-node-max-bytes` (4 KB) when it starts one, so a stream grows by
+  whole nodes: 100 messages per recipient spread that over many; the quick run's 10 do not, and its memory
+  rows for the floor read low.
 - **2 worker processes**: as the first row, with the backlog over two command streams (each root sender's on
   `crc32(root) % 2`, as producers route them; the commands on each in the row) and two `treemail worker`
   processes in one group, each reading the stream it owns (`exclusive_streams`, `consumers/ownership.py`).

@@ -43,7 +43,7 @@ from . import floor, latency, memory, million, population, raw, replay, scale
 from .report import ROOT, report, write_markdown
 from .sizes import FULL, QUICK, Sizes
 from .common import (busy_seconds, cpu_seconds, Workers, bench_config, flush, machine, percentile, prefill_commands, count_replies,
-                     register_trees, wait_drained, wait_joined)
+                     register_trees, timed_drain)
 
 VALKEY_PID = 0  # set in main: its CPU time is read around each throughput phase
 
@@ -85,32 +85,17 @@ async def phase_workers(url: str, sizes: Sizes, count: int, extra_env: dict[str,
     log(f"  registered {sizes.trees * (sizes.children + 1)} sessions, prefilled {sizes.commands} commands "
         f"{list(per_stream.values())} in {time.perf_counter() - t:.1f} s; starting {count} worker process(es)")
     workers = Workers(url, {"TREEMAIL_SERVICE_COMMAND_STREAMS": str(streams), **(extra_env or {})})
-    names = list(per_stream)
     r = aioredis.Redis.from_url(url)
     try:
-        # Hold the backlog back (group cursors at the end) until every worker has started and
-        # taken its share of the streams, then rewind the cursors: start-up is not timed.
-        for name in names:
-            await r.xgroup_setid(name, keys.COMMAND_GROUP, "$")
-        workers.start(count)
-        await wait_joined(r, names, count, workers.check_alive)
-        valkey_cpu = cpu_seconds(server_pid)
-        start_cpu = sum(cpu_seconds(p.pid) for p in workers.procs)
-        for name in names:
-            await r.xgroup_setid(name, keys.COMMAND_GROUP, "0", entries_read=0)
-        seconds = await wait_drained(r, names, keys.COMMAND_GROUP, sizes.commands, timeout=600,
-                                     alive=workers.check_alive)
-        valkey_cpu = cpu_seconds(server_pid) - valkey_cpu
-        worker_cpu = sum(cpu_seconds(p.pid) for p in workers.procs) - start_cpu
+        drain = await timed_drain(r, list(per_stream), workers, count, sizes.commands, [server_pid])
     finally:
         workers.stop()
         await r.aclose()
     outcomes = await check_replies(url, sizes.commands)
-    rate = sizes.commands / seconds
-    log(f"  {count} worker(s): {sizes.commands} commands in {seconds:.2f} s = {rate:,.0f} commands/s; "
-        f"outcomes {outcomes}; CPU: valkey {valkey_cpu:.1f} s, worker(s) {worker_cpu:.1f} s")
-    return {"seconds": seconds, "rate": rate, "outcomes": outcomes, "valkey_cpu_s": valkey_cpu,
-            "worker_cpu_s": worker_cpu, "per_stream": list(per_stream.values())}
+    rate = sizes.commands / drain["seconds"]
+    log(f"  {count} worker(s): {sizes.commands} commands in {drain['seconds']:.2f} s = {rate:,.0f} commands/s; "
+        f"outcomes {outcomes}; CPU: valkey {drain['valkey_cpu_s']:.1f} s, worker(s) {drain['worker_cpu_s']:.1f} s")
+    return {**drain, "rate": rate, "outcomes": outcomes, "per_stream": list(per_stream.values())}
 
 
 async def phase_raw(url: str, sizes: Sizes) -> dict:

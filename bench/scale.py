@@ -18,7 +18,7 @@ from treemail.adapters import keys
 from treemail.adapters.config import Config, MessagingConfig, ServiceConfig
 from treemail.host import Treemail
 
-from .common import MAX_OUTSTANDING, Workers, busy_seconds, flush_sync, count_replies, cpu_seconds, prefill_commands, wait_drained, wait_joined
+from .common import MAX_OUTSTANDING, Workers, flush_sync, count_replies, prefill_commands, timed_drain
 
 
 def config(url: str, streams: int, cluster: bool) -> Config:
@@ -108,28 +108,16 @@ async def run_one(url: str, cluster: bool, server_pids: list[int], workers_count
         log(f"  {'cluster' if cluster else 'single'}: registered {trees * (children + 1)} sessions, prefilled "
             f"{commands} commands over {streams} streams {list(per_stream.values())} in "
             f"{time.perf_counter() - t:.1f} s; starting {workers_count} worker(s)")
-        for name in names:
-            await r.xgroup_setid(name, keys.COMMAND_GROUP, "$")
-        workers.start(workers_count)
-        await wait_joined(r, names, workers_count, workers.check_alive)
-        server_cpu = sum(cpu_seconds(p) for p in server_pids)
-        worker_cpu = sum(cpu_seconds(p.pid) for p in workers.procs)
-        busy, own = busy_seconds(), time.process_time()
-        for name in names:
-            await r.xgroup_setid(name, keys.COMMAND_GROUP, "0", entries_read=0)
-        seconds = await wait_drained(r, names, keys.COMMAND_GROUP, commands, 600, workers.check_alive)
-        server_cpu = sum(cpu_seconds(p) for p in server_pids) - server_cpu
-        worker_cpu = sum(cpu_seconds(p.pid) for p in workers.procs) - worker_cpu
-        other_cpu = max(0.0, busy_seconds() - busy - server_cpu - worker_cpu - (time.process_time() - own))
+        drain = await timed_drain(r, names, workers, workers_count, commands, server_pids)
     finally:
         workers.stop()
     try:
         outcomes = await count_replies(r, commands)
     finally:
         await r.aclose()
-    rate = commands / seconds
-    log(f"  {'cluster' if cluster else 'single'}, {workers_count} worker(s): {commands} commands in {seconds:.2f} s "
-        f"= {rate:,.0f} commands/s; outcomes {outcomes}; CPU: valkey {server_cpu:.1f} s, workers {worker_cpu:.1f} s, "
-        f"other processes on the machine {other_cpu:.1f} s")
-    return {"workers": workers_count, "seconds": seconds, "rate": rate, "outcomes": outcomes,
-            "valkey_cpu_s": server_cpu, "worker_cpu_s": worker_cpu, "other_cpu_s": other_cpu, "per_stream": list(per_stream.values())}
+    rate = commands / drain["seconds"]
+    log(f"  {'cluster' if cluster else 'single'}, {workers_count} worker(s): {commands} commands in "
+        f"{drain['seconds']:.2f} s = {rate:,.0f} commands/s; outcomes {outcomes}; CPU: valkey {drain['valkey_cpu_s']:.1f} s, "
+        f"workers {drain['worker_cpu_s']:.1f} s, other processes on the machine {drain['other_cpu_s']:.1f} s")
+    return {"workers": workers_count, **drain, "rate": rate, "outcomes": outcomes,
+            "per_stream": list(per_stream.values())}
