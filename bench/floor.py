@@ -1,18 +1,19 @@
 """The records' floor: the raw loop plus every record treemail keeps per accepted send, each at its least.
 
 The raw baseline (raw.py) appends one event per command and answers nobody. An accepted send keeps
-more than that under the seeds (the issue's own list: session stream entry, feed entry, mail item,
-idempotency evidence, reply). This loop writes exactly those, each in the fewest bytes that still
+more than that under the seeds (the session stream entry, a feed entry, the mail item, the
+idempotency evidence, the answer). This loop writes exactly those, each in the fewest bytes that still
 says what it must, and decides nothing: same backlog shape, same batch, one script call per command
-and one XACK per batch, as raw.py. Per command, in one script:
+and one XACK per batch, as raw.py. Per command, in one script (eight calls):
 
-- the idempotency check on the sender's tool call (seed 000: a retried call answers the first answer);
+- the idempotency check on the sender's tool call (seed 000: a retried call gets the first answer);
 - the recipient's and the sender's versions checked (a decision on stale state must not apply);
-- the message on the recipient's stream (id, sender, body);
-- the sender's record of it on the sender's stream (id, recipient: seed 004's sent record);
-- both versions written;
-- the idempotency evidence (the call's id -> the message id);
-- the mail item that keeps the message an obligation until it is processed (seed 004);
+- the message on the recipient's stream (id, sender, mode, hops, body: what the envelope and the guards need);
+- the mail item that keeps the message an obligation until it is processed (seed 004), beside the
+  recipient's new version;
+- the sender's record of it on the sender's stream (id, recipient: seed 004's retained status);
+- the idempotency evidence ((run, tool call) -> message id, never deleted: seed 004), beside the
+  sender's new version;
 - one feed entry naming the recipient's new event (projections follow the feed);
 - the answer on the producer's reply list, which expires.
 
@@ -34,6 +35,9 @@ GROUP = "floor-workers"
 REPLY = "floor:reply"
 FEED_MAXLEN = 1_000_000  # treemail's default `feed_maxlen`
 
+# KEYS: 1 recipient stream, 2 recipient state, 3 sender stream, 4 sender state, 5 feed, 6 reply list
+# ARGV: 1 and 2 the recipient's and the sender's expected versions, 3 the message, 4 the sender's record,
+#       5 the idempotency key, 6 the message id, 7 the answer, 8 the feed's approximate length, 9 the recipient
 FLOOR_LUA = """
 local sender = redis.call('HMGET', KEYS[4], 'version', ARGV[5])
 if sender[2] then
