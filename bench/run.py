@@ -108,11 +108,17 @@ async def phase_raw(url: str, sizes: Sizes) -> dict:
         await raw.prefill(r, recipients, sizes.commands, order)
     finally:
         await r.aclose()
+    return await timed_in_process("raw", raw.run_worker, url, sizes.commands)
+
+
+async def timed_in_process(name: str, run_worker, url: str, commands: int) -> dict:
+    """A baseline loop run in the benchmark process: its rate, and the CPU of Valkey and of this process
+    (the loop's) over it."""
     valkey_cpu, own_cpu = cpu_seconds(VALKEY_PID), time.process_time()
-    seconds, decided = await raw.run_worker(url, sizes.commands)
+    seconds, decided = await run_worker(url, commands)
     valkey_cpu, own_cpu = cpu_seconds(VALKEY_PID) - valkey_cpu, time.process_time() - own_cpu
     rate = decided / seconds
-    log(f"  raw: {decided} commands in {seconds:.2f} s = {rate:,.0f} commands/s; CPU: valkey {valkey_cpu:.1f} s, "
+    log(f"  {name}: {decided} commands in {seconds:.2f} s = {rate:,.0f} commands/s; CPU: valkey {valkey_cpu:.1f} s, "
         f"worker {own_cpu:.1f} s")
     return {"seconds": seconds, "rate": rate, "valkey_cpu_s": valkey_cpu, "worker_cpu_s": own_cpu}
 
@@ -129,12 +135,7 @@ async def phase_floor(url: str, sizes: Sizes) -> dict:
                                 for i in range(sizes.commands)])
     finally:
         await r.aclose()
-    valkey_cpu, own_cpu = cpu_seconds(VALKEY_PID), time.process_time()
-    seconds, decided = await floor.run_worker(url, sizes.commands)
-    valkey_cpu, own_cpu = cpu_seconds(VALKEY_PID) - valkey_cpu, time.process_time() - own_cpu
-    rate = decided / seconds
-    log(f"  floor: {decided} commands in {seconds:.2f} s = {rate:,.0f} commands/s; CPU: valkey {valkey_cpu:.1f} s, "
-        f"worker {own_cpu:.1f} s")
+    out = await timed_in_process("floor", floor.run_worker, url, sizes.commands)
     await flush(url)
     mem = await floor.phase_memory(url, sizes.memory_sends, memory.BODY, log)
     r = aioredis.Redis.from_url(url)
@@ -142,7 +143,7 @@ async def phase_floor(url: str, sizes: Sizes) -> dict:
         mem["bare_xadd_bytes"] = await memory.bare_xadd(r, sizes.memory_sends)
     finally:
         await r.aclose()
-    return {"seconds": seconds, "rate": rate, "valkey_cpu_s": valkey_cpu, "worker_cpu_s": own_cpu, "memory": mem}
+    return {**out, "memory": mem}
 
 
 async def timed_send(host: Treemail, ctx: SendContext, to: str, body: str) -> tuple[float, dict]:
