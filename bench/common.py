@@ -242,7 +242,7 @@ async def wait_drained(redis, streams: list[str], group: str, total: int, timeou
         await asyncio.sleep(0.01)
 
 
-async def timed_drain(redis, streams: list[str], workers: "Workers", count: int, total: int,
+async def timed_drain(redis, streams: list[str], workers: Workers, count: int, total: int,
                       server_pids: list[int]) -> dict:
     """Start ``count`` worker processes on a prefilled backlog and time its drain.
 

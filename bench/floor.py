@@ -30,6 +30,8 @@ import redis.asyncio as aioredis
 
 from treemail.domain.ids import uuid7
 
+from .memory import used_memory
+
 STREAM = "floor:cmd"
 GROUP = "floor-workers"
 REPLY = "floor:reply"
@@ -159,10 +161,6 @@ async def kept_bytes_by_kind(redis: aioredis.Redis, senders: set[str]) -> dict[s
             kind = f"{'sender' if session in senders else 'recipient'} {kind}"
         out[kind] += await redis.memory_usage(key, samples=0) or 0
     return out
-
-
-async def used_memory(redis: aioredis.Redis) -> int:
-    return int((await redis.info("memory"))["used_memory"])
 
 
 async def drop_transient(redis: aioredis.Redis) -> None:
