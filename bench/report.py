@@ -22,10 +22,11 @@ def rounds_of(figures: dict, key: str) -> str:
     return " / ".join(f"{round_[key]:.2f}" for round_ in figures["rounds"]) + " ms"
 
 
-def within(floor_ratio: float, target: float, at_most: bool) -> str:
-    """Whether the floor itself meets treemail's target: if not, no decision on top of it can."""
+def against_target(floor_ratio: float, target: float, at_most: bool) -> str:
+    """Whether the floor itself meets treemail's target. Where Valkey's CPU or memory misses it, no worker
+    keeping the same records can meet it; the rate and the worker's CPU are the floor's loop's own."""
     ok = floor_ratio <= target if at_most else floor_ratio >= target
-    return f"treemail's target {'<=' if at_most else '>='} {target:g}: {'within' if ok else 'beyond'} the floor's reach"
+    return f"the floor itself {'meets' if ok else 'misses'} treemail's target ({'<=' if at_most else '>='} {target:g})"
 
 
 def floor_rows(flo: dict, rawr: dict, one: dict, sizes: Sizes) -> list[tuple[str, str, str, str]]:
@@ -34,12 +35,12 @@ def floor_rows(flo: dict, rawr: dict, one: dict, sizes: Sizes) -> list[tuple[str
     rows = [
         ("records' floor, 1 process, deciding nothing", f"{flo['rate']:,.0f} commands/s",
          f"{sizes.commands:,} sends in {flo['seconds']:.2f} s; the raw loop + the records kept per send + its answer", ""),
-        ("floor / raw", f"{ratio:.2f}", within(ratio, 0.7, at_most=False), ""),
+        ("floor / raw", f"{ratio:.2f}", against_target(ratio, 0.7, at_most=False), ""),
     ]
     for who, key, target in (("worker", "worker_cpu_s", 1.5), ("Valkey", "valkey_cpu_s", 2.0)):
         mine, base = flo[key] / sizes.commands * 1e6, rawr[key] / sizes.commands * 1e6
         rows.append((f"{who} CPU per command, floor / raw", f"{mine / base:.2f}",
-                     f"{mine:.0f} us vs {base:.0f} us; {within(mine / base, target, at_most=True)}", ""))
+                     f"{mine:.0f} us vs {base:.0f} us; {against_target(mine / base, target, at_most=True)}", ""))
     rows.append(("treemail / floor", f"{one['rate'] / flo['rate']:.2f}",
                  f"worker CPU x{one['worker_cpu_s'] / flo['worker_cpu_s']:.2f}, Valkey CPU "
                  f"x{one['valkey_cpu_s'] / flo['valkey_cpu_s']:.2f}: the decision on top of the records", ""))
@@ -50,7 +51,7 @@ def floor_memory_rows(flo: dict, mem: dict) -> list[tuple[str, str, str, str]]:
     ratio = flo["bytes_per_message"] / flo["bare_xadd_bytes"]
     return [
         ("records' floor: memory per message", f"{flo['bytes_per_message']:,.0f} bytes",
-         f"x{ratio:.2f} a bare XADD ({flo['bare_xadd_bytes']:,.0f} bytes); {within(ratio, 2.5, at_most=True)}", ""),
+         f"x{ratio:.2f} a bare XADD ({flo['bare_xadd_bytes']:,.0f} bytes); {against_target(ratio, 2.5, at_most=True)}", ""),
         ("memory treemail / floor", f"{mem['bytes_per_message'] / flo['bytes_per_message']:.2f}",
          "by kind of key in the JSON (floor.memory.by_kind)", ""),
     ]
@@ -209,9 +210,11 @@ Valkey, the worker process(es) and the benchmark process share these cores.
   both sessions' versions checked and written, the message on the recipient's stream (id, sender, mode,
   hops, body), the sender's record of it on the sender's stream (seed 004), the mail item that keeps it an
   obligation (beside the recipient's version), one feed entry, and the answer on a reply list (one
-  `EXPIRE` and one `XACK` per batch). A ratio of the floor to the raw loop that misses treemail's target
-  cannot be met by any worker that keeps these records on this stack; `treemail / floor` is what the
-  decision costs on top of them. Its memory row: {sizes.memory_sends:,} sends of a 200-byte body from 20
+  `EXPIRE` and one `XACK` per batch). Valkey's CPU and the memory are the server's work for these records:
+  where the floor's ratio misses treemail's target, no worker keeping the same records can meet it (one script
+  call per batch instead of per command was tried, and Valkey's ratio stayed over 2). The rate and the worker's
+  CPU are this loop's own: a cleverer client does better. `treemail / floor` is what the decision costs on
+  top of the records. Its memory row: {sizes.memory_sends:,} sends of a 200-byte body from 20
   roots to 5 children each, after one warm-up send per pair, `used_memory` before and after (the
   command stream and reply list deleted and freed first), next to {sizes.memory_sends:,} bare XADDs of the body.
   Valkey allocates a stream node at `stream-node-max-bytes` (4 KB) when it starts one, so a stream grows by
