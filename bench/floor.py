@@ -30,7 +30,7 @@ import redis.asyncio as aioredis
 
 from treemail.domain.ids import uuid7
 
-from .memory import used_memory
+from .memory import usage_by_kind, used_memory
 
 STREAM = "floor:cmd"
 GROUP = "floor-workers"
@@ -149,18 +149,19 @@ async def run_worker(url: str, total: int, batch: int = 100) -> tuple[float, int
         await redis.aclose()
 
 
+def kind_of(name: str, senders: set[str]) -> str | None:
+    """The kind of one of the floor's keys (None for the transient ones: the command stream, the reply list)."""
+    if name in (STREAM, REPLY):
+        return None
+    if name == FEED:
+        return "feed"
+    *_, session, kind = name.split(":")
+    return f"{'sender' if session in senders else 'recipient'} {kind}"
+
+
 async def kept_bytes_by_kind(redis: aioredis.Redis, senders: set[str]) -> dict[str, int]:
     """`MEMORY USAGE` (exact) of every key the floor keeps, summed by kind."""
-    out = dict.fromkeys(KEPT, 0)
-    async for key in redis.scan_iter(match="floor:*", count=1000):
-        name = key.decode()
-        if name in (STREAM, REPLY):
-            continue
-        *_, session, kind = name.split(":")
-        if name != FEED:
-            kind = f"{'sender' if session in senders else 'recipient'} {kind}"
-        out[kind] += await redis.memory_usage(key, samples=0) or 0
-    return out
+    return {**dict.fromkeys(KEPT, 0), **await usage_by_kind(redis, senders, kind_of, match="floor:*")}
 
 
 async def drop_transient(redis: aioredis.Redis) -> None:

@@ -30,13 +30,15 @@ def kind_of(key: str, senders: set[str]) -> str:
     return re.sub(r":t:[^:]+:", ":t:<root>:", re.sub(r"^(dir|reply|token|peers):.*$", r"\1:*", key))
 
 
-async def usage_by_kind(r: aioredis.Redis, senders: set[str]) -> dict[str, int]:
+async def usage_by_kind(r: aioredis.Redis, senders: set[str], classify=kind_of, match: str | None = None
+                        ) -> dict[str, int]:
+    """`MEMORY USAGE` (SAMPLES 0: exact) of every key (``match``: of those), summed by ``classify(name,
+    senders)``; a key it classifies as None is left out."""
     out: dict[str, int] = {}
-    async for key in r.scan_iter(count=1000):
-        name = key.decode()
-        size = await r.memory_usage(key, samples=0) or 0
-        kind = kind_of(name, senders)
-        out[kind] = out.get(kind, 0) + size
+    async for key in r.scan_iter(match=match, count=1000):
+        kind = classify(key.decode(), senders)
+        if kind is not None:
+            out[kind] = out.get(kind, 0) + (await r.memory_usage(key, samples=0) or 0)
     return out
 
 
