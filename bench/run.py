@@ -313,7 +313,7 @@ def run_cluster_phase(sizes: Sizes) -> list[dict]:
     cluster = LocalValkeyCluster(masters=3)
     try:
         cluster.start()
-        pids = [node.process.pid for node in cluster.nodes]
+        pids = [node.pid for node in cluster.nodes]
         log(f"  local cluster of {len(pids)} masters at {cluster.url}")
         return asyncio.run(phase_scale(cluster.url, sizes, True, pids))
     finally:
@@ -326,7 +326,7 @@ def run_durable_phase(sizes: Sizes) -> dict:
     try:
         server.start()
         return asyncio.run(phase_workers(server.url, sizes, 1, {"TREEMAIL_SERVICE_PROFILE": "durable"},
-                                         server.process.pid))
+                                         server.pid))
     finally:
         server.cleanup()
 
@@ -355,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         server.start()
         global VALKEY_PID
-        VALKEY_PID = server.process.pid
+        VALKEY_PID = server.pid
         url = server.url
         env = machine()
         env["valkey"] = asyncio.run(valkey_version(url))
