@@ -15,13 +15,13 @@ import shutil
 import signal
 import socket
 import tempfile
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import redis
+from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from ..domain.errors import ConfigError
 
@@ -171,19 +171,24 @@ class LocalValkeyCluster:
 
     def _wait_ok(self, timeout: float) -> "LocalValkeyCluster":
         clients = [redis.Redis(host="127.0.0.1", port=n.port) for n in self.nodes]
-        deadline = time.monotonic() + timeout
+        expected = ("cluster_state:ok", f"cluster_known_nodes:{self.masters}")
+
+        def all_ok() -> bool:
+            texts = [s.decode() if isinstance(s, bytes) else str(s) for s in
+                     (c.execute_command("CLUSTER", "INFO") for c in clients)]
+            return all(part in text for text in texts for part in expected)
+
         try:
-            while True:
-                states = [c.execute_command("CLUSTER", "INFO") for c in clients]
-                texts = [s.decode() if isinstance(s, bytes) else str(s) for s in states]
-                if all("cluster_state:ok" in t and f"cluster_known_nodes:{self.masters}" in t for t in texts):
-                    return self
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the local cluster did not reach cluster_state:ok")
-                time.sleep(0.1)
+            Retrying(retry=retry_if_result(lambda ok: not ok), wait=wait_fixed(0.1), stop=stop_after_delay(timeout),
+                     retry_error_callback=self._not_ok)(all_ok)
+            return self
         finally:
             for client in clients:
                 client.close()
+
+    @staticmethod
+    def _not_ok(_state) -> None:
+        raise RuntimeError("the local cluster did not reach cluster_state:ok")
 
     def stop(self, kill: bool = False) -> None:
         for node in self.nodes:
