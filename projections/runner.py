@@ -10,8 +10,6 @@ import asyncio
 import logging
 import time
 
-from redis.exceptions import RedisClusterException, RedisError
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_fixed
 
 from treemail.adapters import feed, keys, metrics
 from treemail.adapters.config import Config
@@ -24,9 +22,6 @@ from .replay import rebuild
 from .views import PROJECTIONS, fold_event
 
 log = logging.getLogger("treemail.projections")
-# After a failed read or write the runner tries again this soon (the workers' FastStream reads do the same).
-RETRY_S = 0.25
-FAILURES = (RedisError, RedisClusterException, OSError)
 
 
 class ProjectionRunner:
@@ -44,7 +39,6 @@ class ProjectionRunner:
         # The event types some followed projection folds: only these are read from the session streams.
         self._read_types = {cls.__name__ for name in self.names for cls in PROJECTIONS[name].reads}
         self.checkpoints: dict[tuple[str, int], Checkpoint] = {}
-        self._loaded = False
 
     async def start(self) -> None:
         for partition in self.partitions:
@@ -150,40 +144,3 @@ class ProjectionRunner:
                     if nxt:
                         seconds = max(0.0, now - id_tuple(nxt[0][0].decode())[0] / 1000)
                 metrics.PROJECTION_LAG_SECONDS.labels(name, str(partition)).set(seconds)
-
-    async def run(self, stopping: asyncio.Event, report_every_s: float = 5.0) -> None:
-        """Follow the feeds until ``stopping``; a server restart (or any failed read or write) is survived.
-
-        After a failure the views and checkpoints are loaded again from the
-        server rather than trusted from memory: a write may have failed after
-        its fields were folded, and a server restarted from its append-only
-        file may have lost its last second, feed and views alike (they are
-        written in the same order, so what it kept is consistent).
-        """
-        self._loaded = False
-        retrying = AsyncRetrying(
-            retry=retry_if_exception_type(FAILURES), wait=wait_fixed(RETRY_S),
-            stop=lambda _: stopping.is_set(), before_sleep=self._forget, reraise=True,
-        )
-        reported = 0.0
-        while not stopping.is_set():
-            try:
-                await retrying(self._load_and_step)
-            except FAILURES:
-                return  # stopped while the server was away
-            if time.monotonic() - reported > report_every_s:
-                self.report_views()
-                reported = time.monotonic()
-
-    async def _load_and_step(self) -> None:
-        if not self._loaded:
-            await self.start()
-            self._loaded = True
-        await self.step()
-
-    def _forget(self, state: RetryCallState) -> None:
-        exc = state.outcome.exception()
-        log.warning("projection step failed (%s: %s); reloading from the server", type(exc).__name__, exc)
-        self._loaded = False
-        self.views.clear()
-        self.checkpoints.clear()
