@@ -28,7 +28,7 @@ LOAD_S = 8.0
 def spawn_pump(url: str) -> subprocess.Popen:
     env = {**os.environ, "REDIS_URL": url, **WORKER_ENV, **backend_env(), **messaging_env(**MESSAGING),
            "TREEMAIL_PUMP_METRICS_PORT": "-1", "TREEMAIL_PUMP_INTERVAL_S": "0.05"}
-    return subprocess.Popen([sys.executable, "-m", "treemail.projections.pump"], env=env, start_new_session=True,
+    return subprocess.Popen([sys.executable, "-m", "treemail.consumers.pump"], env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 

@@ -14,7 +14,7 @@ from treemail.adapters.connection import connect
 from treemail.adapters.eventstore import EventStore
 from treemail.domain import events as ev
 from treemail.host import SendContext, Treemail
-from treemail.projections.pump import Pump
+from treemail.consumers.pump import Pump
 
 from .conftest import live, make_config, running_stack, worker_processes
 
