@@ -123,7 +123,10 @@ class _Server(BaseSettings):
 
 
 def _schema(tables: dict[str, type[BaseModel]]) -> type[BaseSettings]:
-    return create_model("TreemailSources", __base__=_Sources, **{name: (model, model()) for name, model in tables.items()})
+    """The tables as fields typed by their models: the source reads a nested key's type, and a table key
+    (``[proof] keys``) as JSON, from them."""
+    return create_model("TreemailSources", __base__=_Sources, **{name: (model, model()) for name, model in
+                                                                  tables.items()})
 
 
 def _accepts_text(annotation) -> bool:
@@ -192,10 +195,12 @@ def read_environment(environ: dict[str, str], tables: dict[str, type[BaseModel]]
         raise
     except Exception as exc:  # noqa: BLE001 - a malformed variable is a configuration error, not a crash
         raise ConfigError(f"invalid environment configuration: {exc}") from None
-    overrides = {
-        table: {key: (f"TREEMAIL_{table}_{key}".upper(), value) for key, value in (read.get(table) or {}).items()}
-        for table in tables
-    }
+    overrides = {}
+    for table in tables:
+        values = read.get(table) or {}
+        if not isinstance(values, dict):
+            raise ConfigError(f"invalid configuration: environment TREEMAIL_{table.upper()} must be a JSON object")
+        overrides[table] = {key: (f"TREEMAIL_{table}_{key}".upper(), value) for key, value in values.items()}
     if redis_url:
         overrides["service"]["redis_url"] = ("REDIS_URL", redis_url)
     return Environment(read.get("config"), overrides)
