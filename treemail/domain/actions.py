@@ -1,7 +1,7 @@
-"""Rules per action (seed 002 part 2): ``message`` as before, and ``interrupt`` for interrupt_agent. Pure.
+"""Rules per action: ``message`` as before, and ``interrupt`` for interrupt_agent. Pure.
 
-An agent document may give its rules flat, as seed 000 does (they are the
-``message`` rules), or keyed by action:
+An agent document may give its rules flat (they are the ``message``
+rules), or keyed by action:
 
     {"message": {"child": "allow", "sibling": "ask"}, "interrupt": {"child": "allow"}}
 

@@ -1,4 +1,4 @@
-"""The sender's side of a message (seed 004): its record of each send intent, the index inspect reads,
+"""The sender's side of a message (delivery as an obligation): its record of each send intent, the index inspect reads,
 and the status a sender, its controllers or the host are shown. Pure.
 
 The recipient's stream holds the message's delivery (accepted, claimed,
@@ -59,7 +59,7 @@ def index_entries(sender_id: str, events: list[ev.Event], first_position: int) -
     of them at ``first_position`` on its stream.
 
     A value names where the record is, "<sender> <position>", not a copy of it: inspect reads the record
-    from the sender's stream (the copy cost more memory per message than the record itself, issue 17).
+    from the sender's stream (the copy cost more memory per message than the record itself).
     """
     pairs: list[str] = []
     for position, event in enumerate(events, start=first_position):
