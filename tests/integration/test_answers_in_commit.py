@@ -1,5 +1,5 @@
 """On one server with the fast profile, an append that applies also answers its command and acknowledges
-its entry (issue 17: one round trip less per batch); anything else is answered as before."""
+its entry (one round trip less per batch); anything else is answered as before."""
 
 import asyncio
 import json

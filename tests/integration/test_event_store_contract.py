@@ -84,7 +84,7 @@ async def test_a_chained_append_fails_when_the_one_it_was_built_on_did_not_apply
 
 
 async def test_a_held_state_is_used_only_while_the_server_still_shows_the_append_that_wrote_it(store):
-    """The worker keeps the states it wrote or parsed (issue 17); another writer's append must show."""
+    """The worker keeps the states it wrote or parsed; another writer's append must show."""
     r = record("s-1")
     other = EventStore(store.redis, store.config)
     await store.append(store.prepare(r, await store.load(r), [registered(r, "running")]))
@@ -187,7 +187,7 @@ async def hash_fields(store: EventStore, key: str) -> set[str]:
 
 
 async def test_an_item_is_kept_once_in_the_due_hash_while_a_claim_may_take_it_then_in_the_mail_hash(store):
-    """Issue 17: each pending item has one copy, in the due hash while it is claimable, else the mail hash."""
+    """Each pending item has one copy, in the due hash while it is claimable, else the mail hash."""
     r = record("s-1")
     due_key, held_key = keys.session_due(3, "s-1"), keys.session_mail(3, "s-1")
     await store.append(store.prepare(r, await store.load(r), [registered(r, "running")]))

@@ -1,4 +1,4 @@
-"""Peer routes through the real stack (seed 004 part 2): two independent trees, grants, replies, proofs.
+"""Peer routes through the real stack: two independent trees, grants, replies, proofs.
 
 Every test here runs with a proof keyring on the host and the worker, as a
 deployment that turns proofs on does.
@@ -40,7 +40,7 @@ async def independent_trees(host):
         partitions = host.config.service.partitions
         if keys.partition_of(advisor.root_session_id, partitions) != keys.partition_of(planner.root_session_id,
                                                                                        partitions):
-            await live(host, planner)  # only a session's open run may send (seed 002)
+            await live(host, planner)  # only a session's open run may send (exact live sender)
             return planner, advisor
     raise AssertionError("no two partitions")
 
@@ -108,7 +108,7 @@ async def test_receiving_grants_nothing_back_and_a_reply_needs_its_own_route_and
     planner, advisor = await independent_trees(host)
     await route(host, planner, advisor, "advisor", send=True)
     sent = await host.send_to_peer(calls.ctx(planner.session_id), {"peer": "advisor", "body": "which cache?"})
-    await host.start_run(advisor.session_id, "run-1")  # the advisor answers from its open run (seed 002)
+    await host.start_run(advisor.session_id, "run-1")  # the advisor answers from its open run (exact live sender)
 
     # The advisor received it: an inbox with provenance, and no way back.
     assert await host.peer_inbox_tool_definition(advisor.session_id) is not None

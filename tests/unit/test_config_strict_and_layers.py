@@ -1,4 +1,4 @@
-"""Configuration, seed 000 [messaging]: strict TOML types, environment parsed as the key's type, layered files."""
+"""Configuration, the [messaging] table: strict TOML types, environment parsed as the key's type, layered files."""
 
 import pytest
 

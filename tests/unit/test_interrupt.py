@@ -33,7 +33,7 @@ def family(interrupt_rules=MAY_INTERRUPT_CHILDREN):
 
 def decide(sender, target, *, to="x", reason="", run_id="run-1", tool_call_id="call-1", new_id="int-1"):
     command = InterruptAgent(SendContext(sender.session_id, run_id, tool_call_id), InterruptArguments(to, reason))
-    # The caller interrupts from its open run (seed 002: only the exact live agent may interrupt).
+    # The caller interrupts from its open run (only the exact live agent may interrupt).
     given = interrupt.InterruptGiven(sender, st.fold([registered(sender), run_started(run_id)]), target,
                                      new_id=new_id, now=2.0)
     return HANDLERS[InterruptAgent].decide(command, given)

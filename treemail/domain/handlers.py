@@ -50,7 +50,8 @@ class Handler:
 HANDLERS: dict[type, Handler] = {
     c.SendMessage: Handler(decide_send),
     c.RegisterSession: Handler(decide_register),
-    # Reads all mail (delivery as an obligation): going idle wakes only for mail deliverable now (not parked, not backing off).
+    # Reads all mail (delivery as an obligation): going idle wakes only for mail deliverable now
+    # (not parked, not backing off).
     c.ChangeStatus: Handler(decide_status, reads_mail="all"),
     c.StartRun: Handler(decide_start_run, reads_mail="all"),
     c.FinishRun: Handler(decide_finish_run, reads_mail="all"),
