@@ -208,7 +208,7 @@ Valkey, the worker process(es) and the benchmark process share these cores.
   records treemail keeps for an accepted send, each in the fewest bytes that still says what it must, and
   deciding nothing: the sender's idempotency evidence checked and kept (run and tool call -> message id),
   both sessions' versions checked and written, the message on the recipient's stream (id, sender, mode,
-  hops, body), the sender's record of it on the sender's stream (seed 004), the mail item that keeps it an
+  hops, body), the sender's record of it on the sender's stream (its retained status), the mail item that keeps it an
   obligation (beside the recipient's version), one feed entry, and the answer on a reply list (one
   `EXPIRE` and one `XACK` per batch). Valkey's CPU and the memory are the server's work for these records:
   where the floor's ratio misses treemail's target, no worker keeping the same records can meet it (one script
