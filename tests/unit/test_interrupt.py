@@ -1,6 +1,7 @@
 """interrupt_agent: authorization (rules, routing), the no-op, idempotency, strict arguments. Pure."""
 
 import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -180,3 +181,16 @@ def test_interrupt_arguments_are_strict():
         with pytest.raises(Rejected) as caught:
             interrupt_tool.parse_arguments(bad)
         assert caught.value.code is Code.INTERRUPT_INVALID_ARGUMENTS
+
+
+@pytest.mark.parametrize(
+    "rules, named",
+    [
+        ({"mesage": {"child": "allow"}}, "'mesage'"),
+        ({"message": {"child": "allow"}, "delegate": {"child": "allow"}}, "'delegate'"),
+        ({"message": {"child": "allow"}, "child": "allow"}, "'child'"),
+    ],
+)
+def test_rules_keyed_by_action_name_the_key_that_is_no_action(rules, named):
+    with pytest.raises(InvalidRules, match=re.escape(f"take message and interrupt, got {named}")):
+        actions.split_actions(rules)
