@@ -32,7 +32,7 @@ from ..domain.handlers import HANDLERS
 from ..domain.messaging import MessagingConfig
 from ..domain.records import SessionRecord
 from ..domain.state import SessionState
-from . import admission, contention
+from . import contention, servicedrain
 from .sessions import SessionService
 
 decide_peer_send = HANDLERS[SendToPeer].decide
@@ -188,7 +188,7 @@ class PeerService:
             else:
                 available = [v.name for v in await self.views(sender) if v.allows("send")] if sender else []
                 target = routes.NoSuchPeer(arguments.peer, available)
-            draining = await admission.service_draining(self.store)
+            draining = await servicedrain.service_draining(self.store)
             given = SendGiven(
                 sender=sender, sender_state=loaded[sender.session_id].state if sender else SessionState(),
                 target=target, config=self.config, new_id=ids.uuid7(), now=time.time(), service_draining=draining,

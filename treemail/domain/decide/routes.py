@@ -20,7 +20,7 @@ from .. import digests, grants, peerinput, peers
 from ..commands import PeerSendArguments, RegisterPeerRoute, RevokePeerRoute, SendToPeer, SetPeerGrant
 from ..errors import Code, Rejected
 from ..records import SessionRecord
-from . import admission, guards, idempotency, send
+from . import endings, guards, idempotency, send
 from .guards import Found
 from .lifecycle import Given, require_registered
 from .send import Accepted, Refused, SendDecision, SendGiven
@@ -105,11 +105,11 @@ def decide_peer_send(command: SendToPeer, given: SendGiven) -> SendDecision:
     arguments, config = command.arguments, given.config
     try:
         sender = guards.require_sender(given.sender, given.sender_state)
-        admission.require_sender_admitted(given.sender_state, command.context.run_id, given.service_draining)
+        endings.require_sender_admitted(given.sender_state, command.context.run_id, given.service_draining)
         guards.require_enabled(config)
         guards.require_body(arguments.body, config.max_body_bytes)
         found, route = require_peer(sender, given.target, arguments.peer)
-        admission.require_recipient_admitting(found)
+        endings.require_recipient_admitting(found)
         principal = grants.require(found.state.peers, sender.agent_type, sender.session_id, "send", arguments.peer)
         if arguments.reply:
             require_reference(given.sender_state.peers, arguments.in_reply_to, found.record, arguments.peer)

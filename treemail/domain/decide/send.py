@@ -13,7 +13,7 @@ from ..errors import Code, Rejected
 from ..messaging import MessagingConfig
 from ..records import SessionRecord
 from ..state import SessionState
-from . import admission, content, guards, idempotency, routing
+from . import content, endings, guards, idempotency, routing
 from .guards import Found, Target
 from .wake import with_wake_folded
 
@@ -115,13 +115,13 @@ def decide_send(command: SendMessage, given: SendGiven) -> SendDecision:
     try:
         guards.require_not_blank(arguments.body)
         sender = guards.require_sender(given.sender, given.sender_state)
-        admission.require_sender_admitted(given.sender_state, context.run_id, given.service_draining)
+        endings.require_sender_admitted(given.sender_state, context.run_id, given.service_draining)
         guards.require_enabled(config)
         guards.require_tool(sender, overlay)
         content.require_content(arguments, config)
-        admission.require_parent_available(sender, given.target)
+        endings.require_parent_available(sender, given.target)
         found = guards.require_recipient(sender, given.target, lambda peer: _may_address(sender, overlay, peer))
-        admission.require_recipient_admitting(found)
+        endings.require_recipient_admitting(found)
         routing.require_route(config.routing, sender, found.record)
         found = content.require_image_capable(sender, given.target, arguments)
         label = permissions.relationship(sender.origin, found.record.origin)
