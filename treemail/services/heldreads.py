@@ -16,10 +16,9 @@ ask for, which is not kept, so the batch is read afresh). Held reads are
 refreshed at least every ``WINDOW_S`` all the same.
 """
 
-import time
-
 from ..adapters.eventstore import EventStore, SendReads
 from ..domain.records import SessionRecord
+from .clock import SYSTEM_CLOCK, Clock
 
 WINDOW_S = 1.0
 # Held states other workers keep changing (they decide the same senders) are not worth deciding on:
@@ -32,8 +31,9 @@ MAX_TREES = 10_000
 
 
 class HeldReads:
-    def __init__(self, store: EventStore) -> None:
+    def __init__(self, store: EventStore, clock: Clock = SYSTEM_CLOCK) -> None:
         self.store = store
+        self.clock = clock
         self._read_at = float("-inf")
         self._grants: dict[str, frozenset[str]] = {}
         self._draining = False
@@ -41,7 +41,7 @@ class HeldReads:
 
     def remember(self, reads: SendReads) -> None:
         """A fresh read: its grants and drain flag are used for the next ``WINDOW_S``."""
-        self._read_at = time.monotonic()
+        self._read_at = self.clock.monotonic()
         self._grants.update(reads.tree_grants)
         while len(self._grants) > MAX_TREES:
             del self._grants[next(iter(self._grants))]
@@ -63,7 +63,7 @@ class HeldReads:
         if self._paused:
             self._paused -= 1
             return None
-        if time.monotonic() - self._read_at > WINDOW_S:
+        if self.clock.monotonic() - self._read_at > WINDOW_S:
             return None
         loaded = {}
         for record in records:

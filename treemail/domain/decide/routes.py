@@ -142,12 +142,6 @@ def fingerprint(arguments: PeerSendArguments) -> str:
     return digests.digest([arguments.peer, arguments.body, arguments.mode, arguments.in_reply_to, arguments.reply])
 
 
-def record(arguments: PeerSendArguments, outcome: dict) -> list:
-    return idempotency.kept(fingerprint(arguments), outcome)
-
-
-def replayed_outcome(recorded: list | dict, arguments: PeerSendArguments) -> dict:
-    fp, outcome = idempotency.parse(recorded)
-    if fp != fingerprint(arguments):
-        return {"error": {"code": Code.PEER_IDEMPOTENCY_CONFLICT.value, "message": CONFLICT_MESSAGE}}
-    return outcome
+PEER_SENDS = idempotency.Keyed(fingerprint, Code.PEER_IDEMPOTENCY_CONFLICT, CONFLICT_MESSAGE)
+record = PEER_SENDS.record
+replayed_outcome = PEER_SENDS.replayed_outcome
