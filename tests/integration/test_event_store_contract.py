@@ -330,3 +330,11 @@ async def test_commands_are_packed_by_hiredis_and_arrive_unchanged(store):
             await store.redis.hset(key, "bad", bad)
     used = connections_of(store.redis)
     assert used and all(isinstance(c, _HiredisPacking) for c in used)
+
+
+async def test_a_server_that_lost_its_scripts_still_commits_and_the_append_applies_once(store):
+    """A restarted server has no script cache: the commit script is loaded again and the append runs once."""
+    r = record("s-1")
+    await store.redis.script_flush()
+    assert (await store.append(prepare(store, r, await store.load(r), [registered(r)]))).status == "ok"
+    assert await stream_length(store, r) == 1

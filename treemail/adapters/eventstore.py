@@ -12,7 +12,6 @@ sit beside the reads of the same keys, so the two cannot drift apart.
 """
 
 import functools
-import hashlib
 import json
 import os
 from collections.abc import Iterator, Mapping
@@ -21,7 +20,9 @@ from importlib import resources
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, ResponseError
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
 
 from .. import PROTOCOL_VERSION
 from ..domain import compactjson
@@ -37,7 +38,6 @@ from .lanes import CommandBatch, Lanes, raise_refused
 from .statecache import Loaded, StateCache
 
 COMMIT_LUA = resources.files(__package__).joinpath("commit.lua").read_text()
-COMMIT_SHA = hashlib.sha1(COMMIT_LUA.encode()).hexdigest()
 
 
 @functools.lru_cache(maxsize=4096)
@@ -397,13 +397,19 @@ class EventStore:
         the fsync (WAITAOF after the append), and one pushed by the append itself would not."""
         return not self.config.cluster and self.config.profile != "durable"
 
+    @functools.cached_property
+    def commit_script(self) -> AsyncScript:
+        """The commit script as redis-py keeps it: its SHA, and loading it when a server lacks it."""
+        return self.redis.register_script(COMMIT_LUA)
+
     def commit_call(self, prepared: PreparedAppend, pipe) -> None:
         # execute_command, not pipe.evalsha: redis-py refuses the latter in cluster pipelines,
         # though EVALSHA routes by its first key like any keyed command.
-        pipe.execute_command("EVALSHA", COMMIT_SHA, len(prepared.keys), *prepared.keys, *prepared.args)
+        pipe.execute_command("EVALSHA", self.commit_script.sha, len(prepared.keys), *prepared.keys, *prepared.args)
 
-    async def load_scripts(self) -> None:
-        await self.redis.script_load(COMMIT_LUA)
+    async def load_scripts(self, _retry_state=None) -> None:
+        """Loads the commit script on the server (on a cluster, on every primary)."""
+        self.commit_script.sha = await self.redis.script_load(self.commit_script.script)
 
     async def read_round_trip(self, build) -> list:
         """The replies to the reads ``build(batch)`` adds, in one round trip on a kept connection (``lanes``:
@@ -417,17 +423,22 @@ class EventStore:
         """Run the commands ``build(pipe)`` adds, in one round trip, ending with the durability wait.
 
         A server that lost its script cache (it restarted) answers NOSCRIPT and
-        changes nothing; the scripts are loaded and the same commands run again.
+        changes nothing; the commit script is loaded and the same commands run
+        once more. The round trip goes out on a lane, not through a redis-py
+        pipeline holding the ``Script``: that pipeline asks SCRIPT EXISTS
+        before every round trip, a second one per batch.
         """
         batch = CommandBatch()
         build(batch)
         self.add_durability_wait(batch)
-        for attempt in range(2):
-            replies = await self._lanes.run(batch.commands)
-            if attempt == 0 and any(isinstance(r, NoScriptError) for r in replies):
-                await self.load_scripts()
-                continue
-            return raise_refused(replies)
+        async for attempt in AsyncRetrying(retry=retry_if_exception_type(NoScriptError), stop=stop_after_attempt(2),
+                                           before_sleep=self.load_scripts, reraise=True):
+            with attempt:
+                replies = await self._lanes.run(batch.commands)
+                lost = next((r for r in replies if isinstance(r, NoScriptError)), None)
+                if lost is not None:
+                    raise lost
+                return raise_refused(replies)
         raise AssertionError("unreachable")
 
     async def append(self, prepared: PreparedAppend) -> AppendResult:
