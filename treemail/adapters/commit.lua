@@ -92,7 +92,7 @@ redis.call('HSET', KEYS[2], 'version', version, 'snapshot', ARGV[2], 'etag', str
 local changes = tonumber(ARGV[i])
 i = i + 1
 -- An item lives in one of two hashes: the due hash while a claim may take it, the pending-mail hash
--- otherwise. One copy, and a new message costs one write (issue 17).
+-- otherwise. One copy, and a new message costs one write.
 for _ = 1, changes do
   local message_id, item, where = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   if item == '' then

@@ -1,4 +1,4 @@
-"""Draining (seed 002): the whole service, or a session and everything below it.
+"""Draining: the whole service, or a session and everything below it.
 
 A subtree drain is an event on every session of the subtree (``by`` names
 its top), so each send decision finds it in the states it already loads; a

@@ -1,4 +1,4 @@
-"""Deciding a batch on the states the worker already holds, without reading them again (issue 17).
+"""Deciding a batch on the states the worker already holds, without reading them again.
 
 A worker that appended to a session holds the state its append left
 (``EventStore.held``); most batches decide the same sessions as the batch

@@ -1,7 +1,7 @@
-"""Peer routes (seed 004 part 2): registering routes and grants, and deciding a send or a reply over one.
+"""Peer routes: registering routes and grants, and deciding a send or a reply over one.
 
 A send over a route is decided like tree mail, by the send's own pieces:
-the same sender check (seed 002's exact live sender, drains and disposal
+the same sender check (the exact live sender, drains and disposal
 included), switch, body limit, hop, inbox and pair-window guards
 (``send.admit``), the same accepted event (``send.accept``), the same commit
 and the same idempotency key (the tool call). Only authorization differs:
