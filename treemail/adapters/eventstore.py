@@ -86,7 +86,7 @@ class PreparedAppend:
     # The state this append leaves, for deciding the next command in the same pipeline.
     loaded: Loaded
     # session id -> the state each source (a sender whose records ride along) is left in, for chaining.
-    companions: dict[str, Loaded] = field(default_factory=dict)
+    sources: dict[str, Loaded] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ A worker that appended to a session holds the state its append left
 (``EventStore.held``); most batches decide the same sessions as the batch
 before. Such a batch is decided on held states, and a decision is kept only
 if every state it read is checked by its own append: the recipient's (the
-append is on its stream) and the sender's (its companion record). The commit
+append is on its stream) and the sender's (its record rides along). The commit
 step refuses an append whose etag is no longer the server's, and the command
 is then decided again on states read afresh. Any other decision (a refusal
 kept alone, a replayed call, an approval request) sends the whole batch round

@@ -151,10 +151,10 @@ class SendService:
     @staticmethod
     def _checked_by_its_append(w: _Work, decision: SendDecision, prepared: PreparedAppend | None) -> bool:
         """Whether the append checks every state the decision read (``heldreads``): it is on the recipient's
-        stream, and the sender's record rides along as a companion (or the sender is the recipient)."""
+        stream, and the sender's record rides along as a source (or the sender is the recipient)."""
         if prepared is None or not isinstance(decision, (Accepted, Refused)):
             return False
-        return w.sender.session_id in prepared.companions or w.sender.session_id == w.target.session_id
+        return w.sender.session_id in prepared.sources or w.sender.session_id == w.target.session_id
 
     def _decide_one(self, w: _Work, reads: SendReads) -> SendDecision:
         loaded, grants = reads.loaded, reads.tree_grants
@@ -265,5 +265,5 @@ class SendService:
         )
         prepared = self.store.prepare(plan, before, held=loaded, reply=reply)
         loaded[session.session_id] = prepared.loaded
-        loaded.update(prepared.companions)
+        loaded.update(prepared.sources)
         return prepared
