@@ -407,9 +407,12 @@ class EventStore:
         # though EVALSHA routes by its first key like any keyed command.
         pipe.execute_command("EVALSHA", self.commit_script.sha, len(prepared.keys), *prepared.keys, *prepared.args)
 
-    async def load_scripts(self, _retry_state=None) -> None:
+    async def load_scripts(self) -> None:
         """Loads the commit script on the server (on a cluster, on every primary)."""
         self.commit_script.sha = await self.redis.script_load(self.commit_script.script)
+
+    async def _scripts_lost(self, _retry) -> None:
+        await self.load_scripts()
 
     async def read_round_trip(self, build) -> list:
         """The replies to the reads ``build(batch)`` adds, in one round trip on a kept connection (``lanes``:
@@ -432,7 +435,7 @@ class EventStore:
         build(batch)
         self.add_durability_wait(batch)
         async for attempt in AsyncRetrying(retry=retry_if_exception_type(NoScriptError), stop=stop_after_attempt(2),
-                                           before_sleep=self.load_scripts, reraise=True):
+                                           before_sleep=self._scripts_lost, reraise=True):
             with attempt:
                 replies = await self._lanes.run(batch.commands)
                 lost = next((r for r in replies if isinstance(r, NoScriptError)), None)
