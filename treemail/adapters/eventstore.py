@@ -409,7 +409,7 @@ class EventStore:
 
     async def load_scripts(self) -> None:
         """Loads the commit script on the server (on a cluster, on every primary)."""
-        self.commit_script.sha = await self.redis.script_load(self.commit_script.script)
+        await self.redis.script_load(self.commit_script.script)
 
     async def _scripts_lost(self, _retry) -> None:
         await self.load_scripts()
