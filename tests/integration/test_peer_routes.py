@@ -252,11 +252,11 @@ async def test_a_route_leads_only_to_an_independent_agent_never_to_another_trees
 async def test_a_peer_send_decided_before_a_drain_and_committed_after_it_is_decided_again_and_refused(
     host, calls, monkeypatch
 ):
-    from treemail.services import admission, peers
+    from treemail.services import peers, servicedrain
 
     planner, advisor = await independent_trees(host)
     await route(host, planner, advisor, "advisor", send=True)
-    real = admission.service_draining
+    real = servicedrain.service_draining
     reads = []
 
     async def drain_right_after_the_read(store):
@@ -266,7 +266,7 @@ async def test_a_peer_send_decided_before_a_drain_and_committed_after_it_is_deci
             await host.drain()  # between this decision's read and its commit
         return draining
 
-    monkeypatch.setattr(peers.admission, "service_draining", drain_right_after_the_read)
+    monkeypatch.setattr(peers.servicedrain, "service_draining", drain_right_after_the_read)
     try:
         result = await host.send_to_peer(calls.ctx(planner.session_id), {"peer": "advisor", "body": "late"})
     finally:
