@@ -63,7 +63,7 @@ def index_entries(sender_id: str, events: list[ev.Event], first_position: int) -
     of them at ``first_position`` on its stream.
 
     A value names where the record is, "<sender> <position>", not a copy of it: inspect reads the record
-    from the sender's stream (the copy cost more memory per message than the record itself, issue 17).
+    from the sender's stream (the copy cost more memory per message than the record itself).
     """
     pairs: list[str] = []
     for position, event in enumerate(events, start=first_position):
