@@ -1,5 +1,5 @@
 """The host publishes concurrent sends together: one pipeline per turn of the event loop, not a
-connection, a write and a round trip each (issue 17)."""
+connection, a write and a round trip each."""
 
 import asyncio
 

@@ -1,4 +1,4 @@
-"""Configuration of the send_message contract and the service: strict TOML types, environment parsed as the key's type, layered files."""
+"""Configuration, the [messaging] table: strict TOML types, environment parsed as the key's type, layered files."""
 
 import pytest
 

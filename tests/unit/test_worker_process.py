@@ -1,4 +1,4 @@
-"""The worker process's own settings (issue 17): its garbage collector, checked in a fresh interpreter (this
+"""The worker process's own settings: its garbage collector, checked in a fresh interpreter (this
 one's is pytest's), and the command stream subscription FastStream need not copy."""
 
 import subprocess
