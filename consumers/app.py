@@ -125,7 +125,7 @@ class Worker:
 
     async def _handle_current(self, body=None) -> None:
         # The batch from the broker's context: a ``RedisBatchStreamMessage`` parameter is a dependency
-        # that fast_depends resolves in a worker thread, a thread hop per batch (issue 17).
+        # that fast_depends resolves in a worker thread, a thread hop per batch.
         message = self.broker.context.get_local("message")
         stream = message.raw_message["channel"]
         # Held states others keep changing (``heldreads``) would make a second batch conflict as well.
@@ -494,7 +494,7 @@ class Worker:
 
 # CPython collects its youngest generation every 700 net allocations. A batch allocates thousands of
 # short-lived objects, and the collections (each also walking what start-up loaded) were about a seventh
-# of a worker's CPU (issue 17, BENCHMARKS.md). Garbage in cycles now waits a little longer to be freed.
+# of a worker's CPU (BENCHMARKS.md). Garbage in cycles now waits a little longer to be freed.
 GC_YOUNG_THRESHOLD = 50_000
 
 

@@ -56,11 +56,11 @@ class ServiceConfig(BaseModel):
     batches_in_flight: int = Field(default=2, ge=1, le=64)
     # Each command stream is read by one live worker at a time, the streams shared out evenly among the
     # live workers: workers that take turns at one stream's batches decide one sender's commands at once
-    # and conflict on its record (BENCHMARKS.md, issue 17, tenth pass). False: every worker reads every stream.
+    # and conflict on its record (BENCHMARKS.md). False: every worker reads every stream.
     exclusive_streams: bool = True
     # Which command stream a producer puts a send on. "tree": its sender's tree's (crc32 of the root's id), so
     # one worker decides a tree's mail both ways without conflicting with another on the sessions it shares
-    # (BENCHMARKS.md, issue 17, eleventh pass). "sender": the sender's own, which spreads one very busy tree
+    # (BENCHMARKS.md). "sender": the sender's own, which spreads one very busy tree
     # over several workers, at the price of those conflicts.
     route_commands_by: Literal["tree", "sender"] = "tree"
     # A worker that has not said it is alive for this long is taken for dead: its streams go to the others.

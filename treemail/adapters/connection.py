@@ -62,7 +62,7 @@ def scrub(text: str, url: str) -> str:
 class _HiredisPacking:
     """Packs commands with hiredis (C), as redis-py's synchronous client does; its asyncio client packs in
     Python, argument by argument. A commit is one EVALSHA with dozens of arguments (events, snapshot,
-    mail items), and packing them in Python was a fifth of a worker's CPU (BENCHMARKS.md, issue 17).
+    mail items), and packing them in Python was a fifth of a worker's CPU (BENCHMARKS.md).
     Same bytes on the wire, same refusal of a value that is not str, bytes, int or float.
 
     Still paying, measured again: one worker deciding a 5,000-send backlog (``python -m bench.run --quick
@@ -112,7 +112,7 @@ REPLY_TIMEOUT_S = 5.0
 async def connect(url: str, config: ServiceConfig, per_reply_timeout: bool = True) -> aioredis.Redis:
     """``per_reply_timeout=False``: no timer around each reply read; for a caller that bounds its own
     steps as a whole. A worker's pipeline reads hundreds of replies, and a timer armed and cancelled
-    for each one of them was a tenth of its CPU (BENCHMARKS.md, issue 17)."""
+    for each one of them was a tenth of its CPU (BENCHMARKS.md)."""
     timeout = REPLY_TIMEOUT_S if per_reply_timeout else None
     if config.cluster:
         client = RedisCluster.from_url(url, socket_connect_timeout=2, socket_timeout=timeout, max_connections=1000)
