@@ -77,6 +77,16 @@ def test_an_accepted_send_returns_the_senders_receipt_at_the_messages_position_o
     assert receipt.recipient_state == "queued"
 
 
+def test_the_senders_receipt_is_routed_to_its_own_stream_after_the_position_it_was_read_at():
+    decision = decide(target_version=7, sender_version=2)
+
+    [source] = decision.sources
+    assert (source.record, source.state, source.version) == (T.root, sender_state(), 2)
+    assert source.events == decision.sender_events
+    plan = plan_commit(T.child, idle_child().state, 7, decision.events, sources=decision.sources)
+    assert plan.sources[0].outbound == ["m-1", f"{T.root.session_id} 3"]
+
+
 def test_a_refusal_decided_on_the_recipients_state_is_recorded_by_the_sender_under_its_own_message_id():
     full = config(max_pending_per_session=1)
     recipient = found(T.child, registered(T.child), accepted("m-0", T.sibling))

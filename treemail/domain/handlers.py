@@ -24,6 +24,7 @@ from . import outbound
 from .decide.approvals import decide_resolve_approval
 from .decide.branches import decide_fork, decide_revert, restored_senders
 from .decide.lifecycle import (
+    Given,
     decide_claim,
     decide_consume,
     decide_discard,
@@ -36,7 +37,6 @@ from .decide.lifecycle import (
     decide_status,
 )
 from .decide.interrupt import decide_interrupt
-from .decide.lifecycle import Given
 from .decide.rules import decide_overlay_rules
 from .decide.obligations import decide_keep, decide_retry
 from .decide.tools import decide_install_tools

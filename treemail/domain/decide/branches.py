@@ -90,7 +90,8 @@ def _restored(history: History, after: list[ev.Event], mail: Mapping[str, MailIt
 def restored_senders(command: RevertSession, mail: Mapping[str, MailItem], history: History) -> set[str]:
     """The senders of the agent mail a revert to ``command.to_position`` would restore: each counts it again."""
     after = [event for seq, event in history if seq > command.to_position]
-    return {e.sender_session_id for e in _restored(history, after, mail, 0.0) if e.owner == "agent" and e.sender_session_id}
+    restored = _restored(history, after, mail, 0.0)
+    return {e.sender_session_id for e in restored if e.owner == "agent" and e.sender_session_id}
 
 
 def decide_revert(command: RevertSession, given: Given) -> list[ev.Event]:
