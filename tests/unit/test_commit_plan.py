@@ -18,23 +18,11 @@ from treemail.domain.commands import (
 )
 from treemail.domain.commitplan import Idempotency, Source, plan_commit
 from treemail.domain.decide.lifecycle import Given
-from treemail.domain.outbound import Sender
 from treemail.domain.decide.send import Accepted, Refused, SendGiven, decide_send, outcome_of
 from treemail.domain.errors import Code
+from treemail.domain.outbound import Sender
 
-from .builders import (
-    History,
-    accepted,
-    claimed,
-    closing,
-    config,
-    consumed,
-    found,
-    registered,
-    run_started,
-    send,
-    tree,
-)
+from .builders import History, accepted, claimed, closing, config, consumed, found, registered, run_started, send, tree
 
 T = tree()
 CFG = config()  # 30 s attempts, backoff 1..60 s, 24 h deadline

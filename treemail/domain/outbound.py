@@ -71,12 +71,9 @@ class Sender:
 
 
 @dataclass(frozen=True)
-class Source:
+class Source(Sender):
     """A sender's records of this decision, and the state they are appended to (its stream's position)."""
 
-    record: SessionRecord
-    state: SessionState
-    version: int
     events: list[ev.Event]
 
 
