@@ -35,7 +35,8 @@ from .wake import decide_reconcile_wake, with_wake
 
 @dataclass(frozen=True)
 class Given:
-    """What a session command is decided on: the folded state, its pending mail, the limits, the clock."""
+    """What a session command is decided on: the folded state, its pending mail, the limits, the clock, and
+    the senders whose records the decision writes."""
 
     state: SessionState
     mail: Mapping[str, MailItem]
