@@ -1,16 +1,28 @@
-"""One write path per decision: the send decision returns every event it writes, the sender's own records
-included, and the pure commit plan says what the atomic step writes beside them (snapshot, mail placement,
+"""One write path per decision: the send decision and every session command return every event they write,
+the senders' own records included, and the pure commit plan says what the atomic step writes beside them (snapshot, mail placement,
 wakes, due index, the sender's outbound entries). Given/when/then, no store."""
 
+import pytest
+
 from treemail.domain import events as ev
-from treemail.domain import proof
+from treemail.domain import handlers, proof
 from treemail.domain import state as st
-from treemail.domain.commands import SendArguments, SendContext, SendMessage
+from treemail.domain.commands import (
+    CloseSession,
+    ConsumeMail,
+    DiscardMail,
+    RevertSession,
+    SendArguments,
+    SendContext,
+    SendMessage,
+)
 from treemail.domain.commitplan import Idempotency, Source, plan_commit
+from treemail.domain.decide.lifecycle import Given
 from treemail.domain.decide.send import Accepted, Refused, SendGiven, decide_send, outcome_of
 from treemail.domain.errors import Code
+from treemail.domain.outbound import Sender
 
-from .builders import History, accepted, claimed, config, consumed, found, registered, run_started, send, tree
+from .builders import History, accepted, claimed, closing, config, consumed, found, registered, run_started, send, tree
 
 T = tree()
 CFG = config()  # 30 s attempts, backoff 1..60 s, 24 h deadline
@@ -51,6 +63,16 @@ def test_an_accepted_send_returns_the_senders_receipt_at_the_messages_position_o
     assert [type(e).__name__ for e in decision.events[:2]] == ["ProducerRegistered", "ProducerMessageAccepted"]
     assert (receipt.message_id, receipt.recipient_session_id, receipt.position) == ("m-1", T.child.session_id, 9)
     assert receipt.recipient_state == "queued"
+
+
+def test_the_senders_receipt_is_routed_to_its_own_stream_after_the_position_it_was_read_at():
+    decision = decide(target_version=7, sender_version=2)
+
+    [source] = decision.sources
+    assert (source.record, source.state, source.version) == (T.root, sender_state(), 2)
+    assert source.events == decision.sender_events
+    plan = plan_commit(T.child, idle_child().state, 7, decision.events, sources=decision.sources)
+    assert plan.sources[0].outbound == ["m-1", f"{T.root.session_id} 3"]
 
 
 def test_a_refusal_decided_on_the_recipients_state_is_recorded_by_the_sender_under_its_own_message_id():
@@ -144,3 +166,92 @@ def test_a_plan_is_a_pure_function_of_what_it_is_given():
     kwargs = dict(policy=CFG, now=5.0, sources=[Source(T.root, sender_state(), 2, decision.sender_events)])
 
     assert plan_commit(*args, **kwargs) == plan_commit(*args, **kwargs)
+
+
+# ---- the session commands return the senders' records too ---------------------------------------------
+
+
+def sender_of(record, *events) -> Sender:
+    """A sender's stream as the decision reads it: the events it holds, its version their count."""
+    return Sender(record, st.fold(events), len(events))
+
+
+def child_with_claimed_mail() -> History:
+    return History(registered(T.child), run_started("run-1"), accepted("m-1", T.root),
+                   accepted("m-2", T.sibling), accepted("p-1", owner="plugin"),
+                   claimed("m-1", T.root), claimed("m-2", T.sibling), claimed("p-1", owner="plugin"))
+
+
+def test_consuming_agent_mail_returns_its_settlement_on_the_senders_stream_and_the_plan_routes_it():
+    h = child_with_claimed_mail()
+    root = sender_of(T.root, registered(T.root), run_started("run-1"), ev.MessageSent(
+        message_id="m-1", recipient_session_id=T.child.session_id, position=3, recipient_state="running"))
+    command = ConsumeMail(T.child.session_id, "m-1")
+    read = handlers.HANDLERS[ConsumeMail].reads_senders(command, {"m-1": h.mail["m-1"]}, ())
+
+    assert read == {T.root.session_id}
+    decision = handlers.decide_command(command, Given(
+        h.state, {"m-1": h.mail["m-1"]}, CFG, 5.0, session_id=T.child.session_id, version=len(h.events),
+        senders={T.root.session_id: root}))
+
+    assert [type(e).__name__ for e in decision.events] == ["ProducerMessageConsumed"]
+    [source] = decision.sources
+    [settled] = source.events
+    assert (source.record, source.state, source.version) == (T.root, root.state, 3)
+    assert settled == ev.MessageSettled(at=5.0, message_id="m-1", recipient_session_id=T.child.session_id,
+                                        outcome="consumed")
+    plan = plan_commit(T.child, h.state, len(h.events), decision.events, sources=decision.sources)
+    [write] = plan.sources
+    assert write.state.outstanding == 0 and write.outbound == ["m-1:settled", f"{T.root.session_id} 4"]
+
+
+def test_a_sender_the_step_cannot_write_gets_no_record_and_one_the_decision_never_read_is_an_error():
+    h = child_with_claimed_mail()
+    mail = {"m-1": h.mail["m-1"]}
+    command = DiscardMail(T.child.session_id, "m-1", "stale")
+
+    def decide(senders):
+        return handlers.decide_command(command, Given(h.state, mail, CFG, 5.0, session_id=T.child.session_id,
+                                                      version=len(h.events), senders=senders))
+
+    # Gone, or in another partition (peer mail is not counted against the per-source capacity).
+    assert decide({T.root.session_id: None}).sources == []
+    with pytest.raises(AssertionError):
+        decide({})
+
+
+def test_host_mail_settles_nobody_and_closing_settles_every_agent_senders_mail():
+    h = child_with_claimed_mail()
+    plugin = handlers.decide_command(ConsumeMail(T.child.session_id, "p-1"), Given(
+        h.state, {"p-1": h.mail["p-1"]}, CFG, session_id=T.child.session_id, version=len(h.events)))
+    assert len(plugin.events) == 1 and plugin.sources == []
+
+    closing_h = History(*h.events, closing())
+    close = CloseSession(T.child.session_id, (("m-1", "returned"), ("m-2", "returned")))
+    read = handlers.HANDLERS[CloseSession].reads_senders(close, closing_h.mail, ())
+    assert read == {T.root.session_id, T.sibling.session_id}
+    senders = {T.root.session_id: sender_of(T.root, registered(T.root)),
+               T.sibling.session_id: sender_of(T.sibling, registered(T.sibling))}
+    decision = handlers.decide_command(close, Given(closing_h.state, closing_h.mail, CFG, session_id=T.child.session_id,
+                                                    version=len(closing_h.events), senders=senders))
+
+    settled = {s.record.session_id: [(e.message_id, e.outcome) for e in s.events] for s in decision.sources}
+    assert settled == {T.root.session_id: [("m-1", "discarded")], T.sibling.session_id: [("m-2", "discarded")]}
+
+
+def test_a_revert_reads_the_senders_of_the_mail_it_restores_and_returns_their_renewed_intents():
+    h = History(registered(T.child), run_started("run-1"), accepted("m-1", T.root), claimed("m-1", T.root),
+                consumed("m-1", T.root), accepted("m-2", T.sibling))
+    history = tuple(enumerate(h.events, start=1))
+    command = RevertSession(T.child.session_id, 2)
+
+    read = handlers.HANDLERS[RevertSession].reads_senders(command, h.mail, history)
+    assert read == {T.root.session_id}  # m-2 is still pending: nothing of it is undone
+    decision = handlers.decide_command(command, Given(
+        h.state, h.mail, CFG, 7.0, history, session_id=T.child.session_id, version=len(h.events),
+        senders={T.root.session_id: sender_of(T.root, registered(T.root))}))
+
+    [source] = decision.sources
+    [sent] = source.events
+    # Unsettled again, at the message's own position on the recipient's stream.
+    assert (type(sent), sent.message_id, sent.position) == (ev.MessageSent, "m-1", 3)

@@ -18,7 +18,7 @@ from . import events as ev
 from .decide.delivery import next_check
 from .decide.lifecycle import claimable
 from .messaging import MessagingConfig
-from .outbound import index_entries
+from .outbound import Source, index_entries
 from .records import SessionRecord
 from .state import Applied, MailItem, SessionState, apply, fold
 
@@ -30,16 +30,6 @@ class Idempotency:
     session_id: str
     digest: str
     record: list | dict
-
-
-@dataclass(frozen=True)
-class Source:
-    """A sender's records of this decision, and the state they are appended to (its stream's position)."""
-
-    record: SessionRecord
-    state: SessionState
-    version: int
-    events: list[ev.Event]
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,12 @@ pending mail the decision needs: ``"all"`` of it, the ``"due"`` index (what a
 claim may take), the one item the command ``"named"``, or none (``""``). The
 per-message commands read one item, so their cost does not grow with a backlog.
 ``reads_history`` names the stream whose events it needs (revert and fork).
+``reads_senders`` names the senders whose streams the decision writes on
+(a settlement or a restoration is recorded by its sender, in the same
+atomic step, so a source's count of unsettled intents stays exact).
 The send is decided by the worker pool on what it loads in bulk
-(``SendGiven``); every other command by the session service on ``Given``.
+(``SendGiven``); every other command by the session service on ``Given``,
+through ``decide_command``, which returns every event of the decision.
 """
 
 from collections.abc import Callable
@@ -15,9 +19,12 @@ from operator import attrgetter
 from typing import Literal
 
 from . import commands as c
+from . import events as ev
+from . import outbound
 from .decide.approvals import decide_resolve_approval
-from .decide.branches import decide_fork, decide_revert
+from .decide.branches import decide_fork, decide_revert, restored_senders
 from .decide.lifecycle import (
+    Given,
     decide_claim,
     decide_consume,
     decide_discard,
@@ -45,6 +52,9 @@ class Handler:
     reads_mail: Literal["", "all", "due", "named"] = ""
     # The session whose whole stream the decision reads (``Given.history``), from the command; None: none.
     reads_history: Callable | None = None
+    # The senders whose records the decision writes (``Given.senders``), from the command, the mail and the
+    # history it read; None: none.
+    reads_senders: Callable | None = None
 
 
 HANDLERS: dict[type, Handler] = {
@@ -56,16 +66,19 @@ HANDLERS: dict[type, Handler] = {
     c.StartRun: Handler(decide_start_run, reads_mail="all"),
     c.FinishRun: Handler(decide_finish_run, reads_mail="all"),
     c.ClaimMail: Handler(decide_claim, reads_mail="due"),
-    c.ConsumeMail: Handler(decide_consume, reads_mail="named"),
+    # Consumption and discard settle the message: its sender records it.
+    c.ConsumeMail: Handler(decide_consume, reads_mail="named", reads_senders=outbound.mail_senders),
     c.ReleaseMail: Handler(decide_release, reads_mail="named"),
-    c.DiscardMail: Handler(decide_discard, reads_mail="named"),
+    c.DiscardMail: Handler(decide_discard, reads_mail="named", reads_senders=outbound.mail_senders),
     c.InjectMail: Handler(decide_inject),
     c.RequestWake: Handler(decide_request_wake),
     c.ResolveApproval: Handler(decide_resolve_approval),
     # interrupt_agent (decided like the send, on what ``services.interrupts`` loads)
     c.InterruptAgent: Handler(decide_interrupt),
-    # Revert and fork: decided on the session's own history, or on the fork source's.
-    c.RevertSession: Handler(decide_revert, reads_mail="all", reads_history=attrgetter("session_id")),
+    # Revert and fork: decided on the session's own history, or on the fork source's. Restored mail is
+    # unsettled again: its sender counts it again.
+    c.RevertSession: Handler(decide_revert, reads_mail="all", reads_history=attrgetter("session_id"),
+                             reads_senders=restored_senders),
     c.ForkSession: Handler(decide_fork, reads_history=attrgetter("source_session_id")),
     # effective permissions: the session overlay
     c.OverlayMessageRules: Handler(decide_overlay_rules),
@@ -82,10 +95,26 @@ HANDLERS: dict[type, Handler] = {
     # the child and its parent together (``SettlementGiven``), by ``services.settlement``.
     c.DisposeSession: Handler(decide_dispose, reads_mail="all"),
     c.ReturnMail: Handler(decide_return_mail),
-    c.CloseSession: Handler(decide_close, reads_mail="all"),
+    # Closing sets every pending message aside: each agent message's sender records its settlement.
+    c.CloseSession: Handler(decide_close, reads_mail="all", reads_senders=outbound.mail_senders),
     c.SettleSession: Handler(decide_settle),
     c.DrainSession: Handler(decide_drain),
     c.LiftDrain: Handler(decide_lift_drain),
     # Tools installed one by one.
     c.InstallTools: Handler(decide_install_tools),
 }
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Every event of one session command: those on its own stream, and each sender's records of them."""
+
+    events: list[ev.Event]
+    sources: list[outbound.Source]
+
+
+def decide_command(command: c.SessionCommand, given: Given) -> Decision:
+    """Decide ``command`` with its row of the table; the senders' records come from the same events."""
+    events = HANDLERS[type(command)].decide(command, given)
+    return Decision(events, outbound.sources(given.session_id, given.state.status, events, given.version,
+                                             given.senders))

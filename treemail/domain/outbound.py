@@ -9,10 +9,13 @@ the recipient's events that imply them, so the two streams never disagree.
 """
 
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from . import events as ev
 from .messaging import MessagingConfig
-from .state import MailItem
+from .records import SessionRecord
+from .state import MailItem, SessionState
 
 REASON_LIMIT = 120
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f]+")
@@ -55,6 +58,46 @@ def source_events(recipient_id: str, recipient_status: str, events: list[ev.Even
             case _:
                 continue
         out.setdefault(sender, []).append(record)
+    return out
+
+
+@dataclass(frozen=True)
+class Sender:
+    """A sender's stream as a decision read it: its records of the decision are appended after ``version``."""
+
+    record: SessionRecord
+    state: SessionState
+    version: int
+
+
+@dataclass(frozen=True)
+class Source(Sender):
+    """A sender's records of this decision, and the state they are appended to (its stream's position)."""
+
+    events: list[ev.Event]
+
+
+def mail_senders(_command, mail: Mapping[str, MailItem], _history=()) -> set[str]:
+    """The senders of the agent mail a decision read: a settlement of any of it is recorded on their streams."""
+    return {item.sender_session_id for item in mail.values() if item.owner == "agent" and item.sender_session_id}
+
+
+def sources(recipient_id: str, recipient_status: str, events: list[ev.Event], version: int,
+            senders: Mapping[str, Sender | None]) -> list[Source]:
+    """Each sender's records of ``events`` (``source_events``), on the stream the decision read it at.
+
+    ``senders``: every sender the decision looked up; None for one whose stream the same atomic step cannot
+    write (gone, or in another partition: peer mail, not counted against the per-source capacity). A record
+    for a sender the decision never looked up is a command that did not declare the senders it reads, never
+    a record to drop quietly.
+    """
+    out: list[Source] = []
+    for sender_id, records in source_events(recipient_id, recipient_status, events, version).items():
+        if sender_id not in senders:
+            raise AssertionError(f"the decision implies records for sender {sender_id} it did not read")
+        sender = senders[sender_id]
+        if sender is not None:
+            out.append(Source(sender.record, sender.state, sender.version, records))
     return out
 
 

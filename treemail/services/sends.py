@@ -20,7 +20,7 @@ from ..adapters.codec import encode_answer
 from ..adapters.eventstore import EventStore, Loaded, PreparedAppend, Reply, SendReads, parse_append
 from ..domain import ids, proof
 from ..domain.commands import SendMessage
-from ..domain.commitplan import Idempotency, Source, plan_commit
+from ..domain.commitplan import Idempotency, plan_commit
 from ..domain.decide import idempotency, routing
 from ..domain.decide.guards import Found, NoSuchHandle, NoSuchSession, Target
 from ..domain.decide.send import Accepted, AwaitsApproval, Refused, Replayed, SendDecision, SendGiven, outcome_of
@@ -158,13 +158,14 @@ class SendService:
 
     def _decide_one(self, w: _Work, reads: SendReads) -> SendDecision:
         loaded, grants = reads.loaded, reads.tree_grants
-        sender_state = loaded[w.sender.session_id].state if w.sender else SessionState()
+        sender = loaded[w.sender.session_id] if w.sender else None
         target: Target = w.target
         version = 0
         if isinstance(target, SessionRecord):
             target, version = Found(target, loaded[target.session_id].state), loaded[target.session_id].version
         given = SendGiven(
-            sender=w.sender, sender_state=sender_state, target=target, config=self.config,
+            sender=w.sender, sender_state=sender.state if sender else SessionState(),
+            sender_version=sender.version if sender else 0, target=target, config=self.config,
             tree_grants=grants.get(w.sender.root_session_id, frozenset()) if w.sender else frozenset(),
             new_id=ids.uuid7(), now=self.clock.now(),
             recorded=reads.recorded.get((w.sender.session_id, w.digest)) if w.sender else None,
@@ -251,9 +252,7 @@ class SendService:
                 session = w.target
                 kept = Idempotency(w.sender.session_id, w.digest, idempotency.record(w.command.arguments, outcome))
                 # The sender's records of this intent, appended in the same step (its capacity is exact).
-                sender = loaded[w.sender.session_id]
-                sources = [Source(w.sender, sender.state, sender.version, decision.sender_events)
-                           ] if decision.sender_events else []
+                sources = decision.sources
                 if w.entry is not None:  # the decision's own append: it may answer the command
                     reply = Reply(keys.reply_list(w.command.reply_to),
                                   encode_answer(w.command.command_id, outcome), *w.entry)

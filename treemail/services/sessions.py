@@ -16,11 +16,11 @@ from ..domain.commands import STATUSES, ForkSession, RegisterSession, SessionCom
 from ..domain.commitplan import plan_commit
 from ..domain.decide.lifecycle import Given
 from ..domain.errors import LifecycleError, UnknownSessionError
-from ..domain.handlers import HANDLERS
+from ..domain.handlers import HANDLERS, decide_command
 from ..domain.records import SessionRecord
 from . import contention
 from .clock import SYSTEM_CLOCK, Clock
-from .outbound import sources_for
+from .outbound import load_senders
 
 HANDLE_ATTEMPTS = 16
 
@@ -53,18 +53,23 @@ class SessionService:
                 raise LifecycleError("lifecycle:unknown_session", f"session {command.session_id} is not registered")
             mail = await self.store.load_mail(record, handler.reads_mail, getattr(command, "message_id", None))
             history = await self._history(handler, command, record, loaded.version)
+            wanted = handler.reads_senders(command, mail, history) if handler.reads_senders else ()
+            senders, held = await load_senders(self.store, record, wanted)
             now = self.clock.now()
-            new_events = handler.decide(command, Given(loaded.state, mail, self.config.messaging, now, history))
-            if not new_events and not refresh_index:
+            decision = decide_command(command, Given(
+                loaded.state, mail, self.config.messaging, now, history,
+                session_id=record.session_id, version=loaded.version, senders=senders,
+            ))
+            if not decision.events and not refresh_index:
                 return []
-            sources, held = await sources_for(self.store, record, loaded, new_events)
             plan = plan_commit(
-                record, loaded.state, loaded.version, new_events, mail=mail,
-                mail_complete=handler.reads_mail == "all", policy=self.config.messaging, now=now, sources=sources,
+                record, loaded.state, loaded.version, decision.events, mail=mail,
+                mail_complete=handler.reads_mail == "all", policy=self.config.messaging, now=now,
+                sources=decision.sources,
             )
             result = await self.store.append(self.store.prepare(plan, loaded, held=held))
             if result.status == "ok":
-                return new_events
+                return decision.events
             if result.status == "handle_taken":
                 raise HandleTaken(record.handle)
 

@@ -87,6 +87,13 @@ def _restored(history: History, after: list[ev.Event], mail: Mapping[str, MailIt
     ]
 
 
+def restored_senders(command: RevertSession, mail: Mapping[str, MailItem], history: History) -> set[str]:
+    """The senders of the agent mail a revert to ``command.to_position`` would restore: each counts it again."""
+    after = [event for seq, event in history if seq > command.to_position]
+    restored = _restored(history, after, mail, 0.0)
+    return {e.sender_session_id for e in restored if e.owner == "agent" and e.sender_session_id}
+
+
 def decide_revert(command: RevertSession, given: Given) -> list[ev.Event]:
     """Take the session's mail back to ``to_position``; ``given.history`` is the session's whole stream."""
     state, history, to = given.state, given.history, command.to_position

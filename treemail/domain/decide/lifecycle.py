@@ -9,7 +9,7 @@ A little over the house's 200 lines: one decide function per host lifecycle comm
 """
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .. import events as ev
 from ..commands import (
@@ -26,6 +26,7 @@ from ..commands import (
 )
 from ..errors import LifecycleError, Rejected
 from ..messaging import MessagingConfig
+from ..outbound import Sender
 from ..state import MailItem, SessionState
 from .guards import require_body
 from .obligations import RELEASED, RUN_FINISHED, fail_attempt
@@ -34,7 +35,8 @@ from .wake import decide_reconcile_wake, with_wake
 
 @dataclass(frozen=True)
 class Given:
-    """What a session command is decided on: the folded state, its pending mail, the limits, the clock."""
+    """What a session command is decided on: the folded state, its pending mail, the limits, the clock, and
+    the senders whose records the decision writes."""
 
     state: SessionState
     mail: Mapping[str, MailItem]
@@ -42,6 +44,12 @@ class Given:
     now: float = 0.0
     # (position, event) of the stream a revert or fork reads (``Handler.reads_history``); empty otherwise.
     history: Sequence[tuple[int, ev.Event]] = ()
+    # The session's id and its stream's position ``state`` was folded at: where the senders' records point.
+    session_id: str = ""
+    version: int = 0
+    # The senders of the mail the command touches (``Handler.reads_senders``), None for one the same
+    # atomic step cannot write; their records of the decision go on their streams.
+    senders: Mapping[str, Sender | None] = field(default_factory=dict)
 
 
 def require_registered(state: SessionState) -> None:

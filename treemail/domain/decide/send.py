@@ -11,7 +11,7 @@ from .. import events as ev
 from ..commands import SendArguments, SendMessage
 from ..errors import Code, Rejected
 from ..messaging import MessagingConfig
-from ..outbound import recipient_state_label, source_events
+from ..outbound import Sender, Source, recipient_state_label, sources
 from ..records import SessionRecord
 from ..state import SessionState
 from . import content, endings, guards, idempotency, routing
@@ -36,8 +36,10 @@ class SendGiven:
     recorded: list | dict | None = None
     # The service-wide drain flag: the whole service is draining.
     service_draining: bool = False
-    # The recipient's stream position the decision's events follow (where the sender's receipt points).
+    # The recipient's stream position the decision's events follow (where the sender's receipt points),
+    # and the sender's, which its own records follow.
     target_version: int = 0
+    sender_version: int = 0
     # Signs every accepted agent message (source proof); None: proofs are off.
     keyring: proof.Keyring | None = None
 
@@ -52,7 +54,11 @@ class Accepted:
     # The recipient's state after ``events``, folded by the decision (the append reuses it).
     state_after: SessionState | None = None
     # The sender's own records of the message (its receipt), on its stream in the same step.
-    sender_events: list[ev.Event] = field(default_factory=list)
+    sources: list[Source] = field(default_factory=list)
+
+    @property
+    def sender_events(self) -> list[ev.Event]:
+        return [event for source in self.sources for event in source.events]
 
 
 @dataclass(frozen=True)
@@ -62,7 +68,11 @@ class Refused:
     # A refusal recorded with the recipient's append stays inspectable under its own message id, and the
     # sender's record of it (``MessageRefused``) is appended in the same step.
     message_id: str = ""
-    sender_events: list[ev.Event] = field(default_factory=list)
+    sources: list[Source] = field(default_factory=list)
+
+    @property
+    def sender_events(self) -> list[ev.Event]:
+        return [event for source in self.sources for event in source.events]
 
     @property
     def recorded(self) -> bool:
@@ -153,7 +163,8 @@ def refused(given: SendGiven, rejection: Rejected) -> Refused:
     recipient = given.target.record.session_id
     record = ev.MessageRefused(at=given.now, message_id=given.new_id, recipient_session_id=recipient,
                                code=rejection.code.value)
-    return Refused(rejection.code, rejection.message, given.new_id, [record])
+    return Refused(rejection.code, rejection.message, given.new_id,
+                   [Source(given.sender, given.sender_state, given.sender_version, [record])])
 
 
 def admit(given: SendGiven, sender: SessionRecord, found: Found, run_id: str) -> int:
@@ -231,5 +242,6 @@ def accept(command, given: SendGiven, sender: SessionRecord, found: Found, hop: 
     }
     events = proof.sign_events(events, found.record.session_id, given.keyring)
     events, after = with_wake_folded(found.state, events, given.now)
-    receipts = source_events(found.record.session_id, found.state.status, events, given.target_version)
-    return Accepted(events, result, after, receipts.get(sender.session_id, []))
+    receipts = sources(found.record.session_id, found.state.status, events, given.target_version,
+                       {sender.session_id: Sender(sender, given.sender_state, given.sender_version)})
+    return Accepted(events, result, after, receipts)
