@@ -1,6 +1,6 @@
 """The host API engines embed: ``from treemail.host import Treemail, SendContext``.
 
-The facade lives with the other producers (``treemail.producers.host``); this
+The facade lives with the other producers (``treemail.producers.host.facade``); this
 module is its public address.
 """
 
@@ -16,7 +16,7 @@ from treemail.producers.host import (
     Treemail,
     Wake,
 )
-from treemail.producers.tools import result_text
+from treemail.producers.tools.table import result_text
 
 __all__ = [
     "Treemail", "SendContext", "Registration", "Delivery", "Wake", "SendAttempt", "Observed", "SubscriptionGap",

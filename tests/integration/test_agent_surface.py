@@ -13,7 +13,8 @@ from treemail.domain import ids
 from treemail.domain.commands import SendArguments, SendContext, SendMessage
 from treemail.domain.errors import UnknownSessionError
 from treemail.entrypoints import cli
-from treemail.producers import tools, toolschemas
+from treemail.producers.tools import schemas as toolschemas
+from treemail.producers.tools import table as tools
 
 from .conftest import live, running_stack
 

@@ -22,8 +22,8 @@ from mcp.shared.exceptions import MCPError
 from treemail.domain import ids
 from treemail.domain import events as ev
 from treemail.host import Treemail
-from treemail.producers import tool
-from treemail.producers.mcpserver import TOOL_CALL_META, http_app
+from treemail.producers.tools import send_message as tool
+from treemail.producers.mcp.server import TOOL_CALL_META, http_app
 
 from ..conftest import backend_env
 from .conftest import live, make_config, running_stack

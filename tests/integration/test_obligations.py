@@ -251,7 +251,7 @@ async def test_a_programmatic_send_with_its_own_idempotency_key_is_delivered_onc
 
 
 async def test_the_model_facing_tools_answer_for_the_calling_session_only(stack, calls):
-    from treemail.producers import message_tools
+    from treemail.producers.tools import message as message_tools
 
     root, [a, b] = await family(stack, children=2)
     await live(stack, a)
@@ -274,7 +274,7 @@ async def test_the_model_facing_tools_answer_for_the_calling_session_only(stack,
 
 
 async def test_the_cli_functions_print_the_status_or_fail_in_one_line(stack, calls):
-    from treemail.producers import inspection
+    from treemail.producers.host import obligations as inspection
 
     root, [child] = await family(stack)
     sent = await stack.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "x"})

@@ -33,7 +33,7 @@ def mcp(
     config: ConfigOpt = None,
 ) -> None:
     """Serve the model-facing tools over MCP: stdio for one session, or HTTP bound per bearer token."""
-    from treemail.producers.mcpserver import serve_http, serve_stdio
+    from treemail.producers.mcp.server import serve_http, serve_stdio
 
     cfg = config_of(ctx, config)
     if http:

@@ -316,7 +316,7 @@ def schema(
 ) -> None:
     """Print the JSON Schema of every event type (schemas/events.schema.json), or of the whole protocol."""
     if protocol:
-        from treemail.producers.protocolschema import render
+        from treemail.entrypoints.protocolschema import render
     else:
         from treemail.domain.schema import render
 

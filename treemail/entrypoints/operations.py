@@ -35,7 +35,7 @@ MessageArg = Annotated[str, typer.Argument(metavar="MESSAGE_ID", help="the messa
 
 def inspect(ctx: typer.Context, message_id: MessageArg, as_json: JsonOpt = False, config: ConfigOpt = None) -> None:
     """What became of a message: accepted (with its receipt), processed, parked or refused."""
-    from treemail.producers import inspection
+    from treemail.producers.host import obligations as inspection
 
     async def action(host):
         print(await inspection.cli_inspect(host, message_id, as_json))
@@ -45,7 +45,7 @@ def inspect(ctx: typer.Context, message_id: MessageArg, as_json: JsonOpt = False
 
 def retry(ctx: typer.Context, message_id: MessageArg, config: ConfigOpt = None) -> None:
     """Renew a parked message's retry budget (a processed or refused one cannot be rewound)."""
-    from treemail.producers import inspection
+    from treemail.producers.host import obligations as inspection
 
     async def action(host):
         print(await inspection.cli_retry(host, message_id))

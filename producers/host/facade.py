@@ -34,14 +34,20 @@ from treemail.services.disposal import Disposed
 from treemail.services.obligations import ObligationService
 from treemail.services.sessions import SessionService
 
-from . import inspection, plugins, subscriptions, tool, tools, toolschemas
+from treemail.producers.client import CommandClient
+from treemail.producers.tools import schemas as toolschemas
+from treemail.producers.tools import send_message as tool
+from treemail.producers.tools import table as tools
+
+from . import obligations as inspection
+from . import observe as subscriptions
+from . import plugins
 from .approvals import ApprovalHost
-from .client import CommandClient
-from .disposals import DisposalHost, check_stop_reason
+from .disposal import DisposalHost, check_stop_reason
 from .interrupts import Interrupt, InterruptHost
-from .plugins import SendAttempt, SendHook
-from .subscriptions import MAIL_EVENTS, Observed, SubscriptionGap
+from .observe import MAIL_EVENTS, Observed, SubscriptionGap
 from .peers import PeerHost
+from .plugins import SendAttempt, SendHook
 from .wakes import Wake, WakeReader
 
 __all__ = [

@@ -31,8 +31,8 @@ from treemail.domain.records import SessionRecord
 from treemail.domain.results import error_result
 from treemail.services.peers import PeerService
 
-from . import peer_tools
-from .toolcalls import answered
+from treemail.producers.tools import peer as peer_tools
+from treemail.producers.tools.answering import answered
 
 # A claimed entry a newer protocol wrote (``_read_claimed``): neither judged nor delivered by this version.
 NEWER = object()

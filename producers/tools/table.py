@@ -27,7 +27,11 @@ from treemail.domain.records import SessionRecord
 from treemail.domain.state import SessionState
 from treemail.domain.results import error_result
 
-from . import interrupt_tool, message_tools, peers, tool
+from treemail.producers.host import peers
+
+from . import interrupt as interrupt_tool
+from . import message as message_tools
+from . import send_message as tool
 
 
 def error_text(result: dict) -> str:

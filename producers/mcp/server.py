@@ -1,4 +1,4 @@
-"""The MCP server: the tools ``producers/tools.py`` installs for one bound session, over stdio or HTTP.
+"""The MCP server: the tools ``producers/tools/table.py`` installs for one bound session, over stdio or HTTP.
 
 Who calls is never an argument. Over stdio the process serves the one session
 (and optionally run) it was started for. Over streamable HTTP every request
@@ -44,8 +44,8 @@ from treemail.adapters.config import Config
 from treemail.adapters.tokens import TokenBinding
 from treemail.domain import ids
 
-from . import tools
-from .host import Treemail
+from treemail.producers.host import Treemail
+from treemail.producers.tools import table as tools
 
 TOOL_CALL_META = "treemail/tool_call_id"
 NAME = "treemail"

@@ -16,7 +16,7 @@ from treemail.domain.commands import SendContext
 from treemail.domain.errors import Code
 from treemail.domain.results import error_result
 
-from . import inspection
+from treemail.producers.host import obligations as inspection
 
 DESCRIPTIONS = {
     "inspect_message": (

@@ -17,8 +17,9 @@ from treemail.domain.commands import InterruptAgent, SendContext
 from treemail.domain.errors import Code, LifecycleError
 from treemail.services.interrupts import InterruptService
 
-from . import interrupt_tool
-from .toolcalls import answered
+from treemail.producers.tools import interrupt as interrupt_tool
+from treemail.producers.tools.answering import answered
+
 from .wakes import WakeReader
 
 

@@ -5,14 +5,15 @@ code by a test. ``schemas/protocol.versions.json`` keeps the digest of the
 schema for each protocol version: a test fails when the schema changed and
 ``PROTOCOL_VERSION`` was not bumped. After a change:
 
-    .venv/bin/python -m treemail.producers.protocolschema --write
+    .venv/bin/python -m treemail.entrypoints.protocolschema --write
 
 rewrites the schema (and ``schemas/events.schema.json``) and records the
 digest of the current version; it refuses to change the digest recorded for
 a version, which is the reminder to bump ``PROTOCOL_VERSION`` first.
 
-It lives with the producers because the tool definition is theirs; the
-domain's ``schema.py`` keeps the events alone.
+It is a generator run from a source tree, so it lives with the entry points,
+above every floor whose messages it describes (the tool definition is the
+producers', the events the domain's, whose ``schema.py`` keeps them alone).
 """
 
 import hashlib
@@ -26,7 +27,7 @@ from treemail.domain.errors import Code
 from treemail.domain.schema import event_schemas
 from treemail.domain.schema import render as render_events
 
-from . import tool
+from treemail.producers.tools import send_message as tool
 
 _JSON_TEXT = {"type": "string", "contentMediaType": "application/json"}
 _VERSION_FIELD = {"type": "string", "pattern": "^[0-9]+$", "description": "the protocol version that wrote the entry"}
@@ -121,7 +122,7 @@ def digest() -> str:
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
 
 
-SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
+SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 
 
 def write(schemas: Path = SCHEMAS) -> str:

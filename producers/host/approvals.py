@@ -16,7 +16,7 @@ from treemail.domain import commands as c
 from treemail.domain.commands import SendContext
 from treemail.domain.errors import LifecycleError
 
-from . import tool
+from treemail.producers.tools import send_message as tool
 
 
 class ApprovalHost:
