@@ -31,6 +31,11 @@ MAX_PUBLISH_BATCH = 500
 MAX_ANSWERS_PER_POP = 1000
 
 
+def command_stream(config: ServiceConfig, route: str) -> str:
+    """The command stream of the tree whose root is ``route`` (or of the sender ``route``, routed by sender)."""
+    return keys.command_stream(keys.command_shard(route, config.command_streams))
+
+
 class CommandClient:
     def __init__(self, redis: Redis, listener: Redis, config: ServiceConfig, directory: Directory | None = None
                  ) -> None:
@@ -66,8 +71,7 @@ class CommandClient:
         by one worker, which would otherwise conflict with another on the sessions both touch. A sender is
         in one tree for good, so its commands stay on one stream and are decided in order.
         """
-        route = root_session_id or context.session_id
-        return keys.command_stream(keys.command_shard(route, self.config.command_streams))
+        return command_stream(self.config, root_session_id or context.session_id)
 
     async def _tree_of(self, context: SendContext) -> str | None:
         """The sender's tree root when commands go by tree (``route_commands_by``); None routes by sender."""

@@ -32,7 +32,7 @@ from treemail.adapters import feed, keys
 from treemail.adapters.config import ServiceConfig
 from treemail.domain import events as ev
 
-# The mail traffic the seed's plugins observe: producers and every ProducerMessage* step.
+# The mail traffic plugins observe: producers and every ProducerMessage* step.
 MAIL_EVENTS: frozenset[type[ev.Event]] = frozenset(
     cls for name, cls in ev.EVENT_TYPES.items() if name.startswith("ProducerMessage") or name == "ProducerRegistered"
 )
