@@ -1,12 +1,15 @@
-"""The host API engines embed: ``from treemail.host import Treemail, SendContext``.
+"""The host API engines embed: ``from treemail import Treemail, SendContext`` (or ``from treemail.host import ...``).
 
-The facade lives with the other producers (``treemail.producers.host.facade``); this
-module is its public address.
+The facade lives with the other producers (``treemail.producers.host``); this
+module is its public address, with the configuration an engine connects with.
 """
 
+from treemail.adapters.config import Config, ServiceConfig, load_config
+from treemail.domain.messaging import MessagingConfig
 from treemail.producers.host import (
     Delivery,
     Disposed,
+    Interrupt,
     Observed,
     Registration,
     SendAttempt,
@@ -19,6 +22,7 @@ from treemail.producers.host import (
 from treemail.producers.tools.table import result_text
 
 __all__ = [
-    "Treemail", "SendContext", "Registration", "Delivery", "Wake", "SendAttempt", "Observed", "SubscriptionGap",
-    "ToolResult", "result_text", "Disposed",
+    "Treemail", "SendContext", "Registration", "Delivery", "Wake", "Interrupt", "SendAttempt", "Observed",
+    "SubscriptionGap", "ToolResult", "Disposed", "result_text",
+    "Config", "MessagingConfig", "ServiceConfig", "load_config",
 ]

@@ -2,6 +2,12 @@
 
 Walks the installed package's modules and their imports (as written, read
 with ``ast``), so a new module is checked without being listed here.
+
+The package root is layer 0 (the protocol version every floor reads) and
+also the engine authors' one import surface: its ``__getattr__`` defers
+``from treemail import host`` to first use. Those deferred imports are the
+package's face, checked as the face (layer 4, only ``treemail.host``); every
+other import of the root is checked as layer 0.
 """
 
 import ast
@@ -25,6 +31,9 @@ LAYERS = [
     ("treemail.__main__", 4),
 ]
 ROOTS = ["treemail", "treemail.producers", "treemail.consumers", "treemail.projections"]
+# The package root's face: the imports inside its module ``__getattr__`` (see the docstring).
+FACE_FUNCTION = "__getattr__"
+FACE_TARGETS = {"treemail", "treemail.host"}
 
 
 def package_of(module: str) -> str:
@@ -48,24 +57,46 @@ def installed_modules() -> dict[str, Path]:
     return found
 
 
-def imports_of(module: str, path: Path) -> set[str]:
-    tree = ast.parse(path.read_text())
-    is_package = path.name == "__init__.py"
+def import_nodes(tree: ast.Module, module: str):
+    """Every import statement of the module, but the root package's deferred face (``face_imports``)."""
+    face = {id(node) for node in face_nodes(tree)} if module == "treemail" else set()
+    return [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in face]
+
+
+def face_nodes(tree: ast.Module) -> list:
+    return [node for fn in tree.body if isinstance(fn, ast.FunctionDef) and fn.name == FACE_FUNCTION
+            for node in ast.walk(fn) if isinstance(node, (ast.Import, ast.ImportFrom))]
+
+
+def target_of(module: str, node: ast.ImportFrom, is_package: bool) -> str:
+    """The module an ``ImportFrom`` reads from, relative imports resolved."""
+    if not node.level:
+        return node.module or ""
+    base = module.split(".")
+    base = base if is_package else base[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def names_of(nodes, module: str, is_package: bool) -> set[str]:
     out: set[str] = set()
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.Import):
             out.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = module.split(".")
-                base = base if is_package else base[:-1]
-                base = base[: len(base) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
+        else:
+            target = target_of(module, node, is_package)
             out.add(target)
             out.update(f"{target}.{alias.name}" for alias in node.names)
     return {name for name in out if name == "treemail" or name.startswith("treemail.")}
+
+
+def imports_of(module: str, path: Path) -> set[str]:
+    return names_of(import_nodes(ast.parse(path.read_text()), module), module, path.name == "__init__.py")
+
+
+def face_imports() -> set[str]:
+    path = Path(treemail.__file__)
+    return names_of(face_nodes(ast.parse(path.read_text())), "treemail", True)
 
 
 def edges() -> list[tuple[str, str]]:
@@ -97,6 +128,12 @@ def test_no_two_packages_import_each_other_and_no_floor_imports_its_neighbours()
     sideways = [(a, b) for a, b in between if layer_of(a) == layer_of(b) == 3]
     assert two_way == []
     assert sideways == []
+
+
+def test_the_package_roots_face_reaches_only_the_host_api():
+    face = face_imports()
+    assert face and face <= FACE_TARGETS, face
+    assert {layer_of(name) for name in face - {"treemail"}} == {dict(LAYERS)["treemail.host"]}
 
 
 def test_the_domain_imports_nothing_but_itself_and_the_package_root():
