@@ -14,6 +14,7 @@ import logging
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
+from tenacity import AsyncRetrying, retry_if_exception_type, wait_fixed
 
 from treemail.adapters import keys
 from treemail.adapters.codec import encode_command
@@ -125,14 +126,16 @@ class CommandClient:
             self._flushing = None
 
     async def _listen(self) -> None:
+        """Until the client closes. A dropped connection (any error) is retried after 0.2 s: a send
+        waiting meanwhile is covered by its deadline. Cancellation is not an error and ends it."""
         reply_key = keys.reply_list(self.client_id)
-        while not self._closing:
-            try:
-                await self._take_answers(reply_key)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # noqa: BLE001 - a dropped connection: retry, the deadline covers the sender
-                await asyncio.sleep(0.2)
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception_type(Exception), wait=wait_fixed(0.2),
+            stop=lambda _: self._closing, retry_error_callback=lambda _: None,
+        ):
+            with attempt:
+                while not self._closing:
+                    await self._take_answers(reply_key)
 
     async def _take_answers(self, reply_key: str) -> None:
         """Waits up to a second for answers and hands each to its send. Answers arrive in bursts (a

@@ -6,11 +6,11 @@ and ``deny`` (``tm.permissions``) are one command each through the session
 service.
 """
 
-import asyncio
 import time
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
+from tenacity import AsyncRetrying, RetryError, retry_if_exception_type
 
 from treemail.adapters import approvalindex, keys, tracing
 from treemail.domain import commands as c
@@ -52,21 +52,33 @@ class ApprovalWait:
 
     async def _wait(self, request_id: str, deadline: float) -> str:
         """"resolved" once a person answered, "vanished" if the server lost the request, else "timeout" or
-        "closing"; never raises."""
+        "closing"; never raises. A server blip is retried (the request is durable and the next poll finds
+        it) until the host closes or the deadline passes."""
+        def over(_state=None) -> bool:
+            return self._commands.closing or deadline - time.monotonic() <= 0
+
+        try:
+            async for attempt in AsyncRetrying(
+                retry=retry_if_exception_type((RedisError, OSError)),
+                wait=lambda _: min(0.2, max(deadline - time.monotonic(), 0)), stop=over,
+            ):
+                with attempt:
+                    answered = await self._poll(request_id, deadline)
+        except RetryError:
+            return "closing" if self._commands.closing else "timeout"
+        return answered
+
+    async def _poll(self, request_id: str, deadline: float) -> str:
         while not self._commands.closing:
             left = deadline - time.monotonic()
             if left <= 0:
                 return "timeout"
-            try:
-                request = await approvalindex.find(self._redis, request_id, self._config.partitions)
-                if request is None:
-                    return "vanished"  # written in the same step as the answer we got: only data loss removes it
-                if request["status"] != "pending":
-                    return "resolved"
-                await self._redis.blpop([keys.approval_notify(request_id)], timeout=min(1.0, max(left, 0.01)))
-            except (RedisError, OSError):
-                # A server blip: keep waiting; the request is durable and the next poll finds it.
-                await asyncio.sleep(min(0.2, max(left, 0)))
+            request = await approvalindex.find(self._redis, request_id, self._config.partitions)
+            if request is None:
+                return "vanished"  # written in the same step as the answer we got: only data loss removes it
+            if request["status"] != "pending":
+                return "resolved"
+            await self._redis.blpop([keys.approval_notify(request_id)], timeout=min(1.0, max(left, 0.01)))
         return "closing"
 
 
