@@ -7,11 +7,9 @@ claimed and undelivered: not this version's to judge.
 
 from collections.abc import Awaitable, Callable
 
-import redis.asyncio as aioredis
-
-from treemail.adapters import keys, tracing
+from treemail.adapters import tracing
 from treemail.adapters.config import Config
-from treemail.adapters.eventstore import EventStore
+from treemail.adapters.eventstore import EventStore, decode_entry
 from treemail.adapters.proofmetrics import PROOF_FAILURES
 from treemail.domain import blocks, envelope, notices, proof, protocol
 from treemail.domain import commands as c
@@ -56,10 +54,8 @@ def verdict(record: SessionRecord, message_id: str, event, keyring: Keyring | No
 
 
 class Deliveries:
-    def __init__(self, redis: aioredis.Redis, config: Config, store: EventStore, sessions: SessionService,
-                 peers: PeerService, keyring: Keyring | None,
-                 discard: Callable[[str, str, str], Awaitable[None]]) -> None:
-        self._redis = redis
+    def __init__(self, config: Config, store: EventStore, sessions: SessionService, peers: PeerService,
+                 keyring: Keyring | None, discard: Callable[[str, str, str], Awaitable[None]]) -> None:
         self._config = config
         self._store = store
         self._sessions = sessions
@@ -88,20 +84,15 @@ class Deliveries:
 
     async def read_claimed(self, record: SessionRecord, seqs: list[int]) -> dict[int, ev.Event | None]:
         """The accepted events at these positions; None where an entry is gone or no longer reads as an event."""
-        stream = keys.session_stream(record.partition, record.session_id)
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for seq in seqs:
-                pipe.xrange(stream, min=f"{seq}-0", max=f"{seq}-0")
-            replies = await pipe.execute()
         found: dict[int, ev.Event | None] = {}
-        for seq, entries in zip(seqs, replies):
+        for seq, entries in zip(seqs, await self._store.entries_at(record, seqs)):
             try:
                 [(_, fields)] = entries
                 if protocol.is_newer(protocol.version_of(fields.get(b"v"))):
                     # A newer treemail wrote it: not this version's to judge; it stays claimed, undelivered.
                     found[seq] = NEWER
                     continue
-                event = ev.decode(fields[b"type"].decode(), fields[b"data"])
+                event = decode_entry(fields)
             except (ValueError, KeyError, UnicodeDecodeError):
                 event = None
             found[seq] = event if isinstance(event, ev.ProducerMessageAccepted) else None

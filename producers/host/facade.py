@@ -55,7 +55,7 @@ class Treemail:
     def __init__(self, redis: aioredis.Redis, listener: aioredis.Redis, config: Config) -> None:
         self._services = s = wiring.build(redis, listener, config)
         self._approval_wait = ApprovalWait(redis, config.service, s.commands)
-        self._deliveries = Deliveries(redis, config, s.store, s.sessions, s.peers, s.keyring, self.discard)
+        self._deliveries = Deliveries(config, s.store, s.sessions, s.peers, s.keyring, self.discard)
         self.history = History(redis, config.service, s.store, s.sessions, s.drains, lambda: s.commands.closing)
         self.peers = Peers(s.store, s.sessions, s.peers)
         self.interrupts = Interrupts(s.sessions, s.store, s.interrupts, s.interrupt_reader, self.finish_run)
