@@ -1,4 +1,5 @@
-"""The house: each layer imports only layers below it, and no two packages import each other.
+"""The house: each layer imports only layers below it, no two packages import each other, and no module
+imports another module's private name.
 
 Walks the installed package's modules and their imports (as written, read
 with ``ast``), so a new module is checked without being listed here.
@@ -99,6 +100,23 @@ def face_imports() -> set[str]:
     return names_of(face_nodes(ast.parse(path.read_text())), "treemail", True)
 
 
+def private_imports(module: str, source: str, is_package: bool = False) -> list[tuple[str, str]]:
+    """``(module, imported)`` for each private name (one leading underscore) ``module`` imports from another
+    module of treemail: a part reaching into another part's internals."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            target = target_of(module, node, is_package)
+            if not (target == "treemail" or target.startswith("treemail.")) or target == module:
+                continue
+            found += [(module, f"{target}.{alias.name}") for alias in node.names
+                      if alias.name.startswith("_") and not alias.name.startswith("__")]
+        elif isinstance(node, ast.Import):
+            found += [(module, alias.name) for alias in node.names if alias.name.startswith("treemail.")
+                      and any(part.startswith("_") and not part.startswith("__") for part in alias.name.split("."))]
+    return found
+
+
 def edges() -> list[tuple[str, str]]:
     modules = installed_modules()
     found = []
@@ -134,6 +152,32 @@ def test_the_package_roots_face_reaches_only_the_host_api():
     face = face_imports()
     assert face and face <= FACE_TARGETS, face
     assert {layer_of(name) for name in face - {"treemail"}} == {dict(LAYERS)["treemail.host"]}
+
+
+def test_no_module_imports_another_modules_private_name():
+    leaks = [leak for module, path in installed_modules().items()
+             for leak in private_imports(module, path.read_text(), path.name == "__init__.py")]
+    assert leaks == []
+
+
+def test_the_private_name_check_catches_a_part_reaching_into_another():
+    source = (
+        "from treemail.producers.host.peers import _peer_call\n"
+        "from .wakes import _text, WakeReader\n"
+        "from . import _helpers\n"
+        "import treemail.adapters._internal\n"
+        "from treemail import __version__\n"
+        "from treemail.producers.host.interrupts import interrupt_reader\n"
+        "from redis.asyncio.client import _private\n"
+    )
+    assert private_imports("treemail.producers.host.facade", source) == [
+        ("treemail.producers.host.facade", "treemail.producers.host.peers._peer_call"),
+        ("treemail.producers.host.facade", "treemail.producers.host.wakes._text"),
+        ("treemail.producers.host.facade", "treemail.producers.host._helpers"),
+        ("treemail.producers.host.facade", "treemail.adapters._internal"),
+    ]
+    # A module's own private names are its own business.
+    assert private_imports("treemail.producers.host.wakes", "from .wakes import _text\n") == []
 
 
 def test_the_domain_imports_nothing_but_itself_and_the_package_root():
