@@ -6,7 +6,7 @@ module is its public address, with the configuration an engine connects with.
 
 from treemail.adapters.config import Config, ServiceConfig, load_config
 from treemail.domain.messaging import MessagingConfig
-from treemail.producers.host import (
+from treemail.producers.host.facade import (
     Delivery,
     Disposed,
     Interrupt,

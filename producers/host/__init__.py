@@ -1,20 +1,2 @@
-"""The host API engines embed: the ``Treemail`` facade (``facade.py``) and the parts it is composed of."""
-
-from .facade import (
-    Delivery,
-    Disposed,
-    Interrupt,
-    Observed,
-    Registration,
-    SendAttempt,
-    SendContext,
-    SubscriptionGap,
-    ToolResult,
-    Treemail,
-    Wake,
-)
-
-__all__ = [
-    "Treemail", "SendContext", "Registration", "Delivery", "Wake", "Interrupt", "SendAttempt", "Observed",
-    "SubscriptionGap", "ToolResult", "Disposed",
-]
+"""The host API engines embed: the ``Treemail`` facade (``facade.py``), the one module that builds its services
+(``wiring.py``) and the parts it is composed of. Its public address is ``treemail.host`` (and ``treemail``)."""

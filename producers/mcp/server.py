@@ -43,7 +43,7 @@ from treemail.adapters.config import Config
 from treemail.adapters.tokens import TokenBinding
 from treemail.domain import ids
 
-from treemail.producers.host import Treemail
+from treemail.producers.host.facade import Treemail
 
 TOOL_CALL_META = "treemail/tool_call_id"
 NAME = "treemail"

@@ -53,7 +53,7 @@ async def with_host(config, action):
     """``action(host, server)``: the host API and the server's adapters, both closed afterwards."""
     from treemail.adapters.connection import connect
     from treemail.adapters.eventstore import EventStore
-    from treemail.producers.host import Treemail
+    from treemail.host import Treemail
 
     host = await Treemail.connect(config, url_of(config))
     try:

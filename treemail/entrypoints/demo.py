@@ -25,7 +25,7 @@ from treemail.adapters import members
 from treemail.adapters.config import Config
 from treemail.adapters.connection import connect
 from treemail.adapters.embedded import LocalValkey, LocalValkeyCluster, free_port
-from treemail.producers.host import Treemail
+from treemail.host import Treemail
 
 from .demo_script import Story, play, say
 from .scenarios import ScenarioFailed

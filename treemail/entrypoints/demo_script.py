@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from treemail.adapters import keys
 from treemail.adapters.viewstore import load_view
-from treemail.producers.host import SendContext, Treemail
+from treemail.host import SendContext, Treemail
 from treemail.projections.render import history_row
 from treemail.projections.views import tree_summaries
 

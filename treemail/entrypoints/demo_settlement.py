@@ -7,7 +7,7 @@ stack (the workers decide every send); the demo script calls it.
 
 from collections.abc import Callable
 
-from treemail.producers.host import SendContext, Treemail
+from treemail.host import SendContext, Treemail
 
 from .scenarios import expect
 

@@ -5,7 +5,7 @@
     treemail dispose SESSION [--stop-reason R] [--closing-text T]   dispose_command(host, ...)
 """
 
-from treemail.producers.host import Treemail
+from treemail.host import Treemail
 
 
 async def drain_command(host: Treemail, session_id: str | None = None, lift: bool = False) -> str:
