@@ -38,7 +38,7 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_PARAMS
 
-from treemail import PROTOCOL_VERSION
+from treemail.domain.protocol import PROTOCOL_VERSION
 from treemail.adapters.config import Config
 from treemail.adapters.tokens import TokenBinding
 from treemail.domain import ids

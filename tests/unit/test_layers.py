@@ -4,11 +4,8 @@ imports another module's private name.
 Walks the installed package's modules and their imports (as written, read
 with ``ast``), so a new module is checked without being listed here.
 
-The package root is layer 0 (the protocol version every floor reads) and
-also the engine authors' one import surface: its ``__getattr__`` defers
-``from treemail import host`` to first use. Those deferred imports are the
-package's face, checked as the face (layer 4, only ``treemail.host``); every
-other import of the root is checked as layer 0.
+The package root is the engine authors' one import surface: a face on the
+top floor, like ``treemail.host``, which it hands on; no floor below imports it.
 """
 
 import ast
@@ -20,7 +17,6 @@ import treemail
 
 # Bottom up. Producers, consumers and projections are one floor: none may import another.
 LAYERS = [
-    ("treemail", 0),
     ("treemail.domain", 0),
     ("treemail.adapters", 1),
     ("treemail.services", 2),
@@ -29,12 +25,10 @@ LAYERS = [
     ("treemail.projections", 3),
     ("treemail.entrypoints", 4),
     ("treemail.host", 4),
+    ("treemail", 4),
     ("treemail.__main__", 4),
 ]
 ROOTS = ["treemail", "treemail.producers", "treemail.consumers", "treemail.projections"]
-# The package root's face: the imports inside its module ``__getattr__`` (see the docstring).
-FACE_FUNCTION = "__getattr__"
-FACE_TARGETS = {"treemail", "treemail.host"}
 
 
 def package_of(module: str) -> str:
@@ -56,17 +50,6 @@ def installed_modules() -> dict[str, Path]:
             spec = importlib.util.find_spec(info.name)
             found[info.name] = Path(spec.origin)
     return found
-
-
-def import_nodes(tree: ast.Module, module: str):
-    """Every import statement of the module, but the root package's deferred face (``face_imports``)."""
-    face = {id(node) for node in face_nodes(tree)} if module == "treemail" else set()
-    return [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in face]
-
-
-def face_nodes(tree: ast.Module) -> list:
-    return [node for fn in tree.body if isinstance(fn, ast.FunctionDef) and fn.name == FACE_FUNCTION
-            for node in ast.walk(fn) if isinstance(node, (ast.Import, ast.ImportFrom))]
 
 
 def target_of(module: str, node: ast.ImportFrom, is_package: bool) -> str:
@@ -92,12 +75,8 @@ def names_of(nodes, module: str, is_package: bool) -> set[str]:
 
 
 def imports_of(module: str, path: Path) -> set[str]:
-    return names_of(import_nodes(ast.parse(path.read_text()), module), module, path.name == "__init__.py")
-
-
-def face_imports() -> set[str]:
-    path = Path(treemail.__file__)
-    return names_of(face_nodes(ast.parse(path.read_text())), "treemail", True)
+    nodes = [node for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, (ast.Import, ast.ImportFrom))]
+    return names_of(nodes, module, path.name == "__init__.py")
 
 
 def private_imports(module: str, source: str, is_package: bool = False) -> list[tuple[str, str]]:
@@ -148,10 +127,10 @@ def test_no_two_packages_import_each_other_and_no_floor_imports_its_neighbours()
     assert sideways == []
 
 
-def test_the_package_roots_face_reaches_only_the_host_api():
-    face = face_imports()
-    assert face and face <= FACE_TARGETS, face
-    assert {layer_of(name) for name in face - {"treemail"}} == {dict(LAYERS)["treemail.host"]}
+def test_the_package_root_is_the_host_apis_face():
+    root = {b for a, b in edges() if a == "treemail" and b != "treemail"}
+    assert root == {"treemail.host", "treemail.domain.protocol"}, root
+    assert set(treemail.__all__) == {"PROTOCOL_VERSION", *treemail.host.__all__}
 
 
 def test_no_module_imports_another_modules_private_name():
@@ -180,9 +159,8 @@ def test_the_private_name_check_catches_a_part_reaching_into_another():
     assert private_imports("treemail.producers.host.wakes", "from .wakes import _text\n") == []
 
 
-def test_the_domain_imports_nothing_but_itself_and_the_package_root():
-    outside = [(a, b) for a, b in edges() if package_of(a) == "treemail.domain"
-               and package_of(b) not in ("treemail.domain", "treemail")]
+def test_the_domain_imports_nothing_but_itself():
+    outside = [(a, b) for a, b in edges() if package_of(a) == "treemail.domain" and package_of(b) != "treemail.domain"]
     assert outside == []
 
 

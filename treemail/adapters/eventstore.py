@@ -22,7 +22,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError, ResponseError
 
-from .. import PROTOCOL_VERSION
+from ..domain.protocol import PROTOCOL_VERSION
 from ..domain import compactjson
 from ..domain import events as ev
 from ..domain import protocol

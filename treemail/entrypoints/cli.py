@@ -16,7 +16,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from treemail import PROTOCOL_VERSION, __version__
+from treemail.domain.protocol import PROTOCOL_VERSION
+from treemail.host import __version__
 from treemail.adapters.config import load_config
 from treemail.domain.errors import ConfigError, LifecycleError, RedisUnavailable, UnknownSessionError
 

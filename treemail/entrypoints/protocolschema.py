@@ -21,7 +21,7 @@ import json
 import sys
 from pathlib import Path
 
-from treemail import PROTOCOL_VERSION
+from treemail.domain.protocol import PROTOCOL_VERSION
 from treemail.domain.commands import STATUSES
 from treemail.domain.errors import Code
 from treemail.domain.schema import event_schemas
@@ -132,7 +132,7 @@ def write(schemas: Path = SCHEMAS) -> str:
     if recorded is not None and recorded != digest():
         raise SystemExit(
             f"the protocol schema changed but protocol {PROTOCOL_VERSION} is recorded with another digest: "
-            "bump PROTOCOL_VERSION in treemail/__init__.py, then run this again"
+            "bump PROTOCOL_VERSION in treemail/domain/protocol.py, then run this again"
         )
     versions[str(PROTOCOL_VERSION)] = digest()
     (schemas / "protocol.schema.json").write_text(render())
