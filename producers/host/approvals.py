@@ -13,15 +13,14 @@ from redis.exceptions import RedisError
 from tenacity import AsyncRetrying, RetryError, retry_if_exception_type
 
 from treemail.adapters import approvalindex, keys, tracing
-from treemail.domain import commands as c
-from treemail.domain.commands import SendContext
 from treemail.adapters.config import ServiceConfig
-from treemail.domain.commands import SendArguments
+from treemail.domain import commands as c
+from treemail.domain.commands import SendArguments, SendContext
 from treemail.domain.errors import LifecycleError
 from treemail.services.sessions import SessionService
-from treemail.producers.client import CommandClient
 
-from treemail.producers.tools import send_message as tool
+from ..client import CommandClient
+from ..tools import send_message as tool
 
 
 class ApprovalWait:

@@ -20,7 +20,8 @@ from treemail.domain.proof import Keyring
 from treemail.domain.records import SessionRecord
 from treemail.services.peers import PeerService
 from treemail.services.sessions import SessionService
-from treemail.producers.tools import send_message as tool
+
+from ..tools import send_message as tool
 
 from .types import Delivery
 

@@ -27,8 +27,9 @@ from treemail.domain import commands as c
 from treemail.domain import ids
 from treemail.domain.commands import SendContext
 from treemail.domain.errors import LifecycleError, Rejected
-from treemail.producers.tools import send_message as tool
-from treemail.producers.tools.table import Handlers
+
+from ..tools import send_message as tool
+from ..tools.table import Handlers
 
 from . import wiring
 from .approvals import ApprovalWait

@@ -13,14 +13,14 @@ from dataclasses import dataclass
 
 from treemail.adapters import keys
 from treemail.adapters.config import ServiceConfig
+from treemail.adapters.eventstore import EventStore
 from treemail.domain.commands import InterruptAgent, SendContext
 from treemail.domain.errors import Code, LifecycleError
-from treemail.adapters.eventstore import EventStore
 from treemail.services.interrupts import InterruptService
 from treemail.services.sessions import SessionService
 
-from treemail.producers.tools import interrupt as interrupt_tool
-from treemail.producers.tools.answering import answered
+from ..tools import interrupt as interrupt_tool
+from ..tools.answering import answered
 
 from .wakes import WakeReader
 

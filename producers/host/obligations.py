@@ -29,7 +29,8 @@ from treemail.domain.state import MailItem
 from treemail.services.disposal import DisposalService
 from treemail.services.obligations import ObligationService
 from treemail.services.sessions import SessionService
-from treemail.producers.tools.message import render
+
+from ..tools.message import render
 
 from .wakes import WakeReader
 

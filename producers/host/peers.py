@@ -20,12 +20,12 @@ from treemail.adapters.eventstore import EventStore
 from treemail.domain import peers
 from treemail.domain.commands import SendContext, SendToPeer
 from treemail.domain.errors import Code, Rejected, UnknownSessionError
-from treemail.services.sessions import SessionService
 from treemail.domain.results import error_result
 from treemail.services.peers import PeerService
+from treemail.services.sessions import SessionService
 
-from treemail.producers.tools import peer as peer_tools
-from treemail.producers.tools.answering import answered
+from ..tools import peer as peer_tools
+from ..tools.answering import answered
 
 
 class Peers:

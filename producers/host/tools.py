@@ -16,8 +16,9 @@ from treemail.domain import commands as c
 from treemail.domain.commands import SendContext
 from treemail.domain.records import SessionRecord
 from treemail.services.sessions import SessionService
-from treemail.producers.tools import schemas, table
-from treemail.producers.tools.table import Handlers, SessionView
+
+from ..tools import schemas, table
+from ..tools.table import Handlers, SessionView
 
 
 class Tools:

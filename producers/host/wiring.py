@@ -19,7 +19,8 @@ from treemail.services.obligations import ObligationService
 from treemail.services.peers import PeerService
 from treemail.services.sessions import SessionService
 from treemail.services.settlement import SettlementService
-from treemail.producers.client import CommandClient
+
+from ..client import CommandClient
 
 from .interrupts import interrupt_reader
 from .wakes import WakeReader

@@ -38,12 +38,12 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_PARAMS
 
-from treemail.domain.protocol import PROTOCOL_VERSION
 from treemail.adapters.config import Config
 from treemail.adapters.tokens import TokenBinding
 from treemail.domain import ids
+from treemail.domain.protocol import PROTOCOL_VERSION
 
-from treemail.producers.host.facade import Treemail
+from ..host.facade import Treemail
 
 TOOL_CALL_META = "treemail/tool_call_id"
 NAME = "treemail"
