@@ -119,7 +119,7 @@ class Workers:
 async def register_trees(host, trees: int, children: int, run_on: str = "root") -> list[tuple[str, list[str]]]:
     """`trees` roots, each with `children` children; returns (root id, [child ids]).
 
-    Only a session's open run may send (seed 002): `run_on` says who sends, "root" or "children".
+    Only a session's open run may send (exact live sender): `run_on` says who sends, "root" or "children".
     """
     out = []
     for t in range(trees):

@@ -1,24 +1,24 @@
 """The records' floor: the raw loop plus every record treemail keeps per accepted send, each at its least.
 
 The raw baseline (raw.py) appends one event per command and answers nobody. An accepted send keeps
-more than that under the seeds (the session stream entry, a feed entry, the mail item, the
+more than that (the session stream entry, a feed entry, the mail item, the
 idempotency evidence, the answer). This loop writes exactly those, each in the fewest bytes that still
 says what it must, and decides nothing: same backlog shape, same batch, one script call per command
 and one XACK per batch, as raw.py. Per command, in one script (eight calls):
 
-- the idempotency check on the sender's tool call (seed 000: a retried call gets the first answer);
+- the idempotency check on the sender's tool call (idempotency: a retried call gets the first answer);
 - the recipient's and the sender's versions checked (a decision on stale state must not apply);
 - the message on the recipient's stream (id, sender, mode, hops, body: what the envelope and the guards need);
-- the mail item that keeps the message an obligation until it is processed (seed 004), beside the
+- the mail item that keeps the message an obligation until it is processed (delivery as an obligation), beside the
   recipient's new version;
-- the sender's record of it on the sender's stream (id, recipient: seed 004's retained status);
-- the idempotency evidence ((run, tool call) -> message id, never deleted: seed 004), beside the
+- the sender's record of it on the sender's stream (id, recipient: the send's retained status);
+- the idempotency evidence ((run, tool call) -> message id, never deleted), beside the
   sender's new version;
 - one feed entry naming the recipient's new event (projections follow the feed);
 - the answer on the producer's reply list, which expires.
 
 What treemail spends beyond this floor is its decision (permissions, guards, folding, the
-protocol's fields), not the records. If the floor alone is over a target, records the seeds require
+protocol's fields), not the records. If the floor alone is over a target, records treemail keeps
 would have to go for the target to be met.
 """
 
@@ -43,7 +43,7 @@ FEED_MAXLEN = 1_000_000  # treemail's default `feed_maxlen`
 FLOOR_LUA = """
 local sender = redis.call('HMGET', KEYS[4], 'version', ARGV[5])
 if sender[2] then
-  -- A retried tool call: the first answer again, and nothing written (seed 000).
+  -- A retried tool call: the first answer again, and nothing written (idempotency).
   redis.call('LPUSH', KEYS[6], '{"ok": {"message_id": "' .. sender[2] .. '"}}')
   return {'dup', sender[2]}
 end
@@ -103,9 +103,9 @@ def script_call(cmd: dict, versions: dict[str, int], message_id: str) -> tuple:
         6, session_key(to, "events"), session_key(to, "state"), session_key(sender, "events"),
         session_key(sender, "state"), FEED, REPLY,
         versions[to], versions[sender],
-        # The message: what the recipient's envelope and the contract's guards need (seed 000).
+        # The message: what the recipient's envelope and the send_message contract's guards need.
         json.dumps({"message_id": message_id, "from": sender, "mode": cmd["mode"], "hops": 1, "body": cmd["body"]}),
-        json.dumps({"message_id": message_id, "to": to}),  # the sender's record of it (seed 004)
+        json.dumps({"message_id": message_id, "to": to}),  # the sender's record of it (its retained status)
         f"{cmd['run']} {cmd['call']}",  # the idempotency key within the sender: (run, tool call)
         message_id, json.dumps({"ok": {"message_id": message_id}}), FEED_MAXLEN, to,
     )

@@ -3,7 +3,7 @@
 Each round is one treemail run (one worker, a paced host) and then the raw round trip at the same
 pace, concurrency, senders and bodies. The percentiles are taken over every send of every round
 together. One 5-second run is a draw on this 2-core machine: fourteen runs of one commit gave p50
-0.90-1.13 ms and p99 2.28-8.89 ms (BENCHMARKS.md, issue 17, seventh pass). Each round's own p50
+0.90-1.13 ms and p99 2.28-8.89 ms (BENCHMARKS.md). Each round's own p50
 and p99 are kept beside the pooled ones, so a bad round shows instead of vanishing into a median.
 """
 

@@ -1,4 +1,4 @@
-"""A million sends later: what treemail kept, and what it let go (issue 17).
+"""A million sends later: what treemail kept, and what it let go.
 
 One worker decides ``sends`` SendMessage commands. A producer feeds them in chunks, keeping at most
 ``BACKLOG`` undecided, and a reader takes the answers off the reply list as a host does. Afterwards,

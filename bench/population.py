@@ -58,7 +58,7 @@ async def partition_sessions(r: aioredis.Redis, partitions: int) -> int:
 
 
 async def start_runs(host: Treemail, probes: list[tuple[str, list[str]]]) -> None:
-    # Only a session's open run may send (seed 002).
+    # Only a session's open run may send (exact live sender).
     await asyncio.gather(*[host.start_run(kid, "run-1") for _, kids in probes for kid in kids])
 
 

@@ -170,19 +170,23 @@ def report(results: dict, env: dict, sizes: Sizes, quick: bool, wall: float) -> 
 NOTES_MARKER = "<!-- notes: kept across runs -->"
 
 
+def raw_figures(results: dict) -> str:
+    """The run's figures as JSON, one phase a line: the whole of them, short enough to sit under the table."""
+    lines = [f" {json.dumps(key)}: {json.dumps(value, default=str)}" for key, value in results.items()]
+    return "{\n" + ",\n".join(lines) + "\n}"
+
+
 def write_markdown(table: str, results: dict, env: dict, sizes: Sizes, quick: bool) -> None:
     path = ROOT / "BENCHMARKS.md"
     outcomes = results["one"]["outcomes"]
+    pop, rep = results["sessions"], results["replay"]
     text = f"""# Benchmarks
 
 Produced by `make bench` (`python -m bench.run{' --quick' if quick else ''}`) on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.
-Everything below was measured in one run against one local Valkey started by the
-benchmark (`LocalValkey(durable=False)`, profile `fast`), flushed between phases (`FLUSHALL SYNC`:
-a phase starts once the server has freed the last one's keys), except the cluster rows: a local
-3-master `LocalValkeyCluster(masters=3)` started by the same run.
-
-Machine: {env['cpu']}, {env['cores']} cores, Python {env['python']}, {env['valkey']}, {env['os']}.
-Valkey, the worker process(es) and the benchmark process share these cores.
+One run against one local Valkey started by the benchmark (`LocalValkey(durable=False)`, profile `fast`),
+flushed between phases (`FLUSHALL SYNC`: a phase starts once the last one's keys are freed), except the
+durable row (a Valkey of its own with AOF) and the cluster rows (a local `LocalValkeyCluster(masters=3)`).
+Valkey, the worker process(es) and the benchmark process share the machine's {env['cores']} cores (the table's first line).
 
 ```
 {table}
@@ -190,117 +194,86 @@ Valkey, the worker process(es) and the benchmark process share these cores.
 
 ## What each row measures
 
-- **treemail, 1 worker process**: {sizes.trees} trees of 1 root + {sizes.children} children registered
-  through the host API ({sizes.trees * sizes.children:,} recipients, `max_pending_per_session` 1e9,
-  `max_inflight_per_pair` 0, one command stream); {sizes.commands:,} `SendMessage` commands
-  (the roots take turns, each to a random child of its tree, by session id, unique tool-call ids, a dummy reply list)
-  XADDed to the command stream; the group cursor is held at the end (`XGROUP SETID $`) until
-  the worker process(es) have started and joined the group, then rewound to 0, so start-up is
-  not timed. Time runs from the group's first read until `XINFO GROUPS` shows pending = 0 and
-  lag = 0; CPU seconds of Valkey and the workers are read from /proc over the same span. Outcomes of the
-  1-worker run: {outcomes}.
-- **raw Redis baseline**: the same backlog shape decided by a plain `redis.asyncio` loop in the
-  benchmark process: `XREADGROUP COUNT 100`, pipelined `HMGET` of each recipient's state hash,
-  accept, one pipelined Lua compare-and-set per command (check `version`, `XADD`, `HSET version`),
-  one `XACK` per batch. No idempotency record, no snapshot JSON, no reply.
-- **records' floor** (`bench/floor.py`): the raw baseline's loop, backlog shape ({sizes.trees * sizes.children:,}
-  root -> child pairs, UUIDv7 session ids) and batching, with each command's one script call writing the
-  records treemail keeps for an accepted send, each in the fewest bytes that still says what it must, and
-  deciding nothing: the sender's idempotency evidence checked and kept (run and tool call -> message id),
-  both sessions' versions checked and written, the message on the recipient's stream (id, sender, mode,
-  hops, body), the sender's record of it on the sender's stream (seed 004), the mail item that keeps it an
-  obligation (beside the recipient's version), one feed entry, and the answer on a reply list (one
-  `EXPIRE` and one `XACK` per batch). Valkey's CPU and the memory are the server's work for these records:
-  where the floor's ratio misses treemail's target, no worker keeping the same records can meet it (one script
-  call per batch instead of per command was tried, and Valkey's ratio stayed over 2). The rate and the worker's
-  CPU are this loop's own: a cleverer client does better. `treemail / floor` is what the decision costs on
-  top of the records. Its memory row: {sizes.memory_sends:,} sends of a 200-byte body from 20
-  roots to 5 children each, after one warm-up send per pair, `used_memory` before and after (the
-  command stream and reply list deleted and freed first), next to {sizes.memory_sends:,} bare XADDs of the body.
-  Valkey allocates a stream node at `stream-node-max-bytes` (4 KB) when it starts one, so a stream grows by
-  whole nodes: 100 messages per recipient spread that over many; the quick run's 10 do not, and its memory
-  rows for the floor read low.
-- **2 worker processes**: as the first row, with the backlog over two command streams (each root sender's on
-  `crc32(root) % 2`, as producers route them; the commands on each in the row) and two `treemail worker`
-  processes in one group, each reading the stream it owns (`exclusive_streams`, `consumers/ownership.py`).
-- **send round trip**: one worker process; a host (`Treemail.connect`, same config) paced at
-  {sizes.latency_rate:,} sends/s (and again at {sizes.latency_rate // 4:,} sends/s) for {sizes.latency_seconds:g} s
-  each, with every send its own task, held only while it runs
-  (many in flight); `send_message` call to result, 20 roots taking turns, each to its 5 children.
-  At each rate {sizes.latency_rounds} round(s) (`bench/latency.py`), each on a flushed server with
-  its own worker and followed by the raw round trip below: p50, p99 and CPU per send are over
-  every send of the rounds together, and each round's own p50 and p99 are listed in the row, so a
-  bad round shows. One 5-second run was a draw on this machine (fourteen runs of one commit: p50
-  0.90-1.13 ms, p99 2.28-8.89 ms).
-- **raw XADD + BLMPOP round trip**: right after each round of the send round trip, in the same benchmark
-  process, the same pace, concurrency (every send its own task), senders, recipients and bodies, through
-  `bench/roundtrip.py`'s client shaped like treemail's producer (`producers/client.py`): each send
-  XADDs a command-sized entry (the JSON `encode_command` writes) to a stream and awaits a future;
-  one listener task per client BLMPOPs the client's one reply list (up to 1000 answers a pop) and
-  hands each answer to its future by command id. The consumer is a subprocess, as the worker is:
-  `XREADGROUP COUNT 100 BLOCK 100`, one pipelined `LPUSH` + `EXPIRE` per reply list and `XACK` per
-  batch, deciding nothing. Host CPU per send is the benchmark process's CPU time over the paced span
-  divided by the sends, for both loops (the pacer and the client's listener included); the ratio
-  has no target in the issue, it is reported. It depends on how the consumer batches: a consumer
-  that falls behind answers many sends per `LPUSH`, and the host then wakes once for many answers
-  (answers per pop, shown next to it), so a slower consumer can lower the host's CPU per send.
-- **replay**: {results['replay']['sessions']} sessions ({sizes.replay_trees} trees of 1 root + {sizes.replay_children} children)
-  registered through the host API (directory entry, partition session set, SessionRegistered at
-  version 1), then each stream filled by a server-side Lua loop with ProducerRegistered +
-  (ProducerMessageAccepted, ProducerMessageConsumed) pairs of real event JSON at ids `<n>-0`, about
-  {sizes.replay_events:,} events per session. `projections.replay.rebuild(store, all {bench_config('').service.partitions} partitions,
-  write=False)` with a fresh `EventStore` (empty directory cache), all four projections, in the
-  benchmark process; the raw loop in the same process and run: `SMEMBERS` of each partition's
-  session set, `XRANGE` in chunks of 10,000 and `json.loads` of every `data` field over the same
-  streams. Next to it `rebuild(..., write=True)`, the rebuild `treemail replay` runs: the same fold,
-  then each partition's views and checkpoints written in one MULTI/EXEC. Raw, rebuild and
-  rebuild-with-writing alternate twice; the best of two of each is shown. The folded views are
-  checked (and the written rebuild's must equal them): {results['replay']['views_check']}.
-- **scale-out**: {sizes.scale_trees} trees of 1 root + {sizes.scale_children} children, roots chosen so that each of
-  {sizes.scale_streams} command streams gets the same number of senders; {sizes.scale_commands:,} `SendMessage`
-  commands (root -> random child of its tree), each XADDed to `keys.command_stream(crc32(root) % {sizes.scale_streams})`
-  as `producers/client.py` routes them; then 1, 2 and 4 `treemail worker` processes
-  (`TREEMAIL_SERVICE_COMMAND_STREAMS={sizes.scale_streams}`; the live workers share the streams out, one
-  reader each), timed as the first row over all streams, from one heartbeat after the last worker joined. Each row
-  re-registers and re-fills a flushed server. Once on the benchmark's single Valkey, once on a
-  local 3-master `LocalValkeyCluster` (no replicas, same 2 cores; workers with
-  `TREEMAIL_SERVICE_CLUSTER=true`, prefill and progress through a `RedisCluster` client). The backlog
-  is {sizes.scale_commands:,} commands, smaller than the first rows', to keep `make bench` short.
-- **mail both ways** (routing): as the scale-out rows on one Valkey, with 2 workers, but every other round
-  of the trees a random child sends to its root instead of the root to a child, and each child's run is open.
-  The backlog is put on the streams by tree (`crc32(root)`, as producers route now) and, as the baseline,
-  by sender (`crc32(sender)`, as releases before tree routing did: a child's report then often sits on
-  another worker's stream than its root's mail). The two alternate, twice each; each row is their mean.
-- **~1M-event recipient**: one child's stream pre-filled with ProducerRegistered + (Accepted,
-  Consumed) pairs at entry ids `<n>-0` and its state hash set to version n and the real fold's
-  snapshot; {sizes.probe_sends:,} sequential sends to it interleaved with {sizes.probe_sends:,} to a
-  fresh child, one worker.
-- **after {sizes.million_sends:,} sends** (`bench/million.py`): one worker; a producer in the benchmark
-  process XADDs the commands in chunks of 10,000 (1 root + 1 child per tree, enough roots that none
-  reaches the per-source capacity; nobody consumes), never more than 50,000 undecided, and a reader
-  takes the answers off the reply list as a host does. After the last answer the worker's periodic
-  pass (every `reclaim_idle_ms / 2`) gets up to 20 s. The command stream's length, the reply lists
-  and wake entries left are then read, and every key's `MEMORY USAGE` is summed by kind of key (the
-  bytes per send that remain: the session streams, the feed bounded by `feed_maxlen`, and the records
-  each message keeps until it is processed or as long as its sender).
-- **{results['sessions']['sessions']:,}-session server**: trees of 1 root + 9 children registered through
-  the host API (`register_root`, `register_child`, all `idle`; SessionRegistered decided and committed
-  as every registration is), 16 trees in flight at once from one process (one tree at a time does
-  about half the rate on this machine); {results['sessions']['register_seconds']:.0f} s for all of them. Memory per
-  session is Valkey's `used_memory` after minus before the registration, divided by the sessions
-  counted in the partitions' session sets; by kind of key (`MEMORY USAGE`, on the fresh server's
-  {results['sessions']['fresh_sessions']} sessions before any mail), in bytes per session:
-  {results['sessions']['fresh_key_bytes_per_session_by_kind']}. The baseline is a second, fresh
-  `LocalValkey` started for the phase holding only 5 trees registered the same way, with its own worker
-  process; on each server the 9 children of 5 trees (spread over the population on the big one) open a
-  run and send to their root. Every pair sends once to warm up, then {sizes.probe_sends:,} sequential
-  sends to each server alternate send by send, so both see the same moments of the shared machine; a
-  fresh session on the populated server would share the keyspace whose size is what is measured.
+Rates are commands decided per second of wall time. CPU per decision is a process's CPU time, read from /proc over the
+timed span, divided by the commands. Latencies are a host's `send_message` call to its result. Memory is Valkey's
+`used_memory` after minus before, per message. Where a row has a target, the last column says whether this run met it.
 
-Raw figures of this run (JSON):
+- **treemail, 1 worker; raw Redis baseline; treemail / raw; CPU per decision.** {sizes.trees} trees of 1 root + {sizes.children}
+  children registered through the host API ({sizes.trees * sizes.children:,} recipients, `max_pending_per_session` 1e9,
+  `max_inflight_per_pair` 0, one command stream); {sizes.commands:,} `SendMessage` commands (the roots take turns, each to a
+  random child of its tree) XADDed before the worker starts. The group cursor is held at the end until the workers have
+  joined, then rewound to 0, so start-up is not timed; time runs from the group's first read until `XINFO GROUPS`
+  shows pending 0 and lag 0. Outcomes: {outcomes}. The raw baseline decides the same backlog shape in the benchmark
+  process, a plain `redis.asyncio` loop: `XREADGROUP COUNT 100`, pipelined `HMGET` of each recipient's state hash, one
+  pipelined Lua compare-and-set per command (check `version`, `XADD`, `HSET version`), one `XACK` per batch; no
+  idempotency record, no snapshot, no answer. The CPU rows put treemail's microseconds per command next to the raw loop's.
+- **records' floor** (`bench/floor.py`): the raw loop's shape ({sizes.trees * sizes.children:,} root -> child pairs, UUIDv7
+  ids) and batching, whose one script call per command writes the records treemail keeps for an accepted send, each in
+  the fewest bytes that still says what it must, and decides nothing: the sender's idempotency evidence (run and tool
+  call -> message id), both sessions' versions, the message on the recipient's stream (id, sender, mode, hops, body),
+  the sender's record of it (its retained status), the mail item that keeps it an obligation, one feed entry, and the
+  answer on a reply list (one `EXPIRE` and one `XACK` per batch). Valkey's CPU and the memory are the server's work for
+  these records: where the floor misses a target, no worker keeping the same records meets it. The rate and the
+  worker's CPU are this loop's own; a cleverer client does better. `treemail / floor` is what the decision costs on top
+  of the records. Memory: {sizes.memory_sends:,} sends of a 200-byte body, 20 roots to 5 children each, after one warm-up
+  send per pair, the command stream and reply list freed before the second read. Streams grow by whole 4 KB nodes
+  (`stream-node-max-bytes`): 100 messages per recipient fill them, the quick run's 10 do not and read low.
+- **durable profile**: the first row's backlog on a Valkey of its own with AOF, the worker with
+  `TREEMAIL_SERVICE_PROFILE=durable` (WAITAOF before success); `durable / fast` is its rate over the first row's.
+- **memory per accepted message**: one worker; 20 roots of 5 children, one warm-up send per pair (a pair's first
+  message also registers its producer), then {sizes.memory_sends:,} sends of a {results['memory']['body_bytes']}-byte body through
+  the host, 50 in flight; next to {sizes.memory_sends:,} bare `XADD`s of the body on the same server. Every key's exact
+  `MEMORY USAGE` by kind of key, per message, is in the JSON (`memory.by_kind`). The command stream row: its length
+  right after those sends and after the worker's periodic trim (every `reclaim_idle_ms / 2`, given up to 20 s).
+- **after {sizes.million_sends:,} sends** (`bench/million.py`): one worker; the benchmark process XADDs the commands in
+  chunks of 10,000 (1 root + 1 child per tree, enough roots that none reaches the per-source capacity; nobody
+  consumes), never more than 50,000 undecided, and takes the answers as a host does. The worker's periodic pass then
+  gets up to 20 s; what is left is read, and every key's `MEMORY USAGE` summed by kind (`million.by_kind`).
+- **2 worker processes**: the first row's backlog over two command streams (each root's on `crc32(root) % 2`, as
+  producers route them; the commands on each in the row), two `treemail worker` processes, each reading the stream it
+  owns (`consumers/ownership.py`); `2 workers / 1 worker` is over the first row.
+- **send round trip**: one worker; a host (`Treemail.connect`) paced at {sizes.latency_rate:,} sends/s, and again at
+  {sizes.latency_rate // 4:,}/s, for {sizes.latency_seconds:g} s, every send its own task (many in flight), 20 roots taking turns, each
+  to its 5 children. {sizes.latency_rounds} round(s) at each rate (`bench/latency.py`), each on a flushed server with its own
+  worker: p50, p99 and CPU per send are over all the rounds' sends; each round's own p50 and p99 are in the row.
+- **raw XADD + BLMPOP round trip; host CPU per send**: after each round, same process, pace, concurrency, senders and
+  bodies, through `bench/roundtrip.py`'s client shaped like treemail's producer (XADD a command-sized entry, await a
+  future; one listener BLMPOPs up to 1000 answers a pop) and a consumer subprocess deciding nothing (`XREADGROUP COUNT
+  100 BLOCK 100`, one pipelined `LPUSH` + `EXPIRE` per reply list, `XACK` per batch). Host CPU per send is the benchmark
+  process's CPU over the paced span per send (pacer and listener included). No target: a consumer that falls behind
+  answers many sends per pop (answers per pop, in the row), which lowers it.
+- **~1M-event recipient**: one child's stream pre-filled with ProducerRegistered + (Accepted, Consumed) pairs at ids
+  `<n>-0`, its state hash at version n with the real fold's snapshot; {sizes.probe_sends:,} sequential sends to it
+  interleaved with {sizes.probe_sends:,} to a fresh child, one worker.
+- **{pop['sessions']:,}-session server**: trees of 1 root + 9 children registered through the host API (all `idle`,
+  SessionRegistered decided and committed as every registration is), 16 trees in flight from one process;
+  {pop['register_seconds']:.0f} s for all. Memory per session: `used_memory` delta over the sessions in the partitions' session
+  sets; by kind of key, per session, on the fresh server's {pop['fresh_sessions']} sessions before any mail:
+  {pop['fresh_key_bytes_per_session_by_kind']}. The baseline is a second `LocalValkey` holding 5 trees, with its own
+  worker (a fresh session on the populated server would share the keyspace whose size is measured); on each server the
+  9 children of 5 trees (on the big one, spread over the population) open a run and send to their root, one warm-up
+  each, then {sizes.probe_sends:,} sequential sends to each, alternating send by send so both see the same moments of the machine.
+- **replay**: {rep['sessions']} sessions ({sizes.replay_trees} trees of 1 root + {sizes.replay_children} children), each stream filled server-side
+  with real event JSON (ProducerRegistered + (Accepted, Consumed) pairs), about {sizes.replay_events:,} events per session.
+  `projections.replay.rebuild(store, all {bench_config('').service.partitions} partitions, write=False)`, fresh `EventStore`, all four projections, in the
+  benchmark process, against a raw loop over the same streams (`SMEMBERS` of each partition's session set, `XRANGE` in
+  chunks of 10,000, `json.loads` of every `data`). `write=True`, as `treemail replay` runs it, also writes each
+  partition's views and checkpoints in one MULTI/EXEC. The three alternate twice; the best of two each is shown.
+  Views checked (the written ones must equal them): {rep['views_check']}.
+- **scale-out** (one Valkey, then the 3-master cluster, its workers with `TREEMAIL_SERVICE_CLUSTER=true`):
+  {sizes.scale_trees} trees of 1 root + {sizes.scale_children} children, roots chosen so each of {sizes.scale_streams} command streams gets as many
+  senders; {sizes.scale_commands:,} commands (root -> random child) on `keys.command_stream(crc32(root) % {sizes.scale_streams})`; 1, 2 and 4
+  workers sharing the streams out, one reader each, timed as the first row from one heartbeat after the last joined;
+  each row on a flushed server. Noise is the CPU other processes used over the span.
+- **mail both ways** (routing): as scale-out on one Valkey with 2 workers, but every other round of the trees a random
+  child sends to its root; the same backlog put on the streams by tree (`crc32(root)`, as producers route) and by
+  sender (`crc32(sender)`: a child's report then often sits on another worker's stream than its root's mail). The two
+  alternate, twice each; each row is their mean.
+
+Raw figures of this run (JSON, one phase a line):
 
 ```
-{json.dumps(results, indent=1, default=str)}
+{raw_figures(results)}
 ```
 """
     notes = ""

@@ -41,7 +41,7 @@ class RawClient:
 
     def __init__(self, url: str) -> None:
         # The plain shape: every send its own XADD, at most 32 in flight (treemail's client publishes the
-        # sends of one turn of the event loop in one pipeline instead; issue 17).
+        # sends of one turn of the event loop in one pipeline instead).
         pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=64, timeout=None)
         self.redis = aioredis.Redis(connection_pool=pool)
         self.publishing = asyncio.Semaphore(32)

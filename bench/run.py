@@ -7,7 +7,7 @@
 Phases (the Valkey is flushed between the throughput phases):
   1. one `treemail worker` process deciding a prefilled backlog of SendMessage commands
   2. the raw baseline: XREADGROUP + pipelined HMGET + Lua CAS XADD + XACK, same backlog shape
-  2b. the records' floor: the raw loop plus the records the seeds keep per send and its answer, deciding nothing
+  2b. the records' floor: the raw loop plus the records treemail keeps per send and its answer, deciding nothing
   3. two worker processes on the same backlog
   3b-3d. the durable profile; memory per accepted message vs a bare XADD; what is left after 1,000,000 sends
   4. host round-trip latency at a steady send rate, one worker running
@@ -125,7 +125,7 @@ async def timed_in_process(name: str, run_worker, url: str, commands: int) -> di
 
 
 async def phase_floor(url: str, sizes: Sizes) -> dict:
-    """The raw loop plus the records the seeds keep per send (bench/floor.py): throughput and CPU on the
+    """The raw loop plus the records treemail keeps per send (bench/floor.py): throughput and CPU on the
     raw phase's backlog shape, then memory per 200-byte message next to a bare XADD."""
     await flush(url)
     rng = random.Random(42)
@@ -316,7 +316,7 @@ def run_cluster_phase(sizes: Sizes) -> list[dict]:
     cluster = LocalValkeyCluster(masters=3)
     try:
         cluster.start()
-        pids = [node.process.pid for node in cluster.nodes]
+        pids = [node.pid for node in cluster.nodes]
         log(f"  local cluster of {len(pids)} masters at {cluster.url}")
         return asyncio.run(phase_scale(cluster.url, sizes, True, pids))
     finally:
@@ -329,7 +329,7 @@ def run_durable_phase(sizes: Sizes) -> dict:
     try:
         server.start()
         return asyncio.run(phase_workers(server.url, sizes, 1, {"TREEMAIL_SERVICE_PROFILE": "durable"},
-                                         server.process.pid))
+                                         server.pid))
     finally:
         server.cleanup()
 
@@ -358,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         server.start()
         global VALKEY_PID
-        VALKEY_PID = server.process.pid
+        VALKEY_PID = server.pid
         url = server.url
         env = machine()
         env["valkey"] = asyncio.run(valkey_version(url))
@@ -367,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         phases = [
             ("one", "phase 1: one treemail worker process", lambda: asyncio.run(phase_workers(url, sizes, 1))),
             ("raw", "phase 2: raw Redis baseline", lambda: asyncio.run(phase_raw(url, sizes))),
-            ("floor", "phase 2b: the records' floor: the raw loop plus the records the seeds keep per send",
+            ("floor", "phase 2b: the records' floor: the raw loop plus the records treemail keeps per send",
              lambda: asyncio.run(phase_floor(url, sizes))),
             ("durable", "phase 3b: one worker, durable profile (AOF + WAITAOF), on its own Valkey",
              lambda: run_durable_phase(sizes)),

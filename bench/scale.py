@@ -36,7 +36,7 @@ def client(url: str, cluster: bool):
 async def balanced_trees(host: Treemail, trees: int, children: int, streams: int, children_send: bool = False
                          ) -> list[tuple[str, list[str]]]:
     """`trees` roots, the same number on every command stream (roots whose stream is full are left unused);
-    ``children_send``: the children's runs are open too (only a session's open run may send, seed 002)."""
+    ``children_send``: the children's runs are open too (only a session's open run may send: exact live sender)."""
     per = -(-trees // streams)
     roots: dict[int, list[str]] = {i: [] for i in range(streams)}
     while sum(len(v) for v in roots.values()) < trees:
@@ -51,7 +51,7 @@ async def balanced_trees(host: Treemail, trees: int, children: int, streams: int
             host.register_child(root, "worker", f"child {c}", rules={"parent": "allow"}, status="running")
             for c in range(children)
         ])
-        await host.start_run(root, "run-1")  # only a session's open run may send (seed 002)
+        await host.start_run(root, "run-1")  # only a session's open run may send (exact live sender)
         if children_send:
             await asyncio.gather(*[host.start_run(kid.session_id, "run-1") for kid in kids])
         out.append((root, [k.session_id for k in kids]))

@@ -26,7 +26,7 @@ dashboards take ``max``, not ``sum``, across workers).
 
 Over the house's 200 lines: the worker's life cycle (share the streams out,
 decide, reclaim, trim, revive, stop) reads best as one class; its subscribers,
-one per command stream, are ``subscriptions``.
+one per command stream, are ``subscribers`` (``commandsubscribers.py``).
 """
 
 import asyncio
@@ -55,13 +55,13 @@ from treemail.adapters.members import Membership
 from treemail.domain.commands import SendMessage
 from treemail.services.sends import SendService
 
-from . import admission
+from . import decisionspans
 from .deadletters import Letter, dead_letter, gave_up
 from .entries import split_malformed, text
 from .inflight import BatchesInFlight
 from .ownership import owned_streams
 from .stats import live_readers, record_batch, refresh_stats, server_unreachable
-from .subscriptions import Subscriptions
+from .commandsubscribers import CommandSubscribers
 
 log = logging.getLogger("treemail.worker")
 
@@ -109,23 +109,23 @@ class Worker:
         self.outages = OutageLog(log)
         self.membership: Membership | None = None
         # One subscriber per command stream; only the owned ones run (``share_streams``).
-        self.subscriptions = Subscriptions(self.broker, config.service, self.consumer, self._handle_current)
+        self.subscribers = CommandSubscribers(self.broker, config.service, self.consumer, self._handle_current)
         self.in_flight = BatchesInFlight(config.service.batches_in_flight)
         self._stopping = False
 
     @property
     def owned(self) -> frozenset[int]:
         """The command streams this worker reads (by index)."""
-        return self.subscriptions.owned
+        return self.subscribers.owned
 
     @property
     def revived(self) -> int:
         """How many subscribers FastStream had stopped were restarted."""
-        return self.subscriptions.revived
+        return self.subscribers.revived
 
     async def _handle_current(self, body=None) -> None:
         # The batch from the broker's context: a ``RedisBatchStreamMessage`` parameter is a dependency
-        # that fast_depends resolves in a worker thread, a thread hop per batch (issue 17).
+        # that fast_depends resolves in a worker thread, a thread hop per batch.
         message = self.broker.context.get_local("message")
         stream = message.raw_message["channel"]
         # Held states others keep changing (``heldreads``) would make a second batch conflict as well.
@@ -185,7 +185,7 @@ class Worker:
 
     async def _decide_and_answer(self, commands: list[SendMessage], acknowledge: tuple[str, list] | None) -> None:
         started = time.perf_counter()
-        spans = admission.start(commands)
+        spans = decisionspans.start(commands)
         outcomes, done = await self.decider.decide(commands, acknowledge)
         # The rest: commands whose append did not answer them (``SendService.decide``), and their entries.
         entries = acknowledge[1] if acknowledge is not None else [None] * len(commands)
@@ -194,7 +194,7 @@ class Worker:
             await self._answer(rest, outcomes, acknowledge[0] if acknowledge is not None else None)
         self.decided += len(commands)
         record_batch(commands, outcomes, time.perf_counter() - started)
-        admission.end(spans, commands, outcomes)
+        decisionspans.end(spans, commands, outcomes)
 
     async def _answer(self, rest: list[tuple[SendMessage, object]], outcomes: dict[str, dict], stream: str | None
                       ) -> None:
@@ -297,8 +297,8 @@ class Worker:
         await dead_letter(self.redis, stream, letters, self.consumer)
 
     async def revive(self) -> int:
-        """Restart the subscribers FastStream stopped for good (``Subscriptions.revive``)."""
-        revived = await self.subscriptions.revive(self._ensure_group)
+        """Restart the subscribers FastStream stopped for good (``CommandSubscribers.revive``)."""
+        revived = await self.subscribers.revive(self._ensure_group)
         if revived:
             log.warning("%d subscriber(s) had stopped; recreated the consumer group and restarted them", revived)
         return revived
@@ -316,7 +316,7 @@ class Worker:
         if owned != self.owned:
             log.info("worker %s reads command streams %s of %d (%d live workers)", self.consumer,
                      sorted(owned), service.command_streams, len(live))
-        released = await self.subscriptions.own(owned, self._ensure_group)
+        released = await self.subscribers.own(owned, self._ensure_group)
         if service.exclusive_streams and service.batches_in_flight > 1:
             self.in_flight.read_alone = frozenset(keys.command_stream(index) for index in owned)
         for stream in released:
@@ -384,7 +384,7 @@ class Worker:
         missing = await self._streams_without_group()
         if missing:
             return f"consumer group {keys.COMMAND_GROUP} missing on {', '.join(missing)}"
-        stopped = len(self.subscriptions.stopped())
+        stopped = len(self.subscribers.stopped())
         if stopped:
             return f"{stopped} command stream subscriber(s) stopped"
         if not self.config.service.exclusive_streams:
@@ -494,7 +494,7 @@ class Worker:
 
 # CPython collects its youngest generation every 700 net allocations. A batch allocates thousands of
 # short-lived objects, and the collections (each also walking what start-up loaded) were about a seventh
-# of a worker's CPU (issue 17, BENCHMARKS.md). Garbage in cycles now waits a little longer to be freed.
+# of a worker's CPU (BENCHMARKS.md). Garbage in cycles now waits a little longer to be freed.
 GC_YOUNG_THRESHOLD = 50_000
 
 

@@ -65,7 +65,7 @@ CORRELATION = {
 
 def _documented_broker(worker: Worker) -> RedisBroker:
     broker = RedisBroker(DOC_URL, logger=None)
-    groups = {s.stream_sub.group for s in worker.subscriptions.all}
+    groups = {s.stream_sub.group for s in worker.subscribers.all}
     (group,) = groups  # every command stream is read in one group
     # One entry is one command: the payload is documented per entry, the batching in the description.
     commands = broker.subscriber(

@@ -7,8 +7,7 @@ next batch is read and decided while the first one's appends are on the wire,
 on the states they leave (each append checks their etags, as any writer's
 does). Only where that pays: on a stream no other live worker reads (the
 worker's health probe looks every second). Elsewhere the second batch would be
-decided on states the others have moved on, and conflict (BENCHMARKS.md,
-issue 17, fifth pass).
+decided on states the others have moved on, and conflict (BENCHMARKS.md).
 """
 
 import asyncio

@@ -2,7 +2,7 @@
 
 Workers that take turns at one stream's batches decide one sender's commands at once and conflict on its
 record: on the benchmark machine two workers decided 0.8 times what one did, and four half
-(BENCHMARKS.md, issue 17, tenth pass). So each worker says it is alive in the members set
+(BENCHMARKS.md). So each worker says it is alive in the members set
 (``adapters/members.py``), and each shares the streams out the same way over the same live workers.
 
 Ownership only spares work; correctness never rests on it. Every append checks the etags of the states

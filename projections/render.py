@@ -10,7 +10,7 @@ def history_row(seq: int, event: ev.Event) -> str:
     match event:
         case ev.ProducerMessageAccepted():
             sender = event.sender_handle or event.owner
-            # seed 004 part 2: mail over a peer route shows the principal it was delivered as.
+            # Peer routes: mail over a peer route shows the principal it was delivered as.
             via = f" peer={event.peer} principal={event.principal}" if event.principal is not None else ""
             return f"{seq:>6} {name:<26} {event.message_id} from={sender}{via} mode={event.mode} body={event.body!r}"
         case ev.MessageEvent():

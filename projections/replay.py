@@ -7,8 +7,6 @@ in each view make the live runner skip them, so nothing counts twice.
 """
 
 import asyncio
-import sys
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 
@@ -22,6 +20,7 @@ CHUNK = 10_000
 # Events folded between two pauses: a pause lets the read ahead (``_read_ahead``) send its request or take in
 # its reply. Folding a whole chunk without one leaves the request unsent until the fold is over.
 SLICE = 250
+# (sessions done, sessions in all, events folded), after each session; entrypoints/output.py shows it.
 Progress = Callable[[int, int, int], None]
 
 
@@ -99,18 +98,3 @@ async def _read_ahead(store: EventStore, session_ids: list[str]) -> AsyncIterato
         if pending is not None:
             pending.cancel()
 
-
-def progress_bar(stream=sys.stderr) -> Progress:
-    started = time.monotonic()
-
-    def show(done: int, total: int, events: int) -> None:
-        width = 30
-        filled = width * done // max(total, 1)
-        rate = events / max(time.monotonic() - started, 1e-9)
-        stream.write(f"\rreplay [{'#' * filled}{'.' * (width - filled)}] {done}/{total} sessions, "
-                     f"{events} events, {rate:,.0f} events/s")
-        if done == total:
-            stream.write("\n")
-        stream.flush()
-
-    return show

@@ -10,7 +10,6 @@ import asyncio
 import logging
 import time
 
-from redis.exceptions import RedisClusterException, RedisError
 
 from treemail.adapters import feed, keys, metrics
 from treemail.adapters.config import Config
@@ -23,8 +22,6 @@ from .replay import rebuild
 from .views import PROJECTIONS, fold_event
 
 log = logging.getLogger("treemail.projections")
-# After a failed read or write the runner tries again this soon (the workers' FastStream reads do the same).
-RETRY_S = 0.25
 
 
 class ProjectionRunner:
@@ -147,33 +144,3 @@ class ProjectionRunner:
                     if nxt:
                         seconds = max(0.0, now - id_tuple(nxt[0][0].decode())[0] / 1000)
                 metrics.PROJECTION_LAG_SECONDS.labels(name, str(partition)).set(seconds)
-
-    async def run(self, stopping: asyncio.Event, report_every_s: float = 5.0) -> None:
-        """Follow the feeds until ``stopping``; a server restart (or any failed read or write) is survived.
-
-        After a failure the views and checkpoints are loaded again from the
-        server rather than trusted from memory: a write may have failed after
-        its fields were folded, and a server restarted from its append-only
-        file may have lost its last second, feed and views alike (they are
-        written in the same order, so what it kept is consistent).
-        """
-        reported = 0.0
-        loaded = False
-        while not stopping.is_set():
-            try:
-                if not loaded:
-                    await self.start()
-                    loaded = True
-                await self.step()
-            except asyncio.CancelledError:
-                raise
-            except (RedisError, RedisClusterException, OSError) as exc:
-                log.warning("projection step failed (%s: %s); reloading from the server", type(exc).__name__, exc)
-                loaded = False
-                self.views.clear()
-                self.checkpoints.clear()
-                await asyncio.sleep(RETRY_S)
-                continue
-            if time.monotonic() - reported > report_every_s:
-                self.report_views()
-                reported = time.monotonic()

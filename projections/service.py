@@ -11,14 +11,16 @@ loop ticks.
 
 import asyncio
 import logging
-import signal
 import time
+
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_fixed
 
 from treemail.adapters import metrics
 from treemail.adapters.config import Config
 from treemail.adapters.connection import connect
 from treemail.adapters.eventstore import EventStore
-from treemail.adapters.health import UNREACHABLE, Health, OutageLog, watch
+from treemail.adapters.health import UNREACHABLE, Health, OutageLog
+from treemail.adapters.lifecycle import serve_until_signalled
 
 from .runner import ProjectionRunner
 from .views import PROJECTIONS
@@ -37,56 +39,54 @@ class ProjectionService:
         self.outages = OutageLog(log)
         self.runner: ProjectionRunner | None = None
         self.stopping = asyncio.Event()
+        self._reported = 0.0
 
     async def probe(self) -> str | None:
         await self.redis.ping()
         return None if self.runner is not None else "catching up with the feeds"
 
-    async def _step(self, reported: float) -> float:
+    async def _step(self) -> None:
+        if self.stopping.is_set():
+            return  # stopped during the pause after a failure
         if self.runner is None:
             runner = ProjectionRunner(EventStore(self.redis, self.config.service), self.config)
             await runner.start()
             self.runner = runner
         await self.runner.step()
-        if time.monotonic() - reported > REPORT_EVERY_S:
+        if time.monotonic() - self._reported > REPORT_EVERY_S:
             self.runner.report_views()
-            reported = time.monotonic()
-        return reported
+            self._reported = time.monotonic()
+
+    def _failed(self, state: RetryCallState) -> None:
+        exc = state.outcome.exception()
+        self.runner = None  # retried from the stored views: they are the truth
+        self.outages.failed("server" if isinstance(exc, UNREACHABLE) else "projection step", exc)
+
+    async def _pause(self, seconds: float) -> None:
+        """The wait before a retry, cut short by a stop."""
+        try:
+            await asyncio.wait_for(self.stopping.wait(), seconds)
+        except asyncio.TimeoutError:
+            pass
 
     async def run(self) -> None:
         metrics.known_projections(list(PROJECTIONS))
-        reported = 0.0
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type(Exception), wait=wait_fixed(RETRY_AFTER_S), sleep=self._pause,
+            before_sleep=self._failed, stop=lambda _: self.stopping.is_set(), reraise=True,
+        )
         while not self.stopping.is_set():
             try:
-                reported = await self._step(reported)
-                self.outages.ok("projection step")
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - retried; the stored views are the truth
-                self.runner = None
-                self.outages.failed("server" if isinstance(exc, UNREACHABLE) else "projection step", exc)
-                try:
-                    await asyncio.wait_for(self.stopping.wait(), RETRY_AFTER_S)
-                except asyncio.TimeoutError:
-                    pass
+                await retrying(self._step)
+            except Exception:  # noqa: BLE001 - the step that failed as the stop came; nothing to retry for
+                return
+            self.outages.ok("projection step")
 
 
 async def serve(config: Config, url: str, metrics_port: int | None = None) -> None:
     redis = await connect(url, config.service)
     service = ProjectionService(config, redis)
-    server = None
-    if metrics_port is not None and metrics_port >= 0:
-        server = metrics.start_server(metrics_port, "projection", metrics.PROJECTION_REGISTRY, service.health)
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, service.stopping.set)
-    watcher = asyncio.create_task(watch(service.health, service.probe, service.outages, service.stopping.is_set))
-    try:
-        await service.run()
-    finally:
-        service.health.set(False, "stopping")
-        watcher.cancel()
-        await asyncio.gather(watcher, return_exceptions=True)
-        if server is not None:
-            await asyncio.to_thread(metrics.stop_server, server)
-        await redis.aclose()
+    await serve_until_signalled(
+        redis, service.run, service.stopping, health=service.health, probe=service.probe, outages=service.outages,
+        what="projection", registry=metrics.PROJECTION_REGISTRY, metrics_port=metrics_port,
+    )

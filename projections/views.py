@@ -51,7 +51,7 @@ def pairs(view: View, session_id: str, event: ev.Event) -> None:
 def wakes(view: View, session_id: str, event: ev.Event) -> None:
     """Sessions with a wake requested and no run started since: what host runners still owe.
 
-    A session past its disposal cutoff (seed 002) starts no run again: it is owed nothing.
+    A session past its disposal cutoff starts no run again: it is owed nothing.
     """
     match event:
         case ev.SessionWakeRequested():

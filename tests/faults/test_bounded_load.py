@@ -48,7 +48,7 @@ async def test_bounded_load_invariants(redis_url):
             await projections.start()
             tree = await build_tree(host, [20, 10], status="idle")  # 1 + 20 + 200 sessions
             assert len(tree.sessions) == 221
-            # Only a session's open run may send (seed 002): the root and the 20 in the middle send from
+            # Only a session's open run may send (exact live sender): the root and the 20 in the middle send from
             # runs open all along; the 200 leaves are idle, woken by mail, and reply from their woken runs.
             always_running = tree.sessions[:21]
             for session in always_running:

@@ -72,7 +72,7 @@ async def test_invalid_commands_in_a_batch_are_dead_lettered_at_once_and_the_res
     try:
         root = await host.register_root("planner", "x", rules={"child": "allow"})
         child = await host.register_child(root.session_id, "explore", "x")
-        await host.start_run(root.session_id, "run-1")  # only a session's open run may send (seed 002)
+        await host.start_run(root.session_id, "run-1")  # only a session's open run may send (exact live sender)
         entries = [good(root.session_id, child.handle, n) for n in range(50)]
         invalid = [bad(0, to=123), bad(1, mode="bogus"), bad(2, body=None), bad(3, ctx=["only", "two"]),
                    bad(4, to="\ud800")]
@@ -124,7 +124,7 @@ async def test_a_command_whose_decision_fails_does_not_hold_back_its_batch(redis
     try:
         root = await host.register_root("planner", "x", rules={"child": "allow"})
         child = await host.register_child(root.session_id, "explore", "x")
-        await host.start_run(root.session_id, "run-1")  # only a session's open run may send (seed 002)
+        await host.start_run(root.session_id, "run-1")  # only a session's open run may send (exact live sender)
         corrupt = ids.uuid7()
         await raw.set(keys.directory(corrupt), b"corrupt")  # every decision of this sender fails
         entries = [good(root.session_id, child.handle, n) for n in range(20)]

@@ -54,7 +54,7 @@ async def test_projection_worker_survives_server_restarts_and_its_views_equal_a_
             host = await Treemail.connect(config, server.url)
             try:
                 tree = await build_tree(host, [6], status="idle")
-                for session in tree.sessions:  # only a session's open run may send (seed 002)
+                for session in tree.sessions:  # only a session's open run may send (exact live sender)
                     await host.start_run(session, "run-1")
                 projections = subprocess.Popen([sys.executable, "-m", "treemail", "projections"], env=env,
                                                stdout=log, stderr=log, start_new_session=True)

@@ -1,4 +1,4 @@
-"""Faults (seed 004): kill -9 a delivery pump and a worker mid-way while a flaky host drops claims;
+"""Faults (delivery as an obligation): kill -9 a delivery pump and a worker mid-way while a flaky host drops claims;
 every obligation is still met or parked, none twice."""
 
 import asyncio
@@ -28,7 +28,7 @@ LOAD_S = 8.0
 def spawn_pump(url: str) -> subprocess.Popen:
     env = {**os.environ, "REDIS_URL": url, **WORKER_ENV, **backend_env(), **messaging_env(**MESSAGING),
            "TREEMAIL_PUMP_METRICS_PORT": "-1", "TREEMAIL_PUMP_INTERVAL_S": "0.05"}
-    return subprocess.Popen([sys.executable, "-m", "treemail.projections.pump"], env=env, start_new_session=True,
+    return subprocess.Popen([sys.executable, "-m", "treemail.consumers.pump"], env=env, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -67,7 +67,7 @@ async def test_kill_9_of_a_pump_and_a_worker_mid_way_leaves_every_obligation_met
                                               status="running") for _ in range(6)]
             sleepy = [await host.register_child(root.session_id, "sleepy", "x", rules={"parent": "allow"},
                                                 status="idle") for _ in range(4)]
-            for session in [root, *busy]:  # the root sends from its open run (seed 002)
+            for session in [root, *busy]:  # the root sends from its open run (exact live sender)
                 await host.start_run(session.session_id, "run-main")
             sent: dict[str, str] = {}  # message id -> recipient
             chaos = asyncio.Event()

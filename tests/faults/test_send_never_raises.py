@@ -51,7 +51,7 @@ async def test_a_send_waiting_on_an_approval_survives_a_server_restart(kill):
                 root = await host.register_root("planner", "x", rules={"child": "allow"})
                 a = await host.register_child(root.session_id, "explore", "a", rules=ASK)
                 b = await host.register_child(root.session_id, "review", "b", rules=ASK)
-                await host.start_run(a.session_id, "run-1")  # only a session's open run may send (seed 002)
+                await host.start_run(a.session_id, "run-1")  # only a session's open run may send (exact live sender)
                 await asyncio.sleep(1.2)  # everysec: the sessions are on disk; the request will not be
                 send = asyncio.ensure_future(host.send_message(SendContext(a.session_id, "run-1", "call-1"),
                                                                {"to": b.handle, "body": "may I?"}))

@@ -1,6 +1,6 @@
 """A server that stops answering (paused, partitioned) without closing the connection.
 
-The worker's connection has no timer per reply (issue 17: it cost a tenth of
+The worker's connection has no timer per reply (it cost a tenth of
 the worker's CPU); each batch is bounded as a whole instead. A silent server
 must fail the batch within that bound, as a lost connection would, and the
 same commands must be decided once the server answers again.

@@ -25,7 +25,7 @@ from tests.integration.conftest import adapters, close_host, connect_host
 SENDS = 200_000
 SENDERS = 128
 RUNNING, IDLE = 32, 8  # recipients: running ones claim in their run, idle ones are woken
-# One sending root per recipient: each source may have at most 1000 unsettled messages (seed 004), so the
+# One sending root per recipient: each source may have at most 1000 unsettled messages (per-source capacity), so the
 # load is spread over as many sources as a real tree of agents would be, not piled on a few.
 ROOTS = RUNNING + IDLE
 FEED_MAXLEN = 10_000
@@ -64,7 +64,7 @@ async def test_soak_keeps_only_history_and_returns_every_transient_structure_to_
                         for n in range(IDLE)]
                 for child in running:
                     await host.start_run(child.session_id, "run-0")
-                for root in roots:  # only a session's open run may send (seed 002)
+                for root in roots:  # only a session's open run may send (exact live sender)
                     await host.start_run(root.session_id, "run-1")
                 recipients = list(zip(roots, running + idle))
                 baseline = await memory(raw)

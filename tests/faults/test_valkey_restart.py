@@ -11,7 +11,7 @@ from treemail.host import SendContext, Treemail
 
 from .helpers import WorkerPool, build_tree, check_streams, code, config_for, consumer_idle_ms, histories
 
-# Nothing is consumed: each sender may keep up to the largest per-source capacity (seed 004) unsettled.
+# Nothing is consumed: each sender may keep up to the largest per-source capacity unsettled.
 MESSAGING = {"max_pending_per_session": 100000, "max_inflight_per_pair": 0, "max_outstanding_per_source": 1000}
 DURABLE = {"TREEMAIL_SERVICE_PROFILE": "durable"}
 

@@ -203,6 +203,6 @@ async def worker_processes(url: str, count: int, **messaging):
 
 
 async def live(host, *sessions, run_id: str = "run-1") -> None:
-    """Open a run on each session: only a session's open run may send (seed 002, exact live sender)."""
+    """Open a run on each session: only a session's open run may send (exact live sender)."""
     for session in sessions:
         await host.start_run(session.session_id, run_id)

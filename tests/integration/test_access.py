@@ -69,7 +69,7 @@ async def test_an_acl_user_limited_to_treemail_keys_runs_the_durable_stack_witho
         try:
             root = await host.register_root("planner", "x", rules={"child": "allow"})
             child = await host.register_child(root.session_id, "explore", "x")
-            await live(host, root)  # only a session's open run may send (seed 002)
+            await live(host, root)  # only a session's open run may send (exact live sender)
             result = await host.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "hi"})
             assert "message_id" in result, result
         finally:

@@ -34,7 +34,7 @@ async def test_tool_schemas_give_each_format_of_the_installed_tools_and_nothing_
 async def test_call_tool_takes_an_openai_strict_call_with_null_for_the_omitted_mode(stack, calls):
     root = await stack.register_root("planner", "plans", rules={"child": "allow"})
     child = await stack.register_child(root.session_id, "explore", "reads")
-    await live(stack, root)  # only a session's open run may send (seed 002)
+    await live(stack, root)  # only a session's open run may send (exact live sender)
     # What an OpenAI strict function call carries: a JSON string with every property, null for defaults.
     arguments = json.dumps({"to": child.handle, "body": "look", "mode": None})
     result = await stack.tools.call(calls.ctx(root.session_id), "send_message", arguments)
@@ -81,7 +81,7 @@ async def test_what_the_stack_puts_on_the_reply_and_wake_channels_is_the_documen
     async with running_stack(redis_url) as host:
         root = await host.register_root("planner", "plans", rules={"child": "allow"})
         child = await host.register_child(root.session_id, "explore", "reads", status="finished")
-        await live(host, root)  # only a session's open run may send (seed 002)
+        await live(host, root)  # only a session's open run may send (exact live sender)
         # A command published by hand, answered on a reply list of our own.
         reply_to = ids.uuid7()
         for call_id, to in (("c-1", child.handle), ("c-2", "nobody_12345678")):

@@ -1,5 +1,5 @@
 """On one server with the fast profile, an append that applies also answers its command and acknowledges
-its entry (issue 17: one round trip less per batch); anything else is answered as before."""
+its entry (one round trip less per batch); anything else is answered as before."""
 
 import asyncio
 import json
@@ -20,6 +20,7 @@ from treemail.services.sends import ANSWERED_BY_APPENDS_UP_TO
 
 from ..conftest import CLUSTER
 from .conftest import adapters, close_host, connect_host, make_config
+from .test_event_store_contract import prepare
 
 pytestmark = pytest.mark.skipif(CLUSTER, reason="a cluster answers after the appends (different slots)")
 
@@ -44,15 +45,15 @@ async def test_an_append_answers_and_acknowledges_only_if_it_applies(redis_url):
     entry_id = await store.redis.xadd(stream, {"__data__": "{}"})
     await store.redis.xreadgroup(keys.COMMAND_GROUP, "w", {stream: ">"})
     stale = await store.load(r)
-    assert (await store.append(store.prepare(r, stale, [registered]))).status == "ok"
+    assert (await store.append(prepare(store, r, stale, [registered]))).status == "ok"
     reply = Reply(reply_list, '{"command_id":"c-1"}', stream, entry_id)
 
-    conflict = await store.append(store.prepare(r, stale, [ev.SessionStatusChanged(status="running")], reply=reply))
+    conflict = await store.append(prepare(store, r, stale, [ev.SessionStatusChanged(status="running")], reply=reply))
     assert conflict.status == "conflict"
     assert await store.redis.llen(reply_list) == 0
     assert (await store.redis.xpending(stream, keys.COMMAND_GROUP))["pending"] == 1
 
-    applied = await store.append(store.prepare(r, await store.load(r), [ev.SessionStatusChanged(status="running")],
+    applied = await store.append(prepare(store, r, await store.load(r), [ev.SessionStatusChanged(status="running")],
                                                reply=reply))
     assert applied.status == "ok"
     assert await store.redis.lrange(reply_list, 0, -1) == [b'{"command_id":"c-1"}']

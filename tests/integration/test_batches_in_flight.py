@@ -1,5 +1,5 @@
 """A worker reads a command stream's next batch while one waits for the server (``batches_in_flight``), up to
-its bound, and a stopping worker finishes the batches it holds (issue 17)."""
+its bound, and a stopping worker finishes the batches it holds."""
 
 import asyncio
 

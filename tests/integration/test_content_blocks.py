@@ -21,7 +21,7 @@ async def test_an_image_message_is_delivered_with_its_image_parts_and_refused_fo
                                          accepts_images=True, status="running")
         blind = await host.register_child(root.session_id, "explore", "reads code", rules={"parent": "allow"},
                                           status="running")
-        await live(host, root)  # only a session's open run may send (seed 002)
+        await live(host, root)  # only a session's open run may send (exact live sender)
         body = [{"type": "text", "text": "the chart:"}, IMAGE, {"type": "text", "text": "what trend?"}]
 
         accepted = await host.send_message(calls.ctx(root.session_id), {"to": sees.handle, "body": body})
@@ -49,7 +49,7 @@ async def test_an_image_message_is_delivered_with_its_image_parts_and_refused_fo
         assert definition["input_schema"]["properties"]["body"]["anyOf"][1]["type"] == "array"
 
 
-async def test_by_default_the_surface_is_seed_000_and_a_block_body_is_invalid(stack, calls):
+async def test_by_default_the_body_is_a_string_and_a_block_body_is_invalid(stack, calls):
     root = await stack.register_root("planner", "plans", rules={"child": "allow"})
     child = await stack.register_child(root.session_id, "vision", "reads charts", accepts_images=True)
     result = await stack.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": [IMAGE]})

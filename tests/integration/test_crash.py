@@ -16,7 +16,7 @@ pytestmark = pytest.mark.cluster
 
 @pytest.mark.slow
 async def test_kill_9_worker_mid_batch_every_command_decided_once(redis_url):
-    # One sender may have at most 1000 unsettled sends (seed 004): a third go down, the rest come back up.
+    # One sender may have at most 1000 unsettled sends (per-source capacity): a third go down, the rest come back up.
     messaging = {"max_pending_per_session": 100000, "max_inflight_per_pair": 0, "max_outstanding_per_source": 1000}
     config = make_config(redis_url, **messaging)
     async with worker_processes(redis_url, 3, **messaging) as pool:
@@ -25,7 +25,7 @@ async def test_kill_9_worker_mid_batch_every_command_decided_once(redis_url):
             root = await host.register_root("planner", "x", rules={"child": "allow"})
             children = [await host.register_child(root.session_id, "explore", "x", rules={"parent": "allow"})
                         for _ in range(20)]
-            await live(host, root, *children)  # only a session's open run may send (seed 002)
+            await live(host, root, *children)  # only a session's open run may send (exact live sender)
             jobs = [
                 (SendContext(root.session_id, "run-1", f"call-{i}"), {"to": children[i % 20].handle, "body": f"#{i}"})
                 if i % 3 == 0 else

@@ -214,14 +214,14 @@ async def test_restart_before_delivery_still_delivers():
 
 @pytest.mark.slow
 async def test_worker_told_to_stop_finishes_its_batch_and_nothing_is_lost(redis_url):
-    # One sender may have at most 1000 unsettled sends (seed 004): the 2000 go both ways.
+    # One sender may have at most 1000 unsettled sends (per-source capacity): the 2000 go both ways.
     messaging = {"max_pending_per_session": 100000, "max_inflight_per_pair": 0, "max_outstanding_per_source": 1000}
     config = make_config(redis_url, **messaging)
     async with worker_processes(redis_url, 2, **messaging) as pool:
         host = await Treemail.connect(config, redis_url)
         try:
             root, child = await pair(host)
-            await live(host, child)  # both ends send, each from its open run (seed 002)
+            await live(host, child)  # both ends send, each from its open run (exact live sender)
             ends = [(root.session_id, child.handle), (child.session_id, root.handle)]
             jobs = [(SendContext(ends[i % 2][0], "run-1", f"call-{i}"), ends[i % 2][1]) for i in range(2000)]
 

@@ -1,4 +1,4 @@
-"""The seed 002 scene of `make run`, played through the real stack."""
+"""The settlement and disposal scene of `make run`, played through the real stack."""
 
 from treemail.entrypoints.demo_settlement import demo_settlement
 

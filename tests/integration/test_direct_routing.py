@@ -1,4 +1,4 @@
-"""routing = "direct" through the real stack: the seed's table, the candidate list, the reply hint."""
+"""routing = "direct" through the real stack: the routing table, the candidate list, the reply hint."""
 
 import pytest
 
@@ -20,12 +20,12 @@ async def test_direct_routing_end_to_end(redis_url, calls):
         one_shot = await host.register_child(root.session_id, "review", "reviews", rules=OPEN, status="running",
                                              resident=False, continuable=False)
         grandchild = await host.register_child(resident.session_id, "grep", "greps", rules=OPEN)
-        await live(host, root, resident, one_shot, grandchild)  # only a session's open run may send (seed 002)
+        await live(host, root, resident, one_shot, grandchild)  # only a session's open run may send (exact live sender)
 
         # Resident child -> parent; parent -> child (resident or not): routed.
         assert "message_id" in await host.send_message(calls.ctx(resident.session_id), {"to": root.handle, "body": "a"})
         assert "message_id" in await host.send_message(calls.ctx(root.session_id), {"to": one_shot.handle, "body": "b"})
-        # Non-resident child -> parent: the seed's refusal.
+        # Non-resident child -> parent: refused (not_resident_child).
         refused = await host.send_message(calls.ctx(one_shot.session_id), {"to": root.handle, "body": "c"})
         assert code(refused) == "send_message:not_resident_child"
         assert refused["error"]["message"] == (

@@ -1,4 +1,4 @@
-"""Seed 002's cutoff under real concurrency: many senders race a disposal across worker processes,
+"""The disposal cutoff under real concurrency: many senders race a disposal across worker processes,
 with and without a worker killed by SIGKILL; every send ends in exactly one of the two allowed ways.
 
 Accepted before the cutoff: then consumed by the recipient, or returned to its

@@ -1,4 +1,4 @@
-"""A worker decides on the states it already holds (issue 17) and keeps a decision only if its own append
+"""A worker decides on the states it already holds and keeps a decision only if its own append
 checks every state it read: what another writer changed meanwhile is decided again on fresh state."""
 
 import pytest

@@ -1,4 +1,4 @@
-"""Tools installed one by one (seed 004): the optional model-facing tools reach a session's model, through the
+"""Tools installed one by one: the optional model-facing tools reach a session's model, through the
 host API and every adapter that serves the tool registry, only once its host installs them, and then only
 where a grant allows; the installation is an event on the session's stream."""
 

@@ -16,7 +16,7 @@ RULES = {"message": {"child": "allow", "parent": "allow"}, "interrupt": {"child"
 async def family(host):
     root = await host.register_root("planner", "plans", rules=RULES)
     child = await host.register_child(root.session_id, "explore", "reads code", rules={"parent": "allow"})
-    await live(host, root)  # only a session's open run may interrupt (seed 002)
+    await live(host, root)  # only a session's open run may interrupt (exact live sender)
     return root, child
 
 

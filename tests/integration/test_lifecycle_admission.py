@@ -1,4 +1,4 @@
-"""Seed 002 through the real stack: the exact live sender, drains, the disposal cutoff, parents,
+"""Session lifecycle through the real stack: the exact live sender, drains, the disposal cutoff, parents,
 not-resumable sessions, settlement notices and return guidance (host API -> workers -> Lua, real Valkey)."""
 
 import pytest
@@ -217,7 +217,7 @@ async def test_a_session_that_is_not_continuable_is_never_woken(stack):
 # ---- settlement notices ---------------------------------------------------------------------------------------
 
 
-async def test_settlement_gates_in_the_seeds_order(stack):
+async def test_settlement_gates_in_their_order(stack):
     root, a, b = await family(stack)
     # Not announced: nobody ever sent b a message.
     assert await stack.finish_run(b.session_id, "run-1", "completed", "done") == "not_announced"

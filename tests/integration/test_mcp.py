@@ -144,7 +144,7 @@ async def test_http_every_refusal_reaches_the_model_as_a_tool_error_with_its_sta
         c = await host.register_child(r.session_id, "gamma", "", rules={"parent": "allow"})
         stranger = await host.register_root("other", "another tree", rules={"*": "allow"})
         await host.start_run(r.session_id, "r-run")
-        # Each sender sends from its open run (seed 002); the stranger has none open.
+        # Each sender sends from its open run (exact live sender); the stranger has none open.
         await host.start_run(a.session_id, "a-run")
         await live(host, b, c)
         tokens = {s: await host.tools.mint_token(s.session_id) for s in (r, a, b, c, stranger)}
@@ -187,7 +187,7 @@ async def test_http_disabled_messaging_and_no_decision_are_tool_errors_too(redis
     async with running_stack(redis_url, enabled=False) as host:
         root = await host.register_root("planner", "plans", rules={"child": "allow"})
         child = await host.register_child(root.session_id, "explore", "reads")
-        await live(host, root)  # only a session's open run may send (seed 002)
+        await live(host, root)  # only a session's open run may send (exact live sender)
         token = await host.tools.mint_token(root.session_id)
         async with http_server(host) as url, http_client(url, token) as client:
             assert error_code(await call(client, {"to": child.handle, "body": "x"})) == "send_message:disabled"
@@ -234,7 +234,7 @@ async def test_http_any_server_process_checks_tokens_and_a_retry_through_another
     async with running_stack(redis_url) as host:
         root = await host.register_root("planner", "plans", rules={"child": "allow"})
         child = await host.register_child(root.session_id, "explore", "reads")
-        await live(host, root)  # the token's run is the root's open run (seed 002)
+        await live(host, root)  # the token's run is the root's open run (exact live sender)
         token = await host.tools.mint_token(root.session_id, "run-1")
         second = await Treemail.connect(make_config(redis_url), redis_url)  # another server's own host
         try:

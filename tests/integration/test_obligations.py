@@ -1,4 +1,4 @@
-"""Delivery as an obligation (seed 004) through the real stack: attempt timeouts, parking, inspect, retry,
+"""Delivery as an obligation through the real stack: attempt timeouts, parking, inspect, retry,
 the delivery pump (lost wakes, two pumps racing), per-source capacity with worker processes, programmatic
 sends with their own idempotency keys."""
 
@@ -13,8 +13,8 @@ from treemail.adapters import keys
 from treemail.adapters.connection import connect
 from treemail.adapters.eventstore import EventStore
 from treemail.domain import events as ev
+from treemail.consumers.pump import Pump
 from treemail.host import SendContext
-from treemail.projections.pump import Pump
 
 from .conftest import adapters, close_host, connect_host, live, make_config, running_stack, worker_processes
 
@@ -31,7 +31,7 @@ async def family(host, child_status="running", children=1):
     root = await host.register_root("planner", "plans", rules={"child": "allow"}, status="running")
     kids = [await host.register_child(root.session_id, "explore", "reads", rules={"parent": "allow", "sibling": "allow"},
                                       status=child_status) for _ in range(children)]
-    await live(host, root)  # only a session's open run may send (seed 002)
+    await live(host, root)  # only a session's open run may send (exact live sender)
     return root, kids
 
 
@@ -245,7 +245,7 @@ async def test_a_programmatic_send_with_its_own_idempotency_key_is_delivered_onc
     assert len(accepted) == 3
     with pytest.raises(ValueError):
         await stack.send(root.session_id, child.handle, "x", idempotency_key="")
-    # By default from the sender's open run (seed 002): with none open, the send is refused.
+    # By default from the sender's open run (exact live sender): with none open, the send is refused.
     await stack.finish_run(root.session_id, "run-1")
     assert code(await stack.send(root.session_id, child.handle, "late")) == "send_message:sender_not_live"
 

@@ -1,4 +1,4 @@
-"""Peer routes through the real stack (seed 004 part 2): two independent trees, grants, replies, proofs.
+"""Peer routes through the real stack: two independent trees, grants, replies, proofs.
 
 Every test here runs with a proof keyring on the host and the worker, as a
 deployment that turns proofs on does.
@@ -40,7 +40,7 @@ async def independent_trees(host):
         partitions = adapters(host).config.service.partitions
         if keys.partition_of(advisor.root_session_id, partitions) != keys.partition_of(planner.root_session_id,
                                                                                        partitions):
-            await live(host, planner)  # only a session's open run may send (seed 002)
+            await live(host, planner)  # only a session's open run may send (exact live sender)
             return planner, advisor
     raise AssertionError("no two partitions")
 
@@ -108,7 +108,7 @@ async def test_receiving_grants_nothing_back_and_a_reply_needs_its_own_route_and
     planner, advisor = await independent_trees(host)
     await route(host, planner, advisor, "advisor", send=True)
     sent = await host.peers.send(calls.ctx(planner.session_id), {"peer": "advisor", "body": "which cache?"})
-    await host.start_run(advisor.session_id, "run-1")  # the advisor answers from its open run (seed 002)
+    await host.start_run(advisor.session_id, "run-1")  # the advisor answers from its open run (exact live sender)
 
     # The advisor received it: an inbox with provenance, and no way back.
     assert await host.peers.inbox_tool_definition(advisor.session_id) is not None
@@ -252,11 +252,11 @@ async def test_a_route_leads_only_to_an_independent_agent_never_to_another_trees
 async def test_a_peer_send_decided_before_a_drain_and_committed_after_it_is_decided_again_and_refused(
     host, calls, monkeypatch
 ):
-    from treemail.services import admission, peers
+    from treemail.services import peers, servicedrain
 
     planner, advisor = await independent_trees(host)
     await route(host, planner, advisor, "advisor", send=True)
-    real = admission.service_draining
+    real = servicedrain.service_draining
     reads = []
 
     async def drain_right_after_the_read(store):
@@ -266,7 +266,7 @@ async def test_a_peer_send_decided_before_a_drain_and_committed_after_it_is_deci
             await host.disposal.drain()  # between this decision's read and its commit
         return draining
 
-    monkeypatch.setattr(peers.admission, "service_draining", drain_right_after_the_read)
+    monkeypatch.setattr(peers.servicedrain, "service_draining", drain_right_after_the_read)
     try:
         result = await host.peers.send(calls.ctx(planner.session_id), {"peer": "advisor", "body": "late"})
     finally:

@@ -34,7 +34,7 @@ async def two_trees(host):
     for name in ("planner", "auditor"):
         root = await host.register_root(name, "x", rules={"*": "allow"}, status="running")
         child = await host.register_child(root.session_id, "explore", "x", rules={"*": "allow"}, status="running")
-        await live(host, root)  # only a session's open run may send (seed 002)
+        await live(host, root)  # only a session's open run may send (exact live sender)
         trees.append((root, child))
     return trees
 

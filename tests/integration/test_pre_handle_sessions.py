@@ -15,7 +15,7 @@ async def test_a_pre_handle_session_is_addressed_and_replied_to_by_its_uuid(stac
     old = await stack.register_child(root.session_id, "explore", "registered before handles", rules={"*": "allow"},
                                      status="running", with_handle=False)
     assert old.handle is None
-    await live(stack, root, old)  # only a session's open run may send (seed 002)
+    await live(stack, root, old)  # only a session's open run may send (exact live sender)
 
     to_old = await stack.send_message(calls.ctx(root.session_id), {"to": old.session_id, "body": "status?"})
     assert "message_id" in to_old

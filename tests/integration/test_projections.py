@@ -28,7 +28,7 @@ async def traffic(host, calls, senders=4, sends=6):
     kids = [await host.register_child(root.session_id, "explore", "x", rules={"*": "allow"}, status="running")
             for _ in range(senders)]
     await host.set_status(kids[0].session_id, "idle")
-    # Only a session's open run may send (seed 002): the idle one only receives.
+    # Only a session's open run may send (exact live sender): the idle one only receives.
     for kid in (root, *kids[1:]):
         await host.start_run(kid.session_id, "run-1")
     for i in range(sends):

@@ -1,5 +1,5 @@
 """The command client publishes concurrent sends together: one pipeline per turn of the event loop, not a
-connection, a write and a round trip each (issue 17).
+connection, a write and a round trip each.
 
 The client is built by the test from the Redis URL, as the host builds its own, so its connections
 and its routing can be watched; a stack's worker decides what it publishes.

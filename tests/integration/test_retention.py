@@ -40,7 +40,7 @@ async def eventually(predicate, timeout: float = 10.0) -> bool:
 async def test_command_streams_keep_only_commands_not_yet_handled(stack, calls):
     root = await stack.register_root("planner", "x", rules={"child": "allow"})
     child = await stack.register_child(root.session_id, "explore", "x")
-    await live(stack, root)  # only a session's open run may send (seed 002)
+    await live(stack, root)  # only a session's open run may send (exact live sender)
     for _ in range(40):  # decided (most refused by the pair window: a command all the same)
         result = await stack.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "x"})
         assert "engine_shutdown" not in str(result)

@@ -25,7 +25,7 @@ def code(result):
 async def tree_of(host, child_status="running"):
     root = await host.register_root("planner", "plans", rules={"*": "allow"}, status="running")
     child = await host.register_child(root.session_id, "explore", "reads", rules={"*": "allow"}, status=child_status)
-    await live(host, root)  # only a session's open run may send (seed 002)
+    await live(host, root)  # only a session's open run may send (exact live sender)
     return root, child
 
 

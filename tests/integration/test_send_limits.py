@@ -35,7 +35,7 @@ async def test_a_send_waiting_on_a_person_ends_at_its_own_deadline_with_approval
         root = await host.register_root("planner", "x", rules={"child": "allow"})
         a = await host.register_child(root.session_id, "explore", "a", rules={"sibling": "ask"})
         b = await host.register_child(root.session_id, "review", "b", rules={"sibling": "ask"})
-        await live(host, a)  # only a session's open run may send (seed 002)
+        await live(host, a)  # only a session's open run may send (exact live sender)
         ctx = calls.ctx(a.session_id)
         result = await asyncio.wait_for(host.send_message(ctx, {"to": b.handle, "body": "may I?"}), 10)
         assert code(result) == "send_message:approval_timeout"

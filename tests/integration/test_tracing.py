@@ -1,4 +1,4 @@
-"""OpenTelemetry (seed 004): one message's journey (prepare, admit, claim, release by the pump, consume) is one
+"""OpenTelemetry: one message's journey (prepare, admit, claim, release by the pump, consume) is one
 trace, read back with the SDK's in-memory exporter; off by default."""
 
 import asyncio
@@ -39,7 +39,7 @@ async def test_one_message_is_one_trace_from_preparation_to_consumption(redis_ur
     async with running_stack(redis_url, attempt_timeout_s=0.2, backoff_initial_s=0, backoff_max_s=0) as host:
         root = await host.register_root("planner", "x", rules={"child": "allow"})
         child = await host.register_child(root.session_id, "explore", "x", rules={"parent": "allow"}, status="running")
-        await live(host, root, child)  # only a session's open run may send (seed 002)
+        await live(host, root, child)  # only a session's open run may send (exact live sender)
         exporter.clear()
         sent = await host.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "traced"})
         [delivery] = await host.claim(child.session_id, "run-1")

@@ -244,7 +244,7 @@ def send(
 ):
     """Decide one send. ``approval``: what a person already said about this exact send (None: never asked).
     ``recorded``: the idempotency record of this tool call, when it was decided before."""
-    # The sender sends from its open run (seed 002: only the exact live sender may send).
+    # The sender sends from its open run (only the exact live sender may send).
     events = list(sender_events) if sender_events is not None else (
         [registered(sender), run_started(run_id)] if sender else []
     )
@@ -266,7 +266,7 @@ def given_lifecycle(h: "History", cfg: MessagingConfig | None = None, now: float
     return Given(h.state, h.mail, cfg or config(), now)
 
 
-# ---- seed 002 ----------------------------------------------------------------------------------
+# ---- session lifecycle -------------------------------------------------------------------------
 
 
 def registered_as(record: SessionRecord, status: str = "running", continuable: bool = True) -> ev.SessionRegistered:

@@ -40,10 +40,10 @@ def test_documented_command_channel_is_every_stream_the_worker_reads_in_its_grou
     worker = Worker(Config(service=ServiceConfig(command_streams=8)), asyncapi.DOC_URL, consumer="w")
     channel = asyncapi.document()["channels"]["commands"]
     pattern = re.escape(channel["address"]).replace(r"\{shard\}", r"\{c\d+\}")
-    for subscriber in worker.subscriptions.all:
+    for subscriber in worker.subscribers.all:
         assert re.fullmatch(pattern, subscriber.stream_sub.name)
         assert subscriber.stream_sub.group == channel["bindings"]["redis"]["groupName"]
-    assert len(worker.subscriptions.all) == 8
+    assert len(worker.subscribers.all) == 8
 
 
 def test_a_command_as_the_codec_writes_it_is_the_documented_payload():

@@ -19,7 +19,7 @@ def test_every_call_is_made_and_timed_and_failures_are_kept_apart():
 
 def test_finished_calls_are_not_held_while_the_run_goes_on():
     # Holding every finished call grew the generator's heap by one task per send; its full garbage
-    # collections then stalled the calls in flight and set the p99 it measured (BENCHMARKS.md, issue 17).
+    # collections then stalled the calls in flight and set the p99 it measured (BENCHMARKS.md).
     first: list[weakref.ref] = []
     alive_at_the_end: list[bool] = []
 

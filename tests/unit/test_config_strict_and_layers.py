@@ -1,4 +1,4 @@
-"""Configuration, seed 000 [messaging]: strict TOML types, environment parsed as the key's type, layered files."""
+"""Configuration, the [messaging] table: strict TOML types, environment parsed as the key's type, layered files."""
 
 import pytest
 
@@ -138,3 +138,30 @@ def test_config_show_prints_the_configuration_in_force_and_where_each_table_came
     import tomllib
 
     assert tomllib.loads(text)["messaging"]["enabled"] is False  # what it prints is TOML
+
+
+# ---- the [proof] table from the environment: "TREEMAIL_PROOF_<KEY>" --------------------------
+
+
+def test_the_proof_keyring_can_be_set_from_the_environment_and_config_show_masks_it():
+    from treemail.adapters.proofkeys import load_keyring
+
+    environ = {"TREEMAIL_PROOF_KEYS": '{"2025-06": "0123456789abcdef0123", "2025-01": "fedcba9876543210fedc"}',
+               "TREEMAIL_PROOF_CURRENT_KEY": "2025-06"}
+    keyring = load_keyring(load_config(environ=environ).proof)
+    assert keyring.current == "2025-06"
+    assert keyring.keys == {"2025-06": b"0123456789abcdef0123", "2025-01": b"fedcba9876543210fedc"}
+    text = show_config(environ=environ)
+    assert "0123456789abcdef0123" not in text
+    assert 'current_key = "2025-06"  # environment TREEMAIL_PROOF_CURRENT_KEY' in text
+    assert 'keys = { "2025-06" = "***", "2025-01" = "***" }  # environment TREEMAIL_PROOF_KEYS' in text
+
+
+def test_a_proof_key_file_can_be_named_by_the_environment(tmp_path):
+    assert load_config(environ={"TREEMAIL_PROOF_KEY_FILE": str(tmp_path / "k")}).proof.key_file == str(tmp_path / "k")
+
+
+@pytest.mark.parametrize("value", ["nope", '["2025-06"]', '{"2025-06": 7}'])
+def test_proof_keys_from_the_environment_that_are_not_a_json_object_of_secrets_fail_naming_the_variable(value):
+    with pytest.raises(ConfigError, match="TREEMAIL_PROOF_KEYS"):
+        load_config(environ={"TREEMAIL_PROOF_KEYS": value})

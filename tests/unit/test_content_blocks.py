@@ -31,7 +31,7 @@ def with_blocks(raw) -> SendArguments:
 
 def decide(sender, target, arguments: SendArguments, cfg=ON):
     command = SendMessage("cmd-1", SendContext(sender.session_id, "run-1", "call-1"), arguments, "client-1")
-    # The sender sends from its open run (seed 002: only the exact live sender may send).
+    # The sender sends from its open run (only the exact live sender may send).
     given = SendGiven(sender=sender, sender_state=st.fold([registered(sender), run_started("run-1")]), target=target,
                       config=cfg,
                       new_id="m-1", now=1.0)

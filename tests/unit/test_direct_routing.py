@@ -1,4 +1,4 @@
-"""Direct-neighbour routing (seed 002): every row of the seed's table, the policy switch, the surface. Pure."""
+"""Direct-neighbour routing: every row of the routing table, the policy switch, the surface. Pure."""
 
 from dataclasses import replace
 
@@ -24,7 +24,7 @@ def refused(decision) -> Refused:
     return decision
 
 
-# ---- the seed's table, under routing = "direct" ------------------------------------------------
+# ---- the routing table, under routing = "direct" ---------------------------------------------
 
 
 def test_a_resident_continuable_child_may_send_to_its_parent():
@@ -33,7 +33,7 @@ def test_a_resident_continuable_child_may_send_to_its_parent():
 
 
 @pytest.mark.parametrize("flags", [{"resident": False}, {"continuable": False}, {"resident": False, "continuable": False}])
-def test_a_child_that_is_not_resident_and_continuable_is_refused_with_the_seeds_words(flags):
+def test_a_child_that_is_not_resident_and_continuable_is_refused_with_its_stable_message(flags):
     t = tree()
     child = replace(t.child, **flags)
     decision = refused(send(child, found(t.root), cfg=DIRECT))
@@ -125,7 +125,7 @@ def test_may_address_follows_the_policy():
 # ---- the tool follows the policy ------------------------------------------------------------------------
 
 
-def test_the_default_tool_is_exactly_the_seed_000_one():
+def test_the_default_tool_is_exactly_the_plain_send_message_tool():
     default = tool_definition([("*", "allow")])
     assert default == tool_definition([("*", "allow")], True, "tree", False)
     assert default["description"] == DESCRIPTION

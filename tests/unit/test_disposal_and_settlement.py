@@ -1,4 +1,4 @@
-"""Seed 002: disposal, returned mail, settlement notices, drains, return guidance. Pure, given/when/then."""
+"""Disposal, returned mail, settlement notices, drains, return guidance. Pure, given/when/then."""
 
 import pytest
 
@@ -152,7 +152,7 @@ def test_mail_cannot_be_returned_to_a_sender_that_is_gone():
     assert returned_reason(None).endswith("its sender is gone, so it could not be returned")
 
 
-# ---- settlement notices: the seed's gates in order --------------------------------------------------------
+# ---- settlement notices: their gates in order ----------------------------------------------------------
 
 
 def settle(child_events, parent_events, *, stop_reason="completed", closing_text="done: 3 bugs", disposed=False):

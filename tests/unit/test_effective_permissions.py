@@ -16,7 +16,7 @@ T = tree()
 
 
 def overlaid(record, rules) -> tuple[ev.Event, ...]:
-    # Sent from its open run (seed 002: only the exact live sender may send).
+    # Sent from its open run (only the exact live sender may send).
     return (registered(record), run_started("run-1"), ev.MessageRulesOverlaid(rules=rules))
 
 
@@ -34,7 +34,7 @@ def test_an_overlay_rule_decides_every_label_it_matches_even_against_a_more_lite
     assert effective.resolve([("child", "allow")], [("*", "deny")], "child").effect == "deny"
 
 
-def test_visibility_follows_the_seed_without_an_overlay_and_the_labels_with_one():
+def test_visibility_follows_the_rules_without_an_overlay_and_the_labels_with_one():
     assert effective.visibility([("child", "allow")]).visible
     assert not effective.visibility([]).visible
     assert not effective.visibility([("child", "allow")], send_message_tool=False).visible

@@ -1,6 +1,7 @@
 """interrupt_agent: authorization (rules, routing), the no-op, idempotency, strict arguments. Pure."""
 
 import json
+import re
 from dataclasses import replace
 
 import pytest
@@ -33,7 +34,7 @@ def family(interrupt_rules=MAY_INTERRUPT_CHILDREN):
 
 def decide(sender, target, *, to="x", reason="", run_id="run-1", tool_call_id="call-1", new_id="int-1"):
     command = InterruptAgent(SendContext(sender.session_id, run_id, tool_call_id), InterruptArguments(to, reason))
-    # The caller interrupts from its open run (seed 002: only the exact live agent may interrupt).
+    # The caller interrupts from its open run (only the exact live agent may interrupt).
     given = interrupt.InterruptGiven(sender, st.fold([registered(sender), run_started(run_id)]), target,
                                      new_id=new_id, now=2.0)
     return HANDLERS[InterruptAgent].decide(command, given)
@@ -180,3 +181,16 @@ def test_interrupt_arguments_are_strict():
         with pytest.raises(Rejected) as caught:
             interrupt_tool.parse_arguments(bad)
         assert caught.value.code is Code.INTERRUPT_INVALID_ARGUMENTS
+
+
+@pytest.mark.parametrize(
+    "rules, named",
+    [
+        ({"mesage": {"child": "allow"}}, "'mesage'"),
+        ({"message": {"child": "allow"}, "delegate": {"child": "allow"}}, "'delegate'"),
+        ({"message": {"child": "allow"}, "child": "allow"}, "'child'"),
+    ],
+)
+def test_rules_keyed_by_action_name_the_key_that_is_no_action(rules, named):
+    with pytest.raises(InvalidRules, match=re.escape(f"take message and interrupt, got {named}")):
+        actions.split_actions(rules)

@@ -127,7 +127,7 @@ def test_released_mail_is_due_again_once_its_backoff_is_over():
     h.then(decide_claim(ClaimMail("s", "run-1"), Given(h.state, h.mail, config(), now=100.0)))
     h.then(decide_release(ReleaseMail("s", "m-1"), Given(h.state, h.mail, config(), now=100.0)))
 
-    # Seed 004: the first failed attempt waits backoff_initial_s (1 s) before it is due again.
+    # Backoff: the first failed attempt waits backoff_initial_s (1 s) before it is due again.
     assert decide_claim(ClaimMail("s", "run-1"), Given(h.state, h.mail, config(), now=100.5)) == []
     assert ids(decide_claim(ClaimMail("s", "run-1"), Given(h.state, h.mail, config(), now=101.0)),
                ev.ProducerMessageClaimed) == ["m-1"]

@@ -1,4 +1,4 @@
-"""Delivery as an obligation (seed 004): attempts, backoff, deadlines, parking, the pump's decision, retry,
+"""Delivery as an obligation: attempts, backoff, deadlines, parking, the pump's decision, retry,
 per-source capacity, the sender's record and inspect. Given/when/then on pure functions, an injected clock."""
 
 
@@ -210,7 +210,7 @@ def test_next_check_is_the_claim_expiry_the_deadline_or_the_end_of_a_sleeping_se
 
 
 def sender_with(outstanding: int) -> list[ev.Event]:
-    # Sending from its open run (seed 002: only the exact live sender may send).
+    # Sending from its open run (only the exact live sender may send).
     return [registered(T.root), run_started("run-1")] + [
         ev.MessageSent(message_id=f"m-{i}", recipient_session_id=T.child.session_id, position=i,
                        recipient_state="running") for i in range(outstanding)]

@@ -1,4 +1,4 @@
-"""Peer routes, grants, replies and input schemas (seed 004 part 2), given/when/then on the pure decisions."""
+"""Peer routes, grants, replies and input schemas, given/when/then on the pure decisions."""
 
 import json
 
@@ -51,7 +51,7 @@ def decide(sender, found, *, peer="advisor", body="hello", reply=False, in_reply
            cfg=None, tool_call_id="call-1"):
     command = SendToPeer(SendContext(sender.session_id, "run-1", tool_call_id),
                          PeerSendArguments(peer, body, "steer", in_reply_to, reply))
-    # Sent from its open run (seed 002: only the exact live sender may send).
+    # Sent from its open run (only the exact live sender may send).
     given = SendGiven(sender=sender, sender_state=st.fold([registered(sender), run_started("run-1"), *sender_events]),
                       target=found,
                       config=cfg or config(), new_id="m-1", now=5.0)

@@ -1,4 +1,4 @@
-"""The peer tools (seed 004 part 2): installed one by one, unavailable without a grant, strict arguments, envelope."""
+"""The peer tools: installed one by one, unavailable without a grant, strict arguments, envelope."""
 
 import pytest
 

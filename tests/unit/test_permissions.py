@@ -1,5 +1,7 @@
 """Relationship labels, rule precedence, visibility. Pure."""
 
+import re
+
 import pytest
 
 from treemail.domain.permissions import InvalidRules, Origin, evaluate, normalize_rules, relationship, tool_visible
@@ -100,3 +102,14 @@ def test_the_tool_is_visible_only_with_an_allow_or_ask_rule(rules, visible):
 
 def test_the_tool_is_hidden_when_the_agent_document_turns_it_off():
     assert tool_definition([("*", "allow")], send_message_tool=False) is None
+
+
+@pytest.mark.parametrize("pattern", ["chlid", "parents", "explore_*", "x?"])
+def test_a_pattern_no_relationship_can_match_is_refused_by_name(pattern):
+    with pytest.raises(InvalidRules, match=re.escape(f"{pattern!r} matches no relationship")):
+        normalize_rules({pattern: "allow"})
+
+
+@pytest.mark.parametrize("pattern", ["*", "?????", "p*", "*ing", "child"])
+def test_a_pattern_that_matches_some_relationship_is_kept(pattern):
+    assert normalize_rules({pattern: "allow"}) == [(pattern, "allow")]

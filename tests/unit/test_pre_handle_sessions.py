@@ -1,4 +1,4 @@
-"""Sessions without a handle (the seed's pre-handle sessions): addressed, listed and replied to by UUID."""
+"""Sessions without a handle (pre-handle sessions): addressed, listed and replied to by UUID."""
 
 from dataclasses import replace
 

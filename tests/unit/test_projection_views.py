@@ -29,7 +29,7 @@ def histories(draw):
         step = draw(st.sampled_from(["accept", "accept", "done", "restore", "wake", "run", "close", "unknown"]))
         if step == "accept":
             sender = draw(st.sampled_from(SESSIONS))
-            # Seed 002's notices (settlement, returned) are treemail's words: never counted as agent mail.
+            # Notices (settlement, returned) are treemail's words: never counted as agent mail.
             owner = draw(st.sampled_from(["agent", "agent", "plugin", "settlement", "returned"]))
             event = ev.ProducerMessageAccepted(
                 message_id=f"m{n}", producer_id="p", owner=owner,
@@ -185,7 +185,7 @@ def one_of_each_event_type() -> list[ev.Event]:
                              mode="steer"),
         ev.ApprovalGranted(request_id="q", key="k", scope="tree", label="sibling"),
         ev.ApprovalDenied(request_id="q", key="k"),
-        # seed 002 part 2
+        # interrupt_agent, revert and fork, the overlay, delivery as an obligation
         ev.SessionInterruptRequested(interrupt_id="i", run_id="r", sender_session_id="s0", sender_handle="h0"),
         ev.SessionReverted(to_position=1, from_position=3),
         ev.ProducerMessageRestored(**message, mode="steer", accepted_seq=2),
@@ -196,11 +196,11 @@ def one_of_each_event_type() -> list[ev.Event]:
         ev.MessageSent(message_id="m", recipient_session_id="s2", position=3, recipient_state="running"),
         ev.MessageSettled(message_id="m", recipient_session_id="s2", outcome="consumed"),
         ev.MessageRefused(message_id="m", recipient_session_id="s2", code="send_message:inbox_full"),
-        # seed 004 part 2
+        # peer routes and grants
         ev.PeerRouteRegistered(source_kind="session", source="s0", name="advisor"),
         ev.PeerRouteRevoked(source_kind="session", source="s0", name="advisor"),
         ev.PeerGrantSet(source_kind="agent_type", source="planner", send=True, principal="acme"),
-        # Seed 002, part 1.
+        # disposal, settlement notices, draining, installed tools
         ev.SessionClosing(stop_reason="aborted", closing_text="bye"),
         ev.SessionClosed(),
         ev.SessionSettled(run_id="r", stop_reason="completed", notice="queued", message_id="m"),

@@ -1,7 +1,8 @@
-"""Seed 002 in decide_send: the exact live sender, draining, the disposal cutoff, parents, resumability. Pure.
+"""The session lifecycle in decide_send: the exact live sender, draining, the disposal cutoff, parents,
+resumability. Pure.
 
 Given the sender's and recipient's histories, when the send is decided, then
-it is accepted or refused with its own stable code, in the seed's order.
+it is accepted or refused with its own stable code, in a fixed order.
 """
 
 import pytest
@@ -69,7 +70,7 @@ def test_the_live_sender_is_checked_before_anything_else():
         service_draining=True,
     )
     assert refused_code(decision) is Code.SENDER_NOT_LIVE
-    # Only a blank body comes first: it is refused while the arguments are parsed (seed 000), before any context.
+    # Only a blank body comes first: it is refused while the arguments are parsed, before any context.
     assert refused_code(send(T.root, found(T.child), body=" ", run_id="run-0")) is Code.INVALID_BODY
 
 
@@ -91,7 +92,7 @@ def test_a_retried_tool_call_whose_first_decision_accepted_it_gets_that_outcome_
     assert isinstance(retried, Replayed) and retried.outcome == {"ok": first.result}
 
 
-def test_a_stale_run_is_never_recorded_the_other_seed_002_refusals_are():
+def test_a_stale_run_is_never_recorded_the_other_lifecycle_refusals_are():
     """sender_not_live says nothing about the call (a record would refuse a run not yet opened for good);
     the refusals on drains, disposal, parents and resumability are kept like any other a worker decides."""
     assert not idempotency.is_recorded(Code.SENDER_NOT_LIVE) and not idempotency.is_recorded_alone(Code.SENDER_NOT_LIVE)

@@ -1,4 +1,4 @@
-"""The source proof (seed 004 part 2): what the MAC covers, rotation, and where the keys come from."""
+"""The source proof (sender identity): what the MAC covers, rotation, and where the keys come from."""
 
 import pytest
 

@@ -43,7 +43,7 @@ def installed(rules=ALLOW_ALL, send_message_tool=True, installed_tools=()) -> li
     return asyncio.run(tools.definitions(None, tools.SessionView(record, state, Config())))
 
 
-def test_send_message_is_the_first_row_and_its_definition_is_the_seed_tool():
+def test_send_message_is_the_first_row_and_its_definition_is_the_default_tool():
     assert list(tools.TOOLS)[0] == "send_message"
     assert installed() == [tool.tool_definition(ALLOW_ALL)]
 

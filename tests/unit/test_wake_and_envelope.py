@@ -28,7 +28,7 @@ def test_mail_for_an_idle_or_finished_session_requests_one_wake(status):
     # then the same atomic step requests a wake naming the mail
     assert isinstance(decision, Accepted)
     assert [w.message_id for w in wakes(decision.events)] == ["m-1"]
-    # idle reports queued (seed 000: "queued durably if idle or queued"), and is woken all the same
+    # idle reports queued (the send_message contract: "queued durably if idle or queued"), and is woken all the same
     assert decision.result["recipient_state"] == {"idle": "queued", "finished": "waking_finished"}[status]
 
 

@@ -1,4 +1,4 @@
-"""The worker process's own settings (issue 17): its garbage collector, checked in a fresh interpreter (this
+"""The worker process's own settings: its garbage collector, checked in a fresh interpreter (this
 one's is pytest's), and the command stream subscription FastStream need not copy."""
 
 import subprocess
@@ -17,7 +17,7 @@ def test_a_started_worker_freezes_what_start_up_loaded_and_collects_young_object
 
 
 def test_the_subscription_is_copied_only_when_a_prefix_changes_its_name():
-    from treemail.consumers.subscriptions import _UnprefixedStreamSub
+    from treemail.consumers.commandsubscribers import _UnprefixedStreamSub
 
     sub = _UnprefixedStreamSub("tm:cmd:{c0}", group="g", consumer="c", batch=True, max_records=100)
 

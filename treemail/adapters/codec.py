@@ -43,7 +43,7 @@ def encode_command(command: SendMessage) -> str:
     c, a = command.context, command.arguments
     args = [a.to, a.body, a.mode]
     if a.blocks:
-        # Content blocks (seed 002 part 2) ride as a fourth argument; a plain send is encoded as before.
+        # Content blocks ride as a fourth argument; a plain send is encoded as before.
         args.append(blocks.to_json(a.blocks))
     data = {
         "v": PROTOCOL_VERSION,
@@ -53,7 +53,7 @@ def encode_command(command: SendMessage) -> str:
         "reply_to": command.reply_to,
     }
     if command.traceparent:
-        data["tp"] = command.traceparent  # seed 004: the preparation's trace continues in the worker
+        data["tp"] = command.traceparent  # tracing: the preparation's trace continues in the worker
     return json.dumps(data, separators=(",", ":"))
 
 

@@ -50,7 +50,7 @@ if drain_read ~= '' and tostring(redis.call('EXISTS', KEYS[#KEYS])) ~= drain_rea
   return {'conflict', tostring(current)}
 end
 
--- Companions (seed 004): other sessions of the partition the same decision appends to (a sender's
+-- Companions (exact source capacity): other sessions of the partition the same decision appends to (a sender's
 -- record of the message its recipient accepted or settled). Every etag is checked before anything
 -- is written, so the step applies whole or not at all.
 local function companions_start()
@@ -92,7 +92,7 @@ redis.call('HSET', KEYS[2], 'version', version, 'snapshot', ARGV[2], 'etag', str
 local changes = tonumber(ARGV[i])
 i = i + 1
 -- An item lives in one of two hashes: the due hash while a claim may take it, the pending-mail hash
--- otherwise. One copy, and a new message costs one write (issue 17).
+-- otherwise. One copy, and a new message costs one write.
 for _ = 1, changes do
   local message_id, item, where = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   if item == '' then
@@ -141,7 +141,7 @@ for j = events_start, events_start + 2 * tonumber(ARGV[7]) - 1, 2 do
     'session', ARGV[6], 'seq', seq, 'type', ARGV[j], 'v', protocol)
 end
 
--- Seed 004: when the delivery pump must next look at this session (computed by the caller).
+-- Mail as an obligation: when the delivery pump must next look at this session (the commit plan computes it).
 local due_op = ARGV[i + 1]
 if due_op == 'set' then
   redis.call('ZADD', KEYS[13], ARGV[i + 2], ARGV[6])

@@ -8,13 +8,13 @@ Layers, lowest first (``configlayers.py`` finds and reads the files):
    the lower file's value (system, user, workspace files by default, or the
    ``paths`` given / ``TREEMAIL_CONFIG``);
 3. environment variables, key by key (read with pydantic-settings):
-   ``TREEMAIL_MESSAGING_<KEY>``, ``TREEMAIL_SERVICE_<KEY>``, and ``REDIS_URL``.
+   ``TREEMAIL_MESSAGING_<KEY>``, ``TREEMAIL_SERVICE_<KEY>``, ``TREEMAIL_PROOF_<KEY>``, and ``REDIS_URL``.
 
 Types are strict: every key takes only its own TOML type (no ``"32768"``,
 ``"false"``, ``1`` for a boolean, ``2.0`` or ``true`` for an integer; an
 integer is a valid float). An environment value is parsed as its key's type
-(``true``/``false``, an integer, a number, or the text itself) and fails the
-same way. Unknown keys and tables fail too: a misspelt guard must never
+(``true``/``false``, an integer, a number, the text itself, or JSON for a
+table such as ``TREEMAIL_PROOF_KEYS``) and fails the same way. Unknown keys and tables fail too: a misspelt guard must never
 silently fall back to its default. Every failure names the key and where it
 came from.
 """
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from ..domain.errors import ConfigError
 from ..domain.messaging import MessagingConfig
@@ -56,11 +56,11 @@ class ServiceConfig(BaseModel):
     batches_in_flight: int = Field(default=2, ge=1, le=64)
     # Each command stream is read by one live worker at a time, the streams shared out evenly among the
     # live workers: workers that take turns at one stream's batches decide one sender's commands at once
-    # and conflict on its record (BENCHMARKS.md, issue 17, tenth pass). False: every worker reads every stream.
+    # and conflict on its record (BENCHMARKS.md). False: every worker reads every stream.
     exclusive_streams: bool = True
     # Which command stream a producer puts a send on. "tree": its sender's tree's (crc32 of the root's id), so
     # one worker decides a tree's mail both ways without conflicting with another on the sessions it shares
-    # (BENCHMARKS.md, issue 17, eleventh pass). "sender": the sender's own, which spreads one very busy tree
+    # (BENCHMARKS.md). "sender": the sender's own, which spreads one very busy tree
     # over several workers, at the price of those conflicts.
     route_commands_by: Literal["tree", "sender"] = "tree"
     # A worker that has not said it is alive for this long is taken for dead: its streams go to the others.
@@ -71,11 +71,11 @@ class ServiceConfig(BaseModel):
     max_deliveries: int = Field(default=5, ge=1)
     # A producer waits this long for a decision before answering engine_shutdown.
     decision_timeout_s: float = Field(default=30.0, gt=0)
-    # Deprecated, ignored: a tool call's outcome is now kept as long as the sender's
-    # session (seed 000: a retry must never send twice). Accepted so that existing
-    # files keep loading.
     # A send waiting on a person (an `ask` rule) answers send_message:approval_timeout after this long.
     approval_timeout_s: float = Field(default=600.0, gt=0)
+    # Deprecated, ignored: a tool call's outcome is now kept as long as the sender's
+    # session (exactly once per tool call: a retry must never send twice). Accepted so
+    # that existing files keep loading.
     idempotency_ttl_s: int = Field(default=7 * 24 * 3600, ge=60)
     connect_attempts: int = Field(default=5, ge=1)
     # The partition feeds projections follow are trimmed to about this many
@@ -88,7 +88,7 @@ class Config(BaseModel):
 
     messaging: MessagingConfig = MessagingConfig()
     service: ServiceConfig = ServiceConfig()
-    # seed 004 part 2: the source-proof keyring (``proofkeys.py``)
+    # Source proof: the keyring that signs and verifies who sent a message (``proofkeys.py``)
     proof: ProofConfig = ProofConfig()
 
 
@@ -124,7 +124,7 @@ def describe(error: ValidationError, table: str, source_of) -> str:
     parts = []
     for item in error.errors():
         key = ".".join([table, *(str(p) for p in item["loc"])])
-        where = source_of(key)
+        where = source_of(".".join([table, *(str(p) for p in item["loc"][:1])]))  # a value within a key: the key's
         if item["type"] == "extra_forbidden":
             parts.append(f"{where}: unknown key `{key}`")
         elif item["type"] in _EXPECTED:
@@ -149,9 +149,9 @@ def load_effective(
     paths: list[str | Path] | None = None,
 ) -> Effective:
     environ = dict(os.environ if environ is None else environ)
-    env = configlayers.read_environment(environ)
+    env = configlayers.read_environment(environ, TABLES)
     located = configlayers.locate(path, paths, env.config, environ)
-    layers = configlayers.read_layers(located)
+    layers = configlayers.read_layers(located, TABLES)
     tables: dict[str, BaseModel] = {}
     table_sources: dict[str, str] = {}
     environment: dict[str, str] = {}
@@ -164,8 +164,7 @@ def load_effective(
                 validate_table(table, layer.tables[table], lambda key, layer=layer: layer.label)
                 values = dict(layer.tables[table])
                 table_sources[table] = layer.label
-        overrides = configlayers.typed_overrides(table, TABLES[table], env)
-        for key, (variable, value) in overrides.items():
+        for key, (variable, value) in env.overrides[table].items():
             values[key] = value
             environment[f"{table}.{key}"] = variable
         tables[table] = validate_table(
@@ -186,6 +185,12 @@ def load_config(
 
 
 def _toml_value(value: Any) -> str:
+    if isinstance(value, SecretStr):
+        return '"***"'
+    if isinstance(value, dict) and value:
+        return "{ " + ", ".join(f"{json.dumps(key)} = {_toml_value(item)}" for key, item in value.items()) + " }"
+    if isinstance(value, dict):
+        return "{}"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
@@ -205,7 +210,8 @@ def render_effective(effective: Effective) -> str:
     lines = ["# treemail configuration in force", "# layers, lowest first (a table in a higher layer replaces "
              "the lower one whole; keys it omits take the built-in defaults):"]
     lines += [f"#   {label}{'' if label in found else ' (absent)'}" for label in effective.searched]
-    lines.append("#   environment (TREEMAIL_MESSAGING_<KEY>, TREEMAIL_SERVICE_<KEY>, REDIS_URL), key by key")
+    lines.append("#   environment (TREEMAIL_MESSAGING_<KEY>, TREEMAIL_SERVICE_<KEY>, TREEMAIL_PROOF_<KEY>, REDIS_URL), "
+                 "key by key")
     for table in TABLES:
         lines += ["", f"[{table}]  # from {effective.table_sources[table]}"]
         for key, value in getattr(effective.config, table).model_dump().items():

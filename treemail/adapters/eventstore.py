@@ -2,36 +2,35 @@
 
 The one place that knows the commit script and the key layout of a session.
 An append is one atomic script call: etag check, events, and what the
-domain computed from them (``state.apply``: snapshot, pending mail, wake
-triggers, indexes), plus the idempotency record, all on one hash slot.
+domain's commit plan says they leave (``commitplan.plan_commit``: snapshot,
+pending mail, wake triggers, indexes, due times, the senders' records), plus
+the idempotency record, all on one hash slot. The store lays the plan out as
+the script's arguments; it decides nothing.
 
 Over the house's 200 lines: the script's argument layout (``prepare``) must
 sit beside the reads of the same keys, so the two cannot drift apart.
 """
 
 import functools
-import hashlib
 import json
 import os
-import time
-from collections.abc import Collection, Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, ResponseError
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
 
 from ..domain.protocol import PROTOCOL_VERSION
 from ..domain import compactjson
 from ..domain import events as ev
 from ..domain import protocol
-from ..domain.decide.delivery import next_check
-from ..domain.decide.lifecycle import claimable
-from ..domain.messaging import MessagingConfig
-from ..domain.outbound import index_entries
+from ..domain.commitplan import CommitPlan, SourceWrite
 from ..domain.records import SessionRecord
-from ..domain.state import Applied, MailItem, SessionState, apply, fold
+from ..domain.state import Applied, MailItem, SessionState
 from . import keys
 from .config import ServiceConfig
 from .directory import Directory
@@ -39,7 +38,6 @@ from .lanes import CommandBatch, Lanes, raise_refused
 from .statecache import Loaded, StateCache
 
 COMMIT_LUA = resources.files(__package__).joinpath("commit.lua").read_text()
-COMMIT_SHA = hashlib.sha1(COMMIT_LUA.encode()).hexdigest()
 
 
 @functools.lru_cache(maxsize=4096)
@@ -69,13 +67,6 @@ def _mail_items(pairs) -> dict[str, MailItem]:
     return items
 
 
-def _placement(item: MailItem, new: bool) -> str:
-    """Where commit.lua keeps an item: the due hash while a claim may take it, else the pending-mail hash;
-    'new' when it is in neither yet, so nothing needs removing from the other."""
-    where = "due" if claimable(item) else "held"
-    return f"new {where}" if new else where
-
-
 @dataclass(frozen=True)
 class Reply:
     """What an append also does once it applies (``EventStore.answers_in_commit``): push the producer's
@@ -88,23 +79,14 @@ class Reply:
 
 
 @dataclass(frozen=True)
-class Companion:
-    """Another session of the partition that the same atomic step appends to (seed 004: a sender's record)."""
-
-    record: SessionRecord
-    loaded: Loaded
-    events: list[ev.Event]
-
-
-@dataclass(frozen=True)
 class PreparedAppend:
     keys: list[str]
     args: list[Any]
-    applied: Applied
+    plan: CommitPlan
     # The state this append leaves, for deciding the next command in the same pipeline.
     loaded: Loaded
-    # session id -> the state each companion is left in, for chaining the next append.
-    companions: dict[str, Loaded] = field(default_factory=dict)
+    # session id -> the state each source (a sender whose records ride along) is left in, for chaining.
+    sources: dict[str, Loaded] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -114,7 +96,7 @@ class SendReads:
     recorded: dict[tuple[str, str], list | dict | None]
     # root session id -> labels a person approved for that whole tree.
     tree_grants: dict[str, frozenset[str]]
-    # Seed 002: the whole service drains.
+    # Whether the whole service drains (the service-wide drain flag).
     service_draining: bool
 
 
@@ -321,7 +303,7 @@ class EventStore:
         return items
 
     async def load_mail_items(self, record: SessionRecord, message_ids: list[str]) -> dict[str, MailItem]:
-        """The named items, from whichever of the two hashes holds each (``_placement``)."""
+        """The named items, from whichever of the two hashes holds each (``commitplan.placement``)."""
         if not message_ids:
             return {}
         p, sid = record.partition, record.session_id
@@ -339,110 +321,72 @@ class EventStore:
 
     # ---- append ------------------------------------------------------------------------------
 
-    def prepare(
-        self,
-        record: SessionRecord,
-        loaded: Loaded,
-        new_events: list[ev.Event],
-        *,
-        mail: dict[str, MailItem] | None = None,
-        idempotency_digest: str | None = None,
-        idempotency_record: list | dict | None = None,
-        idempotency_session: str | None = None,
-        policy: MessagingConfig | None = None,
-        companions: list[Companion] = (),
-        mail_complete: bool = False,
-        read_draining: bool | None = None,
-        folded: SessionState | None = None,
-        reply: Reply | None = None,
-        new_mail: Collection[str] = (),
-    ) -> PreparedAppend:
-        """``mail``: the pending mail the decision read; ``mail_complete`` when it is all of it
-        (``Handler.reads_mail == "all"``), not just the due hash or the one item a command named.
+    def prepare(self, plan: CommitPlan, loaded: Loaded, *, held: Mapping[str, Loaded] | None = None,
+                reply: Reply | None = None) -> PreparedAppend:
+        """The commit script's keys and arguments for ``plan``, decided on ``loaded`` (its etag is the one the
+        step expects); ``held``: the states its sources were decided on, by session id.
 
-        ``idempotency_session``: the sender whose tool call the record answers (same tree, same slot).
-        ``policy`` (seed 004) keeps the partition's due index: exact when all the
-        mail was loaded, otherwise lowered to what the changed items need.
-        ``read_draining``: whether the decision found the whole service draining (None: it did not look);
-        the append applies only if the partition's copy of the flag still says the same.
-        ``folded``: the state the events leave, when the decision folded them already (``state.apply``).
         ``reply``: the answer to push and the command to acknowledge once the append applies (only where
         ``answers_in_commit``).
-        ``new_mail``: ids of messages these events accept for the first time (a send's new id): their items
-        are in neither mail hash yet, so writing one removes nothing from the other.
         """
+        record, applied = plan.record, plan.applied
         p, sid = record.partition, record.session_id
-        applied = apply(loaded.state, mail or {}, new_events, loaded.version, folded)
-        encoded = [part for event in new_events for part in ev.encode(event)]
+        encoded = [part for event in plan.events for part in ev.encode(event)]
         # (message id, item or '' once done, which hash keeps it): the Lua keeps each item in one place.
-        changes = [part for message_id, item in applied.mail_changes.items()
-                   for part in (message_id, item.to_json() if item else "",
-                                _placement(item, message_id in new_mail) if item else "")]
+        changes = [part for message_id, item, where in plan.mail
+                   for part in (message_id, item.to_json() if item else "", where)]
         wakes = [wake_trigger(record, message_id, seq) for seq, message_id in applied.wakes]
         wakes += [interrupt_trigger(record, event, seq) for seq, event in applied.interrupts]
         index = approval_index(record, applied)
         key_list = list(_commit_keys(p, sid, record.root_session_id))
-        if idempotency_digest:
-            key_list[3] = keys.session_idempotency(p, idempotency_session or sid)
+        kept = plan.idempotency
+        if kept is not None:
+            key_list[3] = keys.session_idempotency(p, kept.session_id)
         left = Loaded(applied.state, applied.version, os.urandom(8).hex())
         # Held under the new etag: used only once the server shows that etag, i.e. once this append applied.
         self.states.put(sid, left)
+        operation, when = plan.due
         args: list[Any] = [
             f"{loaded.etag} {left.etag}",
             applied.state.to_json(),
-            compactjson.dumps(idempotency_record) if idempotency_record else "",
-            idempotency_digest or "",
+            compactjson.dumps(kept.record) if kept is not None else "",
+            kept.digest if kept is not None else "",
             registration_arg(applied),
             sid,
-            len(new_events), *encoded,
+            len(plan.events), *encoded,
             len(changes) // 3, *changes,
             len(wakes), *wakes,
             len(index) // 2, *index,
             len(applied.tree_grants), *applied.tree_grants,
             self.config.feed_maxlen,
-            *self._due(applied, mail if mail_complete else None, policy),
+            operation, "" if when is None else repr(when),
         ]
-        after = self._companions(p, companions, key_list, args)
+        after = self._sources(p, plan.sources, held or {}, key_list, args)
         if reply is not None:
             key_list.extend((reply.reply_list, reply.stream))
             args.extend((reply.answer, keys.REPLY_TTL_S, keys.COMMAND_GROUP, reply.entry_id))
         else:
             args.extend(("", "", "", ""))
         key_list.append(keys.partition_drain(p))
-        args.append("" if read_draining is None else "1" if read_draining else "0")
+        args.append("" if plan.read_draining is None else "1" if plan.read_draining else "0")
         # Last, wherever the sections before it end: the commit script reads it as ARGV[#ARGV].
         args.append(PROTOCOL_VERSION)
-        return PreparedAppend(key_list, args, applied, left, after)
+        return PreparedAppend(key_list, args, plan, left, after)
 
-    @staticmethod
-    def _due(applied: Applied, mail: dict[str, MailItem] | None, policy: MessagingConfig | None) -> tuple[str, str]:
-        if policy is None:
-            return "", ""
-        now = time.time()
-        if mail is not None:
-            items = {**mail, **applied.mail_changes}
-            when = next_check(applied.state, [i for i in items.values() if i is not None], policy, now)
-            return ("del", "") if when is None else ("set", repr(when))
-        when = next_check(applied.state, [i for i in applied.mail_changes.values() if i is not None], policy, now)
-        return ("", "") if when is None else ("lt", repr(when))
-
-    def _companions(self, partition: int, companions: list[Companion], key_list: list[str], args: list[Any]
-                    ) -> dict[str, Loaded]:
-        """Adds each companion's keys and arguments; returns the state each is left in."""
-        args.append(len(companions))
+    def _sources(self, partition: int, sources: list[SourceWrite], held: Mapping[str, Loaded],
+                 key_list: list[str], args: list[Any]) -> dict[str, Loaded]:
+        """Adds each source's keys and arguments (the script's companions); returns the state each is left in."""
+        args.append(len(sources))
         after: dict[str, Loaded] = {}
-        for companion in companions:
-            record, loaded = companion.record, companion.loaded
-            # A companion's step writes its events, snapshot and outbound entries, nothing of its mail:
-            # its events are folded into its state alone (``apply`` would also build mail and wake changes).
-            left = Loaded(fold(companion.events, loaded.state), loaded.version + len(companion.events),
-                          os.urandom(8).hex())
+        for source in sources:
+            record = source.record
+            loaded = held[record.session_id]
+            left = Loaded(source.state, loaded.version + len(source.events), os.urandom(8).hex())
             self.states.put(record.session_id, left)
             key_list.extend(_commit_keys(partition, record.session_id, record.root_session_id)[:2])
-            encoded = [part for event in companion.events for part in ev.encode(event)]
-            index = index_entries(record.session_id, companion.events, loaded.version + 1)
+            encoded = [part for event in source.events for part in ev.encode(event)]
             args.extend((f"{loaded.etag} {left.etag}", left.state.to_json(), record.session_id,
-                         len(companion.events), *encoded, len(index) // 2, *index))
+                         len(source.events), *encoded, len(source.outbound) // 2, *source.outbound))
             after[record.session_id] = left
         return after
 
@@ -453,13 +397,22 @@ class EventStore:
         the fsync (WAITAOF after the append), and one pushed by the append itself would not."""
         return not self.config.cluster and self.config.profile != "durable"
 
+    @functools.cached_property
+    def commit_script(self) -> AsyncScript:
+        """The commit script as redis-py keeps it: its SHA, and loading it when a server lacks it."""
+        return self.redis.register_script(COMMIT_LUA)
+
     def commit_call(self, prepared: PreparedAppend, pipe) -> None:
         # execute_command, not pipe.evalsha: redis-py refuses the latter in cluster pipelines,
         # though EVALSHA routes by its first key like any keyed command.
-        pipe.execute_command("EVALSHA", COMMIT_SHA, len(prepared.keys), *prepared.keys, *prepared.args)
+        pipe.execute_command("EVALSHA", self.commit_script.sha, len(prepared.keys), *prepared.keys, *prepared.args)
 
     async def load_scripts(self) -> None:
-        await self.redis.script_load(COMMIT_LUA)
+        """Loads the commit script on the server (on a cluster, on every primary)."""
+        await self.redis.script_load(self.commit_script.script)
+
+    async def _scripts_lost(self, _retry) -> None:
+        await self.load_scripts()
 
     async def read_round_trip(self, build) -> list:
         """The replies to the reads ``build(batch)`` adds, in one round trip on a kept connection (``lanes``:
@@ -473,17 +426,22 @@ class EventStore:
         """Run the commands ``build(pipe)`` adds, in one round trip, ending with the durability wait.
 
         A server that lost its script cache (it restarted) answers NOSCRIPT and
-        changes nothing; the scripts are loaded and the same commands run again.
+        changes nothing; the commit script is loaded and the same commands run
+        once more. The round trip goes out on a lane, not through a redis-py
+        pipeline holding the ``Script``: that pipeline asks SCRIPT EXISTS
+        before every round trip, a second one per batch.
         """
         batch = CommandBatch()
         build(batch)
         self.add_durability_wait(batch)
-        for attempt in range(2):
-            replies = await self._lanes.run(batch.commands)
-            if attempt == 0 and any(isinstance(r, NoScriptError) for r in replies):
-                await self.load_scripts()
-                continue
-            return raise_refused(replies)
+        async for attempt in AsyncRetrying(retry=retry_if_exception_type(NoScriptError), stop=stop_after_attempt(2),
+                                           before_sleep=self._scripts_lost, reraise=True):
+            with attempt:
+                replies = await self._lanes.run(batch.commands)
+                lost = next((r for r in replies if isinstance(r, NoScriptError)), None)
+                if lost is not None:
+                    raise lost
+                return raise_refused(replies)
         raise AssertionError("unreachable")
 
     async def append(self, prepared: PreparedAppend) -> AppendResult:

@@ -2,7 +2,7 @@
 
 A feed entry names an appended event (session, position, type, protocol) and carries
 no copy of its data: the session stream keeps the only one. The copy was a third of
-what an accepted message cost in memory (issue 17). A reader that needs the events of
+what an accepted message cost in memory (BENCHMARKS.md). A reader that needs the events of
 a batch reads them from their streams in one pipeline, one XRANGE per session (each
 session's feed entries are consecutive positions of its stream). The partition's
 streams share the feed's hash slot, so on a cluster the pipeline goes to one node.

@@ -1,6 +1,6 @@
 """Which sessions a handle names, across every tree: for people at the CLI, never for a send.
 
-A send resolves a handle inside the sender's tree only (seed 000). A person
+A send resolves a handle inside the sender's tree only. A person
 typing ``treemail history explore_1a2b3c4d`` has no tree in hand, so every
 tree's handle table is asked; handles are unique per tree, not globally, so
 the answer may be several sessions and the caller must say so.

@@ -90,7 +90,7 @@ def approvals(partition: int) -> str:
     return f"{PREFIX}:{tag(partition)}:approvals"
 
 
-# Delivery as an obligation (seed 004).
+# Delivery as an obligation.
 def due_index(partition: int) -> str:
     """Sorted set: session id -> the next time the delivery pump must look at it (derived from its stream)."""
     return f"{PREFIX}:{tag(partition)}:due"
@@ -102,7 +102,7 @@ def outbound_index(partition: int) -> str:
 
 
 def partition_drain(partition: int) -> str:
-    """Seed 002: the service-wide drain flag, mirrored on each partition's slot, where the commit step
+    """Draining: the service-wide drain flag, mirrored on each partition's slot, where the commit step
     can check it atomically with the append (the flag itself, ``service_drain``, lives in no tree's slot)."""
     return f"{PREFIX}:{tag(partition)}:drain"
 
@@ -142,7 +142,7 @@ REPLY_TTL_S = 120
 
 COMMAND_GROUP = "treemail-workers"
 WAKE_GROUP = "treemail-hosts"
-# seed 002 part 2: interrupt triggers ride the wake streams; host runners read them in their own group.
+# interrupt_agent: interrupt triggers ride the wake streams; host runners read them in their own group.
 INTERRUPT_GROUP = "treemail-interrupts"
 
 
@@ -154,7 +154,7 @@ def approval_notify(request_id: str) -> str:
 def access_token(digest: str) -> str:
     """A bearer token binding an MCP connection to one session: only its SHA-256 is ever stored."""
     return f"{PREFIX}:token:{digest}"
-# seed 004 part 2: the peer route index, source -> (name -> target session id). Only a lookup:
+# Peer routes: the peer route index, source -> (name -> target session id). Only a lookup:
 # the route itself is an event on the target's stream, checked under its etag by every send.
 def peer_routes(source_kind: str, source: str) -> str:
     return f"{PREFIX}:peers:{source_kind}:{source}"
@@ -165,6 +165,6 @@ def peer_intent(partition: int, key_digest: str) -> str:
     return f"{PREFIX}:{tag(partition)}:peer-intent:{key_digest}"
 
 
-# Seed 002: set while the whole service drains (a flag, not a stream: no session owns it).
+# Draining: set while the whole service drains (a flag, not a stream: no session owns it).
 def service_drain() -> str:
     return f"{PREFIX}:drain"

@@ -4,7 +4,7 @@ redis-py's pipeline borrows a connection from the pool for every round trip
 and returns it through a task of its own (``asyncio.shield``), under the
 pool's condition and its observability hooks: about 60 us of CPU a round trip
 on the benchmark machine, as much again as writing the commands and reading
-their replies (BENCHMARKS.md, issue 17, sixth pass). A worker deciding one
+their replies (BENCHMARKS.md). A worker deciding one
 command per batch pays it once per command.
 
 A lane is a connection taken from the pool once and kept for such round

@@ -127,13 +127,13 @@ WAKES_OUTSTANDING = Gauge(
     "treemail_wakes_outstanding", "Sessions with a wake requested and no run started yet",
     registry=PROJECTION_REGISTRY,
 )
-# Seed 002: counted in the process that disposes or finishes the child (the host's), never failing either.
+# Settlement notices: counted in the process that disposes or finishes the child (the host's), never failing either.
 SETTLEMENT_FAILURES = Counter(
     "treemail_settlement_notice_failures", "Settlement notices that could not be delivered to a parent",
     registry=HOST_REGISTRY,
 )
 
-# Delivery as an obligation (seed 004): the delivery pump.
+# Delivery as an obligation: the delivery pump.
 PUMP_LAG_SECONDS = Gauge(
     "treemail_pump_lag_seconds",
     "How long the oldest obligation had been due when the pump's last pass began (0: none overdue)",

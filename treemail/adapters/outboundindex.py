@@ -1,4 +1,4 @@
-"""Reading the outbound index (seed 004): each partition's hash of send intents and their settlements.
+"""Reading the outbound index (delivery as an obligation): each partition's hash of send intents and their settlements.
 
 The commit step writes it from the sender's ``MessageSent`` / ``MessageRefused`` /
 ``MessageSettled`` events, in the same atomic step. Each value says where its record

@@ -1,4 +1,4 @@
-"""Where a sender's peer names lead (seed 004 part 2): source -> (name -> target session), a lookup beside the streams.
+"""Where a sender's peer names lead: source -> (name -> target session), a lookup beside the streams.
 
 The route itself lives on the target's stream, and a send is decided on
 that; this index only says which target to load. It is written before the

@@ -1,4 +1,4 @@
-"""The source-proof keyring (seed 004 part 2): from the ``[proof]`` table or a secret file, never from the streams.
+"""The source-proof keyring: from the ``[proof]`` table or a secret file, never from the streams.
 
     [proof]
     key_file = "/run/secrets/treemail-proof"   # or TREEMAIL_PROOF_KEY_FILE

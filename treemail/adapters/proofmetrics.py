@@ -1,4 +1,4 @@
-"""The source-proof failure counter (seed 004 part 2), on the process's metrics registry.
+"""The source-proof failure counter, on the process's metrics registry.
 
 Counted where delivery verifies proofs: the host process that claims mail.
 ``reason`` is bounded: ``missing``, ``unknown_key``, ``mismatch`` or ``unreadable``.

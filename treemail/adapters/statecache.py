@@ -1,7 +1,7 @@
 """Session states this process already holds, each under the etag of the append that wrote it.
 
 A worker decides the same sessions batch after batch: parsing each one's
-snapshot JSON again was a tenth of its CPU (BENCHMARKS.md, issue 17). The
+snapshot JSON again was a tenth of its CPU (BENCHMARKS.md). The
 etag is unique to one append, so the state stored under an etag never
 changes: a state held here is used only when the server's state hash still
 carries the same etag (read in the same round trip as before), so nothing is

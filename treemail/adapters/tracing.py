@@ -1,4 +1,4 @@
-"""OpenTelemetry for treemail (seed 004): spans for preparation, admission and delivery, one trace per message.
+"""OpenTelemetry for treemail: spans for preparation, admission and delivery, one trace per message.
 
 treemail code uses only the OpenTelemetry API; without a configured tracer
 provider every span is a no-op. Tracing is off by default: a treemail
@@ -71,7 +71,7 @@ def span(name: str, parent: str | None = None, **attributes):
 
     With tracing off and no ``parent``, nothing is made: the API's no-op span would only stand for the
     current context, which stays current anyway. Making it cost the host 6.3 us per send, against 1.7 us
-    for this (BENCHMARKS.md, issue 17). With a ``parent`` the no-op span makes that context current, so
+    for this (BENCHMARKS.md). With a ``parent`` the no-op span makes that context current, so
     it is made as before."""
     if parent is None and not enabled():
         yield None

@@ -1,13 +1,14 @@
-"""Rules per action (seed 002 part 2): ``message`` as before, and ``interrupt`` for interrupt_agent. Pure.
+"""Rules per action: ``message`` as before, and ``interrupt`` for interrupt_agent. Pure.
 
-An agent document may give its rules flat, as seed 000 does (they are the
-``message`` rules), or keyed by action:
+An agent document may give its rules flat (they are the ``message``
+rules), or keyed by action:
 
     {"message": {"child": "allow", "sibling": "ask"}, "interrupt": {"child": "allow"}}
 
-Keyed is recognised when every key is an action name: no relationship label
-is called ``message`` or ``interrupt``, so a flat rule with such a pattern
-could never have matched anything. Each action is deny by default, and its
+Keyed is recognised when a key is an action name or a value is a table of
+rules (no relationship label is called ``message`` or ``interrupt``, so a flat
+rule with such a pattern could never have matched anything); then every key
+must be an action. Each action is deny by default, and its
 tool is hidden without an allowing rule.
 """
 
@@ -22,8 +23,18 @@ INTERRUPT_EFFECTS = ("allow", "deny")
 
 
 def split_actions(rules) -> tuple[Rules, Rules]:
-    """(message rules, interrupt rules), each normalized."""
-    if isinstance(rules, Mapping) and rules and all(key in ACTIONS for key in rules):
+    """(message rules, interrupt rules), each normalized.
+
+    A mapping is keyed by action as soon as one key is an action name or one value is a table of rules, so a
+    misspelt action (``mesage``) or an unknown one (``delegate``) is named as such instead of read as a flat
+    rule with an odd effect.
+    """
+    if isinstance(rules, Mapping) and _keyed_by_action(rules):
+        unknown = [str(key) for key in rules if key not in ACTIONS]
+        if unknown:
+            raise InvalidRules(
+                f"rules keyed by action take message and interrupt, got {', '.join(map(repr, unknown))}"
+            )
         message = normalize_rules(rules.get("message"))
         interrupt = normalize_rules(rules.get("interrupt"))
     else:
@@ -32,6 +43,10 @@ def split_actions(rules) -> tuple[Rules, Rules]:
         if effect not in INTERRUPT_EFFECTS:
             raise InvalidRules(f"interrupt rule {pattern!r}: effect must be allow or deny, got {effect!r}")
     return message, interrupt
+
+
+def _keyed_by_action(rules: Mapping) -> bool:
+    return any(key in ACTIONS or isinstance(value, (Mapping, list, tuple)) for key, value in rules.items())
 
 
 def interrupt_visible(interrupt_rules: Rules) -> bool:

@@ -1,4 +1,4 @@
-"""Content blocks: a message that is more than text (seed 002: ``message: ContentBlock[]``). Pure.
+"""Content blocks: a message that is more than text (``message: ContentBlock[]``). Pure.
 
 A block is text, or an image given either inline (a media type and base64
 data) or by URL. The model writes them as JSON objects:

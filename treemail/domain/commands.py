@@ -31,7 +31,7 @@ class SendArguments:
     to: str
     body: str
     mode: Literal["steer", "queue"] = "steer"
-    # seed 002 part 2: the message's content blocks (``blocks.Block``), when it is more than text.
+    # Content blocks: the message's content blocks (``blocks.Block``), when it is more than text.
     blocks: tuple | None = None
 
 
@@ -63,7 +63,7 @@ class RegisterSession:
     rules: list[tuple[str, str]]
     send_message_tool: bool
     status: Status
-    # seed 002 part 2
+    # Direct routing, content blocks, interrupt_agent
     resident: bool = True
     continuable: bool = True
     accepts_images: bool = False
@@ -141,7 +141,7 @@ class ResolveApproval:
     decision: Literal["approve_once", "approve_tree", "deny"]
 
 
-# seed 002 part 2: interrupt_agent
+# interrupt_agent
 @dataclass(frozen=True)
 class InterruptArguments:
     """The model's interrupt_agent arguments after strict validation."""
@@ -193,7 +193,7 @@ class OverlayMessageRules:
     rules: list[tuple[str, str]]
 
 
-# Delivery as an obligation (seed 004).
+# Delivery as an obligation.
 @dataclass(frozen=True)
 class KeepObligations:
     """The pump (or reconcile): act on whatever this session's mail is owed at ``now``.
@@ -214,7 +214,7 @@ class RetryMail:
 
     session_id: str
     message_id: str
-# seed 004 part 2: peer routes between independent agents
+# Peer routes between independent agents
 @dataclass(frozen=True)
 class PeerSendArguments:
     """The model's send_to_peer / reply_to_peer arguments after strict validation: a peer name, never an address."""
@@ -277,7 +277,7 @@ class SetPeerGrant:
     control: bool = False
 
 
-# Seed 002, part 1: disposal, settlement notices, draining. One list of stop reasons (FinishRun's too).
+# Disposal, settlement notices, draining. One list of stop reasons (FinishRun's too).
 STOP_REASONS: tuple[str, ...] = get_args(StopReason)
 
 
@@ -316,7 +316,7 @@ class ReturnMail:
 
 @dataclass(frozen=True)
 class SettleSession:
-    """A child's run ended for good (``run_id``) or it was disposed: notify its parent, gated as the seed says."""
+    """A child's run ended for good (``run_id``) or it was disposed: notify its parent, through the notice's gates."""
 
     session_id: str
     run_id: str | None
@@ -342,7 +342,7 @@ class LiftDrain:
 
 
 
-# Tools installed one by one (seed 004): the model-facing tools beyond send_message and interrupt_agent
+# Tools installed one by one: the model-facing tools beyond send_message and interrupt_agent
 # (which the rules govern) are offered to a session only once its host installs them.
 INSTALLABLE_TOOLS = ("inspect_message", "retry_message", "send_to_peer", "reply_to_peer", "peer_inbox")
 

@@ -5,7 +5,7 @@ bytes must never change: a digest is sha256 of ``json.dumps(items)`` in the stan
 form (", " between items, non-ASCII text as \\u escapes), as 32 hex characters. An array of strings,
 what almost every key and fingerprint is, is written here with the C function ``json.dumps`` escapes
 strings with, without the encoder's set-up on every call: half the cost, and two of them are taken for
-every send a worker decides (BENCHMARKS.md, issue 17).
+every send a worker decides (BENCHMARKS.md).
 """
 
 import hashlib

@@ -7,7 +7,7 @@ it). A label any overlay pattern matches is decided by the overlay alone,
 with the usual ranking among its rules; any other label by the agent
 document; a label neither matches is denied.
 
-Visibility: without an overlay the seed's rule holds (the tool exists when
+Visibility: without an overlay the default rule holds (the tool exists when
 some rule is allow or ask). With one, the tool exists when some label
 (``parent``, ``child``, ``sibling``, ``*``) resolves to allow or ask, so an
 overlay can both hide and reveal it.

@@ -12,8 +12,8 @@ entities decoded, Unicode compatibility forms folded (NFKC: full-width and
 small-form ``<``), zero-width and other invisible characters dropped, case
 ignored, and any non-ASCII letter taken for the ASCII one it may look like
 (Cyrillic ``а`` for ``a``). Wherever that reading holds an envelope tag
-(``<agent_message``, ``</agent_message``, or treemail's own ``<treemail_notice``
-of seed 002, any spacing or separator inside),
+(``<agent_message``, ``</agent_message``, or treemail's own ``<treemail_notice``,
+any spacing or separator inside),
 the character or entity that opens it is written ``&amp;lt;``, which reads as
 an escaped ``<`` even after one round of entity decoding. Wherever it holds
 the opening of treemail's reply hint (``use send_message(``), ``(quoted) `` is
@@ -53,7 +53,7 @@ def _fuzzy(word: str) -> str:
     return "".join(f"(?:{c}|{LOOKALIKE})" if c.isalpha() else SEP for c in word)
 
 
-# treemail_notice too: a body must not be able to forge a notice treemail writes (seed 002) either.
+# treemail_notice too: a body must not be able to forge a notice treemail writes either.
 TAG = re.compile(r"<\s*/?\s*(?:" + _fuzzy("agent_message") + "|" + _fuzzy("treemail_notice") + ")")
 # The opening is enough: the rest of a forged hint may follow on the next lines, or be left to the
 # reader's imagination ("[use send_message(" and then treemail's own hint below it).

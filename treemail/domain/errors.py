@@ -20,7 +20,7 @@ class Code(str, Enum):
     ENGINE_SHUTDOWN = "send_message:engine_shutdown"
     IDEMPOTENCY_CONFLICT = "send_message:idempotency_conflict"
     PERMISSION_DENIED = "permission_denied"
-    # seed 002 part 2: direct-neighbour routing, content blocks, interrupt_agent
+    # Direct-neighbour routing, content blocks, interrupt_agent
     NOT_DIRECT_NEIGHBOUR = "send_message:not_direct_neighbour"
     NOT_RESIDENT_CHILD = "send_message:not_resident_child"
     MODEL_DOES_NOT_SUPPORT_IMAGES = "send_message:model_does_not_support_images"
@@ -36,12 +36,12 @@ class Code(str, Enum):
     UNKNOWN_TOOL = "unknown_tool"
     # Plugins observe and gate: a pre-send hook the host registered refused the send.
     PLUGIN_REFUSED = "send_message:plugin_refused"
-    # Delivery as an obligation (seed 004).
+    # Delivery as an obligation.
     SOURCE_CAPACITY = "send_message:source_capacity"
     UNKNOWN_MESSAGE = "message:unknown"
     NOT_PARKED = "retry_message:not_parked"
     SETTLED = "retry_message:settled"
-    # seed 004 part 2: peer routes, grants, reply and inbox
+    # Peer routes, grants, reply and inbox
     PEER_INVALID_ARGUMENTS = "peer_message:invalid_arguments"
     PEER_UNKNOWN = "peer_message:unknown_peer"
     PEER_NOT_GRANTED = "peer_message:not_granted"
@@ -52,7 +52,7 @@ class Code(str, Enum):
     PEER_ENGINE_SHUTDOWN = "peer_message:engine_shutdown"
     # Under attack and under faults: a send waiting on a person has its own deadline.
     APPROVAL_TIMEOUT = "send_message:approval_timeout"
-    # Seed 002, part 1: who may send, and sends that race the end of a session.
+    # Who may send, and sends that race the end of a session.
     SENDER_NOT_LIVE = "send_message:sender_not_live"
     DRAINING = "send_message:draining"
     RECIPIENT_CLOSING = "send_message:recipient_closing"

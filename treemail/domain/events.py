@@ -16,7 +16,7 @@ Status = Literal["queued", "running", "idle", "finished"]
 Mode = Literal["steer", "queue"]
 # Who produced a message on the recipient: an agent via send_message, or one
 # of the host's own producers that inject mail.
-# "settlement" and "returned" are notices treemail itself writes (seed 002): never an agent's words.
+# "settlement" and "returned" are notices treemail itself writes: never an agent's words.
 OwnerKind = Literal["agent", "plugin", "delegation", "goal", "settlement", "returned"]
 StopReason = Literal["completed", "aborted", "max_tokens", "refusal", "error"]
 
@@ -35,7 +35,7 @@ def agent_producer_id(sender_session_id: str) -> str:
 
 
 # Protocol 3: an agent's message names its producer and its return address only through its sender.
-# They were 131 of an accepted message's 564 bytes of JSON (issue 17). An entry that leaves them out
+# They were 131 of an accepted message's 564 bytes of JSON. An entry that leaves them out
 # reads back the same values; one that writes them (protocol 2, or any other producer) reads as written.
 def _implied_producer(data: dict) -> str:
     if data.get("owner") == "agent" and data.get("sender_session_id"):
@@ -67,14 +67,14 @@ class SessionRegistered(Event):
     parent_session_id: str | None
     agent_type: str
     description: str
-    # None: a session registered without a handle (the seed's pre-handle sessions), addressed by UUID only.
+    # None: a session registered without a handle (a pre-handle session), addressed by UUID only.
     handle: str | None
     rules: list[tuple[str, str]]
     send_message_tool: bool
     status: Status
-    # seed 002 part 2 (defaults: events written before these fields read as before)
+    # Direct routing, content blocks, interrupt_agent (defaults: events written before these fields read as before)
     resident: bool = True
-    # False: the host cannot start another run for it once it finished; treemail never wakes it (seed 002).
+    # False: the host cannot start another run for it once it finished; treemail never wakes it.
     continuable: bool = True
     accepts_images: bool = False
     interrupt_rules: list[tuple[str, str]] = []
@@ -112,7 +112,7 @@ class ProducerMessageAccepted(Event):
     blocks: list[dict] | None = None
     # W3C trace context of the send's preparation: the message's whole journey is one trace.
     traceparent: str | None = None
-    # seed 004 part 2: who sent it, apart from the body, set by treemail (never by a model). The return
+    # Sender identity: who sent it, apart from the body, set by treemail (never by a model). The return
     # address is the session a reply goes to; principal, peer (the sender's route name) and in_reply_to
     # are set for mail over a peer route, ``reply`` when in_reply_to was checked to be a real inbound
     # message. ``proof``: the keyed source proof over all of it (``domain/proof.py``).
@@ -205,7 +205,7 @@ class ApprovalDenied(Event):
     key: str
 
 
-# seed 002 part 2: interrupt_agent. On the interrupted session's stream; its trigger reaches a
+# interrupt_agent: on the interrupted session's stream; its trigger reaches a
 # host runner through the partition's wake stream, written in the same atomic step.
 class SessionInterruptRequested(Event):
     interrupt_id: str
@@ -245,13 +245,13 @@ class SessionForked(Event):
     at_position: int
 
 
-# Session-level overlay of message rules (seed 000, effective permissions): the host
+# Session-level overlay of message rules (effective permissions): the host
 # lays rules over the agent document's at run time; an empty list removes the overlay.
 class MessageRulesOverlaid(Event):
     rules: list[tuple[str, str]]
 
 
-# Delivery as an obligation (seed 004). On the recipient's stream: a message whose retry budget ran
+# Delivery as an obligation. On the recipient's stream: a message whose retry budget ran
 # out is parked (kept, not delivered) until someone retries or discards it.
 class ProducerMessageParked(MessageEvent):
     reason: str  # "max_attempts" or "deadline"
@@ -284,7 +284,7 @@ class MessageRefused(Event):
     code: str
 
 
-# seed 004 part 2: peer routes and grants, on the target session's stream. A send over a route is
+# Peer routes and grants, on the target session's stream. A send over a route is
 # committed on that stream with its etag, so the route and grant it was decided on are still in force.
 PeerSourceKind = Literal["session", "agent_type"]
 
@@ -318,7 +318,7 @@ class PeerGrantSet(Event):
     principal: str
 
 
-# Seed 002, part 1: disposal, settlement notices, draining.
+# Disposal, settlement notices, draining.
 class SessionClosing(Event):
     """The send-versus-dispose cutoff: from here on sends to and from the session are refused."""
 
@@ -337,7 +337,7 @@ class SessionSettled(Event):
     stop_reason: StopReason
     closing_text: str | None = None
     disposed: bool = False
-    # not_announced, parent_unavailable, injected, queued or steered (the seed's gates, in order).
+    # not_announced, parent_unavailable, injected, queued or steered (the notice's gates, in order).
     notice: str
     message_id: str | None = None
 
@@ -352,7 +352,7 @@ class SessionDrainLifted(Event):
     by: str
 
 
-# Tools installed one by one (seed 004): the optional model-facing tools the host offers this session.
+# Tools installed one by one: the optional model-facing tools the host offers this session.
 class ToolsInstalled(Event):
     tools: list[str]
 
@@ -375,7 +375,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ApprovalRequested,
         ApprovalGranted,
         ApprovalDenied,
-        # seed 002 part 2: interrupt_agent
+        # interrupt_agent
         SessionInterruptRequested,
         # Revert and fork.
         SessionReverted,
@@ -383,17 +383,17 @@ EVENT_TYPES: dict[str, type[Event]] = {
         SessionForked,
         # effective permissions: the session overlay
         MessageRulesOverlaid,
-        # Delivery as an obligation (seed 004).
+        # Delivery as an obligation.
         ProducerMessageParked,
         ProducerMessageRetried,
         MessageSent,
         MessageSettled,
         MessageRefused,
-        # seed 004 part 2: peer routes and grants
+        # Peer routes and grants.
         PeerRouteRegistered,
         PeerRouteRevoked,
         PeerGrantSet,
-        # Seed 002, part 1.
+        # Disposal, settlement notices, draining.
         SessionClosing,
         SessionClosed,
         SessionSettled,

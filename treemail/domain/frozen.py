@@ -2,7 +2,7 @@
 
 The fold copies the session state once per event, and ``dataclasses.replace``
 re-runs the generated ``__init__`` over every field (about 20) each time: it
-was a tenth of a worker's CPU (BENCHMARKS.md, issue 17). For the fold's
+was a tenth of a worker's CPU (BENCHMARKS.md). For the fold's
 dataclasses, which have no ``__post_init__`` and no ``init=False`` field, a
 copy of the instance dict is the same object, at a quarter of the cost.
 """

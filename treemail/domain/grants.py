@@ -1,4 +1,4 @@
-"""The peer authorizer (seed 004 part 2): context, read, send and control, each decided on its own. Pure.
+"""The peer authorizer: context, read, send and control, each decided on its own. Pure.
 
 A grant belongs to a (source, target) pair and is stored on the target's
 stream (``PeerGrantSet``). The source is a session, or every session of an

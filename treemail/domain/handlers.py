@@ -50,7 +50,8 @@ class Handler:
 HANDLERS: dict[type, Handler] = {
     c.SendMessage: Handler(decide_send),
     c.RegisterSession: Handler(decide_register),
-    # Reads all mail since seed 004: going idle wakes only for mail deliverable now (not parked, not backing off).
+    # Reads all mail (delivery as an obligation): going idle wakes only for mail deliverable now
+    # (not parked, not backing off).
     c.ChangeStatus: Handler(decide_status, reads_mail="all"),
     c.StartRun: Handler(decide_start_run, reads_mail="all"),
     c.FinishRun: Handler(decide_finish_run, reads_mail="all"),
@@ -61,23 +62,23 @@ HANDLERS: dict[type, Handler] = {
     c.InjectMail: Handler(decide_inject),
     c.RequestWake: Handler(decide_request_wake),
     c.ResolveApproval: Handler(decide_resolve_approval),
-    # seed 002 part 2: interrupt_agent (decided like the send, on what ``services.interrupts`` loads)
+    # interrupt_agent (decided like the send, on what ``services.interrupts`` loads)
     c.InterruptAgent: Handler(decide_interrupt),
     # Revert and fork: decided on the session's own history, or on the fork source's.
     c.RevertSession: Handler(decide_revert, reads_mail="all", reads_history=attrgetter("session_id")),
     c.ForkSession: Handler(decide_fork, reads_history=attrgetter("source_session_id")),
     # effective permissions: the session overlay
     c.OverlayMessageRules: Handler(decide_overlay_rules),
-    # Delivery as an obligation (seed 004).
+    # Delivery as an obligation.
     c.KeepObligations: Handler(decide_keep, reads_mail="all"),
     c.RetryMail: Handler(decide_retry, reads_mail="all"),
-    # seed 004 part 2: peer routes and grants (on the target's stream); a peer send is decided like the
+    # Peer routes and grants (on the target's stream); a peer send is decided like the
     # interrupt, on what ``services.peers`` loads, by the send's own guards
     c.RegisterPeerRoute: Handler(decide_register_route),
     c.RevokePeerRoute: Handler(decide_revoke_route),
     c.SetPeerGrant: Handler(decide_set_grant),
     c.SendToPeer: Handler(decide_peer_send),
-    # Seed 002, part 1: disposal, settlement notices, draining. SettleSession is decided on
+    # Disposal, settlement notices, draining. SettleSession is decided on
     # the child and its parent together (``SettlementGiven``), by ``services.settlement``.
     c.DisposeSession: Handler(decide_dispose, reads_mail="all"),
     c.ReturnMail: Handler(decide_return_mail),
@@ -85,6 +86,6 @@ HANDLERS: dict[type, Handler] = {
     c.SettleSession: Handler(decide_settle),
     c.DrainSession: Handler(decide_drain),
     c.LiftDrain: Handler(decide_lift_drain),
-    # Tools installed one by one (seed 004).
+    # Tools installed one by one.
     c.InstallTools: Handler(decide_install_tools),
 }

@@ -19,12 +19,12 @@ class MessagingConfig(BaseModel):
     max_inflight_per_pair: int = Field(default=4, ge=0)
     # Mail of other producer owners (plugin, delegation notification, goal).
     max_injected_body_bytes: int = Field(default=262144, ge=0)
-    # seed 002 part 2: "tree" lets any tree peer be addressed (the rules decide); "direct" only a
+    # Routing: "tree" lets any tree peer be addressed (the rules decide); "direct" only a
     # resident continuable child to its parent, or a parent to its direct child (decide/routing.py).
     routing: Literal["tree", "direct"] = "tree"
-    # Messages as lists of text and image blocks; off keeps the seed-000 surface (`body` a string).
+    # Messages as lists of text and image blocks; off keeps the plain send_message surface (`body` a string).
     content_blocks: bool = False
-    # Delivery as an obligation (seed 004): each claim of a message is an attempt; one neither
+    # Delivery as an obligation: each claim of a message is an attempt; one neither
     # consumed nor released within the timeout is released by treemail; a failed attempt is due
     # again after an exponential backoff; after max_attempts, or delivery_deadline_s after its
     # acceptance (or its last explicit retry), the message is parked.

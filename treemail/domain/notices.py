@@ -1,10 +1,10 @@
-"""Notices: what treemail itself tells an agent (seed 002). Pure.
+"""Notices: what treemail itself tells an agent. Pure.
 
 Two kinds, each its own producer owner so that no transcript can credit an
 agent with words it never wrote, and neither ever counts against the agent
 guards:
 
-- ``settlement``: a child's run ended for good, or it was disposed. The seed's
+- ``settlement``: a child's run ended for good, or it was disposed. A
   summary line for the stop reason, then the child's closing text (or "It left
   no closing message."). Delivered to the parent.
 - ``returned``: a message accepted before its recipient's disposal cutoff that
@@ -28,7 +28,7 @@ from .state import SessionState
 
 NOTICE_KINDS = {"settlement": "subagent_settled", "returned": "message_returned"}
 
-# The seed's summary line for a completed run, and its variants per stop reason.
+# The summary line for a completed run, and its variants per stop reason.
 _ENDED = {
     "completed": "finished",
     "aborted": "was stopped before it finished",
@@ -42,7 +42,7 @@ NO_CLOSING_TEXT = "It left no closing message."
 def summary_line(handle: str, stop_reason: str, disposed: bool = False) -> str:
     ended = _ENDED.get(stop_reason, f"stopped ({stop_reason})")
     if disposed:
-        # Unlike the seed's runtime, a disposed session is never resumed: mail to it is refused.
+        # A disposed session is never resumed (no cold resume after disposal): mail to it is refused.
         return (
             f"Background subagent {handle} {ended} and was disposed: it will do no further work "
             "and cannot receive messages."
@@ -69,7 +69,7 @@ def render_notice(owner: str, body: str) -> str:
 
 
 def notice_delivery(state: SessionState | None) -> str:
-    """How a notice reaches a session, as the seed gates it.
+    """How a notice reaches a session: its gates, in order.
 
     ``unavailable`` (not registered, disposed, or finished and never to run
     again: nothing is written), ``injected`` (being disposed: written to its
@@ -86,7 +86,7 @@ def notice_delivery(state: SessionState | None) -> str:
 
 
 def return_guidance(parent_handle: str) -> str:
-    """The seed's sentence for a child's first prompt, in treemail's arguments."""
+    """The return guidance for a child's first prompt, in treemail's arguments."""
     return (
         f"Your parent agent is {parent_handle}. Before you finish, send your result to that agent with "
         f'send_message(to="{parent_handle}", body="<self-contained result>"). The parent shares your workspace '

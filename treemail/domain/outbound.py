@@ -1,4 +1,4 @@
-"""The sender's side of a message (seed 004): its record of each send intent, the index inspect reads,
+"""The sender's side of a message (mail as an obligation): its record of each send intent, the index inspect reads,
 and the status a sender, its controllers or the host are shown. Pure.
 
 The recipient's stream holds the message's delivery (accepted, claimed,
@@ -11,12 +11,16 @@ the recipient's events that imply them, so the two streams never disagree.
 import re
 
 from . import events as ev
-from .decide.send import recipient_state_label as state_label
 from .messaging import MessagingConfig
 from .state import MailItem
 
 REASON_LIMIT = 120
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f]+")
+
+
+def recipient_state_label(status: str) -> str:
+    # Idle groups with queued ("queued durably if idle or queued"); an idle recipient is still woken.
+    return {"running": "running", "queued": "queued", "idle": "queued"}.get(status, "waking_finished")
 
 
 def bounded(text: str | None) -> str:
@@ -36,7 +40,7 @@ def source_events(recipient_id: str, recipient_status: str, events: list[ev.Even
         match event:
             case ev.ProducerMessageAccepted():
                 record = ev.MessageSent(at=event.at, message_id=event.message_id, recipient_session_id=recipient_id,
-                                        position=seq, recipient_state=state_label(recipient_status))
+                                        position=seq, recipient_state=recipient_state_label(recipient_status))
             case ev.ProducerMessageConsumed():
                 record = ev.MessageSettled(at=event.at, message_id=event.message_id,
                                            recipient_session_id=recipient_id, outcome="consumed")
@@ -47,7 +51,7 @@ def source_events(recipient_id: str, recipient_status: str, events: list[ev.Even
             case ev.ProducerMessageRestored():
                 # A revert undid its consumption: the intent is unsettled again, and counts again.
                 record = ev.MessageSent(at=event.at, message_id=event.message_id, recipient_session_id=recipient_id,
-                                        position=event.accepted_seq, recipient_state=state_label(recipient_status))
+                                        position=event.accepted_seq, recipient_state=recipient_state_label(recipient_status))
             case _:
                 continue
         out.setdefault(sender, []).append(record)
@@ -59,7 +63,7 @@ def index_entries(sender_id: str, events: list[ev.Event], first_position: int) -
     of them at ``first_position`` on its stream.
 
     A value names where the record is, "<sender> <position>", not a copy of it: inspect reads the record
-    from the sender's stream (the copy cost more memory per message than the record itself, issue 17).
+    from the sender's stream (the copy cost more memory per message than the record itself).
     """
     pairs: list[str] = []
     for position, event in enumerate(events, start=first_position):

@@ -1,4 +1,4 @@
-"""The envelope of mail that arrived over a peer route (seed 004 part 2). Pure.
+"""The envelope of mail that arrived over a peer route. Pure.
 
     <agent_message from="planner_1a2b3c4d" via="peer" principal="acme/planner" message_id="0190...">
     What the peer wrote

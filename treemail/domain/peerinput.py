@@ -1,4 +1,4 @@
-"""The receiving agent's input schema on a peer route (seed 004 part 2): checked once at registration, then per send. Pure.
+"""The receiving agent's input schema on a peer route: checked once at registration, then per send. Pure.
 
 The schema belongs to the receiver: a host registers it with the route, and
 a send over that route whose body is not JSON matching it is refused with

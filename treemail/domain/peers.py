@@ -1,4 +1,4 @@
-"""The peer side of a session (seed 004 part 2): the routes and grants that lead to it, and its peer inbox. Pure.
+"""The peer side of a session: the routes and grants that lead to it, and its peer inbox. Pure.
 
 Routes and grants are stored on the *target's* stream and folded into its
 state. A send over a route is committed on that same stream with its etag,

@@ -14,6 +14,7 @@ from typing import Literal
 Effect = Literal["allow", "ask", "deny"]
 EFFECTS = ("allow", "ask", "deny")
 Label = Literal["parent", "child", "sibling", "*"]
+LABELS = ("parent", "child", "sibling", "*")
 
 Rules = list[tuple[str, str]]
 
@@ -37,6 +38,12 @@ def normalize_rules(rules: str | Mapping[str, str] | Sequence[Sequence[str]] | N
             raise InvalidRules(f"message rule {pattern!r}: effect must be one of {EFFECTS}, got {effect!r}")
         if not pattern:
             raise InvalidRules("message rule pattern must not be empty")
+        if not any(_matches(pattern, label) for label in LABELS):
+            # A pattern no label can match (a misspelt ``chlid``) would deny every send without a word.
+            raise InvalidRules(
+                f"message rule {pattern!r} matches no relationship: a pattern names parent, child, sibling or *, "
+                "with the wildcards * and ?"
+            )
     return [(p, e) for p, e in pairs]
 
 

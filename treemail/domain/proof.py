@@ -1,4 +1,4 @@
-"""The source proof of an accepted message (seed 004 part 2): a keyed MAC over who sent what to whom. Pure.
+"""The source proof of an accepted message (sender identity): a keyed MAC over who sent what to whom. Pure.
 
 Whoever decides a send signs its ``ProducerMessageAccepted`` with the current
 key of a keyring that lives in configuration or a secret file, never in the

@@ -18,7 +18,8 @@ class SessionRecord:
     rules: list[tuple[str, str]]
     send_message_tool: bool
     partition: int
-    # seed 002 part 2. Defaults keep records written before these fields existed readable.
+    # Direct routing, content blocks, interrupt_agent. Defaults keep records written before these
+    # fields existed readable.
     resident: bool = True  # the host keeps this session able to take mail mid-run (routing = "direct")
     continuable: bool = True  # it can be continued with new turns after its first
     accepts_images: bool = False  # its model reads image blocks

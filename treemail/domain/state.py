@@ -58,13 +58,13 @@ class SessionState:
     rules_overlay: tuple[tuple[str, str], ...] = ()
     # The optional model-facing tools the host installed for this session (``ToolsInstalled``).
     installed_tools: tuple[str, ...] = ()
-    # Seed 004: this session's send intents not yet settled (its per-source capacity counts these),
+    # Delivery as an obligation: this session's send intents not yet settled (its per-source capacity counts these),
     # and when the outstanding wake was requested (a wake unanswered for long may have been lost).
     outstanding: int = 0
     wake_requested_at: float = 0.0
-    # seed 004 part 2: routes and grants leading to this session, and its peer inbox (``peers.py``).
+    # Peer routes and grants leading to this session, and its peer inbox (``peers.py``).
     peers: peer_state.PeerState = peer_state.EMPTY
-    # Seed 002: whether the host can run it again (never woken if not), its disposal
+    # Whether the host can run it again (never woken if not), its disposal
     # (None, "closing", "closed"), the sessions whose drain covers it, and whether it was ever sent mail.
     continuable: bool = True
     disposal: str | None = None
@@ -122,7 +122,7 @@ class MailItem:
     run_id: str | None
     # Position of the ProducerMessageAccepted event in the stream (the body lives there).
     seq: int
-    # Seed 004 (an item stored before them reads with these defaults): claims so far (attempts),
+    # Delivery attempts (an item stored before them reads with these defaults): claims so far (attempts),
     # when the retry budget started (acceptance or the last explicit retry), when the current claim
     # was made, when a failed attempt is due again, the latest failure or parking reason, and the
     # W3C trace context the message was sent under.
@@ -193,7 +193,7 @@ def _drain(state: SessionState, event: ev.MessageEvent) -> SessionState:
 
 
 def evolve(state: SessionState, event: ev.Event) -> SessionState:
-    if type(event) in peer_state.FOLDED:  # seed 004 part 2: then the cases below, as for any event
+    if type(event) in peer_state.FOLDED:  # peer routes and grants: then the cases below, as for any event
         peers = peer_state.evolve(state.peers, event)
         if peers is not state.peers:
             state = replace(state, peers=peers)
@@ -202,7 +202,7 @@ def evolve(state: SessionState, event: ev.Event) -> SessionState:
     match event:
         case (ev.ProducerMessageAccepted(owner=owner, sender_session_id=sender)
               | ev.ProducerMessageRestored(owner=owner, sender_session_id=sender)):
-            # Seed 002: a session ever sent mail is "announced" (it owes its parent a settlement notice).
+            # Settlement notices: a session ever sent mail is "announced" (it owes its parent a settlement notice).
             # One copy of the state for all of it: this case runs for every message sent.
             changes = {"pending_all": state.pending_all + 1, "announced": True}
             producer_id = getattr(event, "producer_id", None)  # a restored message names none
@@ -213,7 +213,7 @@ def evolve(state: SessionState, event: ev.Event) -> SessionState:
                 pairs[sender] = pairs.get(sender, 0) + 1
                 changes.update(pending_agent=state.pending_agent + 1, pair_inflight=pairs)
             return replace(state, **changes)
-        # Seed 004: the sender's own record of its send intents.
+        # Delivery as an obligation: the sender's own record of its send intents.
         case ev.MessageSent():
             return replace(state, outstanding=state.outstanding + 1)
         case ev.ProducerRegistered(producer_id=producer_id):
@@ -251,7 +251,7 @@ def evolve(state: SessionState, event: ev.Event) -> SessionState:
             return replace(state, rules_overlay=tuple(tuple(rule) for rule in rules))
         case ev.MessageSettled():
             return replace(state, outstanding=max(0, state.outstanding - 1))
-        # Seed 002, part 1.
+        # Disposal, settlement notices, draining.
         case ev.SessionClosing():
             return replace(state, disposal="closing")
         case ev.SessionClosed():
@@ -313,7 +313,7 @@ def evolve_mail(mail: dict[str, MailItem], event: ev.Event, seq: int) -> dict[st
 
 
 def _attempt(item: MailItem, event: ev.MessageEvent) -> MailItem:
-    """Seed 004: what a lifecycle step does to the message's attempt record."""
+    """What a lifecycle step does to the message's delivery attempt record."""
     match event:
         case ev.ProducerMessageClaimed():
             return replace(item, attempts=item.attempts + 1, claimed_at=event.at, retry_at=0.0)
@@ -348,7 +348,7 @@ class Applied:
     approvals: dict[str, tuple["ev.ApprovalRequested | None", str]]
     # Relationship labels granted for the whole tree.
     tree_grants: list[str]
-    # seed 002 part 2: (stream position, interrupt) of each interrupt requested; its trigger rides the wake stream.
+    # interrupt_agent: (stream position, interrupt) of each interrupt requested; its trigger rides the wake stream.
     interrupts: list[tuple[int, "ev.SessionInterruptRequested"]] = field(default_factory=list)
     # The events register the session: it joins its tree and partition (with or without a handle).
     registers: bool = False

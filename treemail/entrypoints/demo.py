@@ -7,8 +7,8 @@ leaves running: the REDIS_URL and commands to paste. The processes it starts
 write their logs to files (named at the end), so the transcript holds only
 the story. Ctrl-C stops everything it started.
 
-A little over the house's 200 lines: the demo and `treemail cluster` share
-the process pool and its orderly stop; the scenarios live in demo_script.
+The demo and `treemail cluster` share one ``stack``: the processes, their
+orderly stop, then the server's cleanup; the scenarios live in demo_script.
 """
 
 import asyncio
@@ -19,6 +19,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from treemail.adapters import members
@@ -34,30 +36,26 @@ DEMO_MAX_HOPS = "4"
 
 
 class Pool:
-    """Processes the demo started: each in its own session (a terminal's Ctrl-C reaches only the demo,
-    which stops them in order), each logging to its own file."""
+    """The processes the demo started, each logging to its own file. Each runs in its own session, so a
+    terminal's Ctrl-C reaches only the demo, which stops them all at once (``stop``)."""
 
     def __init__(self, env: dict[str, str], log_dir: Path) -> None:
         self.env, self.log_dir = env, log_dir
         self.processes: list[subprocess.Popen] = []
         self.metrics: dict[str, int] = {}
 
-    def spawn(self, command: str, name: str) -> subprocess.Popen:
-        port = free_port()
+    def spawn(self, command: str, name: str) -> None:
+        self.metrics[name] = port = free_port()
         with open(self.log_dir / f"{name}.log", "ab") as log:
-            process = subprocess.Popen(
+            self.processes.append(subprocess.Popen(
                 [sys.executable, "-m", "treemail", command, "--metrics-port", str(port)], env=self.env,
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-            )
-        self.processes.append(process)
-        self.metrics[name] = port
-        return process
+            ))
 
     def stop(self, grace_s: float = 20.0) -> None:
-        """SIGTERM all at once, one shared grace period, then SIGKILL whatever is left."""
+        """SIGTERM to all at once, then one shared grace period; SIGKILL for what is left after it."""
         for process in self.processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
+            process.terminate()
         deadline = time.monotonic() + grace_s
         for process in self.processes:
             try:
@@ -65,6 +63,21 @@ class Pool:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+@contextmanager
+def stack(env: dict[str, str], log_prefix: str, workers: int, server=None) -> Iterator[Pool]:
+    """``workers`` workers and a projection worker, stopped on the way out, then ``server`` cleaned up: the
+    demo's and `treemail cluster`'s one way of starting and stopping what they run."""
+    with ExitStack() as resources:
+        if server is not None:
+            resources.callback(server.cleanup)
+        pool = Pool(env, Path(tempfile.mkdtemp(prefix=log_prefix)))
+        resources.callback(pool.stop)
+        for index in range(workers):
+            pool.spawn("worker", f"worker-{index + 1}")
+        pool.spawn("projections", "projections")
+        yield pool
 
 
 def _hop_guard_env(config: Config) -> tuple[dict[str, str], str | None]:
@@ -181,24 +194,19 @@ def run_demo(config: Config, workers: int = 2, once: bool = False, config_path: 
     env = {**os.environ, **extra, "REDIS_URL": url}
     if config_path is not None:
         env["TREEMAIL_CONFIG"] = str(Path(config_path).resolve())
-    pool = Pool(env, Path(tempfile.mkdtemp(prefix="treemail-demo-")))
-    for index in range(workers):
-        pool.spawn("worker", f"worker-{index + 1}")
-    pool.spawn("projections", "projections")
-    say(f"started {workers} worker processes and a projection worker")
     config = config.model_copy(update={"service": config.service.model_copy(update={"redis_url": url})})
     try:
-        asyncio.run(_main(config, url, pool, hop_guard, once))
+        with stack(env, "treemail-demo-", workers, server) as pool:
+            say(f"started {workers} worker processes and a projection worker")
+            try:
+                asyncio.run(_main(config, url, pool, hop_guard, once))
+            except ScenarioFailed as failure:
+                print(f"treemail demo: {failure} (logs: {pool.log_dir})", file=sys.stderr)
+                return 1
         return 0
-    except ScenarioFailed as failure:
-        print(f"treemail demo: {failure} (logs: {pool.log_dir})", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         return 0
     finally:
-        pool.stop()
-        if server is not None:
-            server.cleanup()
         say("stopped")
 
 
@@ -207,22 +215,17 @@ def run_cluster(masters: int = 3, workers: int = 3) -> None:
     cluster = LocalValkeyCluster(masters=masters).start()
     say(f"started a {masters}-master Valkey Cluster: " + ", ".join(f"127.0.0.1:{n.port}" for n in cluster.nodes))
     env = {**os.environ, "REDIS_URL": cluster.url, "TREEMAIL_SERVICE_CLUSTER": "true"}
-    pool = Pool(env, Path(tempfile.mkdtemp(prefix="treemail-cluster-")))
     try:
-        for index in range(workers):
-            pool.spawn("worker", f"worker-{index + 1}")
-        pool.spawn("projections", "projections")
-        say(f"started {workers} workers and 1 projection worker (logs: {pool.log_dir}); use it with:")
-        say(f"  export REDIS_URL={cluster.url} TREEMAIL_SERVICE_CLUSTER=true")
-        say("Ctrl-C stops everything")
+        with stack(env, "treemail-cluster-", workers, cluster) as pool:
+            say(f"started {workers} workers and 1 projection worker (logs: {pool.log_dir}); use it with:")
+            say(f"  export REDIS_URL={cluster.url} TREEMAIL_SERVICE_CLUSTER=true")
+            say("Ctrl-C stops everything")
 
-        async def wait() -> None:
-            await _stop_on_signals().wait()
+            async def wait() -> None:
+                await _stop_on_signals().wait()
 
-        asyncio.run(wait())
+            asyncio.run(wait())
     except KeyboardInterrupt:
         pass
     finally:
-        pool.stop()
-        cluster.cleanup()
         say("stopped")

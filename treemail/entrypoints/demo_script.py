@@ -145,7 +145,7 @@ async def play(host: Treemail, hop_guard: str | None, story: Story, server, part
     say(f"  {root.session_id}: {summary['sessions']} sessions, {summary['accepted']} messages accepted, "
         f"{summary['done']} done, {summary['pending']} pending")
 
-    await demo_settlement(host, say, first=9)  # its own small tree: how a child's run ends (settlement)
+    await demo_settlement(host, say, first=9)  # its own small tree: how a child's life ends (settlement, disposal)
     return story
 
 

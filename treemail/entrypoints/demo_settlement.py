@@ -1,5 +1,5 @@
-"""Settlement for `make run`: a child finishing with a settlement notice reaching its parent, and a send to a
-disposed session refused, with its unread mail handed back to the sender.
+"""Settlement notices and disposal for `make run`: a child finishing with a settlement notice reaching its
+parent, and a send to a disposed session refused, with its unread mail handed back to the sender.
 
 ``demo_settlement(host)`` plays it on its own small tree through the real
 stack (the workers decide every send); the demo script calls it.

@@ -1,4 +1,4 @@
-"""Operators' disposal and drain commands, for the CLI to wire: each takes a connected host and returns its one line.
+"""Operators' drain and dispose commands, for the CLI to wire: each takes a connected host and returns its one line.
 
     treemail drain [SESSION]            drain_command(host, session_id)
     treemail drain --lift [SESSION]     drain_command(host, session_id, lift=True)

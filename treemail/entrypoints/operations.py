@@ -24,7 +24,7 @@ def pump(
     config: ConfigOpt = None,
 ) -> None:
     """Run a delivery pump: releases expired claims, parks spent messages, wakes sessions with mail due."""
-    from treemail.projections.pump import serve_pump
+    from treemail.consumers.pump import serve_pump
 
     cfg = config_of(ctx, config)
     asyncio.run(serve_pump(cfg, url_of(cfg), None if metrics_port < 0 else metrics_port, interval))

@@ -10,12 +10,16 @@ import contextlib
 import json
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
+from collections.abc import Iterable, Iterator
 
 from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
+
+if TYPE_CHECKING:  # the replay's own type, without loading the replay for a table
+    from treemail.projections.replay import Progress as ProgressCallback
 
 PIPE_WIDTH = 200
 
@@ -42,12 +46,9 @@ def table(columns: list[tuple[str, str]], rows: Iterable[list]) -> None:
     console().print(out)
 
 
-Progress3 = Callable[[int, int, int], None]
-
-
 @contextlib.contextmanager
-def progress(what: str, stream=None) -> Iterator[Progress3]:
-    """A callback ``(done, total, events)`` for ``projections.replay.rebuild``."""
+def progress(what: str, stream=None) -> Iterator["ProgressCallback"]:
+    """The one progress display: a callback ``(done, total, events)`` for ``projections.replay.rebuild``."""
     stream = stream or sys.stderr
     if stream.isatty():
         bar = Progress(
@@ -66,7 +67,7 @@ def progress(what: str, stream=None) -> Iterator[Progress3]:
     yield _plain(what, stream)
 
 
-def _plain(what: str, stream) -> Progress3:
+def _plain(what: str, stream) -> "ProgressCallback":
     started = time.monotonic()
     state = {"shown": -1}
 

@@ -1,4 +1,4 @@
-"""Appending a notice exactly once on another session's stream (seed 002).
+"""Appending a notice exactly once on another session's stream (disposal and settlement notices).
 
 Disposal and settlement write on a second session (a sender, a parent) after
 deciding on the first; either may be repeated after a crash. The write is
@@ -12,10 +12,12 @@ from collections.abc import Callable
 from ..adapters.eventstore import EventStore, Loaded
 from ..domain import digests
 from ..domain import events as ev
+from ..domain.commitplan import Idempotency, plan_commit
 from ..domain.messaging import MessagingConfig
 from ..domain.records import SessionRecord
 from ..domain.state import SessionState
 from . import contention
+from .clock import Clock
 
 
 def notice_digest(*parts: str | None) -> str:
@@ -23,24 +25,26 @@ def notice_digest(*parts: str | None) -> str:
 
 
 async def append_once(
-    store: EventStore, record: SessionRecord, decide: Callable[[SessionState], tuple[list[ev.Event], dict]],
+    store: EventStore, clock: Clock, record: SessionRecord,
+    decide: Callable[[SessionState, float], tuple[list[ev.Event], dict]],
     digest: str, policy: MessagingConfig, first: Loaded | None = None,
 ) -> dict | None:
     """Decide on fresh state (``first``, if the caller loaded it already) and append under ``digest``.
 
-    ``decide`` returns the events and what to record. Returns the record (of
-    this append, or of the one before it), or None when there was nothing to append.
-    ``policy`` keeps the partition's due index (seed 004): a notice is mail
-    like any other, with attempts, backoff and a deadline.
+    ``decide`` is given the state and the time and returns the events and what to record. Returns the
+    record (of this append, or of the one before it), or None when there was nothing to append.
+    ``policy`` keeps the partition's due index (mail as an obligation): a notice is mail like any
+    other, with attempts, backoff and a deadline.
     """
     async for attempt in contention.rounds(record.session_id):
         loaded = first if first is not None and not attempt else await store.load(record)
-        events, value = decide(loaded.state)
+        now = clock.now()
+        events, value = decide(loaded.state, now)
         if not events:
             return None
-        result = await store.append(
-            store.prepare(record, loaded, events, idempotency_digest=digest, idempotency_record=value, policy=policy)
-        )
+        plan = plan_commit(record, loaded.state, loaded.version, events, policy=policy, now=now,
+                           idempotency=Idempotency(record.session_id, digest, value))
+        result = await store.append(store.prepare(plan, loaded))
         if result.status == "ok":
             return value
         if result.status == "dup":
@@ -51,5 +55,6 @@ async def append_fixed(store: EventStore, record: SessionRecord, events: list[ev
     """Append events already decided (a record of what happened elsewhere), whatever was appended since."""
     async for _ in contention.rounds(record.session_id):
         loaded = await store.load(record)
-        if (await store.append(store.prepare(record, loaded, events))).status == "ok":
+        plan = plan_commit(record, loaded.state, loaded.version, events)
+        if (await store.append(store.prepare(plan, loaded))).status == "ok":
             return

@@ -1,4 +1,4 @@
-"""Disposal (seed 002): closing, every pending message returned or set aside, closed; then the settlement.
+"""Disposal: closing, every pending message returned or set aside, closed; then the settlement.
 
 Each step is repeatable, so a disposal interrupted anywhere (the host killed,
 the server restarting) is completed by calling ``dispose`` again: the cutoff
@@ -6,7 +6,6 @@ is not opened twice, a notice is never written twice (``append_once``), and
 the session closes only once every pending agent message was returned.
 """
 
-import time
 from dataclasses import dataclass
 
 from ..adapters.eventstore import EventStore
@@ -19,6 +18,7 @@ from ..domain.errors import LifecycleError
 from ..domain.handlers import HANDLERS
 from ..domain.records import SessionRecord
 from .appendonce import append_once, notice_digest
+from .clock import SYSTEM_CLOCK, Clock
 from .sessions import SessionService
 from .settlement import SettlementService
 
@@ -38,10 +38,12 @@ class Disposed:
 
 
 class DisposalService:
-    def __init__(self, store: EventStore, sessions: SessionService, settlement: SettlementService) -> None:
+    def __init__(self, store: EventStore, sessions: SessionService, settlement: SettlementService,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self.store = store
         self.sessions = sessions
         self.settlement = settlement
+        self.clock = clock
 
     async def dispose(
         self, session_id: str, stop_reason: str | None = None, closing_text: str | None = None
@@ -93,11 +95,11 @@ class DisposalService:
                     sender.session_id, item.message_id, ids.uuid7(), record.address, body, stop_reason
                 )
 
-                def decide(state, command=command):
-                    given = Given(state, {}, self.sessions.config.messaging, time.time())
+                def decide(state, now, command=command):
+                    given = Given(state, {}, self.sessions.config.messaging, now)
                     return decide_return_mail(command, given), {"message_id": command.notice_id}
 
-                recorded = await append_once(self.store, sender, decide, notice_digest("returned", item.message_id),
+                recorded = await append_once(self.store, self.clock, sender, decide, notice_digest("returned", item.message_id),
                                              self.sessions.config.messaging)
                 notice_id = recorded["message_id"] if recorded else None
             reasons[item.message_id] = returned_reason(notice_id)

@@ -1,4 +1,4 @@
-"""Draining (seed 002): the whole service, or a session and everything below it.
+"""Draining: the whole service, or a session and everything below it.
 
 A subtree drain is an event on every session of the subtree (``by`` names
 its top), so each send decision finds it in the states it already loads; a
@@ -9,7 +9,7 @@ accepted is still delivered: a drain refuses only new sends.
 from ..adapters.eventstore import EventStore
 from ..domain.commands import DrainSession, LiftDrain
 from ..domain.records import SessionRecord
-from . import admission
+from . import servicedrain
 from .sessions import SessionService
 
 
@@ -21,7 +21,7 @@ class DrainService:
     async def drain(self, session_id: str | None = None) -> int:
         """Returns the number of sessions now draining because of this call (0 for the whole service)."""
         if session_id is None:
-            await admission.set_service_drain(self.store, True)
+            await servicedrain.set_service_drain(self.store, True)
             return 0
         # The top first: a session registered meanwhile inherits from its ancestors (``inherit``).
         subtree = await self._subtree(await self.sessions.record(session_id))
@@ -31,7 +31,7 @@ class DrainService:
 
     async def undrain(self, session_id: str | None = None) -> int:
         if session_id is None:
-            await admission.set_service_drain(self.store, False)
+            await servicedrain.set_service_drain(self.store, False)
             return 0
         subtree = await self._subtree(await self.sessions.record(session_id))
         for record in subtree:

@@ -1,10 +1,10 @@
-"""Deciding a batch on the states the worker already holds, without reading them again (issue 17).
+"""Deciding a batch on the states the worker already holds, without reading them again.
 
 A worker that appended to a session holds the state its append left
 (``EventStore.held``); most batches decide the same sessions as the batch
 before. Such a batch is decided on held states, and a decision is kept only
 if every state it read is checked by its own append: the recipient's (the
-append is on its stream) and the sender's (its companion record). The commit
+append is on its stream) and the sender's (its record rides along). The commit
 step refuses an append whose etag is no longer the server's, and the command
 is then decided again on states read afresh. Any other decision (a refusal
 kept alone, a replayed call, an approval request) sends the whole batch round
@@ -16,10 +16,9 @@ ask for, which is not kept, so the batch is read afresh). Held reads are
 refreshed at least every ``WINDOW_S`` all the same.
 """
 
-import time
-
 from ..adapters.eventstore import EventStore, SendReads
 from ..domain.records import SessionRecord
+from .clock import SYSTEM_CLOCK, Clock
 
 WINDOW_S = 1.0
 # Held states other workers keep changing (they decide the same senders) are not worth deciding on:
@@ -32,8 +31,9 @@ MAX_TREES = 10_000
 
 
 class HeldReads:
-    def __init__(self, store: EventStore) -> None:
+    def __init__(self, store: EventStore, clock: Clock = SYSTEM_CLOCK) -> None:
         self.store = store
+        self.clock = clock
         self._read_at = float("-inf")
         self._grants: dict[str, frozenset[str]] = {}
         self._draining = False
@@ -41,7 +41,7 @@ class HeldReads:
 
     def remember(self, reads: SendReads) -> None:
         """A fresh read: its grants and drain flag are used for the next ``WINDOW_S``."""
-        self._read_at = time.monotonic()
+        self._read_at = self.clock.monotonic()
         self._grants.update(reads.tree_grants)
         while len(self._grants) > MAX_TREES:
             del self._grants[next(iter(self._grants))]
@@ -63,7 +63,7 @@ class HeldReads:
         if self._paused:
             self._paused -= 1
             return None
-        if time.monotonic() - self._read_at > WINDOW_S:
+        if self.clock.monotonic() - self._read_at > WINDOW_S:
             return None
         loaded = {}
         for record in records:

@@ -7,9 +7,6 @@ record as a send. A conflict (another writer appended first) decides again
 on fresh state; a duplicate key answers the first outcome.
 """
 
-import time
-
-from ..adapters import metrics
 from ..adapters.eventstore import EventStore
 from ..domain import ids
 from ..domain.commands import InterruptAgent
@@ -20,14 +17,17 @@ from ..domain.handlers import HANDLERS
 from ..domain.records import Peer, SessionRecord
 from ..domain.state import SessionState
 from . import contention
+from .clock import SYSTEM_CLOCK, Clock
+from .keyedcalls import append_keyed
 
 decide_interrupt = HANDLERS[InterruptAgent].decide
 
 
 class InterruptService:
-    def __init__(self, store: EventStore) -> None:
+    def __init__(self, store: EventStore, clock: Clock = SYSTEM_CLOCK) -> None:
         self.store = store
         self.directory = store.directory
+        self.clock = clock
 
     async def interrupt(self, command: InterruptAgent) -> dict:
         """The outcome the model is answered: ``{"ok": result}`` or ``{"error": ...}``; durable on return."""
@@ -46,22 +46,16 @@ class InterruptService:
                 target = NoSuchHandle(target_record.reference, await self._neighbours(sender))
             sender_state = loaded[sender.session_id].state if sender else SessionState()
             decision = decide_interrupt(command, interrupt.InterruptGiven(
-                sender, sender_state, target, new_id=ids.uuid7(), now=time.time(), recorded=recorded,
+                sender, sender_state, target, new_id=ids.uuid7(), now=self.clock.now(), recorded=recorded,
             ))
             if not isinstance(decision, Accepted):
                 return outcome_of(decision)
-            outcome = outcome_of(decision)
-            prepared = self.store.prepare(
-                target.record, loaded[target.record.session_id], decision.events,
-                idempotency_digest=interrupt.key_digest(context),
-                idempotency_record=interrupt.record(arguments, outcome),
+            answer = await append_keyed(
+                self.store, interrupt.INTERRUPTS, arguments, interrupt.key_digest(context), target.record,
+                loaded[target.record.session_id], decision,
             )
-            result = await self.store.append(prepared)
-            if result.status == "ok":
-                return outcome
-            if result.status == "dup":
-                return interrupt.replayed_outcome(result.record, arguments)
-            metrics.CONFLICT_ROUNDS.inc()
+            if answer is not None:
+                return answer
 
     async def _recorded(self, target: SessionRecord | NoSuchSession | NoSuchHandle, digest: str) -> list | dict | None:
         """The outcome this tool call already has: the commit keeps it with the target (the session it appended

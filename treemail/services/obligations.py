@@ -1,4 +1,4 @@
-"""Keeping delivery obligations (seed 004): what the delivery pump and ``reconcile`` do.
+"""Keeping delivery obligations (mail as an obligation): what the delivery pump and ``reconcile`` do.
 
 Everything is rediscovered from storage the commit step derives from the
 streams: the partition's due index says which sessions need a look and
@@ -8,7 +8,6 @@ number of pumps (or a pump and a reconcile) can race: a decision made on a
 state another one already changed fails its etag check and is decided again.
 """
 
-import time
 from dataclasses import dataclass, field
 
 from ..adapters import keys, metrics, tracing
@@ -16,6 +15,7 @@ from ..domain import events as ev
 from ..domain.commands import KeepObligations
 from ..domain.errors import LifecycleError, UnknownSessionError
 from ..domain.state import MailItem
+from .clock import SYSTEM_CLOCK, Clock
 from .sessions import SessionService
 
 
@@ -33,8 +33,9 @@ class Pass:
 
 
 class ObligationService:
-    def __init__(self, sessions: SessionService) -> None:
+    def __init__(self, sessions: SessionService, clock: Clock = SYSTEM_CLOCK) -> None:
         self.sessions = sessions
+        self.clock = clock
         self.store = sessions.store
         self.redis = sessions.store.redis
         self.partitions = list(range(sessions.config.service.partitions))
@@ -92,7 +93,7 @@ class ObligationService:
 
     async def step(self, limit: int = 500, now: float | None = None) -> Pass:
         """Every session whose due time has come, at most ``limit`` per partition."""
-        now = time.time() if now is None else now
+        now = self.clock.now() if now is None else now
         done = Pass()
         for partition in self.partitions:
             entries = await self.redis.zrangebyscore(keys.due_index(partition), "-inf", now, start=0, num=limit,

@@ -1,4 +1,4 @@
-"""Peer routes in the host process (seed 004 part 2): register routes and grants, decide sends and replies over them.
+"""Peer routes in the host process: register routes and grants, decide sends and replies over them.
 
 A peer send touches one session, the target, which may live in another tree
 and so in another partition. It is decided here, as an interrupt is: load
@@ -16,23 +16,24 @@ place, like ``sends.py`` for tree mail.
 """
 
 import json
-import time
 from dataclasses import dataclass
 
-from ..adapters import keys, metrics
+from ..adapters import keys
 from ..adapters.eventstore import EventStore
 from ..adapters.peerindex import PeerIndex
 from ..domain import grants, ids, peerinput, peers, proof
 from ..domain.commands import RegisterPeerRoute, RevokePeerRoute, SendToPeer, SetPeerGrant
 from ..domain.decide import idempotency, routes
 from ..domain.decide.guards import Found
-from ..domain.decide.send import Accepted, Refused, SendGiven, outcome_of
+from ..domain.decide.send import Refused, SendGiven, outcome_of
 from ..domain.errors import LifecycleError, UnknownSessionError
 from ..domain.handlers import HANDLERS
 from ..domain.messaging import MessagingConfig
 from ..domain.records import SessionRecord
 from ..domain.state import SessionState
-from . import admission, contention
+from . import contention, servicedrain
+from .clock import SYSTEM_CLOCK, Clock
+from .keyedcalls import append_keyed
 from .sessions import SessionService
 
 decide_peer_send = HANDLERS[SendToPeer].decide
@@ -64,11 +65,12 @@ def _source(source_session_id: str | None, source_agent_type: str | None) -> tup
 
 class PeerService:
     def __init__(self, store: EventStore, sessions: SessionService, config: MessagingConfig,
-                 keyring: proof.Keyring | None) -> None:
+                 keyring: proof.Keyring | None, clock: Clock = SYSTEM_CLOCK) -> None:
         self.store = store
         self.sessions = sessions
         self.config = config
         self.keyring = keyring
+        self.clock = clock
         self.index = PeerIndex(store.redis)
 
     # ---- the host's registrations ----------------------------------------------------------------
@@ -82,7 +84,7 @@ class PeerService:
         schema = json.dumps(peerinput.check_schema(input_schema)) if input_schema is not None else ""
         target = await self.sessions.record(target_session_id)
         if target.parent_session_id is not None:
-            # Seed 004: peers are independent agents. A delegated child is its parent's worker; a route
+            # Peers are independent agents. A delegated child is its parent's worker; a route
             # to it would bypass the parent's admission and budget, so it is reached by tree mail only.
             raise ValueError(f"session {target_session_id} is a delegated child; a peer route may only lead to "
                              "the root of a tree (an independent agent)")
@@ -188,28 +190,21 @@ class PeerService:
             else:
                 available = [v.name for v in await self.views(sender) if v.allows("send")] if sender else []
                 target = routes.NoSuchPeer(arguments.peer, available)
-            draining = await admission.service_draining(self.store)
+            draining = await servicedrain.service_draining(self.store)
             given = SendGiven(
                 sender=sender, sender_state=loaded[sender.session_id].state if sender else SessionState(),
-                target=target, config=self.config, new_id=ids.uuid7(), now=time.time(), service_draining=draining,
+                target=target, config=self.config, new_id=ids.uuid7(), now=self.clock.now(),
+                service_draining=draining, keyring=self.keyring,
             )
             decision = decide_peer_send(command, given)
             if isinstance(decision, Refused) and not decision.recorded:
                 return outcome_of(decision)
-            outcome = outcome_of(decision)
-            events = decision.events if isinstance(decision, Accepted) else []
-            prepared = self.store.prepare(
-                target_record, loaded[target_record.session_id],
-                proof.sign_events(events, target_record.session_id, self.keyring),
-                idempotency_digest=digest, idempotency_record=routes.record(arguments, outcome), policy=self.config,
-                read_draining=draining,
+            answer = await append_keyed(
+                self.store, routes.PEER_SENDS, arguments, digest, target_record, loaded[target_record.session_id],
+                decision, policy=self.config, now=given.now, read_draining=draining,
             )
-            result = await self.store.append(prepared)
-            if result.status == "ok":
-                return outcome
-            if result.status == "dup":
-                return routes.replayed_outcome(result.record, arguments)
-            metrics.CONFLICT_ROUNDS.inc()
+            if answer is not None:
+                return answer
 
     async def _recorded(self, sender: SessionRecord, digest: str) -> list | dict | None:
         """The outcome this tool call already has, wherever its first attempt went.

@@ -12,30 +12,29 @@ Over the house's 200 lines: one batch's resolve, load, decide and commit read in
 """
 
 import json
-import time
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from ..adapters import keys, metrics
 from ..adapters.codec import encode_answer
-from ..adapters.eventstore import Companion, EventStore, Loaded, PreparedAppend, Reply, SendReads, parse_append
-from ..domain import events as ev
+from ..adapters.eventstore import EventStore, Loaded, PreparedAppend, Reply, SendReads, parse_append
 from ..domain import ids, proof
 from ..domain.commands import SendMessage
+from ..domain.commitplan import Idempotency, Source, plan_commit
 from ..domain.decide import idempotency, routing
 from ..domain.decide.guards import Found, NoSuchHandle, NoSuchSession, Target
 from ..domain.decide.send import Accepted, AwaitsApproval, Refused, Replayed, SendDecision, SendGiven, outcome_of
 from ..domain.handlers import HANDLERS
 from ..domain.messaging import MessagingConfig
-from ..domain.outbound import source_events
 from ..domain.records import Peer, SessionRecord
 from ..domain.state import SessionState
+from .clock import SYSTEM_CLOCK, Clock
 from .heldreads import HeldReads
 
 decide_send = HANDLERS[SendMessage].decide
 # Batches up to this size are answered by their appends (``Reply``): a small batch saves a whole round
 # trip. A larger one shares one answer round trip among all its commands, which costs less than three
-# more commands in each append (BENCHMARKS.md, issue 17: +13 % worker CPU on a backlog of 100-batches).
+# more commands in each append (BENCHMARKS.md: +13 % worker CPU on a backlog of 100-batches).
 ANSWERED_BY_APPENDS_UP_TO = 8
 
 
@@ -47,6 +46,8 @@ class _Work:
     sender: SessionRecord | None = None
     target: SessionRecord | NoSuchSession | NoSuchHandle | None = None
     new_id: str = ""
+    # The time the command was decided at (the clock, read once).
+    now: float = 0.0
     # (command stream, entry id): set when the command's append may answer it and acknowledge the entry.
     entry: tuple[str, str | bytes] | None = None
 
@@ -58,13 +59,15 @@ class Decided(NamedTuple):
 
 
 class SendService:
-    def __init__(self, store: EventStore, config: MessagingConfig, keyring: proof.Keyring | None = None) -> None:
+    def __init__(self, store: EventStore, config: MessagingConfig, keyring: proof.Keyring | None = None,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self.store = store
         self.directory = store.directory
         self.config = config
-        # seed 004 part 2: every accepted agent message is signed with the current key (None: proofs off).
+        # Source proof: every accepted agent message is signed with the current key (None: proofs off).
         self.keyring = keyring
-        self.held = HeldReads(store)
+        self.clock = clock
+        self.held = HeldReads(store, clock)
 
     async def decide(self, commands: list[SendMessage], acknowledge: tuple[str, list] | None = None) -> Decided:
         """Decide every command; appends are durable on return.
@@ -127,7 +130,7 @@ class SendService:
 
     async def _load(self, work: list[_Work]) -> SendReads:
         """Every sender's and recipient's state, each tool call's idempotency record, the senders' tree
-        grants, and whether the whole service drains (seed 002; read every fresh round, so a send decided
+        grants, and whether the whole service drains (the service-wide drain flag, read every fresh round, so a send decided
         again after a conflict sees a drain that began meanwhile), in one round trip.
 
         A recorded tool call is answered from its record before any check;
@@ -148,25 +151,26 @@ class SendService:
     @staticmethod
     def _checked_by_its_append(w: _Work, decision: SendDecision, prepared: PreparedAppend | None) -> bool:
         """Whether the append checks every state the decision read (``heldreads``): it is on the recipient's
-        stream, and the sender's record rides along as a companion (or the sender is the recipient)."""
+        stream, and the sender's record rides along as a source (or the sender is the recipient)."""
         if prepared is None or not isinstance(decision, (Accepted, Refused)):
             return False
-        return w.sender.session_id in prepared.companions or w.sender.session_id == w.target.session_id
+        return w.sender.session_id in prepared.sources or w.sender.session_id == w.target.session_id
 
     def _decide_one(self, w: _Work, reads: SendReads) -> SendDecision:
         loaded, grants = reads.loaded, reads.tree_grants
         sender_state = loaded[w.sender.session_id].state if w.sender else SessionState()
         target: Target = w.target
+        version = 0
         if isinstance(target, SessionRecord):
-            target = Found(target, loaded[target.session_id].state)
+            target, version = Found(target, loaded[target.session_id].state), loaded[target.session_id].version
         given = SendGiven(
             sender=w.sender, sender_state=sender_state, target=target, config=self.config,
             tree_grants=grants.get(w.sender.root_session_id, frozenset()) if w.sender else frozenset(),
-            new_id=ids.uuid7(), now=time.time(),
+            new_id=ids.uuid7(), now=self.clock.now(),
             recorded=reads.recorded.get((w.sender.session_id, w.digest)) if w.sender else None,
-            service_draining=reads.service_draining,
+            service_draining=reads.service_draining, target_version=version, keyring=self.keyring,
         )
-        w.new_id = given.new_id
+        w.new_id, w.now = given.new_id, given.now
         return decide_send(w.command, given)
 
     async def _round(self, work: list[_Work], outcomes: dict[str, dict], acknowledged: set, held_first: bool = False
@@ -190,7 +194,7 @@ class SendService:
             if isinstance(decision, Refused) and decision.recorded_alone and w.sender is not None:
                 alone.append((w, idempotency.record(w.command.arguments, outcome_of(decision))))
                 continue
-            outcome = self._outcome(w, decision)
+            outcome = outcome_of(decision)
             prepared = self._prepare(w, decision, outcome, loaded, reads.service_draining)
             if on_held and not self._checked_by_its_append(w, decision, prepared):
                 return self._discarded(work)
@@ -231,53 +235,35 @@ class SendService:
             self.held.contended(len(retry), len(committing))
         return retry
 
-    @staticmethod
-    def _outcome(w: _Work, decision: SendDecision) -> dict:
-        outcome = outcome_of(decision)
-        if isinstance(decision, Refused) and decision.recorded:
-            # Seed 004: a definite refusal stays inspectable under its own message id.
-            outcome["error"]["message_id"] = w.new_id
-        return outcome
-
     def _prepare(self, w: _Work, decision: SendDecision, outcome: dict, loaded: dict[str, Loaded], draining: bool
                  ) -> PreparedAppend | None:
         """The append a decision needs, chained on the state earlier commands of the batch left; None if none."""
-        companions: list[Companion] = []
-        folded = None
+        reply = None
         match decision:
             case AwaitsApproval(events=[]) | Refused(recorded=False) | Replayed():
                 return None
             case AwaitsApproval(events=events):
                 # The request goes on the sender's stream, atomically: either whole or not at all.
-                session, digest, record = w.sender, None, None
+                session, sources, kept, folded = w.sender, [], None, None
             case Accepted() | Refused():
                 events = decision.events if isinstance(decision, Accepted) else []
                 folded = decision.state_after if isinstance(decision, Accepted) else None
                 session = w.target
-                events = proof.sign_events(events, session.session_id, self.keyring)
-                digest = w.digest
-                record = idempotency.record(w.command.arguments, outcome)
-                companions = self._source_records(w, decision, loaded)
-        reply = None
-        if w.entry is not None and digest is not None:  # the decision's own append: it may answer the command
-            reply = Reply(keys.reply_list(w.command.reply_to), encode_answer(w.command.command_id, outcome), *w.entry)
-        prepared = self.store.prepare(
-            session, loaded[session.session_id], events, idempotency_digest=digest, idempotency_record=record,
-            idempotency_session=w.sender.session_id, policy=self.config, companions=companions,
-            read_draining=draining, folded=folded, reply=reply,
+                kept = Idempotency(w.sender.session_id, w.digest, idempotency.record(w.command.arguments, outcome))
+                # The sender's records of this intent, appended in the same step (its capacity is exact).
+                sender = loaded[w.sender.session_id]
+                sources = [Source(w.sender, sender.state, sender.version, decision.sender_events)
+                           ] if decision.sender_events else []
+                if w.entry is not None:  # the decision's own append: it may answer the command
+                    reply = Reply(keys.reply_list(w.command.reply_to),
+                                  encode_answer(w.command.command_id, outcome), *w.entry)
+        before = loaded[session.session_id]
+        plan = plan_commit(
+            session, before.state, before.version, events, policy=self.config, now=w.now, folded=folded,
+            sources=sources, idempotency=kept, read_draining=draining,
             new_mail=(w.new_id,),  # made for this decision (uuid7): no item can have it yet
         )
+        prepared = self.store.prepare(plan, before, held=loaded, reply=reply)
         loaded[session.session_id] = prepared.loaded
-        loaded.update(prepared.companions)
+        loaded.update(prepared.sources)
         return prepared
-
-    def _source_records(self, w: _Work, decision: Accepted | Refused, loaded: dict[str, Loaded]) -> list[Companion]:
-        """Seed 004: the sender's record of this intent, appended in the same step (its capacity is exact)."""
-        recipient = loaded[w.target.session_id]
-        if isinstance(decision, Accepted):
-            implied = source_events(w.target.session_id, recipient.state.status, decision.events, recipient.version)
-            events = implied.get(w.sender.session_id, [])
-        else:
-            events = [ev.MessageRefused(at=time.time(), message_id=w.new_id, recipient_session_id=w.target.session_id,
-                                        code=decision.code.value)]
-        return [Companion(w.sender, loaded[w.sender.session_id], events)] if events else []

@@ -5,7 +5,6 @@ in batches, ``services.sends``) goes through ``execute``: registration,
 status, runs, claims, acknowledgements, injected mail, wakes, approvals.
 """
 
-import time
 from dataclasses import fields, replace
 
 from ..adapters import keys
@@ -14,20 +13,23 @@ from ..adapters.eventstore import EventStore
 from ..domain import events as ev
 from ..domain import actions, ids
 from ..domain.commands import STATUSES, ForkSession, RegisterSession, SessionCommand
+from ..domain.commitplan import plan_commit
 from ..domain.decide.lifecycle import Given
 from ..domain.errors import LifecycleError, UnknownSessionError
 from ..domain.handlers import HANDLERS
 from ..domain.records import SessionRecord
 from . import contention
-from .outbound import companions_for
+from .clock import SYSTEM_CLOCK, Clock
+from .outbound import sources_for
 
 HANDLE_ATTEMPTS = 16
 
 
 class SessionService:
-    def __init__(self, store: EventStore, config: Config) -> None:
+    def __init__(self, store: EventStore, config: Config, clock: Clock = SYSTEM_CLOCK) -> None:
         self.store = store
         self.config = config
+        self.clock = clock
 
     async def record(self, session_id: str) -> SessionRecord:
         record = await self.store.directory.get(session_id)
@@ -51,16 +53,16 @@ class SessionService:
                 raise LifecycleError("lifecycle:unknown_session", f"session {command.session_id} is not registered")
             mail = await self.store.load_mail(record, handler.reads_mail, getattr(command, "message_id", None))
             history = await self._history(handler, command, record, loaded.version)
-            new_events = handler.decide(
-                command, Given(loaded.state, mail, self.config.messaging, time.time(), history)
-            )
+            now = self.clock.now()
+            new_events = handler.decide(command, Given(loaded.state, mail, self.config.messaging, now, history))
             if not new_events and not refresh_index:
                 return []
-            companions = await companions_for(self.store, record, loaded, new_events)
-            result = await self.store.append(self.store.prepare(
-                record, loaded, new_events, mail=mail, mail_complete=handler.reads_mail == "all",
-                policy=self.config.messaging, companions=companions,
-            ))
+            sources, held = await sources_for(self.store, record, loaded, new_events)
+            plan = plan_commit(
+                record, loaded.state, loaded.version, new_events, mail=mail,
+                mail_complete=handler.reads_mail == "all", policy=self.config.messaging, now=now, sources=sources,
+            )
+            result = await self.store.append(self.store.prepare(plan, loaded, held=held))
             if result.status == "ok":
                 return new_events
             if result.status == "handle_taken":

@@ -1,4 +1,4 @@
-"""Settlement notices (seed 002): a child's run ended for good, or it was disposed; tell its parent.
+"""Settlement notices: a child's run ended for good, or it was disposed; tell its parent.
 
 Best effort by design: a notice that cannot be delivered is logged and
 counted, and never fails the child's finish or disposal, which are already
@@ -6,7 +6,6 @@ durable when this runs.
 """
 
 import logging
-import time
 
 from ..adapters import metrics
 from ..adapters.eventstore import EventStore
@@ -15,6 +14,7 @@ from ..domain.commands import SettleSession
 from ..domain.decide.settlement import SettlementGiven, settled_event
 from ..domain.handlers import HANDLERS
 from .appendonce import append_fixed, append_once, notice_digest
+from .clock import SYSTEM_CLOCK, Clock
 from .sessions import SessionService
 
 log = logging.getLogger("treemail.settlement")
@@ -22,9 +22,10 @@ decide_settle = HANDLERS[SettleSession].decide
 
 
 class SettlementService:
-    def __init__(self, store: EventStore, sessions: SessionService) -> None:
+    def __init__(self, store: EventStore, sessions: SessionService, clock: Clock = SYSTEM_CLOCK) -> None:
         self.store = store
         self.sessions = sessions
+        self.clock = clock
 
     async def settle(
         self, session_id: str, run_id: str | None, stop_reason: str, closing_text: str | None, disposed: bool = False
@@ -49,19 +50,19 @@ class SettlementService:
 
         latest: dict = {}
 
-        def decide(parent_state):
-            settlement = decide_settle(command, SettlementGiven(child, child_state, parent_state, time.time()))
+        def decide(parent_state, now):
+            settlement = decide_settle(command, SettlementGiven(child, child_state, parent_state, now))
             latest["notice"] = settlement.notice
             return settlement.parent_events, {"message_id": command.notice_id, "notice": settlement.notice}
 
-        events, _ = decide(loaded[parent.session_id].state if parent else None)
+        events, _ = decide(loaded[parent.session_id].state if parent else None, self.clock.now())
         recorded = None
         if events:
             key = notice_digest("settled", child.session_id, "disposed" if disposed else run_id)
-            recorded = await append_once(self.store, parent, decide, key, self.sessions.config.messaging,
+            recorded = await append_once(self.store, self.clock, parent, decide, key, self.sessions.config.messaging,
                                          first=loaded[parent.session_id])
         # None: nothing was written to the parent (not announced, or the parent is gone, maybe only by now).
         notice = recorded["notice"] if recorded else latest["notice"]
         message_id = recorded["message_id"] if recorded else None
-        await append_fixed(self.store, child, [settled_event(command, notice, message_id, time.time())])
+        await append_fixed(self.store, child, [settled_event(command, notice, message_id, self.clock.now())])
         return notice

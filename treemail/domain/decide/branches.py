@@ -20,7 +20,7 @@ counters either way.
 - A position on a reverted branch is refused: nothing can be built on it.
 - A session being disposed (or disposed) is not reverted (``lifecycle:closing``).
   Sessions registered while that branch was live ("ghosts") stay registered
-  and addressable by their id, as the seed accepts.
+  and addressable by their id.
 """
 
 from collections.abc import Mapping, Sequence
@@ -91,7 +91,7 @@ def decide_revert(command: RevertSession, given: Given) -> list[ev.Event]:
     """Take the session's mail back to ``to_position``; ``given.history`` is the session's whole stream."""
     state, history, to = given.state, given.history, command.to_position
     require_registered(state)
-    # Seed 002: past the disposal cutoff, mail restored now could never be returned to its senders.
+    # Disposal cutoff: past it, mail restored now could never be returned to its senders.
     require_open(state)
     require_position(history, to)
     after = [event for seq, event in history if seq > to]

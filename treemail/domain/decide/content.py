@@ -1,4 +1,4 @@
-"""The content guards of a send (seed 002, content blocks): size over every block, and the image check."""
+"""The content guards of a send (content blocks): size over every block, and the image check."""
 
 from .. import blocks
 from ..commands import SendArguments
@@ -9,7 +9,7 @@ from .guards import Found, Target, require_body, require_recipient
 
 
 def require_content(arguments: SendArguments, config: MessagingConfig) -> None:
-    """A plain body as seed 000 says; blocks only where the deployment turned them on, every block counted."""
+    """A plain body by default; blocks only where the deployment turned them on, every block counted."""
     if arguments.blocks is None:
         require_body(arguments.body, config.max_body_bytes)
         return
@@ -30,8 +30,8 @@ def require_content(arguments: SendArguments, config: MessagingConfig) -> None:
 def require_image_capable(sender: SessionRecord, target: Target, arguments: SendArguments) -> Found:
     """Images only for a recipient whose model reads them; then the recipient is checked again.
 
-    The seed asserts the capability and then looks at the recipient's closing
-    state once more before it delivers. Here that second look is
+    Exact recipient state: the capability is asserted, then the recipient's
+    closing state is looked at once more before delivery. Here that second look is
     ``require_recipient`` run again after the capability check, on the same
     loaded state the commit's etag then pins: whatever refuses a closed or
     vanished recipient there refuses it here too, after the image check, and

@@ -1,4 +1,4 @@
-"""Delivery policy (seed 004): when a message is deliverable, how long a failed attempt waits, and when
+"""Delivery policy (mail as an obligation): when a message is deliverable, how long a failed attempt waits, and when
 the pump must next look at a session. Pure: every function takes the clock as ``now``.
 """
 
@@ -18,7 +18,7 @@ def asleep(state: SessionState) -> bool:
 
 def wakeable(state: SessionState) -> bool:
     """Asleep, and a wake may start a run: never a session that is not continuable or is being disposed
-    (seed 002), whose mail waits for its disposal to return it."""
+    (disposal cutoff), whose mail waits for its disposal to return it."""
     return asleep(state) and state.continuable and state.disposal is None
 
 

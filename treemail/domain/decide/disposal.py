@@ -1,4 +1,4 @@
-"""Disposal and draining (seed 002): the cutoff, mail that never disappears, drains over a subtree.
+"""Disposal and draining: the cutoff, mail that never disappears, drains over a subtree.
 
 A disposal is three steps, each repeatable: ``DisposeSession`` opens the
 cutoff (closing) and puts back what the open run claimed, so nothing can be
@@ -16,7 +16,7 @@ from .lifecycle import Given, in_order, message_event, require_registered
 from .wake import with_wake
 
 RETURNED_PRODUCER = "returned:treemail"
-# The bounded reason (seed 004: never raw text) of a claim the disposal cutoff put back.
+# The bounded reason (never raw text) of a claim the disposal cutoff put back.
 CLOSING = "closing"
 NOT_AGENT_MAIL = "recipient disposed before processing it; not agent mail, so there was no sender to return it to"
 

@@ -31,7 +31,7 @@ class NoSuchHandle:
 
 Target = Found | NoSuchSession | NoSuchHandle
 
-# The self-repairing candidate list is bounded (the seed's bounded result truncation):
+# The self-repairing candidate list is bounded (bounded result truncation):
 # at most this many rows, then a line saying how many were left out. 40 rows of at most ~180
 # characters keep the whole list, its last line included, inside the 8 KiB any error text is cut to.
 CANDIDATE_LIMIT = 40
@@ -93,27 +93,33 @@ def candidate_list(peers: list[Peer], addressable: Callable[[Peer], bool] = lamb
     return "\n".join(lines)
 
 
-def require_recipient(
-    sender: SessionRecord, target: Target, addressable: Callable[[Peer], bool] = lambda peer: True
-) -> Found:
+def require_known(target: Target, code: Code, unknown_handle: Callable[[NoSuchHandle], str]) -> Found:
+    """The target the model named, found and registered; otherwise ``code``, and for a handle nobody holds
+    the self-repairing message ``unknown_handle`` writes (it lists whom the caller can address)."""
     match target:
         case NoSuchSession(session_id=session_id):
-            raise Rejected(Code.UNKNOWN_SESSION, f"no session has id {session_id}")
-        case NoSuchHandle(reference=reference, peers=peers):
-            raise Rejected(
-                Code.UNKNOWN_SESSION,
-                f"unknown subagent reference `{clip(reference, REFERENCE_SHOWN)}`: use a handle or session_id "
-                f"from this list of agents in your tree:\n{candidate_list(peers, addressable)}",
-            )
+            raise Rejected(code, f"no session has id {session_id}")
+        case NoSuchHandle():
+            raise Rejected(code, unknown_handle(target))
         case Found(record=record, state=state) if not state.registered:
-            raise Rejected(Code.UNKNOWN_SESSION, f"no session has id {record.session_id}")
-        case Found(record=record) if record.root_session_id != sender.root_session_id:
-            raise Rejected(Code.NOT_TREE_PEER, f"session {record.session_id} is not in your delegation tree")
-        case Found(record=record) if record.session_id == sender.session_id:
-            raise Rejected(Code.SELF_SEND, "you cannot send a message to yourself")
+            raise Rejected(code, f"no session has id {record.session_id}")
         case Found():
             return target
     raise AssertionError(target)
+
+
+def require_recipient(
+    sender: SessionRecord, target: Target, addressable: Callable[[Peer], bool] = lambda peer: True
+) -> Found:
+    found = require_known(target, Code.UNKNOWN_SESSION, lambda unknown: (
+        f"unknown subagent reference `{clip(unknown.reference, REFERENCE_SHOWN)}`: use a handle or session_id "
+        f"from this list of agents in your tree:\n{candidate_list(unknown.peers, addressable)}"
+    ))
+    if found.record.root_session_id != sender.root_session_id:
+        raise Rejected(Code.NOT_TREE_PEER, f"session {found.record.session_id} is not in your delegation tree")
+    if found.record.session_id == sender.session_id:
+        raise Rejected(Code.SELF_SEND, "you cannot send a message to yourself")
+    return found
 
 
 def label_text(label: str) -> str:
@@ -157,7 +163,7 @@ def require_window_room(state: SessionState, sender_id: str, config: MessagingCo
         )
 
 
-# Delivery as an obligation (seed 004).
+# Mail as an obligation: a source's unsettled intents are bounded.
 def require_source_capacity(sender_state: SessionState, config: MessagingConfig) -> None:
     if sender_state.outstanding >= config.max_outstanding_per_source:
         raise Rejected(

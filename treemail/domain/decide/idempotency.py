@@ -14,6 +14,10 @@ for a key, so a race between two deliveries of one command is answered the
 same way.
 """
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
 from .. import blocks, digests
 from ..commands import SendArguments, SendContext
 from ..errors import Code
@@ -23,11 +27,11 @@ from ..errors import Code
 # since changed is decided again rather than kept.
 WITH_RECIPIENT = frozenset({Code.MAX_HOPS_EXCEEDED, Code.INBOX_FULL, Code.INFLIGHT_FULL, Code.SOURCE_CAPACITY})
 # Never recorded: a conflict says nothing about the first call; the others are
-# answered by the producer, never decided by a worker. Seed 002: sender_not_live
-# says the context is stale or invented, nothing about the call: a record would
-# keep a call from a run not yet opened refused for good, and let stale contexts
-# grow the sender's records. (The seed 002 refusals on drains, disposal, parents
-# and resumability are recorded alone, like every other refusal a worker decides.)
+# answered by the producer, never decided by a worker. Exact live sender:
+# sender_not_live says the context is stale or invented, nothing about the call:
+# a record would keep a call from a run not yet opened refused for good, and let
+# stale contexts grow the sender's records. (The refusals on drains, disposal,
+# parents and resumability are recorded alone, like every other refusal a worker decides.)
 NEVER = frozenset({Code.IDEMPOTENCY_CONFLICT, Code.ENGINE_SHUTDOWN, Code.INVALID_ARGUMENTS, Code.SENDER_NOT_LIVE})
 
 
@@ -48,11 +52,6 @@ def is_recorded_alone(code: Code) -> bool:
     """Recorded under the key by itself: every other refusal a worker decides, settings-dependent
     ones (disabled, the limits, the rules) included, so a retry cannot get a different answer."""
     return code not in WITH_RECIPIENT and code not in NEVER
-
-
-def record(arguments: SendArguments, outcome: dict) -> list:
-    """What is kept under the key: enough to answer a retry and to spot a conflicting one."""
-    return kept(fingerprint(arguments), outcome)
 
 
 # The answer to an accepted message, which most records keep: written as its three values.
@@ -79,14 +78,30 @@ def parse(recorded: list | dict) -> tuple[str | None, dict]:
     return recorded[0], recorded[1]
 
 
+@dataclass(frozen=True)
+class Keyed:
+    """How one keyed tool's calls are recorded and replayed (send, peer send, interrupt): the fingerprint
+    of its arguments, and the conflict a retry of the same call with other arguments is answered."""
+
+    fingerprint: Callable[[Any], str]
+    conflict: Code
+    conflict_message: str
+
+    def record(self, arguments, outcome: dict) -> list:
+        """What is kept under the key: enough to answer a retry and to spot a conflicting one."""
+        return kept(self.fingerprint(arguments), outcome)
+
+    def replayed_outcome(self, recorded: list | dict, arguments) -> dict:
+        """The answer to a tool call whose key already has a record: the original outcome, or a conflict."""
+        fp, outcome = parse(recorded)
+        if fp != self.fingerprint(arguments):
+            return {"error": {"code": self.conflict.value, "message": self.conflict_message}}
+        return outcome
+
+
 CONFLICT_MESSAGE = (
     "this tool call was already sent with different arguments; make a new tool call to send another message"
 )
-
-
-def replayed_outcome(recorded: list | dict, arguments: SendArguments) -> dict:
-    """The answer to a tool call whose key already has a record: the original outcome, or a conflict."""
-    fp, outcome = parse(recorded)
-    if fp != fingerprint(arguments):
-        return {"error": {"code": Code.IDEMPOTENCY_CONFLICT.value, "message": CONFLICT_MESSAGE}}
-    return outcome
+SENDS = Keyed(fingerprint, Code.IDEMPOTENCY_CONFLICT, CONFLICT_MESSAGE)
+record = SENDS.record
+replayed_outcome = SENDS.replayed_outcome

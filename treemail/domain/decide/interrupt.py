@@ -10,8 +10,8 @@ Idempotent per tool call like send_message: the key is the tool call
 (namespaced apart from send_message's), and interrupts and no-ops are both
 recorded under it, so a retry gets the first answer even if the run has
 ended since: the record is answered before any check. Refusals depend only on
-the registrations and the caller's run (seed 002: only the caller's open run
-may interrupt, as only it may send) and are decided again.
+the registrations and the caller's run (exact live sender: only the caller's
+open run may interrupt, as only it may send) and are decided again.
 """
 
 from dataclasses import dataclass
@@ -23,8 +23,8 @@ from ..errors import Code, Rejected
 from ..records import SessionRecord
 from ..results import clip
 from ..state import SessionState
-from . import idempotency, routing
-from .guards import Found, NoSuchHandle, NoSuchSession, Target, render_peer
+from . import guards, idempotency, routing
+from .guards import Found, Target, render_peer
 from .send import Accepted, Refused, Replayed
 
 InterruptDecision = Accepted | Refused | Replayed
@@ -43,27 +43,18 @@ class InterruptGiven:
 
 
 def require_target(sender: SessionRecord, target: Target) -> Found:
-    match target:
-        case NoSuchSession(session_id=session_id):
-            raise Rejected(Code.INTERRUPT_UNKNOWN_SESSION, f"no session has id {session_id}")
-        case NoSuchHandle(reference=reference, peers=peers):
-            listing = "\n".join(f"- {render_peer(p)}" for p in peers) or "- (no agent you can interrupt)"
-            raise Rejected(
-                Code.INTERRUPT_UNKNOWN_SESSION,
-                f"unknown agent reference `{reference}`: use a handle or session_id from this list of your "
-                f"direct neighbours:\n{listing}",
-            )
-        case Found(record=record, state=state) if not state.registered:
-            raise Rejected(Code.INTERRUPT_UNKNOWN_SESSION, f"no session has id {record.session_id}")
-        case Found(record=record) if record.session_id == sender.session_id:
-            raise Rejected(Code.INTERRUPT_SELF, "you cannot interrupt yourself; to stop, end your turn")
-        case Found():
-            return target
-    raise AssertionError(target)
+    found = guards.require_known(target, Code.INTERRUPT_UNKNOWN_SESSION, lambda unknown: (
+        f"unknown agent reference `{unknown.reference}`: use a handle or session_id from this list of your "
+        "direct neighbours:\n" + ("\n".join(f"- {render_peer(p)}" for p in unknown.peers)
+                                  or "- (no agent you can interrupt)")
+    ))
+    if found.record.session_id == sender.session_id:
+        raise Rejected(Code.INTERRUPT_SELF, "you cannot interrupt yourself; to stop, end your turn")
+    return found
 
 
 def require_live_caller(state: SessionState, run_id: str) -> None:
-    """Seed 002's exact live sender, for interrupts too: only the caller's open run may interrupt."""
+    """Exact live sender, for interrupts too: only the caller's open run may interrupt."""
     if state.current_run is None or state.current_run != run_id:
         raise Rejected(
             Code.INTERRUPT_SENDER_NOT_LIVE,
@@ -120,12 +111,6 @@ def fingerprint(arguments: InterruptArguments) -> str:
     return digests.digest([arguments.to, arguments.reason])
 
 
-def record(arguments: InterruptArguments, outcome: dict) -> list:
-    return idempotency.kept(fingerprint(arguments), outcome)
-
-
-def replayed_outcome(recorded: list | dict, arguments: InterruptArguments) -> dict:
-    fp, outcome = idempotency.parse(recorded)
-    if fp != fingerprint(arguments):
-        return {"error": {"code": Code.INTERRUPT_IDEMPOTENCY_CONFLICT.value, "message": CONFLICT_MESSAGE}}
-    return outcome
+INTERRUPTS = idempotency.Keyed(fingerprint, Code.INTERRUPT_IDEMPOTENCY_CONFLICT, CONFLICT_MESSAGE)
+record = INTERRUPTS.record
+replayed_outcome = INTERRUPTS.replayed_outcome

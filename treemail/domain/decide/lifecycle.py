@@ -62,7 +62,7 @@ def require_claimed(item: MailItem) -> None:
 
 
 def require_open(state: SessionState) -> None:
-    """A session being disposed (or disposed) starts no run and takes no new mail (seed 002's cutoff)."""
+    """A session being disposed (or disposed) starts no run and takes no new mail (the disposal cutoff)."""
     if state.disposal is not None:
         raise LifecycleError("lifecycle:closing", f"the session is {state.disposal}: it takes no new runs or mail")
 
@@ -147,7 +147,7 @@ def decide_claim(command: ClaimMail, given: Given) -> list[ev.Event]:
     if given.state.disposal is not None:
         # Past the cutoff nothing more is delivered: what is pending goes back to its senders.
         return []
-    # A failed attempt's message waits out its backoff (seed 004).
+    # A failed attempt's message waits out its backoff (mail as an obligation).
     due = [m for m in in_order(given.mail) if due_in_run(m, command.run_id) and m.retry_at <= given.now]
     return [message_event(ev.ProducerMessageClaimed, item, command.run_id, given.now) for item in due]
 

@@ -1,4 +1,4 @@
-"""Delivery as an obligation (seed 004): failed attempts, parking, what the pump does, explicit retry.
+"""Delivery as an obligation: failed attempts, parking, what the pump does, explicit retry.
 
 Every decision here is a pure function of the session's state, its pending
 mail, the policy and the clock, so two pumps deciding on the same state

@@ -1,7 +1,7 @@
-"""Peer routes (seed 004 part 2): registering routes and grants, and deciding a send or a reply over one.
+"""Peer routes: registering routes and grants, and deciding a send or a reply over one.
 
 A send over a route is decided like tree mail, by the send's own pieces:
-the same sender check (seed 002's exact live sender, drains and disposal
+the same sender check (the exact live sender, drains and disposal
 included), switch, body limit, hop, inbox and pair-window guards
 (``send.admit``), the same accepted event (``send.accept``), the same commit
 and the same idempotency key (the tool call). Only authorization differs:
@@ -20,7 +20,7 @@ from .. import digests, grants, peerinput, peers
 from ..commands import PeerSendArguments, RegisterPeerRoute, RevokePeerRoute, SendToPeer, SetPeerGrant
 from ..errors import Code, Rejected
 from ..records import SessionRecord
-from . import admission, guards, idempotency, send
+from . import endings, guards, idempotency, send
 from .guards import Found
 from .lifecycle import Given, require_registered
 from .send import Accepted, Refused, SendDecision, SendGiven
@@ -105,11 +105,11 @@ def decide_peer_send(command: SendToPeer, given: SendGiven) -> SendDecision:
     arguments, config = command.arguments, given.config
     try:
         sender = guards.require_sender(given.sender, given.sender_state)
-        admission.require_sender_admitted(given.sender_state, command.context.run_id, given.service_draining)
+        endings.require_sender_admitted(given.sender_state, command.context.run_id, given.service_draining)
         guards.require_enabled(config)
         guards.require_body(arguments.body, config.max_body_bytes)
         found, route = require_peer(sender, given.target, arguments.peer)
-        admission.require_recipient_admitting(found)
+        endings.require_recipient_admitting(found)
         principal = grants.require(found.state.peers, sender.agent_type, sender.session_id, "send", arguments.peer)
         if arguments.reply:
             require_reference(given.sender_state.peers, arguments.in_reply_to, found.record, arguments.peer)
@@ -142,12 +142,6 @@ def fingerprint(arguments: PeerSendArguments) -> str:
     return digests.digest([arguments.peer, arguments.body, arguments.mode, arguments.in_reply_to, arguments.reply])
 
 
-def record(arguments: PeerSendArguments, outcome: dict) -> list:
-    return idempotency.kept(fingerprint(arguments), outcome)
-
-
-def replayed_outcome(recorded: list | dict, arguments: PeerSendArguments) -> dict:
-    fp, outcome = idempotency.parse(recorded)
-    if fp != fingerprint(arguments):
-        return {"error": {"code": Code.PEER_IDEMPOTENCY_CONFLICT.value, "message": CONFLICT_MESSAGE}}
-    return outcome
+PEER_SENDS = idempotency.Keyed(fingerprint, Code.PEER_IDEMPOTENCY_CONFLICT, CONFLICT_MESSAGE)
+record = PEER_SENDS.record
+replayed_outcome = PEER_SENDS.replayed_outcome

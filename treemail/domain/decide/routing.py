@@ -1,11 +1,11 @@
-"""Direct-neighbour routing (seed 002): who may address whom, whatever the permission rules say. Pure.
+"""Direct-neighbour routing: who may address whom, whatever the permission rules say. Pure.
 
-The seed routes a send by direction, not by what the caller passes:
+A send is routed by direction, not by what the caller passes:
 
 | direction                    | condition                                              | outcome            |
 |------------------------------|--------------------------------------------------------|--------------------|
 | resident child -> parent     | the sender is resident and continuable, the target is its parent | routed  |
-| non-resident child -> parent | the sender is not both, the target is its parent       | refused (seed text)|
+| non-resident child -> parent | the sender is not both, the target is its parent       | refused (own text) |
 | parent -> child              | the target's parent is the sender                      | routed             |
 | anything else                | siblings, grandchildren, cousins, other trees          | refused            |
 
@@ -29,7 +29,7 @@ def resident_continuable(record: SessionRecord) -> bool:
 
 
 def direction(sender: SessionRecord, target: SessionRecord) -> Direction:
-    """Which row of the seed's table a message from ``sender`` to ``target`` falls in."""
+    """Which row of the table above a message from ``sender`` to ``target`` falls in."""
     if sender.root_session_id != target.root_session_id or sender.session_id == target.session_id:
         return "not_neighbour"
     if sender.parent_session_id is not None and target.session_id == sender.parent_session_id:
@@ -55,7 +55,7 @@ INTERRUPT = Codes(Code.INTERRUPT_NOT_RESIDENT_CHILD, Code.INTERRUPT_NOT_DIRECT_N
 def require_direct(sender: SessionRecord, target: SessionRecord, codes: Codes = SEND) -> Direction:
     match direction(sender, target):
         case "non_resident_to_parent":
-            # The seed's own words: such a child's turns have no inbox the parent's reply could reach.
+            # Why it is refused, in the refusal itself: such a child's turns have no inbox the parent's reply could reach.
             raise Rejected(
                 codes.non_resident,
                 f'agent "{sender.session_id}" is not a resident continuable child and cannot {codes.verb} '

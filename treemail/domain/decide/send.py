@@ -4,16 +4,17 @@ A little over the house's 200 lines: decide_send and the admission steps every a
 """
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from .. import blocks, digests, effective, permissions
+from .. import blocks, digests, effective, permissions, proof
 from .. import events as ev
 from ..commands import SendArguments, SendMessage
 from ..errors import Code, Rejected
 from ..messaging import MessagingConfig
+from ..outbound import recipient_state_label, source_events
 from ..records import SessionRecord
 from ..state import SessionState
-from . import admission, content, guards, idempotency, routing
+from . import content, endings, guards, idempotency, routing
 from .guards import Found, Target
 from .wake import with_wake_folded
 
@@ -33,8 +34,12 @@ class SendGiven:
     now: float = 0.0
     # The idempotency record of this tool call, if it was decided before: it is answered from it.
     recorded: list | dict | None = None
-    # Seed 002: the whole service is draining.
+    # The service-wide drain flag: the whole service is draining.
     service_draining: bool = False
+    # The recipient's stream position the decision's events follow (where the sender's receipt points).
+    target_version: int = 0
+    # Signs every accepted agent message (source proof); None: proofs are off.
+    keyring: proof.Keyring | None = None
 
 
 # Outcomes of a send decision.
@@ -46,12 +51,18 @@ class Accepted:
     result: dict
     # The recipient's state after ``events``, folded by the decision (the append reuses it).
     state_after: SessionState | None = None
+    # The sender's own records of the message (its receipt), on its stream in the same step.
+    sender_events: list[ev.Event] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
 class Refused:
     code: Code
     message: str
+    # A refusal recorded with the recipient's append stays inspectable under its own message id, and the
+    # sender's record of it (``MessageRefused``) is appended in the same step.
+    message_id: str = ""
+    sender_events: list[ev.Event] = field(default_factory=list)
 
     @property
     def recorded(self) -> bool:
@@ -86,18 +97,14 @@ def outcome_of(decision: SendDecision) -> dict:
     match decision:
         case Accepted(result=result):
             return {"ok": result}
-        case Refused(code=code, message=message):
-            return {"error": {"code": code.value, "message": message}}
+        case Refused(code=code, message=message, message_id=message_id):
+            error = {"code": code.value, "message": message}
+            return {"error": {**error, "message_id": message_id} if message_id else error}
         case AwaitsApproval(request_id=request_id, label=label):
             return {"approval": {"request_id": request_id, "label": label}}
         case Replayed(outcome=outcome):
             return outcome
     raise AssertionError(decision)
-
-
-def recipient_state_label(status: str) -> str:
-    # Seed 000 groups idle with queued ("queued durably if idle or queued"); an idle recipient is still woken.
-    return {"running": "running", "queued": "queued", "idle": "queued"}.get(status, "waking_finished")
 
 
 def approval_fingerprint(recipient_session_id: str, arguments: SendArguments) -> str:
@@ -115,13 +122,13 @@ def decide_send(command: SendMessage, given: SendGiven) -> SendDecision:
     try:
         guards.require_not_blank(arguments.body)
         sender = guards.require_sender(given.sender, given.sender_state)
-        admission.require_sender_admitted(given.sender_state, context.run_id, given.service_draining)
+        endings.require_sender_admitted(given.sender_state, context.run_id, given.service_draining)
         guards.require_enabled(config)
         guards.require_tool(sender, overlay)
         content.require_content(arguments, config)
-        admission.require_parent_available(sender, given.target)
+        endings.require_parent_available(sender, given.target)
         found = guards.require_recipient(sender, given.target, lambda peer: _may_address(sender, overlay, peer))
-        admission.require_recipient_admitting(found)
+        endings.require_recipient_admitting(found)
         routing.require_route(config.routing, sender, found.record)
         found = content.require_image_capable(sender, given.target, arguments)
         label = permissions.relationship(sender.origin, found.record.origin)
@@ -134,8 +141,19 @@ def decide_send(command: SendMessage, given: SendGiven) -> SendDecision:
                 return waiting
         hop = admit(given, sender, found, context.run_id)
     except Rejected as rejection:
-        return Refused(rejection.code, rejection.message)
+        return refused(given, rejection)
     return accept(command, given, sender, found, hop)
+
+
+def refused(given: SendGiven, rejection: Rejected) -> Refused:
+    """A refusal decided on the recipient's state is recorded with its append: it keeps a message id, and
+    the sender records it too (its capacity and ``inspect`` see it). Any other refusal is the code alone."""
+    if not idempotency.is_recorded(rejection.code):
+        return Refused(rejection.code, rejection.message)
+    recipient = given.target.record.session_id
+    record = ev.MessageRefused(at=given.now, message_id=given.new_id, recipient_session_id=recipient,
+                               code=rejection.code.value)
+    return Refused(rejection.code, rejection.message, given.new_id, [record])
 
 
 def admit(given: SendGiven, sender: SessionRecord, found: Found, run_id: str) -> int:
@@ -211,5 +229,7 @@ def accept(command, given: SendGiven, sender: SessionRecord, found: Found, hop: 
         "mode": command.arguments.mode,
         "recipient_state": recipient_state_label(found.state.status),
     }
+    events = proof.sign_events(events, found.record.session_id, given.keyring)
     events, after = with_wake_folded(found.state, events, given.now)
-    return Accepted(events, result, after)
+    receipts = source_events(found.record.session_id, found.state.status, events, given.target_version)
+    return Accepted(events, result, after, receipts.get(sender.session_id, []))

@@ -1,6 +1,6 @@
-"""Settlement notices (seed 002): what treemail tells a parent when a child's run ends for good.
+"""Settlement notices: what treemail tells a parent when a child's run ends for good.
 
-The seed's gates, in order: a child never sent a message owes no account (not
+The gates, in order: a child never sent a message owes no account (not
 announced); a parent that is gone gets nothing (the child's stream records
 it); a parent being disposed has the notice injected; an idle parent gets it
 as a new turn (queued, woken if need be); a busy one gets it steered into the

@@ -1,4 +1,4 @@
-"""Tools installed one by one (seed 004): which optional model-facing tools a session's host offers it."""
+"""Tools installed one by one: which optional model-facing tools a session's host offers it."""
 
 from .. import events as ev
 from ..commands import INSTALLABLE_TOOLS, InstallTools

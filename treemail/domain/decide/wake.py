@@ -11,11 +11,11 @@ def has_mail_due_while_asleep(state: SessionState, mail: Mapping[str, MailItem] 
                               now: float = 0.0) -> bool:
     """Idle or finished, no run open, and mail pending: only a new run will ever deliver it.
 
-    Given the session's mail (seed 004), only mail deliverable at ``now``
+    Given the session's mail (mail as an obligation), only mail deliverable at ``now``
     counts: parked mail and mail still in its backoff need no run yet (the
     pump wakes the session when the backoff ends), so a run that ends with
     only such mail is not woken again at once, and again, and again.
-    Never for a session that is not continuable or is being disposed (seed 002).
+    Never for a session that is not continuable or is being disposed (disposal cutoff).
     """
     if not (wakeable(state) and state.pending_all > 0):
         return False

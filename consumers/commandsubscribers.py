@@ -32,7 +32,7 @@ class _UnprefixedStreamSub(StreamSub):
         return self if not prefix else super().add_prefix(prefix)
 
 
-class Subscriptions:
+class CommandSubscribers:
     def __init__(self, broker, service: ServiceConfig, consumer: str, handler) -> None:
         """Registers a subscriber per command stream on ``broker``, each calling ``handler``; none runs yet."""
         self.all: list = []

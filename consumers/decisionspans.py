@@ -1,4 +1,5 @@
-"""Admission spans (seed 004): one span per send a worker decides, child of the host's preparation span.
+"""Decision spans for tracing: one span per send a worker decides (``treemail.admit``), child of the host's
+preparation span.
 
 A span starts when the batch is read and ends once its decision is durable,
 so it covers the decision and the commit. Nothing is created when tracing

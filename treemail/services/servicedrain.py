@@ -1,4 +1,4 @@
-"""Seed 002 in the send path: the service-wide drain flag.
+"""The service-wide drain flag: set and cleared by the host, read by every send decision.
 
 Read once per fresh round of a batch, beside the states (so a send decided
 again after a conflict sees a drain that began meanwhile), and checked again

@@ -1,5 +1,6 @@
-"""Seed 002 where it meets the rest of treemail, through the real stack: peer routes and interrupts from the
-exact live sender, a disposal settling its senders' records (seed 004), a settlement notice as mail."""
+"""The session lifecycle where it meets the rest of treemail, through the real stack: peer routes and
+interrupts from the exact live sender, a disposal settling its senders' send records, a settlement notice
+as mail."""
 
 import pytest
 
@@ -108,7 +109,7 @@ async def test_a_settlement_notice_is_mail_with_attempts_and_never_a_message_the
     assert "stopped because it refused to continue" in notice.text and "I will not do that." in notice.text
     assert notice.sender_session_id is None
     status_before = [m for m in await stack.obligations.pending_mail(root.session_id) if m.message_id == notice.message_id]
-    assert status_before[0].attempts == 1  # claimed like any mail (seed 004)
+    assert status_before[0].attempts == 1  # claimed like any mail (a delivery attempt)
     await stack.release(root.session_id, notice.message_id)
     await stack.finish_run(root.session_id, "run-1")
     child_state = (await adapters(stack).store.load(await adapters(stack).sessions.record(child.session_id))).state

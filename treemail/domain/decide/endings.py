@@ -1,6 +1,6 @@
-"""Who may send, and to whom, when sessions end (seed 002): one ``require_*`` per stable code.
+"""Who may send, and to whom, as sessions end: one ``require_*`` per stable code.
 
-Checked by ``decide_send`` in the seed's order: the exact live sender before
+Checked by ``decide_send`` in a fixed order: the exact live sender before
 anything else, then draining, then the sender's own disposal; after the
 recipient is resolved, the parent's availability, draining, the disposal
 cutoff and resumability.
@@ -45,7 +45,7 @@ def require_sender_open(state: SessionState) -> None:
 
 
 def require_sender_admitted(state: SessionState, run_id: str, service_draining: bool) -> None:
-    """Everything about the sender alone, in the seed's order."""
+    """Everything about the sender alone, in that order: exact live sender, draining, the sender's disposal."""
     require_live_sender(state, run_id)
     require_admitting(service_draining, state)
     require_sender_open(state)

@@ -1,4 +1,4 @@
-"""Seed 000, line by line: each test names the contract line it proves. Pure (given/when/then)."""
+"""The send_message contract, line by line: each test names the contract line it proves. Pure (given/when/then)."""
 
 from dataclasses import replace
 

@@ -1,5 +1,5 @@
-"""Seed 002 where it meets the rest of treemail: peer routes, interrupts, the delivery pump, revert, the
-overlay and direct routing, notices beside seed 004's sender records, one list of stop reasons. Pure."""
+"""The session lifecycle where it meets the rest of treemail: peer routes, interrupts, the delivery pump, revert, the
+overlay and direct routing, notices beside the senders' send records, one list of stop reasons. Pure."""
 
 from dataclasses import replace
 from typing import get_args
@@ -106,7 +106,7 @@ def test_a_retried_interrupt_is_answered_from_its_record_before_the_live_check()
     assert conflict.outcome["error"]["code"] == Code.INTERRUPT_IDEMPOTENCY_CONFLICT.value
 
 
-# ---- the delivery pump (seed 004) never wakes what seed 002 says is never woken ----------------------
+# ---- the delivery pump never wakes a session that is not continuable or is being disposed ----------
 
 
 @pytest.mark.parametrize("events", [

@@ -1,4 +1,4 @@
-"""Seed 000, line by line, on a real Valkey: each test names the contract line it proves."""
+"""The send_message contract, line by line, on a real Valkey: each test names the contract line it proves."""
 
 import json
 
@@ -28,7 +28,7 @@ def code(result):
 async def family(host, status="running"):
     root = await host.register_root("planner", "plans the work", rules={"child": "allow", "*": "allow"})
     a = await host.register_child(root.session_id, "explore", "reads code", rules={"parent": "allow"}, status=status)
-    await live(host, root)  # only a session's open run may send (seed 002)
+    await live(host, root)  # only a session's open run may send (exact live sender)
     return root, a
 
 

@@ -1,4 +1,7 @@
-"""The delivery pump process (seed 004): `treemail pump`, or `python -m treemail.projections.pump`.
+"""The delivery pump process: `treemail pump`, or `python -m treemail.consumers.pump`.
+
+A consumer, not a projection: it decides (through the domain's obligation rules) and appends; it keeps no
+view.
 
 It keeps every delivery obligation stored in the streams: claims past their
 attempt timeout are released (or parked), passed deadlines park, and an idle
@@ -22,13 +25,13 @@ clear error, as for every process).
 
 import asyncio
 import logging
-import signal
 
 from treemail.adapters import metrics, tracing
 from treemail.adapters.config import Config, load_config
 from treemail.adapters.connection import connect
 from treemail.adapters.eventstore import EventStore
-from treemail.adapters.health import UNREACHABLE, Health, OutageLog, watch
+from treemail.adapters.health import UNREACHABLE, Health, OutageLog
+from treemail.adapters.lifecycle import serve_until_signalled
 from treemail.services.obligations import ObligationService
 from treemail.services.sessions import SessionService
 
@@ -86,29 +89,16 @@ async def serve_pump(config: Config, url: str, metrics_port: int | None = None, 
     """Run one pump until SIGINT/SIGTERM. ``metrics_port``: None or negative serves none, 0 a free port."""
     tracing.configure_from_env()
     redis = await connect(url, config.service)
-    store = EventStore(redis, config.service)
-    pump = Pump(store, config, interval_s)
-    server = None
-    if metrics_port is not None and metrics_port >= 0:
-        server = metrics.start_server(metrics_port, "pump", metrics.PUMP_REGISTRY, pump.health)
+    pump = Pump(EventStore(redis, config.service), config, interval_s)
     stopping = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stopping.set)
-    watcher = asyncio.create_task(watch(pump.health, pump.probe, pump.outages, stopping.is_set))
-    try:
-        await pump.run(stopping)
-    finally:
-        pump.health.set(False, "stopping")
-        watcher.cancel()
-        await asyncio.gather(watcher, return_exceptions=True)
-        if server is not None:
-            await asyncio.to_thread(metrics.stop_server, server)
-        await redis.aclose()
+    await serve_until_signalled(
+        redis, lambda: pump.run(stopping), stopping, health=pump.health, probe=pump.probe, outages=pump.outages,
+        what="pump", registry=metrics.PUMP_REGISTRY, metrics_port=metrics_port,
+    )
 
 
 def main() -> None:
-    """`python -m treemail.projections.pump`: configuration from TREEMAIL_CONFIG and the environment."""
+    """`python -m treemail.consumers.pump`: configuration from TREEMAIL_CONFIG and the environment."""
     import os
 
     logging.basicConfig(level=os.environ.get("TREEMAIL_LOG", "WARNING"), format="%(asctime)s %(name)s %(message)s")

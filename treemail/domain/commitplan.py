@@ -1,0 +1,129 @@
+"""The commit plan: everything one decision writes, worked out from its events. Pure.
+
+A decision's events go on one session's stream, and the records they imply
+for their senders on each sender's stream, in one atomic step. Beside the
+events that step writes what they leave: the snapshot, each pending-mail
+item in the hash it belongs in, wake and interrupt triggers, the approvals
+index, tree grants, the partition's due index (when the delivery pump must
+next look at the session), each sender's outbound index entries, and the
+tool call's idempotency record. All of it is computed here, once, from the
+events and the states they were decided on; the event store only lays the
+plan out as the commit script's arguments, and the script checks and writes.
+"""
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+
+from . import events as ev
+from .decide.delivery import next_check
+from .decide.lifecycle import claimable
+from .messaging import MessagingConfig
+from .outbound import index_entries
+from .records import SessionRecord
+from .state import Applied, MailItem, SessionState, apply, fold
+
+
+@dataclass(frozen=True)
+class Idempotency:
+    """The tool call's record, kept under its digest with ``session_id`` (the caller's session, same slot)."""
+
+    session_id: str
+    digest: str
+    record: list | dict
+
+
+@dataclass(frozen=True)
+class Source:
+    """A sender's records of this decision, and the state they are appended to (its stream's position)."""
+
+    record: SessionRecord
+    state: SessionState
+    version: int
+    events: list[ev.Event]
+
+
+@dataclass(frozen=True)
+class SourceWrite:
+    """What the step writes on a sender's stream: its records, the state they leave, its outbound entries."""
+
+    record: SessionRecord
+    events: list[ev.Event]
+    state: SessionState
+    # (field, value) pairs of the partition's outbound index.
+    outbound: list[str]
+
+
+@dataclass(frozen=True)
+class CommitPlan:
+    record: SessionRecord
+    events: list[ev.Event]
+    # The state, version, wakes, interrupts, approvals, grants and registration the events leave.
+    applied: Applied
+    # (message id, item or None once done, where it is kept): 'due' while a claim may take it, else 'held';
+    # prefixed 'new ' for an item these events create, which neither hash holds yet.
+    mail: list[tuple[str, MailItem | None, str]]
+    # The partition's due index: ('', None) unchanged, ('set', t) exactly t, ('lt', t) at most t, ('del', None).
+    due: tuple[str, float | None]
+    sources: list[SourceWrite] = field(default_factory=list)
+    idempotency: Idempotency | None = None
+    # Whether the decision found the whole service draining (None: it did not look); the step applies only
+    # if the partition's copy of the flag still says the same.
+    read_draining: bool | None = None
+
+
+def placement(item: MailItem, new: bool) -> str:
+    """Where an item is kept: the due hash while a claim may take it, else the pending-mail hash."""
+    where = "due" if claimable(item) else "held"
+    return f"new {where}" if new else where
+
+
+def due_change(applied: Applied, mail: dict[str, MailItem] | None, policy: MessagingConfig | None,
+               now: float) -> tuple[str, float | None]:
+    """The session's entry in the due index after ``applied``: exact when ``mail`` is all the pending
+    mail the decision read, otherwise lowered to what the changed items need; unchanged without a policy."""
+    if policy is None:
+        return "", None
+    if mail is not None:
+        items = {**mail, **applied.mail_changes}
+        when = next_check(applied.state, [i for i in items.values() if i is not None], policy, now)
+        return ("del", None) if when is None else ("set", when)
+    when = next_check(applied.state, [i for i in applied.mail_changes.values() if i is not None], policy, now)
+    return ("", None) if when is None else ("lt", when)
+
+
+def source_write(source: Source) -> SourceWrite:
+    """A sender's records are folded into its state alone: they change none of its mail or wakes."""
+    return SourceWrite(source.record, source.events, fold(source.events, source.state),
+                       index_entries(source.record.session_id, source.events, source.version + 1))
+
+
+def plan_commit(
+    record: SessionRecord,
+    state: SessionState,
+    version: int,
+    events: list[ev.Event],
+    *,
+    mail: dict[str, MailItem] | None = None,
+    mail_complete: bool = False,
+    policy: MessagingConfig | None = None,
+    now: float = 0.0,
+    new_mail: Collection[str] = (),
+    folded: SessionState | None = None,
+    sources: Sequence[Source] = (),
+    idempotency: Idempotency | None = None,
+    read_draining: bool | None = None,
+) -> CommitPlan:
+    """The plan for appending ``events`` to ``record``'s stream after ``version`` (its state ``state``).
+
+    ``mail``: the pending mail the decision read; ``mail_complete`` when it is all of it, not just the due
+    hash or the one item a command named. ``policy`` keeps the due index, at ``now``. ``new_mail``: ids of
+    messages these events accept for the first time. ``folded``: the state the events leave, when the
+    decision folded them already (``state.apply``). ``sources``: the senders' records of the decision.
+    """
+    applied = apply(state, mail or {}, events, version, folded)
+    changes = [(message_id, item, placement(item, message_id in new_mail) if item else "")
+               for message_id, item in applied.mail_changes.items()]
+    return CommitPlan(
+        record, events, applied, changes, due_change(applied, mail if mail_complete else None, policy, now),
+        [source_write(s) for s in sources], idempotency, read_draining,
+    )
