@@ -14,7 +14,7 @@ position just after it: store it, and ``subscribe(after=position)`` resumes
 with the next event, none twice and none missed. A position older than what a
 trimmed feed still holds (``feed_maxlen``) cannot be resumed without a gap:
 that raises ``SubscriptionGap`` rather than skip events silently (the session
-streams still hold them: ``Treemail.history``).
+streams still hold them: ``tm.history``).
 """
 
 import asyncio

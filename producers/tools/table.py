@@ -1,7 +1,7 @@
 """The model-facing tools, one row each: how a session's definition is built and how a call is made.
 
 Every adapter that puts treemail in front of a model (the host API's
-``call_tool`` and ``tool_schemas``, the MCP server, the tool-schema exporter)
+``tm.tools.call`` and ``tm.tools.schemas``, the MCP server, the tool-schema exporter)
 serves what this table installs for the calling session, so a new tool is one
 row here and reaches all of them:
 

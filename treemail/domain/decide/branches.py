@@ -2,7 +2,7 @@
 
 An engine reverts a session's history to an earlier position, or forks a new
 session from one. Positions are those of the session's treemail stream
-(``Treemail.position`` gives the current one; an engine notes it beside the
+(``tm.history.position`` gives the current one; an engine notes it beside the
 entries of its own log). Streams stay append-only: a revert is an event,
 appended with the events that undo what the session did with its mail on the
 reverted branch, so folding the whole stream (a replay) gives exactly what
