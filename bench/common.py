@@ -4,6 +4,7 @@ Slightly over the house's 200 lines: each helper is small and every phase uses s
 """
 
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -21,7 +22,10 @@ from redis.exceptions import ResponseError
 from treemail.adapters.codec import encode_command
 from treemail.adapters import keys, members
 from treemail.adapters.config import Config, MessagingConfig, ServiceConfig
+from treemail.adapters.connection import connect
+from treemail.adapters.eventstore import EventStore
 from treemail.domain.commands import SendArguments, SendContext, SendMessage
+from treemail.services.sessions import SessionService
 
 REPLY_TO = "bench-dummy-client"
 STREAM = keys.command_stream(0)
@@ -308,3 +312,29 @@ def busy_seconds() -> float:
         return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError):
         return 0.0
+
+
+class Server:
+    """The server's adapters, built from the URL: what a bench reads or writes below the host API."""
+
+    def __init__(self, config: Config, redis) -> None:
+        self.redis = redis
+        self.store = EventStore(redis, config.service)
+        self.sessions = SessionService(self.store, config)
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+
+async def open_server(url: str) -> Server:
+    config = bench_config(url)
+    return Server(config, await connect(url, config.service))
+
+
+@contextlib.asynccontextmanager
+async def server_of(url: str):
+    server = await open_server(url)
+    try:
+        yield server
+    finally:
+        await server.close()

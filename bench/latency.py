@@ -12,7 +12,7 @@ import asyncio
 from treemail.host import SendContext, Treemail
 
 from . import roundtrip
-from .common import Workers, bench_config, cpu_seconds, flush, percentile, register_trees
+from .common import Workers, bench_config, cpu_seconds, flush, percentile, register_trees, server_of
 
 WARM_UP_SENDS = 200
 
@@ -41,6 +41,14 @@ def pooled(runs: list[dict], cpu_keys: tuple[str, ...]) -> dict:
     return out
 
 
+async def reply_pops(url: str) -> int:
+    """How many BLMPOPs the server has answered so far (INFO commandstats): in the treemail round only the
+    host's reply listener pops with it, once per wake-up."""
+    async with server_of(url) as server:
+        stats = await server.redis.info("commandstats")
+    return stats.get("cmdstat_blmpop", {}).get("calls", 0)
+
+
 async def treemail_round(url: str, rate: int, total: int) -> dict:
     """One worker, one host paced at ``rate``; also the (root, child) pairs it sent between."""
     await flush(url)
@@ -64,11 +72,11 @@ async def treemail_round(url: str, rate: int, total: int) -> dict:
             return await host.send_message(SendContext(root, "run-1", f"call-{i}"),
                                            {"to": kid, "body": f"steady message {i}"})
 
-        pops = roundtrip.count_calls(host.commands, "_pop_answers")
+        pops = await reply_pops(url)
         worker_cpu = cpu_seconds(workers.procs[0].pid)
         run = await roundtrip.paced(rate, total, send)
         run["worker_cpu"] = cpu_seconds(workers.procs[0].pid) - worker_cpu
-        run["wakeups"] = pops[0]
+        run["wakeups"] = await reply_pops(url) - pops
         workers.check_alive()
     finally:
         await host.close()

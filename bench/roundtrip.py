@@ -25,7 +25,7 @@ from pathlib import Path
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from treemail import PROTOCOL_VERSION
+from treemail.domain.protocol import PROTOCOL_VERSION
 
 STREAM = "raw:rt:cmd"
 GROUP = "raw-rt"

@@ -42,7 +42,7 @@ from treemail.domain.state import evolve
 from . import floor, latency, memory, million, population, raw, replay, scale
 from .report import ROOT, report, write_markdown
 from .sizes import FULL, QUICK, Sizes
-from .common import (busy_seconds, cpu_seconds, Workers, bench_config, flush, machine, percentile, prefill_commands, count_replies,
+from .common import (Server, open_server, server_of, busy_seconds, cpu_seconds, Workers, bench_config, flush, machine, percentile, prefill_commands, count_replies,
                      register_trees, timed_drain)
 
 VALKEY_PID = 0  # set in main: its CPU time is read around each throughput phase
@@ -61,7 +61,8 @@ async def setup_backlog(url: str, sizes: Sizes, streams: int = 1) -> dict[str, i
     host = await Treemail.connect(bench_config(url), url)
     try:
         trees = await register_trees(host, sizes.trees, sizes.children)
-        return await prefill_commands(host.redis, trees, sizes.commands, streams)
+        async with server_of(url) as server:
+            return await prefill_commands(server.redis, trees, sizes.commands, streams)
     finally:
         await host.close()
 
@@ -164,7 +165,7 @@ return n - 1
 """
 
 
-async def fill_history(host: Treemail, sender_id: str, recipient_id: str, events: int) -> int:
+async def fill_history(server: Server, sender_id: str, recipient_id: str, events: int) -> int:
     """Give the recipient a stream of ~`events` events as if that much mail had come and gone.
 
     Version 2 is the sender's ProducerRegistered, then (Accepted, Consumed) pairs
@@ -172,10 +173,10 @@ async def fill_history(host: Treemail, sender_id: str, recipient_id: str, events
     events: every pair leaves the state unchanged, so folding one pair is the
     fold of all of them. No mail is pending, so the pending-mail hash stays empty.
     """
-    record = await host.sessions.record(recipient_id)
-    sender = await host.sessions.record(sender_id)
+    record = await server.sessions.record(recipient_id)
+    sender = await server.sessions.record(sender_id)
     stream = keys.session_stream(record.partition, record.session_id)
-    loaded = await host.store.load(record)
+    loaded = await server.store.load(record)
     first = loaded.version + 1
     producer = f"agent:{sender_id}"
     registered = ev.ProducerRegistered(at=time.time(), producer_id=producer, owner="agent", sender_session_id=sender_id)
@@ -189,10 +190,10 @@ async def fill_history(host: Treemail, sender_id: str, recipient_id: str, events
     state = loaded.state
     for event in (registered, accepted, consumed):
         state = evolve(state, event)
-    await host.redis.xadd(stream, dict(zip(("type", "data"), ev.encode(registered))), id=f"{first}-0")
+    await server.redis.xadd(stream, dict(zip(("type", "data"), ev.encode(registered))), id=f"{first}-0")
     acc_pre, acc_post = ev.encode(accepted)[1].split("__MID__")
     con_pre, con_post = ev.encode(consumed)[1].split("__MID__")
-    script = host.redis.register_script(FILL_LUA)
+    script = server.redis.register_script(FILL_LUA)
     pairs = max(1, (events - 2) // 2)
     n, step = first + 1, 50_000
     last = first
@@ -200,7 +201,7 @@ async def fill_history(host: Treemail, sender_id: str, recipient_id: str, events
         count = min(step, pairs - start)
         last = int(await script(keys=[stream], args=[n, count, acc_pre, acc_post, con_pre, con_post, "old-"]))
         n = last + 1
-    await host.redis.hset(keys.session_snapshot(record.partition, record.session_id),
+    await server.redis.hset(keys.session_snapshot(record.partition, record.session_id),
                           mapping={"version": last, "snapshot": state.to_json()})
     return last
 
@@ -209,15 +210,16 @@ async def phase_history(url: str, sizes: Sizes) -> dict:
     await flush(url)
     workers = Workers(url)
     host = await Treemail.connect(bench_config(url), url)
+    server = await open_server(url)
     try:
         # The two recipients are roots; their children send to them ("parent"), taking turns, so no
         # sender reaches the per-source capacity (nobody consumes).
         (big, big_kids), (fresh, fresh_kids) = await register_trees(host, 2, HISTORY_SENDERS, run_on="children")
         senders = {big: big_kids, fresh: fresh_kids}
         t = time.perf_counter()
-        last = await fill_history(host, big_kids[0], big, sizes.big_events)
-        length = await host.redis.xlen(keys.session_stream((await host.sessions.record(big)).partition, big))
-        info = await host.redis.info("memory")
+        last = await fill_history(server, big_kids[0], big, sizes.big_events)
+        length = await server.redis.xlen(keys.session_stream((await server.sessions.record(big)).partition, big))
+        info = await server.redis.info("memory")
         log(f"  filled the big recipient's stream: {length:,} events (version {last:,}) in "
             f"{time.perf_counter() - t:.1f} s; Valkey used_memory {info['used_memory_human']}")
         workers.start(1)
@@ -237,9 +239,10 @@ async def phase_history(url: str, sizes: Sizes) -> dict:
                     raise RuntimeError(f"probe send failed: {result}")
                 timings[to].append(seconds)
         workers.check_alive()
-        big_record = await host.sessions.record(big)
-        version_after = int(await host.redis.hget(keys.session_snapshot(big_record.partition, big), "version"))
+        big_record = await server.sessions.record(big)
+        version_after = int(await server.redis.hget(keys.session_snapshot(big_record.partition, big), "version"))
     finally:
+        await server.close()
         await host.close()
         workers.stop()
     out = {

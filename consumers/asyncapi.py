@@ -26,7 +26,7 @@ import re
 from faststream.redis import ListSub, RedisBroker, StreamSub
 from faststream.specification import AsyncAPI
 
-from treemail import PROTOCOL_VERSION
+from treemail.domain.protocol import PROTOCOL_VERSION
 from treemail.adapters import keys
 from treemail.adapters.config import Config
 from treemail.adapters.wire import CommandPayload, Reply, WakeTrigger

@@ -8,7 +8,7 @@ about ``MAXLEN`` entries, each with at most ``DATA_BYTES`` of the command
 import json
 from dataclasses import dataclass
 
-from treemail import PROTOCOL_VERSION
+from treemail.domain.protocol import PROTOCOL_VERSION
 from treemail.adapters import keys, metrics
 from treemail.domain.results import clip, engine_shutdown
 

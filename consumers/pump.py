@@ -7,7 +7,7 @@ It keeps every delivery obligation stored in the streams: claims past their
 attempt timeout are released (or parked), passed deadlines park, and an idle
 or finished session with mail due (after a backoff, or whose wake trigger was
 lost) is asked to wake. At start it sweeps every session with pending mail,
-which is what ``Treemail.reconcile`` does; then, every ``interval_s``, it
+which is what ``tm.obligations.reconcile`` does; then, every ``interval_s``, it
 takes the sessions whose time has come from each partition's due index.
 
 It acts only through ``KeepObligations``, decided by a pure function and

@@ -1,1 +1,2 @@
-"""What publishes commands: the model-facing tool adapter, the command client, the host API facade."""
+"""What publishes commands, in four parts: ``host`` (the facade engines embed, and its parts), ``tools`` (the
+model-facing tool surface), ``mcp`` (those tools served over MCP) and ``client`` (the command client)."""

@@ -14,6 +14,7 @@ import logging
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
+from tenacity import AsyncRetrying, retry_if_exception_type, wait_fixed
 
 from treemail.adapters import keys
 from treemail.adapters.codec import encode_command
@@ -29,6 +30,11 @@ log = logging.getLogger("treemail.client")
 MAX_PUBLISH_BATCH = 500
 # At most this many answers taken from the reply list in one round trip.
 MAX_ANSWERS_PER_POP = 1000
+
+
+def command_stream(config: ServiceConfig, route: str) -> str:
+    """The command stream of the tree whose root is ``route`` (or of the sender ``route``, routed by sender)."""
+    return keys.command_stream(keys.command_shard(route, config.command_streams))
 
 
 class CommandClient:
@@ -66,8 +72,7 @@ class CommandClient:
         by one worker, which would otherwise conflict with another on the sessions both touch. A sender is
         in one tree for good, so its commands stay on one stream and are decided in order.
         """
-        route = root_session_id or context.session_id
-        return keys.command_stream(keys.command_shard(route, self.config.command_streams))
+        return command_stream(self.config, root_session_id or context.session_id)
 
     async def _tree_of(self, context: SendContext) -> str | None:
         """The sender's tree root when commands go by tree (``route_commands_by``); None routes by sender."""
@@ -121,14 +126,16 @@ class CommandClient:
             self._flushing = None
 
     async def _listen(self) -> None:
+        """Until the client closes. A dropped connection (any error) is retried after 0.2 s: a send
+        waiting meanwhile is covered by its deadline. Cancellation is not an error and ends it."""
         reply_key = keys.reply_list(self.client_id)
-        while not self._closing:
-            try:
-                await self._take_answers(reply_key)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # noqa: BLE001 - a dropped connection: retry, the deadline covers the sender
-                await asyncio.sleep(0.2)
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception_type(Exception), wait=wait_fixed(0.2),
+            stop=lambda _: self._closing, retry_error_callback=lambda _: None,
+        ):
+            with attempt:
+                while not self._closing:
+                    await self._take_answers(reply_key)
 
     async def _take_answers(self, reply_key: str) -> None:
         """Waits up to a second for answers and hands each to its send. Answers arrive in bursts (a

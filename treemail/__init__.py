@@ -1,10 +1,12 @@
-"""treemail: durable agent-to-agent mail for LLM agent delegation trees."""
+"""treemail: durable agent-to-agent mail for LLM agent delegation trees.
 
-from importlib.metadata import PackageNotFoundError, version
+The one import surface for engine authors, the host API (``treemail.host``) and the protocol version:
 
-PROTOCOL_VERSION = 3
+    from treemail import Treemail, SendContext, Config, load_config
+"""
 
-try:
-    __version__ = version("treemail")
-except PackageNotFoundError:  # run from a source tree that was never installed
-    __version__ = "0+unknown"
+from treemail import host
+from treemail.domain.protocol import PROTOCOL_VERSION
+from treemail.host import *  # noqa: F403 - the host API's names are this package's
+
+__all__ = ["PROTOCOL_VERSION", *host.__all__]

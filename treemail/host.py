@@ -1,12 +1,18 @@
-"""The host API engines embed: ``from treemail.host import Treemail, SendContext``.
+"""The host API engines embed: ``from treemail import Treemail, SendContext`` (or ``from treemail.host import ...``).
 
 The facade lives with the other producers (``treemail.producers.host``); this
-module is its public address.
+module is its public address, with the configuration an engine connects with
+and the installed distribution's version.
 """
 
-from treemail.producers.host import (
+from importlib.metadata import PackageNotFoundError, version
+
+from treemail.adapters.config import Config, ServiceConfig, load_config
+from treemail.domain.messaging import MessagingConfig
+from treemail.producers.host.facade import (
     Delivery,
     Disposed,
+    Interrupt,
     Observed,
     Registration,
     SendAttempt,
@@ -16,9 +22,15 @@ from treemail.producers.host import (
     Treemail,
     Wake,
 )
-from treemail.producers.tools import result_text
+from treemail.producers.tools.table import result_text
+
+try:
+    __version__ = version("treemail")
+except PackageNotFoundError:  # run from a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
-    "Treemail", "SendContext", "Registration", "Delivery", "Wake", "SendAttempt", "Observed", "SubscriptionGap",
-    "ToolResult", "result_text", "Disposed",
+    "Treemail", "SendContext", "Registration", "Delivery", "Wake", "Interrupt", "SendAttempt", "Observed",
+    "SubscriptionGap", "ToolResult", "Disposed", "result_text",
+    "Config", "MessagingConfig", "ServiceConfig", "load_config", "__version__",
 ]

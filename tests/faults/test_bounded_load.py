@@ -12,10 +12,11 @@ from treemail.projections.replay import rebuild
 from treemail.projections.runner import ProjectionRunner
 from treemail.adapters.viewstore import load_view
 from treemail.projections.views import PROJECTIONS
-from treemail.host import SendContext, Treemail
+from treemail.host import SendContext
 from treemail.domain import events as ev
 
 from .helpers import WorkerPool, build_tree, check_streams, config_for, histories
+from tests.integration.conftest import adapters, close_host, connect_host
 
 MESSAGING = {"max_pending_per_session": 20, "max_inflight_per_pair": 3}
 LOAD_S = 10.0
@@ -41,9 +42,9 @@ async def test_bounded_load_invariants(redis_url):
         phases = {"begin": time.monotonic()}
         await pool.start(2)
         phases["workers up"] = time.monotonic()
-        host = await Treemail.connect(config, redis_url)
+        host = await connect_host(config, redis_url)
         try:
-            projections = ProjectionRunner(EventStore(host.redis, config.service), config)
+            projections = ProjectionRunner(EventStore(adapters(host).redis, config.service), config)
             await projections.start()
             tree = await build_tree(host, [20, 10], status="idle")  # 1 + 20 + 200 sessions
             assert len(tree.sessions) == 221
@@ -119,13 +120,13 @@ async def test_bounded_load_invariants(redis_url):
 
             while await projections.step(block_ms=50):
                 pass
-            live = await stored_views(host.redis, partitions)
-            rebuilt = {key: dict(view) for key, view in (await rebuild(host.store, partitions, write=False)).items()}
+            live = await stored_views(adapters(host).redis, partitions)
+            rebuilt = {key: dict(view) for key, view in (await rebuild(adapters(host).store, partitions, write=False)).items()}
             phases["views compared"] = time.monotonic()
             all_histories = await histories(host, tree.sessions)
             phases["histories read"] = time.monotonic()
         finally:
-            await host.close()
+            await close_host(host)
         assert [p.poll() for p in pool.started] == [None, None]
 
     outcomes = check_streams(all_histories, results, MESSAGING, {"send_message:inbox_full",

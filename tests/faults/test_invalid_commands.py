@@ -104,7 +104,7 @@ async def test_invalid_commands_in_a_batch_are_dead_lettered_at_once_and_the_res
         assert {"`to` must be a string, not int", "`mode` must be \"steer\" or \"queue\"",
                 "`body` must be a string, not NoneType"} <= details
         assert (await raw.xpending(stream, keys.COMMAND_GROUP))["pending"] == 0
-        assert len(await host.pending_mail(child.session_id)) == 50
+        assert len(await host.obligations.pending_mail(child.session_id)) == 50
         print(f"\n50 valid and 6 invalid commands in one batch: every one answered in {elapsed:.2f} s")
     finally:
         await worker.stop()

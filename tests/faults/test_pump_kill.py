@@ -12,9 +12,9 @@ import sys
 import pytest
 
 from tests.conftest import backend_env
-from tests.integration.conftest import WORKER_ENV, messaging_env
+from tests.integration.conftest import WORKER_ENV, adapters, close_host, connect_host, messaging_env
 from treemail.domain import events as ev
-from treemail.host import SendContext, Treemail
+from treemail.host import SendContext
 
 from .helpers import WorkerPool, config_for
 
@@ -60,7 +60,7 @@ async def test_kill_9_of_a_pump_and_a_worker_mid_way_leaves_every_obligation_met
     pump_processes = [spawn_pump(redis_url) for _ in range(2)]
     async with WorkerPool(redis_url, **MESSAGING) as pool:
         await pool.start(2)
-        host = await Treemail.connect(config, redis_url)
+        host = await connect_host(config, redis_url)
         try:
             root = await host.register_root("planner", "x", rules={"child": "allow"}, status="running")
             busy = [await host.register_child(root.session_id, "busy", "x", rules={"parent": "allow"},
@@ -145,9 +145,9 @@ async def test_kill_9_of_a_pump_and_a_worker_mid_way_leaves_every_obligation_met
                 releases.update(e.reason for _, e in await host.history(session)
                                 if isinstance(e, ev.ProducerMessageReleased))
             sender_history = [event for _, event in await host.history(root.session_id)]
-            root_state = (await host.store.load(await host.sessions.record(root.session_id))).state
+            root_state = (await adapters(host).store.load(await adapters(host).sessions.record(root.session_id))).state
         finally:
-            await host.close()
+            await close_host(host)
             for process in pump_processes:
                 if process.poll() is None:
                     process.terminate()

@@ -13,12 +13,13 @@ import redis.asyncio as aioredis
 
 from treemail.adapters.eventstore import EventStore
 from treemail.adapters.viewstore import load_view
-from treemail.host import Treemail
+
 from treemail.projections.replay import rebuild
 from treemail.projections.runner import ProjectionRunner
 from treemail.projections.views import PROJECTIONS
 
 from .helpers import config_for
+from tests.integration.conftest import adapters, close_host, connect_host
 
 
 async def stored_views(redis, partitions: int) -> dict:
@@ -30,7 +31,7 @@ async def stored_views(redis, partitions: int) -> dict:
 async def test_replay_racing_registrations_drops_no_session(redis_url):
     config = config_for(redis_url)
     partitions = config.service.partitions
-    host = await Treemail.connect(config, redis_url)
+    host = await connect_host(config, redis_url)
     replayer = aioredis.Redis.from_url(redis_url)
     try:
         # Enough history that the rebuild takes a while: 40 trees of 6, each session with injected mail.
@@ -63,11 +64,11 @@ async def test_replay_racing_registrations_drops_no_session(redis_url):
         assert len(during) >= 20, "too few registrations raced the replay to prove anything"
 
         # The live runner starts from what the replay wrote and catches up.
-        runner = ProjectionRunner(EventStore(host.redis, config.service), config)
+        runner = ProjectionRunner(EventStore(adapters(host).redis, config.service), config)
         await runner.start()
         while await runner.step(block_ms=None):
             pass
-        live = await stored_views(host.redis, partitions)
+        live = await stored_views(adapters(host).redis, partitions)
         trees = {field for (name, _), view in live.items() if name == "trees" for field in view}
         missing = [s for s in during if f"root:{s}" not in trees]
         assert missing == [], f"{len(missing)} of {len(during)} sessions registered during the replay are missing"
@@ -76,4 +77,4 @@ async def test_replay_racing_registrations_drops_no_session(redis_url):
         print(f"\n{len(during)} sessions registered while the replay ran; all are in the views")
     finally:
         await replayer.aclose()
-        await host.close()
+        await close_host(host)

@@ -28,8 +28,8 @@ async def approve_whatever_is_asked(host, stop: asyncio.Event) -> int:
     approved = 0
     while not stop.is_set():
         try:
-            for request in await host.pending_approvals():
-                await host.approve(request["request_id"])
+            for request in await host.permissions.pending_approvals():
+                await host.permissions.approve(request["request_id"])
                 approved += 1
         except Exception:  # noqa: BLE001 - the server is down: the person tries again
             pass
@@ -55,7 +55,7 @@ async def test_a_send_waiting_on_an_approval_survives_a_server_restart(kill):
                 await asyncio.sleep(1.2)  # everysec: the sessions are on disk; the request will not be
                 send = asyncio.ensure_future(host.send_message(SendContext(a.session_id, "run-1", "call-1"),
                                                                {"to": b.handle, "body": "may I?"}))
-                while not await host.pending_approvals():
+                while not await host.permissions.pending_approvals():
                     await asyncio.sleep(0.02)
                 # kill -9 right after the request: it may be lost with the last second of the AOF.
                 await asyncio.to_thread(server.stop, kill)

@@ -17,9 +17,10 @@ import redis.asyncio as aioredis
 
 from treemail.adapters import keys
 from treemail.adapters.embedded import LocalValkey
-from treemail.host import SendContext, Treemail
+from treemail.host import SendContext
 
 from .helpers import WorkerPool, config_for
+from tests.integration.conftest import adapters, close_host, connect_host
 
 SENDS = 200_000
 SENDERS = 128
@@ -53,7 +54,7 @@ async def test_soak_keeps_only_history_and_returns_every_transient_structure_to_
         extra = {"TREEMAIL_SERVICE_FEED_MAXLEN": str(FEED_MAXLEN)}
         async with WorkerPool(server.url, extra_env=extra, **MESSAGING) as pool:
             await pool.start(2)
-            host = await Treemail.connect(config, server.url)
+            host = await connect_host(config, server.url)
             raw = aioredis.Redis.from_url(server.url)
             try:
                 roots = [await host.register_root("planner", "x", rules={"child": "allow"}) for _ in range(ROOTS)]
@@ -146,7 +147,7 @@ async def test_soak_keeps_only_history_and_returns_every_transient_structure_to_
                     "approval notices": await scan_count(raw, "tm:approval-notify:*"),
                     "feed entries": sum([await raw.xlen(keys.feed(p)) for p in range(service.partitions)]),
                 }
-                records = [await host.sessions.record(c.session_id) for c in running + idle]
+                records = [await adapters(host).sessions.record(c.session_id) for c in running + idle]
                 pending_mail = sum([await raw.hlen(keys.session_mail(r.partition, r.session_id)) for r in records])
                 due = sum([await raw.hlen(keys.session_due(r.partition, r.session_id)) for r in records])
                 snapshots = [len(await raw.hget(keys.session_snapshot(r.partition, r.session_id), "snapshot") or b"")
@@ -164,7 +165,7 @@ async def test_soak_keeps_only_history_and_returns_every_transient_structure_to_
 
                 # ---- what is kept per message: the session streams, and each tool call's idempotency record ----
                 after = await memory(raw)
-                senders = [await host.sessions.record(r.session_id) for r in roots]
+                senders = [await adapters(host).sessions.record(r.session_id) for r in roots]
                 stream_bytes = sum([await raw.memory_usage(keys.session_stream(r.partition, r.session_id)) or 0
                                     for r in records + senders])
                 idem_hashes = [keys.session_idempotency(r.partition, r.session_id) for r in senders]
@@ -172,7 +173,7 @@ async def test_soak_keeps_only_history_and_returns_every_transient_structure_to_
                 idem_each = sum([await raw.memory_usage(k) or 0 for k in idem_hashes]) / max(idem_records, 1)
             finally:
                 await raw.aclose()
-                await host.close()
+                await close_host(host)
     finally:
         server.cleanup()
 

@@ -1,13 +1,17 @@
 import asyncio
 import contextlib
 import itertools
+from dataclasses import dataclass
 
 import pytest
 import redis.asyncio as aioredis
 
 from treemail.consumers.app import Worker
 from treemail.adapters.config import Config, MessagingConfig, ServiceConfig
+from treemail.adapters.connection import connect
+from treemail.adapters.eventstore import EventStore
 from treemail.host import SendContext, Treemail
+from treemail.services.sessions import SessionService
 
 from ..conftest import CLUSTER, backend_env
 
@@ -43,6 +47,52 @@ async def redis_url(valkey):
     return valkey.url
 
 
+@dataclass(frozen=True)
+class Server:
+    """The server's adapters, built by a test from the Redis URL: what a test reads or writes below the host API."""
+
+    config: Config
+    redis: aioredis.Redis
+    store: EventStore
+    sessions: SessionService
+
+
+@contextlib.asynccontextmanager
+async def server_of(url: str, config: Config | None = None):
+    config = config or make_config(url)
+    redis = await connect(url, config.service)
+    store = EventStore(redis, config.service)
+    try:
+        yield Server(config, redis, store, SessionService(store, config))
+    finally:
+        await redis.aclose()
+
+
+# The adapters each running stack's test reads the server through, by the host they were built beside.
+_SERVERS: dict[int, Server] = {}
+
+
+def adapters(host: Treemail) -> Server:
+    """The adapters built from the same URL and configuration as ``host`` (``running_stack``, ``connect_host``)."""
+    return _SERVERS[id(host)]
+
+
+async def connect_host(config: Config, url: str) -> Treemail:
+    """``Treemail.connect`` with the adapters ``adapters(host)`` gives beside it; close with ``close_host``."""
+    host = await Treemail.connect(config, url)
+    redis = await connect(url, config.service)
+    store = EventStore(redis, config.service)
+    _SERVERS[id(host)] = Server(config, redis, store, SessionService(store, config))
+    return host
+
+
+async def close_host(host: Treemail) -> None:
+    server = _SERVERS.pop(id(host), None)
+    await host.close()
+    if server is not None:
+        await server.redis.aclose()
+
+
 @contextlib.asynccontextmanager
 async def running_stack(url: str, workers: int = 1, profile: str = "fast", config: Config | None = None,
                         **messaging):
@@ -53,7 +103,12 @@ async def running_stack(url: str, workers: int = 1, profile: str = "fast", confi
         await worker.start()
     host = await Treemail.connect(config, url)
     try:
-        yield host
+        async with server_of(url, config) as server:
+            _SERVERS[id(host)] = server
+            try:
+                yield host
+            finally:
+                del _SERVERS[id(host)]
     finally:
         await host.close()
         for worker in pool:

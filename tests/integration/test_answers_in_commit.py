@@ -15,11 +15,11 @@ from treemail.consumers.app import Worker
 from treemail.domain import events as ev
 from treemail.domain.commands import SendArguments, SendContext, SendMessage
 from treemail.domain.records import SessionRecord
-from treemail.host import Treemail
+
 from treemail.services.sends import ANSWERED_BY_APPENDS_UP_TO
 
 from ..conftest import CLUSTER
-from .conftest import make_config
+from .conftest import adapters, close_host, connect_host, make_config
 from .test_event_store_contract import prepare
 
 pytestmark = pytest.mark.skipif(CLUSTER, reason="a cluster answers after the appends (different slots)")
@@ -89,7 +89,7 @@ async def sender_and_recipient(host) -> tuple:
 async def waiting(host, commands: list[SendMessage]) -> str:
     """The commands XADDed before any worker reads, so that one batch takes them together; their stream."""
     stream = keys.command_stream(0)
-    async with host.redis.pipeline(transaction=False) as pipe:
+    async with adapters(host).redis.pipeline(transaction=False) as pipe:
         for command in commands:
             pipe.xadd(stream, {"__data__": encode_command(command)})
         await pipe.execute()
@@ -97,7 +97,7 @@ async def waiting(host, commands: list[SendMessage]) -> str:
 
 
 async def test_an_accepted_send_needs_no_answer_step_and_a_refusal_kept_alone_still_gets_one(redis_url, calls):
-    host = await Treemail.connect(make_config(redis_url), redis_url)
+    host = await connect_host(make_config(redis_url), redis_url)
     worker, answered_apart = await watched_worker(redis_url)
     try:
         root, child = await sender_and_recipient(host)
@@ -110,14 +110,14 @@ async def test_an_accepted_send_needs_no_answer_step_and_a_refusal_kept_alone_st
         assert refused["error"]["code"] == "send_message:unknown_session"
         assert len(answered_apart) == 1
         for index in range(make_config(redis_url).service.command_streams):
-            assert (await host.redis.xpending(keys.command_stream(index), keys.COMMAND_GROUP))["pending"] == 0
+            assert (await adapters(host).redis.xpending(keys.command_stream(index), keys.COMMAND_GROUP))["pending"] == 0
     finally:
-        await host.close()
+        await close_host(host)
         await worker.stop()
 
 
 async def test_a_command_delivered_twice_in_one_batch_is_answered_twice_and_both_entries_acknowledged(redis_url):
-    host = await Treemail.connect(make_config(redis_url), redis_url)
+    host = await connect_host(make_config(redis_url), redis_url)
     worker = None
     try:
         root, child = await sender_and_recipient(host)
@@ -126,22 +126,22 @@ async def test_a_command_delivered_twice_in_one_batch_is_answered_twice_and_both
         stream = await waiting(host, [command, command])
         worker, answered_apart = await watched_worker(redis_url)
 
-        first = await host.redis.blpop([keys.reply_list("twice-client")], timeout=10)
-        second = await host.redis.blpop([keys.reply_list("twice-client")], timeout=10)
+        first = await adapters(host).redis.blpop([keys.reply_list("twice-client")], timeout=10)
+        second = await adapters(host).redis.blpop([keys.reply_list("twice-client")], timeout=10)
 
         assert json.loads(first[1]) == json.loads(second[1])  # the second from the first one's record
         assert answered_apart == ["cmd-twice"]  # the first by its append, the second apart
-        assert (await host.redis.xpending(stream, keys.COMMAND_GROUP))["pending"] == 0
+        assert (await adapters(host).redis.xpending(stream, keys.COMMAND_GROUP))["pending"] == 0
         accepted = [e for _, e in await host.history(child.session_id) if isinstance(e, ev.ProducerMessageAccepted)]
         assert len(accepted) == 1
     finally:
-        await host.close()
+        await close_host(host)
         if worker is not None:
             await worker.stop()
 
 
 async def test_a_batch_larger_than_the_limit_is_answered_in_one_step_after_its_appends(redis_url):
-    host = await Treemail.connect(make_config(redis_url), redis_url)
+    host = await connect_host(make_config(redis_url), redis_url)
     worker = None
     try:
         root, child = await sender_and_recipient(host)
@@ -153,12 +153,12 @@ async def test_a_batch_larger_than_the_limit_is_answered_in_one_step_after_its_a
         ])
         worker, answered_apart = await watched_worker(redis_url, max_inflight_per_pair=0)
 
-        answers = [await host.redis.blpop([keys.reply_list("batch-client")], timeout=10) for _ in range(count)]
+        answers = [await adapters(host).redis.blpop([keys.reply_list("batch-client")], timeout=10) for _ in range(count)]
 
         assert all("ok" in json.loads(a[1]) for a in answers)
         assert sorted(answered_apart) == sorted(f"cmd-{i}" for i in range(count))
-        assert (await host.redis.xpending(stream, keys.COMMAND_GROUP))["pending"] == 0
+        assert (await adapters(host).redis.xpending(stream, keys.COMMAND_GROUP))["pending"] == 0
     finally:
-        await host.close()
+        await close_host(host)
         if worker is not None:
             await worker.stop()

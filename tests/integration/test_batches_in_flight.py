@@ -7,7 +7,7 @@ from treemail.adapters import keys
 from treemail.consumers.app import Worker
 from treemail.host import Treemail
 
-from .conftest import make_config
+from .conftest import adapters, close_host, connect_host, make_config
 
 HELD_MS = 500  # long enough for several of FastStream's 100 ms polls
 
@@ -53,7 +53,7 @@ async def started(redis_url: str, batches_in_flight: int, alone: bool = True, ex
     await worker.start()
     if alone:  # it owns the stream, or (streams shared) the health probe has found no other worker reading it
         await until(lambda: keys.command_stream(0) in worker.in_flight.read_alone)
-    host = await Treemail.connect(config, redis_url)
+    host = await connect_host(config, redis_url)
     root = await host.register_root("planner", "plans", rules={"child": "allow"})
     child = await host.register_child(root.session_id, "explore", "reads", rules={"parent": "allow"})
     await host.start_run(root.session_id, "run-1")
@@ -93,11 +93,11 @@ async def test_the_next_batch_is_decided_while_one_waits_and_no_more_than_the_bo
         results = await asyncio.gather(first, second, third)
         assert all("message_id" in r for r in results), results
         assert gate.entered == ["hold-1", "hold-2", "free-3"]
-        assert (await host.redis.xpending(keys.command_stream(0), keys.COMMAND_GROUP))["pending"] == 0
-        assert len(await host.pending_mail(child.session_id)) == 3
+        assert (await adapters(host).redis.xpending(keys.command_stream(0), keys.COMMAND_GROUP))["pending"] == 0
+        assert len(await host.obligations.pending_mail(child.session_id)) == 3
     finally:
         gate.open.set()
-        await host.close()
+        await close_host(host)
         await worker.stop()
 
 
@@ -108,7 +108,7 @@ async def test_with_one_batch_in_flight_the_next_waits_for_it(redis_url, calls):
         await takes_one_batch_at_a_time(host, gate, calls, root, child)
     finally:
         gate.open.set()
-        await host.close()
+        await close_host(host)
         await worker.stop()
 
 
@@ -125,10 +125,10 @@ async def test_a_stopping_worker_finishes_the_batches_in_flight(redis_url, calls
         gate.open.set()
         await asyncio.wait_for(stopping, 10)
         assert "message_id" in await asyncio.wait_for(first, 10)
-        assert (await host.redis.xpending(keys.command_stream(0), keys.COMMAND_GROUP))["pending"] == 0
+        assert (await adapters(host).redis.xpending(keys.command_stream(0), keys.COMMAND_GROUP))["pending"] == 0
     finally:
         gate.open.set()
-        await host.close()
+        await close_host(host)
         if stopping is None:
             await worker.stop()
         else:
@@ -144,7 +144,7 @@ async def test_a_worker_that_shares_the_stream_with_another_takes_one_batch_at_a
     async def neighbour() -> None:
         # Another worker of the group polling the stream (it reads its own pending entries: it takes none).
         while neighbour_polls:
-            await host.redis.xreadgroup(keys.COMMAND_GROUP, "neighbour", {stream: "0"}, count=1)
+            await adapters(host).redis.xreadgroup(keys.COMMAND_GROUP, "neighbour", {stream: "0"}, count=1)
             await asyncio.sleep(0.1)
 
     polling = asyncio.create_task(neighbour())
@@ -155,7 +155,7 @@ async def test_a_worker_that_shares_the_stream_with_another_takes_one_batch_at_a
         neighbour_polls = False
         await polling
         gate.open.set()
-        await host.close()
+        await close_host(host)
         await worker.stop()
 
 
@@ -166,5 +166,5 @@ async def test_a_worker_whose_held_states_others_keep_changing_takes_one_batch_a
         await takes_one_batch_at_a_time(host, gate, calls, root, child)
     finally:
         gate.open.set()
-        await host.close()
+        await close_host(host)
         await worker.stop()

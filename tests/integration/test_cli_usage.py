@@ -17,7 +17,7 @@ from treemail.entrypoints.cli import app
 from treemail.projections.render import history_row
 
 from ..conftest import CLUSTER
-from .conftest import Calls
+from .conftest import Calls, adapters
 
 
 def cli(redis_url, *args, timeout=60, **env):
@@ -109,13 +109,13 @@ async def test_data_commands_speak_json(stack, redis_url):
 
     waiting = asyncio.create_task(stack.send_message(Calls().ctx(child.session_id, "r"),
                                                      {"to": root.handle, "body": "may I?"}))
-    while not await stack.pending_approvals():
+    while not await stack.permissions.pending_approvals():
         await asyncio.sleep(0.02)
-    await stack.redis.xadd(keys.dead_letters(), {"reason": "malformed", "stream": "s", "entry_id": "1-0",
+    await adapters(stack).redis.xadd(keys.dead_letters(), {"reason": "malformed", "stream": "s", "entry_id": "1-0",
                                                  "consumer": "c", "data": "{not json"})
     from treemail.projections.replay import rebuild
 
-    await rebuild(stack.store, list(range(stack.config.service.partitions)))
+    await rebuild(adapters(stack).store, list(range(adapters(stack).config.service.partitions)))
     try:
         approvals = [json.loads(line) for line in cli(redis_url, "approvals", "list", "--json").stdout.splitlines()]
         assert [a["body"] for a in approvals] == ["may I?"] and approvals[0]["sender_handle"] == child.handle
@@ -155,9 +155,9 @@ async def test_a_handle_two_trees_share_is_a_one_line_error(stack, redis_url):
     first = await stack.register_root("planner", "x")
     second = await stack.register_root("planner", "y")
     # Handles are unique per tree only: give the second tree the first one's handle, as a collision would.
-    record = await stack.sessions.record(second.session_id)
-    await stack.redis.hset(keys.tree_handles(record.partition, second.session_id), first.handle, second.session_id)
-    await stack.redis.sadd(keys.partition_sessions(record.partition), second.session_id)
+    record = await adapters(stack).sessions.record(second.session_id)
+    await adapters(stack).redis.hset(keys.tree_handles(record.partition, second.session_id), first.handle, second.session_id)
+    await adapters(stack).redis.sadd(keys.partition_sessions(record.partition), second.session_id)
     line = one_line_error(cli(redis_url, "history", first.handle))
     assert "names 2 sessions" in line and first.session_id in line and second.session_id in line
 

@@ -29,7 +29,7 @@ async def test_an_image_message_is_delivered_with_its_image_parts_and_refused_fo
 
         assert "message_id" in accepted, accepted
         assert refused["error"]["code"] == "send_message:model_does_not_support_images"
-        assert await host.pending_mail(blind.session_id) == []
+        assert await host.obligations.pending_mail(blind.session_id) == []
 
         await host.start_run(sees.session_id, "run-v1")
         [delivery] = await host.claim(sees.session_id, "run-v1")

@@ -45,7 +45,7 @@ async def test_malformed_and_poison_commands_go_to_the_dead_letter_stream(redis_
         # Poison: a sender whose directory entry is corrupt makes every decision of it fail.
         await raw.set(keys.directory("01a228af-dead-7000-8000-000000000000"), b"corrupt")
         poison = SendMessage("cmd-poison", SendContext("01a228af-dead-7000-8000-000000000000", "r", "c"),
-                             SendArguments(child.handle, "x"), host.commands.client_id)
+                             SendArguments(child.handle, "x"), "dead-letter-probe")
         await raw.xadd(keys.command_stream(0), {"__data__": encode_command(poison)})
         # A good send still goes through meanwhile.
         result = await host.send_message(Calls().ctx(root.session_id), {"to": child.handle, "body": "fine"})

@@ -194,7 +194,7 @@ async def test_restart_before_delivery_still_delivers():
         server.start()
         host = await Treemail.connect(config, server.url)
         try:
-            assert await host.reconcile(interrupted_runs=True) == 2
+            assert await host.obligations.reconcile(interrupted_runs=True) == 2
             delivered = {}
             for _ in range(10):
                 for wake in await host.wakes("runner-after-restart", count=10, block_ms=500):

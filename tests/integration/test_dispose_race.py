@@ -71,7 +71,7 @@ async def race(url: str, kill: bool = False):
                 answered_at_dispose.append(len(results))
                 if kill:
                     os.kill(pool[0].pid, signal.SIGKILL)
-                disposed = await host.dispose(target.session_id, "aborted")
+                disposed = await host.disposal.dispose(target.session_id, "aborted")
                 closed.set()
                 return disposed
 

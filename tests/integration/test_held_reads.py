@@ -7,7 +7,7 @@ from treemail.adapters import keys
 from treemail.domain import events as ev
 from treemail.host import SendContext
 
-from .conftest import running_stack
+from .conftest import adapters, running_stack
 
 pytestmark = pytest.mark.cluster
 
@@ -62,12 +62,12 @@ async def test_a_send_after_the_drain_began_is_refused_though_the_worker_held_ev
     await stack.start_run(root.session_id, "run-1")
     assert "message_id" in await stack.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "a"})
 
-    await stack.drain()
+    await stack.disposal.drain()
     refused = await stack.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "b"})
-    await stack.undrain()
+    await stack.disposal.undrain()
     after = await stack.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "c"})
 
     assert refused["error"]["code"] == "send_message:draining"
     assert "message_id" in after
-    partition = (await stack.sessions.record(child.session_id)).partition
-    assert not await stack.redis.exists(keys.partition_drain(partition))  # the copies go with the flag
+    partition = (await adapters(stack).sessions.record(child.session_id)).partition
+    assert not await adapters(stack).redis.exists(keys.partition_drain(partition))  # the copies go with the flag

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.cluster
 
 
 async def names(host, session_id) -> list[str]:
-    return [t["name"] for t in await host.tool_schemas(session_id, "mcp")]
+    return [t["name"] for t in await host.tools.schemas(session_id, "mcp")]
 
 
 async def test_installed_tools_are_offered_called_and_recorded(stack, calls):
@@ -21,19 +21,19 @@ async def test_installed_tools_are_offered_called_and_recorded(stack, calls):
     child = await stack.register_child(root.session_id, "explore", "reads", rules={"parent": "allow"})
     await live(stack, root)
     assert await names(stack, root.session_id) == ["send_message"]
-    refused = await stack.call_tool(calls.ctx(root.session_id), "inspect_message", {"message_id": "m"})
+    refused = await stack.tools.call(calls.ctx(root.session_id), "inspect_message", {"message_id": "m"})
     assert refused["error"]["code"] == "unknown_tool"
 
-    assert await stack.install_tools(root.session_id, ["retry_message", "inspect_message"]) == [
+    assert await stack.tools.install(root.session_id, ["retry_message", "inspect_message"]) == [
         "inspect_message", "retry_message"]
     assert await names(stack, root.session_id) == ["send_message", "inspect_message", "retry_message"]
-    sent = await stack.call_tool(calls.ctx(root.session_id), "send_message", {"to": child.handle, "body": "hi"})
-    status = await stack.call_tool(calls.ctx(root.session_id), "inspect_message", {"message_id": sent["message_id"]})
+    sent = await stack.tools.call(calls.ctx(root.session_id), "send_message", {"to": child.handle, "body": "hi"})
+    status = await stack.tools.call(calls.ctx(root.session_id), "inspect_message", {"message_id": sent["message_id"]})
     assert status["status"] == "accepted"
     # The child did not get them: installation is per session.
     assert await names(stack, child.session_id) == ["send_message"]
 
-    assert await stack.install_tools(root.session_id, []) == []
+    assert await stack.tools.install(root.session_id, []) == []
     assert await names(stack, root.session_id) == ["send_message"]
     installs = [e.tools for _, e in await stack.history(root.session_id) if isinstance(e, ev.ToolsInstalled)]
     assert installs == [["inspect_message", "retry_message"], []]
@@ -42,11 +42,11 @@ async def test_installed_tools_are_offered_called_and_recorded(stack, calls):
 async def test_a_peer_tool_needs_both_its_installation_and_a_grant(stack):
     planner = await stack.register_root("planner", "plans", rules={})
     advisor = await stack.register_root("advisor", "reviews", rules={}, status="idle")
-    await stack.install_tools(planner.session_id, ["send_to_peer"])
+    await stack.tools.install(planner.session_id, ["send_to_peer"])
     assert await names(stack, planner.session_id) == []  # installed, but no route grants a send yet
 
-    await stack.register_peer_route("advisor", advisor.session_id, source_session_id=planner.session_id)
-    await stack.set_peer_grant(advisor.session_id, source_session_id=planner.session_id, send=True)
+    await stack.peers.register_route("advisor", advisor.session_id, source_session_id=planner.session_id)
+    await stack.peers.set_grant(advisor.session_id, source_session_id=planner.session_id, send=True)
     assert await names(stack, planner.session_id) == ["send_to_peer"]
 
 
@@ -54,8 +54,8 @@ async def test_an_unknown_tool_name_is_refused_and_changes_nothing(stack):
     root = await stack.register_root("planner", "plans", rules={"child": "allow"})
     before = await stack.history(root.session_id)
     with pytest.raises(LifecycleError) as refused:
-        await stack.install_tools(root.session_id, ["inspect_message", "rm_rf"])
+        await stack.tools.install(root.session_id, ["inspect_message", "rm_rf"])
     assert refused.value.code == "lifecycle:unknown_tool" and "rm_rf" in refused.value.message
     assert await stack.history(root.session_id) == before
     with pytest.raises(ValueError):
-        await stack.install_tools(root.session_id, "inspect_message")
+        await stack.tools.install(root.session_id, "inspect_message")

@@ -23,7 +23,7 @@ async def family(host):
 async def interrupts_for(host, consumer="runner-1", timeout=5.0):
     deadline = asyncio.get_running_loop().time() + timeout
     while asyncio.get_running_loop().time() < deadline:
-        found = await host.interrupts(consumer, block_ms=200)
+        found = await host.interrupts.read(consumer, block_ms=200)
         if found:
             return found
     return []
@@ -36,7 +36,7 @@ async def of_type(host, session_id, cls):
 async def test_an_interrupt_reaches_the_host_runner_and_the_run_finishes_aborted(stack, calls):
     root, child = await family(stack)
     await stack.start_run(child.session_id, "run-c1")
-    result = await stack.interrupt_agent(calls.ctx(root.session_id), {"to": child.handle, "reason": "wrong file"})
+    result = await stack.interrupts.interrupt_agent(calls.ctx(root.session_id), {"to": child.handle, "reason": "wrong file"})
     assert result["result"] == "interrupt_requested" and result["agent"] == child.handle
 
     # The runner's side: the trigger, then at the run's next safe point, finish it aborted.
@@ -44,14 +44,14 @@ async def test_an_interrupt_reaches_the_host_runner_and_the_run_finishes_aborted
     assert (trigger.session_id, trigger.run_id, trigger.interrupt_id) == (child.session_id, "run-c1",
                                                                          result["interrupt_id"])
     assert trigger.reason == "wrong file" and trigger.sender_session_id == root.session_id
-    assert await stack.abort_run(trigger) is True
+    assert await stack.interrupts.abort_run(trigger) is True
 
     [requested] = await of_type(stack, child.session_id, ev.SessionInterruptRequested)
     [finished] = await of_type(stack, child.session_id, ev.SessionRunFinished)
     assert requested.run_id == "run-c1" and requested.sender_handle == root.handle
     assert (finished.run_id, finished.reason) == ("run-c1", "aborted")
     # Acknowledged: no runner sees it again, and the wake runners never saw it at all.
-    assert await stack.interrupts("runner-2", block_ms=50) == []
+    assert await stack.interrupts.read("runner-2", block_ms=50) == []
     assert await stack.wakes("runner-1", block_ms=50) == []
 
 
@@ -59,15 +59,15 @@ async def test_a_retried_interrupt_returns_the_first_outcome_and_appends_nothing
     root, child = await family(stack)
     await stack.start_run(child.session_id, "run-c1")
     ctx = calls.ctx(root.session_id)
-    first = await stack.interrupt_agent(ctx, {"to": child.handle})
+    first = await stack.interrupts.interrupt_agent(ctx, {"to": child.handle})
     await stack.finish_run(child.session_id, "run-c1")
-    again = await stack.interrupt_agent(ctx, {"to": child.handle})
+    again = await stack.interrupts.interrupt_agent(ctx, {"to": child.handle})
     assert again == first
     assert len(await of_type(stack, child.session_id, ev.SessionInterruptRequested)) == 1
-    conflict = await stack.interrupt_agent(ctx, {"to": child.handle, "reason": "other"})
+    conflict = await stack.interrupts.interrupt_agent(ctx, {"to": child.handle, "reason": "other"})
     assert conflict["error"]["code"] == "interrupt_agent:idempotency_conflict"
     # The run ended before a runner looked: its trigger is dropped, not handed out.
-    assert await stack.interrupts("runner-1", block_ms=50) == []
+    assert await stack.interrupts.read("runner-1", block_ms=50) == []
 
 
 async def test_interrupting_an_idle_session_is_a_no_op_and_a_session_without_rules_has_no_tool(stack, calls):
@@ -75,17 +75,17 @@ async def test_interrupting_an_idle_session_is_a_no_op_and_a_session_without_rul
     await stack.start_run(child.session_id, "run-c1")
     await stack.finish_run(child.session_id, "run-c1")
     before = len(await stack.history(child.session_id))
-    result = await stack.interrupt_agent(calls.ctx(root.session_id), {"to": child.session_id})
+    result = await stack.interrupts.interrupt_agent(calls.ctx(root.session_id), {"to": child.session_id})
     assert result["result"] == "not_running" and result["recipient_state"] == "idle"
     assert len(await stack.history(child.session_id)) == before
-    assert await stack.interrupts("runner-1", block_ms=50) == []
+    assert await stack.interrupts.read("runner-1", block_ms=50) == []
 
-    assert (await stack.interrupt_tool_definition(root.session_id))["name"] == "interrupt_agent"
-    assert await stack.interrupt_tool_definition(child.session_id) is None
+    assert (await stack.interrupts.tool_definition(root.session_id))["name"] == "interrupt_agent"
+    assert await stack.interrupts.tool_definition(child.session_id) is None
     await stack.start_run(child.session_id, "run-1")  # a live caller, without the tool
-    refused = await stack.interrupt_agent(calls.ctx(child.session_id), {"to": root.handle})
+    refused = await stack.interrupts.interrupt_agent(calls.ctx(child.session_id), {"to": root.handle})
     assert refused["error"]["code"] == "interrupt_agent:permission_denied"
-    invalid = await stack.interrupt_agent(calls.ctx(root.session_id), {"to": child.handle, "body": "x"})
+    invalid = await stack.interrupts.interrupt_agent(calls.ctx(root.session_id), {"to": child.handle, "body": "x"})
     assert invalid["error"]["code"] == "interrupt_agent:invalid_arguments"
 
 
@@ -95,7 +95,7 @@ async def test_an_unknown_handle_lists_the_direct_neighbours(stack, calls):
     sibling = await stack.register_child(root.session_id, "review", "reviews")
     grandchild = await stack.register_child(child.session_id, "grep", "greps")
     await live(stack, child)
-    result = await stack.interrupt_agent(calls.ctx(child.session_id), {"to": "nobody_00000000"})
+    result = await stack.interrupts.interrupt_agent(calls.ctx(child.session_id), {"to": "nobody_00000000"})
     assert result["error"]["code"] == "interrupt_agent:unknown_session"
     listing = result["error"]["message"]
     assert root.handle in listing and grandchild.handle in listing and sibling.handle not in listing
@@ -104,23 +104,23 @@ async def test_an_unknown_handle_lists_the_direct_neighbours(stack, calls):
 async def test_an_unacknowledged_interrupt_is_reclaimed_by_another_runner(stack, calls):
     root, child = await family(stack)
     await stack.start_run(child.session_id, "run-c1")
-    await stack.interrupt_agent(calls.ctx(root.session_id), {"to": child.handle})
+    await stack.interrupts.interrupt_agent(calls.ctx(root.session_id), {"to": child.handle})
     [taken] = await interrupts_for(stack, "runner-dies")
     await asyncio.sleep(0.7)  # past reclaim_idle_ms (500 ms in the tests' configuration)
     [reclaimed] = await interrupts_for(stack, "runner-2")
     assert reclaimed.interrupt_id == taken.interrupt_id
-    assert await stack.abort_run(reclaimed) is True
+    assert await stack.interrupts.abort_run(reclaimed) is True
 
 
 async def test_interrupt_agent_is_a_row_of_the_tool_registry_every_adapter_serves(stack, calls):
     root, child = await family(stack)
-    names = [t["name"] for t in await stack.tool_schemas(root.session_id, "mcp")]
+    names = [t["name"] for t in await stack.tools.schemas(root.session_id, "mcp")]
     assert names == ["send_message", "interrupt_agent"]
-    assert [t["name"] for t in await stack.tool_schemas(child.session_id, "mcp")] == ["send_message"]
+    assert [t["name"] for t in await stack.tools.schemas(child.session_id, "mcp")] == ["send_message"]
     await stack.start_run(child.session_id, "run-c1")
 
-    result = await stack.call_tool(calls.ctx(root.session_id), "interrupt_agent", {"to": child.handle})
+    result = await stack.tools.call(calls.ctx(root.session_id), "interrupt_agent", {"to": child.handle})
 
     assert result["result"] == "interrupt_requested"
-    refused = await stack.call_tool(calls.ctx(child.session_id), "interrupt_agent", {"to": root.handle})
+    refused = await stack.tools.call(calls.ctx(child.session_id), "interrupt_agent", {"to": root.handle})
     assert refused["error"]["code"] == "unknown_tool"

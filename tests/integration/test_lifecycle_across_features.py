@@ -7,7 +7,7 @@ import pytest
 from treemail.domain import events as ev
 from treemail.host import SendContext
 
-from .conftest import live, running_stack
+from .conftest import adapters, live, running_stack
 
 pytestmark = pytest.mark.cluster
 
@@ -23,22 +23,22 @@ def of_type(history, cls):
 async def test_a_peer_send_needs_the_senders_open_run_and_a_target_before_its_cutoff(stack, calls):
     planner = await stack.register_root("planner", "plans", rules={})
     advisor = await stack.register_root("advisor", "advises", rules={}, status="idle")
-    await stack.register_peer_route("advisor", advisor.session_id, source_session_id=planner.session_id)
-    await stack.set_peer_grant(advisor.session_id, source_session_id=planner.session_id, send=True)
+    await stack.peers.register_route("advisor", advisor.session_id, source_session_id=planner.session_id)
+    await stack.peers.set_grant(advisor.session_id, source_session_id=planner.session_id, send=True)
 
-    stale = await stack.send_to_peer(calls.ctx(planner.session_id), {"peer": "advisor", "body": "too early"})
+    stale = await stack.peers.send(calls.ctx(planner.session_id), {"peer": "advisor", "body": "too early"})
     assert code(stale) == "send_message:sender_not_live"
     await live(stack, planner)
     first_call = calls.ctx(planner.session_id)
-    first = await stack.send_to_peer(first_call, {"peer": "advisor", "body": "before the cutoff"})
+    first = await stack.peers.send(first_call, {"peer": "advisor", "body": "before the cutoff"})
     assert "message_id" in first
 
-    disposed = await stack.dispose(advisor.session_id)
+    disposed = await stack.disposal.dispose(advisor.session_id)
     assert list(disposed.returned) == [first["message_id"]]
-    late = await stack.send_to_peer(calls.ctx(planner.session_id), {"peer": "advisor", "body": "after it"})
+    late = await stack.peers.send(calls.ctx(planner.session_id), {"peer": "advisor", "body": "after it"})
     assert code(late) == "send_message:recipient_closing"
     # Retried after the cutoff, the call accepted before it keeps its outcome.
-    assert await stack.send_to_peer(first_call, {"peer": "advisor", "body": "before the cutoff"}) == first
+    assert await stack.peers.send(first_call, {"peer": "advisor", "body": "before the cutoff"}) == first
     # The peer's message came back to the planner as treemail's notice.
     [notice] = [d for d in await stack.claim(planner.session_id, "run-1") if d.owner == "returned"]
     assert notice.text.startswith('<treemail_notice kind="message_returned">') and "before the cutoff" in notice.text
@@ -47,12 +47,12 @@ async def test_a_peer_send_needs_the_senders_open_run_and_a_target_before_its_cu
 async def test_a_fork_below_a_draining_session_drains_too(stack, calls):
     root = await stack.register_root("planner", "plans", rules={"*": "allow"}, status="running")
     child = await stack.register_child(root.session_id, "explore", "reads", rules={"*": "allow"}, status="running")
-    await stack.drain(root.session_id)
-    fork = await stack.fork(child.session_id, await stack.position(child.session_id))
+    await stack.disposal.drain(root.session_id)
+    fork = await stack.history.fork(child.session_id, await stack.history.position(child.session_id))
     await live(stack, fork)
     refused = await stack.send_message(calls.ctx(fork.session_id), {"to": root.handle, "body": "x"})
     assert code(refused) == "send_message:draining"
-    await stack.undrain(root.session_id)
+    await stack.disposal.undrain(root.session_id)
     assert "message_id" in await stack.send_message(calls.ctx(fork.session_id), {"to": root.handle, "body": "y"})
 
 
@@ -61,16 +61,16 @@ async def test_only_the_callers_open_run_interrupts_and_a_retry_after_it_ended_g
     root = await stack.register_root("planner", "plans", rules=rules)
     child = await stack.register_child(root.session_id, "explore", "reads", rules={"parent": "allow"})
     await stack.start_run(child.session_id, "run-c")
-    refused = await stack.interrupt_agent(calls.ctx(root.session_id), {"to": child.handle})
+    refused = await stack.interrupts.interrupt_agent(calls.ctx(root.session_id), {"to": child.handle})
     assert code(refused) == "interrupt_agent:sender_not_live"
 
     await live(stack, root)
     ctx = calls.ctx(root.session_id)
-    first = await stack.interrupt_agent(ctx, {"to": child.handle, "reason": "stop"})
+    first = await stack.interrupts.interrupt_agent(ctx, {"to": child.handle, "reason": "stop"})
     assert first["result"] == "interrupt_requested"
     await stack.finish_run(root.session_id, "run-1")
-    assert await stack.interrupt_agent(ctx, {"to": child.handle, "reason": "stop"}) == first
-    assert code(await stack.interrupt_agent(calls.ctx(root.session_id), {"to": child.handle})) == (
+    assert await stack.interrupts.interrupt_agent(ctx, {"to": child.handle, "reason": "stop"}) == first
+    assert code(await stack.interrupts.interrupt_agent(calls.ctx(root.session_id), {"to": child.handle})) == (
         "interrupt_agent:sender_not_live")
     assert len(of_type(await stack.history(child.session_id), ev.SessionInterruptRequested)) == 1
 
@@ -85,16 +85,16 @@ async def test_mail_returned_by_a_disposal_is_processed_for_its_sender_and_frees
         assert code(await host.send_message(calls.ctx(root.session_id), {"to": b.handle, "body": "x"})) == (
             "send_message:source_capacity")
 
-        await host.dispose(a.session_id, "aborted")
+        await host.disposal.dispose(a.session_id, "aborted")
 
-        status = await host.inspect(sent["message_id"], root.session_id)
+        status = await host.obligations.inspect(sent["message_id"], root.session_id)
         assert status["status"] == "processed" and status["settlement"]["outcome"] == "discarded"
         assert status["reason"].startswith("recipient disposed before processing it; returned to its sender")
         [settled] = of_type(await host.history(root.session_id), ev.MessageSettled)
         assert settled.message_id == sent["message_id"]
         assert "message_id" in await host.send_message(calls.ctx(root.session_id), {"to": b.handle, "body": "y"})
         # The returned notice on the root's own stream was never counted as mail it sent.
-        assert (await host.store.load(await host.sessions.record(root.session_id))).state.outstanding == 1
+        assert (await adapters(host).store.load(await adapters(host).sessions.record(root.session_id))).state.outstanding == 1
 
 
 async def test_a_settlement_notice_is_mail_with_attempts_and_never_a_message_the_child_sent(stack, calls):
@@ -108,11 +108,11 @@ async def test_a_settlement_notice_is_mail_with_attempts_and_never_a_message_the
     [notice] = [d for d in await stack.claim(root.session_id, "run-1") if d.owner == "settlement"]
     assert "stopped because it refused to continue" in notice.text and "I will not do that." in notice.text
     assert notice.sender_session_id is None
-    status_before = [m for m in await stack.pending_mail(root.session_id) if m.message_id == notice.message_id]
+    status_before = [m for m in await stack.obligations.pending_mail(root.session_id) if m.message_id == notice.message_id]
     assert status_before[0].attempts == 1  # claimed like any mail (a delivery attempt)
     await stack.release(root.session_id, notice.message_id)
     await stack.finish_run(root.session_id, "run-1")
-    child_state = (await stack.store.load(await stack.sessions.record(child.session_id))).state
+    child_state = (await adapters(stack).store.load(await adapters(stack).sessions.record(child.session_id))).state
     assert child_state.outstanding == 0  # the notice is the parent's mail, never an intent of the child's
     [finished] = [e for e in of_type(await stack.history(child.session_id), ev.SessionRunFinished)]
     assert finished.reason == "refusal"

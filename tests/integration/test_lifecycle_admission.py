@@ -7,6 +7,7 @@ from treemail.adapters import keys
 from treemail.domain import commands as c
 from treemail.domain.errors import LifecycleError
 from treemail.host import SendContext
+from .conftest import adapters
 
 pytestmark = pytest.mark.cluster
 
@@ -62,12 +63,12 @@ async def test_only_the_open_run_sends_and_a_retried_call_from_an_ended_run_keep
 async def test_a_draining_service_refuses_new_sends_and_still_delivers_accepted_mail(stack):
     root, a, _ = await family(stack)
     before = await send(stack, root, "run-root", "call-1", a.handle, "accepted before the drain")
-    await stack.drain()
+    await stack.disposal.drain()
     refused = await send(stack, root, "run-root", "call-2", a.handle)
     assert code(refused) == "send_message:draining"
     [delivery] = await stack.claim(a.session_id, "run-1")
     assert delivery.message_id == before["message_id"]
-    await stack.undrain()
+    await stack.disposal.undrain()
     assert "message_id" in await send(stack, root, "run-root", "call-3", a.handle)
 
 
@@ -75,7 +76,7 @@ async def test_draining_a_subtree_refuses_sends_from_and_to_it_and_its_later_chi
     root, a, b = await family(stack)
     grandchild = await stack.register_child(a.session_id, "grep", "greps", rules=PEERS, status="running")
     await stack.start_run(grandchild.session_id, "run-1")
-    assert await stack.drain(a.session_id) == 2
+    assert await stack.disposal.drain(a.session_id) == 2
     assert code(await send(stack, a, "run-1", "c1", root.handle)) == "send_message:draining"
     assert code(await send(stack, grandchild, "run-1", "c2", a.handle)) == "send_message:draining"
     assert code(await send(stack, root, "run-root", "c3", grandchild.handle)) == "send_message:draining"
@@ -84,7 +85,7 @@ async def test_draining_a_subtree_refuses_sends_from_and_to_it_and_its_later_chi
                                       status="running")
     await stack.start_run(late.session_id, "run-1")
     assert code(await send(stack, late, "run-1", "c5", a.handle)) == "send_message:draining"
-    await stack.undrain(a.session_id)
+    await stack.disposal.undrain(a.session_id)
     assert "message_id" in await send(stack, late, "run-1", "c6", a.handle)
 
 
@@ -96,8 +97,8 @@ async def test_the_drain_is_checked_again_before_a_send_is_decided_again(stack):
     from .conftest import make_config
 
     root, a, _ = await family(stack)
-    config = make_config(stack.config.service.redis_url)
-    worker = Worker(config, stack.config.service.redis_url, consumer="interfering")
+    config = make_config(adapters(stack).config.service.redis_url)
+    worker = Worker(config, adapters(stack).config.service.redis_url, consumer="interfering")
     await worker.start()
     try:
         service: SendService = worker.decider
@@ -110,7 +111,7 @@ async def test_the_drain_is_checked_again_before_a_send_is_decided_again(stack):
             if len(rounds) == 1:
                 # After this round loaded its state: another writer appends to the recipient, and a drain begins.
                 await stack.inject(a.session_id, "plugin", "interference")
-                await stack.drain()
+                await stack.disposal.drain()
             return loaded
 
         service._load = load_then_interfere
@@ -119,7 +120,7 @@ async def test_the_drain_is_checked_again_before_a_send_is_decided_again(stack):
         outcomes = (await service.decide([command])).outcomes
     finally:
         await worker.stop()
-        await stack.undrain()
+        await stack.disposal.undrain()
     assert rounds == [False, True]
     assert outcomes["cmd-x"]["error"]["code"] == "send_message:draining"
 
@@ -136,7 +137,7 @@ async def test_dispose_returns_unprocessed_mail_to_its_senders_and_refuses_sends
     await stack.claim(a.session_id, "run-1")
     pending = await send(stack, b, "run-1", "c3", a.handle, "never claimed", mode="queue")
 
-    disposed = await stack.dispose(a.session_id, "aborted", "I got halfway")
+    disposed = await stack.disposal.dispose(a.session_id, "aborted", "I got halfway")
 
     assert set(disposed.returned) == {claimed["message_id"], pending["message_id"]}
     assert code(await send(stack, root, "run-root", "c4", a.handle)) == "send_message:recipient_closing"
@@ -153,7 +154,7 @@ async def test_dispose_returns_unprocessed_mail_to_its_senders_and_refuses_sends
     [b_note] = [d for d in await stack.claim(b.session_id, "run-1") if d.owner == "returned"]
     assert "never claimed" in b_note.text and f"{a.handle} was disposed (aborted)" in b_note.text
     # A second dispose completes nothing new and writes no second notice.
-    again = await stack.dispose(a.session_id, "aborted")
+    again = await stack.disposal.dispose(a.session_id, "aborted")
     assert again.returned == {}
     assert len(of_type(await stack.history(b.session_id), "ProducerMessageAccepted")) == 1
 
@@ -161,7 +162,7 @@ async def test_dispose_returns_unprocessed_mail_to_its_senders_and_refuses_sends
 async def test_a_tool_call_accepted_before_the_cutoff_and_retried_after_it_keeps_its_outcome(stack):
     root, a, _ = await family(stack)
     first = await send(stack, root, "run-root", "c1", a.handle, "before")
-    await stack.dispose(a.session_id)
+    await stack.disposal.dispose(a.session_id)
     assert await send(stack, root, "run-root", "c1", a.handle, "before") == first
     assert code(await send(stack, root, "run-root", "c2", a.handle)) == "send_message:recipient_closing"
 
@@ -170,10 +171,10 @@ async def test_a_sender_being_disposed_is_refused_and_an_interrupted_disposal_co
     root, a, b = await family(stack)
     await send(stack, b, "run-1", "c0", a.handle, "pending when a closes")
     # Only the first step, as if the host died right after the cutoff.
-    await stack.sessions.execute(c.DisposeSession(a.session_id, "aborted"))
+    await adapters(stack).sessions.execute(c.DisposeSession(a.session_id, "aborted"))
     assert code(await send(stack, a, "run-1", "c1", root.handle)) == "send_message:sender_closing"
     assert code(await send(stack, b, "run-1", "c2", a.handle)) == "send_message:recipient_closing"
-    disposed = await stack.dispose(a.session_id)
+    disposed = await stack.disposal.dispose(a.session_id)
     assert len(disposed.returned) == 1
     assert of_type(await stack.history(a.session_id), "SessionClosed")
 
@@ -182,8 +183,8 @@ async def test_reconcile_completes_a_disposal_the_host_did_not_live_to_finish(st
     root, a, b = await family(stack)
     await send(stack, root, "run-root", "c0", a.handle, "go")
     await send(stack, b, "run-1", "c1", a.handle, "unread when the host died")
-    await stack.sessions.execute(c.DisposeSession(a.session_id, "error", "host crashed"))
-    await stack.reconcile(interrupted_runs=True)
+    await adapters(stack).sessions.execute(c.DisposeSession(a.session_id, "error", "host crashed"))
+    await stack.obligations.reconcile(interrupted_runs=True)
     history = await stack.history(a.session_id)
     assert of_type(history, "SessionClosed")
     [settled] = of_type(history, "SessionSettled")
@@ -195,7 +196,7 @@ async def test_reconcile_completes_a_disposal_the_host_did_not_live_to_finish(st
 
 async def test_a_child_writing_to_a_disposed_parent_gets_parent_unavailable(stack):
     root, a, _ = await family(stack)
-    await stack.dispose(root.session_id)
+    await stack.disposal.dispose(root.session_id)
     assert code(await send(stack, a, "run-1", "c1", root.handle)) == "send_message:parent_unavailable"
     assert code(await send(stack, a, "run-1", "c2", root.session_id)) == "send_message:parent_unavailable"
 
@@ -247,9 +248,9 @@ async def test_a_parent_being_disposed_has_the_notice_injected_and_a_gone_parent
     root, a, b = await family(stack)
     await send(stack, root, "run-root", "c1", a.handle, "go")
     await send(stack, root, "run-root", "c2", b.handle, "go")
-    await stack.sessions.execute(c.DisposeSession(root.session_id))
+    await adapters(stack).sessions.execute(c.DisposeSession(root.session_id))
     assert await stack.finish_run(a.session_id, "run-1", "error", "crashed") == "injected"
-    await stack.dispose(root.session_id)
+    await stack.disposal.dispose(root.session_id)
     assert await stack.finish_run(b.session_id, "run-1", "completed") == "parent_unavailable"
     settled = of_type(await stack.history(b.session_id), "SessionSettled")
     assert [(s.notice, s.message_id) for s in settled] == [("parent_unavailable", None)]
@@ -260,8 +261,8 @@ async def test_a_notice_that_cannot_be_delivered_is_counted_and_never_fails_the_
 
     root, a, _ = await family(stack)
     await send(stack, root, "run-root", "c1", a.handle, "go")
-    record = await stack.sessions.record(root.session_id)
-    await stack.redis.hset(keys.session_snapshot(record.partition, record.session_id), "snapshot", "{not json")
+    record = await adapters(stack).sessions.record(root.session_id)
+    await adapters(stack).redis.hset(keys.session_snapshot(record.partition, record.session_id), "snapshot", "{not json")
     def failures():
         return metrics.HOST_REGISTRY.get_sample_value("treemail_settlement_notice_failures_total") or 0
 
@@ -274,8 +275,8 @@ async def test_a_notice_that_cannot_be_delivered_is_counted_and_never_fails_the_
 async def test_a_disposal_settles_with_the_parent_once(stack):
     root, a, _ = await family(stack)
     await send(stack, root, "run-root", "c1", a.handle, "go")
-    assert (await stack.dispose(a.session_id, "aborted", "stopped early")).settlement == "steered"
-    assert (await stack.dispose(a.session_id, "aborted", "stopped early")).settlement == "steered"
+    assert (await stack.disposal.dispose(a.session_id, "aborted", "stopped early")).settlement == "steered"
+    assert (await stack.disposal.dispose(a.session_id, "aborted", "stopped early")).settlement == "steered"
     notices = [d for d in await stack.claim(root.session_id, "run-root") if d.owner == "settlement"]
     assert len(notices) == 1 and "was disposed: it will do no further work" in notices[0].text
 
@@ -286,9 +287,9 @@ async def test_a_disposal_settles_with_the_parent_once(stack):
 async def test_return_guidance_only_for_a_child_that_can_message_its_parent(stack):
     root, a, _ = await family(stack)
     mute = await stack.register_child(root.session_id, "mute", "no tool")
-    assert (await stack.return_guidance(a.session_id)).startswith(
+    assert (await stack.permissions.return_guidance(a.session_id)).startswith(
         f'Your parent agent is {root.handle}. Before you finish, send your result to that agent with '
         f'send_message(to="{root.handle}", body="<self-contained result>").'
     )
-    assert await stack.return_guidance(mute.session_id) is None
-    assert await stack.return_guidance(root.session_id) is None
+    assert await stack.permissions.return_guidance(mute.session_id) is None
+    assert await stack.permissions.return_guidance(root.session_id) is None

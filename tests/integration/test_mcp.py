@@ -22,8 +22,8 @@ from mcp.shared.exceptions import MCPError
 from treemail.domain import ids
 from treemail.domain import events as ev
 from treemail.host import Treemail
-from treemail.producers import tool
-from treemail.producers.mcpserver import TOOL_CALL_META, http_app
+from treemail.producers.tools import send_message as tool
+from treemail.producers.mcp.server import TOOL_CALL_META, http_app
 
 from ..conftest import backend_env
 from .conftest import live, make_config, running_stack
@@ -147,7 +147,7 @@ async def test_http_every_refusal_reaches_the_model_as_a_tool_error_with_its_sta
         # Each sender sends from its open run (exact live sender); the stranger has none open.
         await host.start_run(a.session_id, "a-run")
         await live(host, b, c)
-        tokens = {s: await host.mint_token(s.session_id) for s in (r, a, b, c, stranger)}
+        tokens = {s: await host.tools.mint_token(s.session_id) for s in (r, a, b, c, stranger)}
 
         async with http_server(host) as url:
             async def code(sender, arguments, call_id=None) -> str | None:
@@ -188,7 +188,7 @@ async def test_http_disabled_messaging_and_no_decision_are_tool_errors_too(redis
         root = await host.register_root("planner", "plans", rules={"child": "allow"})
         child = await host.register_child(root.session_id, "explore", "reads")
         await live(host, root)  # only a session's open run may send (exact live sender)
-        token = await host.mint_token(root.session_id)
+        token = await host.tools.mint_token(root.session_id)
         async with http_server(host) as url, http_client(url, token) as client:
             assert error_code(await call(client, {"to": child.handle, "body": "x"})) == "send_message:disabled"
 
@@ -197,7 +197,7 @@ async def test_http_disabled_messaging_and_no_decision_are_tool_errors_too(redis
     config = config.model_copy(update={"service": config.service.model_copy(update={"decision_timeout_s": 0.5})})
     lonely = await Treemail.connect(config, redis_url)
     try:
-        token = await lonely.mint_token(root.session_id)
+        token = await lonely.tools.mint_token(root.session_id)
         async with http_server(lonely) as url, http_client(url, token) as client:
             assert error_code(await call(client, {"to": child.handle, "body": "x"})) == "send_message:engine_shutdown"
     finally:
@@ -210,8 +210,8 @@ async def test_http_a_token_acts_only_as_its_session_and_run_whatever_the_reques
         child = await host.register_child(root.session_id, "explore", "reads", rules={"parent": "allow"})
         silent = await host.register_child(root.session_id, "quiet", "no rules")
         await host.start_run(child.session_id, "child-run")  # the token's run is the child's open run
-        child_token = await host.mint_token(child.session_id, "child-run")
-        silent_token = await host.mint_token(silent.session_id)
+        child_token = await host.tools.mint_token(child.session_id, "child-run")
+        silent_token = await host.tools.mint_token(silent.session_id)
         async with http_server(host) as url:
             async with http_client(url, child_token) as client:
                 result = await client.call_tool(
@@ -235,7 +235,7 @@ async def test_http_any_server_process_checks_tokens_and_a_retry_through_another
         root = await host.register_root("planner", "plans", rules={"child": "allow"})
         child = await host.register_child(root.session_id, "explore", "reads")
         await live(host, root)  # the token's run is the root's open run (exact live sender)
-        token = await host.mint_token(root.session_id, "run-1")
+        token = await host.tools.mint_token(root.session_id, "run-1")
         second = await Treemail.connect(make_config(redis_url), redis_url)  # another server's own host
         try:
             async with http_server(host) as url_1, http_server(second) as url_2:
@@ -246,14 +246,14 @@ async def test_http_any_server_process_checks_tokens_and_a_retry_through_another
         finally:
             await second.close()
         assert again.structured_content["message_id"] == first.structured_content["message_id"]
-        assert len(await host.pending_mail(child.session_id)) == 1
+        assert len(await host.obligations.pending_mail(child.session_id)) == 1
 
 
 async def test_http_refuses_requests_without_a_valid_token_and_a_revoked_one_at_its_next_request(redis_url):
     async with running_stack(redis_url) as host:
         root = await host.register_root("planner", "plans", rules={"child": "allow"})
         child = await host.register_child(root.session_id, "explore", "reads")
-        token = await host.mint_token(root.session_id)
+        token = await host.tools.mint_token(root.session_id)
         async with http_server(host) as url:
             request = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
             async with httpx2.AsyncClient() as raw:
@@ -264,7 +264,7 @@ async def test_http_refuses_requests_without_a_valid_token_and_a_revoked_one_at_
 
             async with http_client(url, token) as client:
                 assert [t.name for t in (await client.list_tools()).tools] == ["send_message"]
-                assert await host.revoke_token(token) is True
+                assert await host.tools.revoke_token(token) is True
                 # The server answers 401 (as above); the SDK client reports it as an MCPError.
                 with pytest.raises(MCPError):
                     await call(client, {"to": child.handle, "body": "after revocation"})
@@ -272,7 +272,7 @@ async def test_http_refuses_requests_without_a_valid_token_and_a_revoked_one_at_
                 async with http_client(url, token) as client:
                     await client.list_tools()
             assert refused.group_contains(MCPError)
-        assert await host.revoke_token(token) is False
+        assert await host.tools.revoke_token(token) is False
         assert await accepted(host, child.session_id) == []
 
 
@@ -282,7 +282,7 @@ async def test_http_server_process_serves_tokens_minted_elsewhere_and_stops_on_s
 
     async with running_stack(redis_url) as host:
         root = await host.register_root("planner", "plans", rules={"child": "allow"})
-        token = await host.mint_token(root.session_id)
+        token = await host.tools.mint_token(root.session_id)
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]

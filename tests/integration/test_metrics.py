@@ -12,9 +12,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from treemail.consumers.app import Worker
 from treemail.adapters import keys
-from treemail.host import Treemail
+from treemail.producers.client import command_stream
 
-from .conftest import Calls, make_config
+
+from .conftest import Calls, adapters, close_host, connect_host, make_config
 
 
 async def scrape(port: int) -> dict[tuple, float]:
@@ -46,11 +47,11 @@ async def metered_stack(url: str, workers: int = 1, **messaging):
     try:
         for worker in pool:
             await worker.start()
-        host = await Treemail.connect(config, url)
+        host = await connect_host(config, url)
         try:
             yield host, pool
         finally:
-            await host.close()
+            await close_host(host)
     finally:
         for worker in pool:
             await worker.stop()
@@ -98,11 +99,11 @@ async def test_stats_report_backlog_pending_consumers_and_waiting_approvals(redi
         before = await scrape(worker.metrics_port)
 
         send = asyncio.create_task(host.send_message(calls.ctx(a.session_id), {"to": b.handle, "body": "may I?"}))
-        while not (pending := await host.pending_approvals()):
+        while not (pending := await host.permissions.pending_approvals()):
             await asyncio.sleep(0.02)
         await worker.refresh_stats()
         waiting = await scrape(worker.metrics_port)
-        await host.approve(pending[0]["request_id"], scope="once")
+        await host.permissions.approve(pending[0]["request_id"], scope="once")
         assert "message_id" in await asyncio.wait_for(send, 10)
         await worker.refresh_stats()
         after = await scrape(worker.metrics_port)
@@ -131,8 +132,8 @@ async def test_backlog_counts_commands_no_worker_has_read(redis_url):
             asyncio.create_task(host.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": str(i)}))
             for i in range(3)
         ]
-        stream = host.commands.stream_for(calls.ctx(root.session_id))
-        redis = host.redis
+        stream = command_stream(adapters(host).config.service, root.session_id)
+        redis = adapters(host).redis
         while (await redis.xlen(stream)) < 3:
             await asyncio.sleep(0.02)
         await worker.refresh_stats()

@@ -13,10 +13,10 @@ from treemail.adapters import keys
 from treemail.adapters.connection import connect
 from treemail.adapters.eventstore import EventStore
 from treemail.domain import events as ev
-from treemail.host import SendContext, Treemail
 from treemail.consumers.pump import Pump
+from treemail.host import SendContext
 
-from .conftest import live, make_config, running_stack, worker_processes
+from .conftest import adapters, close_host, connect_host, live, make_config, running_stack, worker_processes
 
 pytestmark = pytest.mark.cluster
 
@@ -72,17 +72,17 @@ async def test_a_claim_never_acknowledged_is_released_after_the_timeout_and_deli
         sent = await host.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "anyone?"})
         [first] = await host.claim(child.session_id, "run-1")
         # The host never consumes nor releases it (its model request hung).
-        async with pumps(host.config, redis_url):
+        async with pumps(adapters(host).config, redis_url):
             async def redelivered():
                 return await host.claim(child.session_id, "run-1")
             [again] = await until(redelivered)
         assert again.message_id == first.message_id == sent["message_id"]
         [released] = of_type(await host.history(child.session_id), ev.ProducerMessageReleased)
         assert released.reason == "attempt_timeout"
-        status = await host.inspect(sent["message_id"])
+        status = await host.obligations.inspect(sent["message_id"])
         assert (status["status"], status["attempts"], status["reason"]) == ("accepted", 2, "attempt_timeout")
         await host.consume(child.session_id, again.message_id)
-        assert (await host.inspect(sent["message_id"]))["status"] == "processed"
+        assert (await host.obligations.inspect(sent["message_id"]))["status"] == "processed"
 
 
 async def test_a_message_released_eight_times_is_parked_inspectable_and_retry_brings_it_back(redis_url, calls):
@@ -95,19 +95,19 @@ async def test_a_message_released_eight_times_is_parked_inspectable_and_retry_br
             [delivery] = await host.claim(child.session_id, "run-1")
             await host.release(child.session_id, delivery.message_id)
         assert await host.claim(child.session_id, "run-1") == []
-        status = await host.inspect(message_id, caller_session_id=root.session_id)
+        status = await host.obligations.inspect(message_id, caller_session_id=root.session_id)
         assert (status["status"], status["reason"], status["attempts"]) == ("parked", "max_attempts", 8)
         assert status["receipt"]["recipient_session_id"] == child.session_id
         # The recipient, a stranger to the sender's record, may not retry it; the sender may.
-        assert code(await host.retry(message_id, caller_session_id=child.session_id)) == "permission_denied"
-        renewed = await host.retry(message_id, caller_session_id=root.session_id)
+        assert code(await host.obligations.retry(message_id, caller_session_id=child.session_id)) == "permission_denied"
+        renewed = await host.obligations.retry(message_id, caller_session_id=root.session_id)
         assert (renewed["status"], renewed["attempts"], renewed["reason"]) == ("accepted", 0, "retried")
         [back] = await host.claim(child.session_id, "run-1")
         assert back.message_id == message_id
         # Not parked any more: nothing to retry. Processed: it can never be rewound.
-        assert code(await host.retry(message_id)) == "retry_message:not_parked"
+        assert code(await host.obligations.retry(message_id)) == "retry_message:not_parked"
         await host.consume(child.session_id, message_id)
-        assert code(await host.retry(message_id)) == "retry_message:settled"
+        assert code(await host.obligations.retry(message_id)) == "retry_message:settled"
         kinds = [type(e).__name__ for e in of_type(await host.history(child.session_id), ev.MessageEvent, message_id)]
         assert kinds.count("ProducerMessageParked") == 1 and kinds.count("ProducerMessageRetried") == 1
 
@@ -120,22 +120,22 @@ async def test_inspect_answers_the_sender_its_controllers_and_the_host_only(redi
         sent = await host.send_message(calls.ctx(grandchild.session_id), {"to": a.handle, "body": "from below"})
         message_id = sent["message_id"]
         for caller in (grandchild.session_id, a.session_id, root.session_id, None):
-            assert (await host.inspect(message_id, caller))["status"] == "accepted", caller
-        assert code(await host.inspect(message_id, b.session_id)) == "permission_denied"
-        assert code(await host.inspect("0190a000-0000-7000-8000-00000000dead")) == "message:unknown"
-        receipt = (await host.inspect(message_id))["receipt"]
+            assert (await host.obligations.inspect(message_id, caller))["status"] == "accepted", caller
+        assert code(await host.obligations.inspect(message_id, b.session_id)) == "permission_denied"
+        assert code(await host.obligations.inspect("0190a000-0000-7000-8000-00000000dead")) == "message:unknown"
+        receipt = (await host.obligations.inspect(message_id))["receipt"]
         assert (receipt["recipient_session_id"], receipt["recipient_state"]) == (a.session_id, "running")
         assert receipt["position"] == next(seq for seq, e in await host.history(a.session_id)
                                            if isinstance(e, ev.ProducerMessageAccepted))
         # A definite refusal stays inspectable under the id its error carries.
         refused = await host.send_message(calls.ctx(b.session_id), {"to": a.handle, "body": "no room"})
         assert code(refused) == "send_message:inbox_full"
-        status = await host.inspect(refused["error"]["message_id"], b.session_id)
+        status = await host.obligations.inspect(refused["error"]["message_id"], b.session_id)
         assert (status["status"], status["reason"]) == ("refused", "send_message:inbox_full")
-        assert code(await host.retry(refused["error"]["message_id"])) == "retry_message:settled"
+        assert code(await host.obligations.retry(refused["error"]["message_id"])) == "retry_message:settled"
         # Discarded: processed, with its (bounded) reason.
         await host.discard(a.session_id, message_id, "out of scope")
-        status = await host.inspect(message_id, grandchild.session_id)
+        status = await host.obligations.inspect(message_id, grandchild.session_id)
         assert status["status"] == "processed"
         assert status["settlement"]["outcome"] == "discarded" and status["reason"] == "out of scope"
 
@@ -145,18 +145,18 @@ async def test_the_outbound_index_points_at_the_senders_record_and_entries_writt
     async with running_stack(redis_url) as host:
         root, [child] = await family(host)
         sent = await host.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "hi"})
-        message_id, partition = sent["message_id"], (await host.sessions.record(root.session_id)).partition
+        message_id, partition = sent["message_id"], (await adapters(host).sessions.record(root.session_id)).partition
         index = keys.outbound_index(partition)
-        sender_id, position = (await host.redis.hget(index, message_id)).decode().split(" ")
+        sender_id, position = (await adapters(host).redis.hget(index, message_id)).decode().split(" ")
         [record] = [e for seq, e in await host.history(root.session_id) if seq == int(position)]
         assert sender_id == root.session_id and isinstance(record, ev.MessageSent)
         assert record.message_id == message_id
         # What an earlier release wrote: the record's fields as JSON, settled as well.
-        await host.redis.hset(index, mapping={
+        await adapters(host).redis.hset(index, mapping={
             message_id: '{"sender":"%s","recipient":"%s","status":"accepted","position":7,'
                         '"recipient_state":"idle","at":1.0}' % (root.session_id, child.session_id),
             f"{message_id}:settled": '{"outcome":"discarded","reason":"old","at":2.0}'})
-        status = await host.inspect(message_id, root.session_id)
+        status = await host.obligations.inspect(message_id, root.session_id)
         assert (status["status"], status["receipt"]["position"], status["settlement"]["reason"]) == (
             "processed", 7, "old")
 
@@ -165,11 +165,11 @@ async def test_a_lost_wake_trigger_is_recovered_by_the_pump(redis_url, calls):
     async with running_stack(redis_url, **FAST) as host:
         root, [child] = await family(host, child_status="idle")
         sent = await host.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "wake up"})
-        record = await host.sessions.record(child.session_id)
+        record = await adapters(host).sessions.record(child.session_id)
         # The trigger is lost (a runner read it and died for good, an operator trimmed the stream...).
-        await host.redis.xtrim(keys.wake_stream(record.partition), maxlen=0)
+        await adapters(host).redis.xtrim(keys.wake_stream(record.partition), maxlen=0)
         assert await host.wakes("runner", block_ms=100) == []
-        async with pumps(host.config, redis_url):
+        async with pumps(adapters(host).config, redis_url):
             [wake] = await until(lambda: host.wakes("runner", block_ms=100))
         assert wake.session_id == child.session_id
         assert await host.wake_run(wake, "run-woken")
@@ -188,7 +188,7 @@ async def test_two_pumps_racing_double_nothing(redis_url, calls):
             await host.claim(kid.session_id, "run-1")  # claimed, never acknowledged
         for sleeper in sleepers:
             await host.send_message(calls.ctx(root.session_id), {"to": sleeper.handle, "body": "wake"})
-        async with pumps(host.config, redis_url, count=2, interval_s=0.01):
+        async with pumps(adapters(host).config, redis_url, count=2, interval_s=0.01):
             await asyncio.sleep(1.5)  # several attempt timeouts: claims expire, wakes go stale again and again
         for kid in kids:
             history = await host.history(kid.session_id)
@@ -207,7 +207,7 @@ async def test_source_capacity_holds_exactly_with_several_worker_processes(redis
     messaging = {"max_outstanding_per_source": 5, "max_inflight_per_pair": 0, "max_pending_per_session": 1000}
     config = make_config(redis_url, **messaging)
     async with worker_processes(redis_url, 3, **messaging):
-        host = await Treemail.connect(config, redis_url)
+        host = await connect_host(config, redis_url)
         try:
             root, kids = await family(host, children=6)
             jobs = [(SendContext(root.session_id, "run-1", f"call-{n}"), {"to": kids[n % 6].handle, "body": str(n)})
@@ -229,7 +229,7 @@ async def test_source_capacity_holds_exactly_with_several_worker_processes(redis
                                                             {"to": kids[0].handle, "body": "x"}) for n in range(4)))
             assert sorted(code(r) or "ok" for r in more) == ["ok"] + ["send_message:source_capacity"] * 3
         finally:
-            await host.close()
+            await close_host(host)
 
 
 async def test_a_programmatic_send_with_its_own_idempotency_key_is_delivered_once(stack):
@@ -251,37 +251,37 @@ async def test_a_programmatic_send_with_its_own_idempotency_key_is_delivered_onc
 
 
 async def test_the_model_facing_tools_answer_for_the_calling_session_only(stack, calls):
-    from treemail.producers import message_tools
+    from treemail.producers.tools import message as message_tools
 
     root, [a, b] = await family(stack, children=2)
     await live(stack, a)
     sent = await stack.send_message(calls.ctx(a.session_id), {"to": root.handle, "body": "done"})
     assert message_tools.tool_definition("inspect_message")["input_schema"]["required"] == ["message_id"]
-    mine = await message_tools.handle(stack, "inspect_message", calls.ctx(a.session_id),
+    mine = await message_tools.handle(stack.obligations, "inspect_message", calls.ctx(a.session_id),
                                       {"message_id": sent["message_id"]})
     assert mine["status"] == "accepted" and mine["receipt"]["recipient_session_id"] == root.session_id
     # A sibling may not see it, whatever the arguments say (here as the model's raw JSON text).
-    theirs = await message_tools.handle(stack, "inspect_message", calls.ctx(b.session_id),
+    theirs = await message_tools.handle(stack.obligations, "inspect_message", calls.ctx(b.session_id),
                                         '{"message_id": "%s"}' % sent["message_id"])
     assert code(theirs) == "permission_denied"
-    bad = await message_tools.handle(stack, "retry_message", calls.ctx(a.session_id),
+    bad = await message_tools.handle(stack.obligations, "retry_message", calls.ctx(a.session_id),
                                      {"message_id": sent["message_id"], "to": "x"})
     assert code(bad) == "send_message:invalid_arguments"
-    not_parked = await message_tools.handle(stack, "retry_message", calls.ctx(a.session_id),
+    not_parked = await message_tools.handle(stack.obligations, "retry_message", calls.ctx(a.session_id),
                                             {"message_id": sent["message_id"]})
     assert code(not_parked) == "retry_message:not_parked"
     assert "accepted" in message_tools.render(mine) and "permission_denied" in message_tools.render(theirs)
 
 
 async def test_the_cli_functions_print_the_status_or_fail_in_one_line(stack, calls):
-    from treemail.producers import inspection
+    from treemail.producers.host import obligations as inspection
 
     root, [child] = await family(stack)
     sent = await stack.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "x"})
-    text = await inspection.cli_inspect(stack, sent["message_id"])
+    text = await inspection.cli_inspect(stack.obligations, sent["message_id"])
     assert text.splitlines()[0] == f"{sent['message_id']}  accepted"
-    assert '"status": "accepted"' in await inspection.cli_inspect(stack, sent["message_id"], as_json=True)
+    assert '"status": "accepted"' in await inspection.cli_inspect(stack.obligations, sent["message_id"], as_json=True)
     with pytest.raises(LookupError, match="^retry_message:not_parked: "):
-        await inspection.cli_retry(stack, sent["message_id"])
+        await inspection.cli_retry(stack.obligations, sent["message_id"])
     with pytest.raises(LookupError, match="^message:unknown: "):
-        await inspection.cli_inspect(stack, "no-such-message")
+        await inspection.cli_inspect(stack.obligations, "no-such-message")

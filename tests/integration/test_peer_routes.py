@@ -13,7 +13,7 @@ from treemail.adapters.metrics import HOST_REGISTRY as REGISTRY
 from treemail.adapters.proofkeys import ProofConfig
 from treemail.domain import events as ev
 
-from .conftest import live, make_config, running_stack
+from .conftest import adapters, live, make_config, running_stack
 
 pytestmark = pytest.mark.cluster
 
@@ -37,7 +37,7 @@ async def independent_trees(host):
     planner = await host.register_root("planner", "plans the work", rules={})
     for _ in range(50):
         advisor = await host.register_root("advisor", "reviews designs", rules={}, status="idle")
-        partitions = host.config.service.partitions
+        partitions = adapters(host).config.service.partitions
         if keys.partition_of(advisor.root_session_id, partitions) != keys.partition_of(planner.root_session_id,
                                                                                        partitions):
             await live(host, planner)  # only a session's open run may send (exact live sender)
@@ -46,9 +46,9 @@ async def independent_trees(host):
 
 
 async def route(host, source, target, name, **grant):
-    await host.register_peer_route(name, target.session_id, source_session_id=source.session_id)
+    await host.peers.register_route(name, target.session_id, source_session_id=source.session_id)
     if grant:
-        await host.set_peer_grant(target.session_id, source_session_id=source.session_id, **grant)
+        await host.peers.set_grant(target.session_id, source_session_id=source.session_id, **grant)
 
 
 async def of_type(host, session_id, cls):
@@ -68,7 +68,7 @@ async def test_a_message_crosses_to_another_tree_over_a_route_with_its_principal
     planner, advisor = await independent_trees(host)
     await route(host, planner, advisor, "advisor", send=True, context=True, principal="acme/planning")
 
-    result = await host.send_to_peer(calls.ctx(planner.session_id), {"peer": "advisor", "body": "review cache.py"})
+    result = await host.peers.send(calls.ctx(planner.session_id), {"peer": "advisor", "body": "review cache.py"})
     assert set(result) == {"message_id", "peer", "mode"}, result  # no read grant: the target's state stays hidden
 
     [delivery] = await deliveries(host, advisor.session_id)
@@ -87,19 +87,19 @@ async def test_a_message_crosses_to_another_tree_over_a_route_with_its_principal
 
 async def test_routes_and_grants_deny_by_default_and_revoking_a_route_refuses_the_next_send(host, calls):
     planner, advisor = await independent_trees(host)
-    assert await host.peer_send_tool_definition(planner.session_id) is None
-    result = await host.send_to_peer(calls.ctx(planner.session_id), {"peer": "advisor", "body": "hi"})
+    assert await host.peers.send_tool_definition(planner.session_id) is None
+    result = await host.peers.send(calls.ctx(planner.session_id), {"peer": "advisor", "body": "hi"})
     assert result["error"]["code"] == "peer_message:unknown_peer"
 
     await route(host, planner, advisor, "advisor")  # a route, but no grant
-    assert await host.peer_send_tool_definition(planner.session_id) is None
-    result = await host.send_to_peer(calls.ctx(planner.session_id), {"peer": "advisor", "body": "hi"})
+    assert await host.peers.send_tool_definition(planner.session_id) is None
+    result = await host.peers.send(calls.ctx(planner.session_id), {"peer": "advisor", "body": "hi"})
     assert result["error"]["code"] == "peer_message:not_granted"
 
-    await host.set_peer_grant(advisor.session_id, source_session_id=planner.session_id, send=True)
-    assert "message_id" in await host.send_to_peer(calls.ctx(planner.session_id), {"peer": "advisor", "body": "hi"})
-    assert await host.revoke_peer_route("advisor", source_session_id=planner.session_id) is True
-    result = await host.send_to_peer(calls.ctx(planner.session_id), {"peer": "advisor", "body": "again"})
+    await host.peers.set_grant(advisor.session_id, source_session_id=planner.session_id, send=True)
+    assert "message_id" in await host.peers.send(calls.ctx(planner.session_id), {"peer": "advisor", "body": "hi"})
+    assert await host.peers.revoke_route("advisor", source_session_id=planner.session_id) is True
+    result = await host.peers.send(calls.ctx(planner.session_id), {"peer": "advisor", "body": "again"})
     assert result["error"]["code"] == "peer_message:unknown_peer"
     assert len(await of_type(host, advisor.session_id, ev.ProducerMessageAccepted)) == 1
 
@@ -107,27 +107,27 @@ async def test_routes_and_grants_deny_by_default_and_revoking_a_route_refuses_th
 async def test_receiving_grants_nothing_back_and_a_reply_needs_its_own_route_and_a_real_reference(host, calls):
     planner, advisor = await independent_trees(host)
     await route(host, planner, advisor, "advisor", send=True)
-    sent = await host.send_to_peer(calls.ctx(planner.session_id), {"peer": "advisor", "body": "which cache?"})
+    sent = await host.peers.send(calls.ctx(planner.session_id), {"peer": "advisor", "body": "which cache?"})
     await host.start_run(advisor.session_id, "run-1")  # the advisor answers from its open run (exact live sender)
 
     # The advisor received it: an inbox with provenance, and no way back.
-    assert await host.peer_inbox_tool_definition(advisor.session_id) is not None
-    assert await host.peer_reply_tool_definition(advisor.session_id) is None
-    [entry] = (await host.peer_inbox(calls.ctx(advisor.session_id), {}))["messages"]
+    assert await host.peers.inbox_tool_definition(advisor.session_id) is not None
+    assert await host.peers.reply_tool_definition(advisor.session_id) is None
+    [entry] = (await host.peers.inbox(calls.ctx(advisor.session_id), {}))["messages"]
     assert (entry["message_id"], entry["sender_session_id"], entry["principal"], entry["reply_peer"]) == (
         sent["message_id"], planner.session_id, f"session:{planner.session_id}", None)
     reply = {"peer": "planner", "message_id": sent["message_id"], "body": "the LRU one"}
-    assert (await host.reply_to_peer(calls.ctx(advisor.session_id), reply))["error"]["code"] == \
+    assert (await host.peers.reply(calls.ctx(advisor.session_id), reply))["error"]["code"] == \
         "peer_message:unknown_peer"
     for operation in ("context", "read", "send", "control"):
-        assert not (await host.authorize_peer(advisor.session_id, planner.session_id, operation)).allowed
+        assert not (await host.peers.authorize(advisor.session_id, planner.session_id, operation)).allowed
 
     # The host gives the advisor its own route and grant back; now only a real reference can be answered.
     await route(host, advisor, planner, "planner", send=True, principal="acme/advice")
     forged = {**reply, "message_id": "0190a000-0000-7000-8000-00000000beef"}
-    assert (await host.reply_to_peer(calls.ctx(advisor.session_id), forged))["error"]["code"] == \
+    assert (await host.peers.reply(calls.ctx(advisor.session_id), forged))["error"]["code"] == \
         "peer_message:unknown_reference"
-    answered = await host.reply_to_peer(calls.ctx(advisor.session_id), reply)
+    answered = await host.peers.reply(calls.ctx(advisor.session_id), reply)
     assert answered["in_reply_to"] == sent["message_id"], answered
 
     [delivery] = await deliveries(host, planner.session_id, "run-1")  # the planner's open run
@@ -139,14 +139,14 @@ async def test_receiving_grants_nothing_back_and_a_reply_needs_its_own_route_and
 async def test_a_tampered_stream_entry_is_detected_at_delivery_counted_and_never_delivered(host, calls):
     planner, advisor = await independent_trees(host)
     await route(host, planner, advisor, "advisor", send=True)
-    sent = await host.send_to_peer(calls.ctx(planner.session_id), {"peer": "advisor", "body": "pay 10 EUR"})
+    sent = await host.peers.send(calls.ctx(planner.session_id), {"peer": "advisor", "body": "pay 10 EUR"})
     before = failures("mismatch")
 
     # Someone with write access to the server rewrites the accepted entry after the fact.
-    record = await host.sessions.record(advisor.session_id)
+    record = await adapters(host).sessions.record(advisor.session_id)
     stream = keys.session_stream(record.partition, record.session_id)
     entries = []
-    for entry_id, fields in await host.redis.xrange(stream):
+    for entry_id, fields in await adapters(host).redis.xrange(stream):
         if fields[b"type"] == b"ProducerMessageAccepted":
             fields[b"data"] = json.dumps({**json.loads(fields[b"data"]), "body": "pay 10000 EUR"})
         entries += [entry_id, len(fields), *[part for pair in fields.items() for part in pair]]
@@ -158,13 +158,13 @@ while i <= #ARGV do
   redis.call('XADD', KEYS[1], ARGV[i], unpack(ARGV, i + 2, i + 1 + 2 * n))
   i = i + 2 + 2 * n
 end"""
-    await host.redis.eval(rewrite, 1, stream, *entries)
+    await adapters(host).redis.eval(rewrite, 1, stream, *entries)
 
     assert await deliveries(host, advisor.session_id) == []
     assert failures("mismatch") == before + 1
     [discarded] = await of_type(host, advisor.session_id, ev.ProducerMessageDiscarded)
     assert (discarded.message_id, discarded.reason) == (sent["message_id"], "source_proof_mismatch")
-    assert await host.pending_mail(advisor.session_id) == []
+    assert await host.obligations.pending_mail(advisor.session_id) == []
 
 
 async def test_tree_mail_decided_by_a_worker_is_signed_and_verified_at_delivery(host, calls):
@@ -182,10 +182,10 @@ async def test_after_a_key_rotation_older_messages_still_verify_and_new_ones_use
     async with proven_stack(redis_url) as host:
         planner, advisor = await independent_trees(host)
         await route(host, planner, advisor, "advisor", send=True)
-        old = await host.send_to_peer(calls.ctx(planner.session_id), {"peer": "advisor", "body": "before"})
+        old = await host.peers.send(calls.ctx(planner.session_id), {"peer": "advisor", "body": "before"})
     rotated = ProofConfig(keys={"k2": "second-secret-of-32-characters-0", **KEYRING.keys}, current_key="k2")
     async with proven_stack(redis_url, rotated) as host:
-        new = await host.send_to_peer(calls.ctx(planner.session_id), {"peer": "advisor", "body": "after"})
+        new = await host.peers.send(calls.ctx(planner.session_id), {"peer": "advisor", "body": "after"})
         got = await deliveries(host, advisor.session_id)
         assert [(d.message_id, d.verified) for d in got] == [(old["message_id"], True), (new["message_id"], True)]
         proofs = [e.proof["key_id"] for e in await of_type(host, advisor.session_id, ev.ProducerMessageAccepted)]
@@ -194,15 +194,15 @@ async def test_after_a_key_rotation_older_messages_still_verify_and_new_ones_use
 
 async def test_an_input_that_does_not_match_the_route_schema_is_refused_and_stores_nothing(host, calls):
     planner, advisor = await independent_trees(host)
-    await host.register_peer_route("advisor", advisor.session_id, source_agent_type="planner", input_schema=QUESTION)
-    await host.set_peer_grant(advisor.session_id, source_agent_type="planner", send=True, context=True)
-    definition = await host.peer_send_tool_definition(planner.session_id)
+    await host.peers.register_route("advisor", advisor.session_id, source_agent_type="planner", input_schema=QUESTION)
+    await host.peers.set_grant(advisor.session_id, source_agent_type="planner", send=True, context=True)
+    definition = await host.peers.send_tool_definition(planner.session_id)
     assert '"required":["question"]' in definition["description"]
 
-    wrong = await host.send_to_peer(calls.ctx(planner.session_id), {"peer": "advisor", "body": {"q": "x"}})
+    wrong = await host.peers.send(calls.ctx(planner.session_id), {"peer": "advisor", "body": {"q": "x"}})
     assert wrong["error"]["code"] == "peer_message:input_mismatch"
     assert await of_type(host, advisor.session_id, ev.ProducerMessageAccepted) == []
-    right = await host.send_to_peer(calls.ctx(planner.session_id),
+    right = await host.peers.send(calls.ctx(planner.session_id),
                                     {"peer": "advisor", "body": {"question": "LRU or LFU?"}})
     assert "message_id" in right
     [accepted] = await of_type(host, advisor.session_id, ev.ProducerMessageAccepted)
@@ -213,11 +213,11 @@ async def test_a_retried_peer_send_returns_the_first_outcome_even_after_its_rout
     planner, advisor = await independent_trees(host)
     await route(host, planner, advisor, "advisor", send=True, read=True)
     ctx = calls.ctx(planner.session_id)
-    first = await host.send_to_peer(ctx, {"peer": "advisor", "body": "once"})
+    first = await host.peers.send(ctx, {"peer": "advisor", "body": "once"})
     assert first["recipient_state"] == "queued"  # a read grant shows the target's state (idle: queued, woken)
-    await host.revoke_peer_route("advisor", source_session_id=planner.session_id)
-    assert await host.send_to_peer(ctx, {"peer": "advisor", "body": "once"}) == first
-    conflict = await host.send_to_peer(ctx, {"peer": "advisor", "body": "other"})
+    await host.peers.revoke_route("advisor", source_session_id=planner.session_id)
+    assert await host.peers.send(ctx, {"peer": "advisor", "body": "once"}) == first
+    conflict = await host.peers.send(ctx, {"peer": "advisor", "body": "other"})
     assert conflict["error"]["code"] == "peer_message:idempotency_conflict"
     assert len(await of_type(host, advisor.session_id, ev.ProducerMessageAccepted)) == 1
 
@@ -225,7 +225,7 @@ async def test_a_retried_peer_send_returns_the_first_outcome_even_after_its_rout
 async def test_with_proofs_off_mail_is_delivered_as_before_but_never_reported_verified(stack, calls):
     planner, advisor = await independent_trees(stack)
     await route(stack, planner, advisor, "advisor", send=True)
-    await stack.send_to_peer(calls.ctx(planner.session_id), {"peer": "advisor", "body": "unsigned"})
+    await stack.peers.send(calls.ctx(planner.session_id), {"peer": "advisor", "body": "unsigned"})
     root = await stack.register_root("lead", "leads", rules={"child": "allow"})
     child = await stack.register_child(root.session_id, "explore", "reads", rules={"parent": "allow"})
     await live(stack, root)
@@ -240,13 +240,13 @@ async def test_a_route_leads_only_to_an_independent_agent_never_to_another_trees
     planner, advisor = await independent_trees(host)
     worker = await host.register_child(advisor.session_id, "explore", "reads", rules={})
     with pytest.raises(ValueError, match="delegated child"):
-        await host.register_peer_route("worker", worker.session_id, source_session_id=planner.session_id)
+        await host.peers.register_route("worker", worker.session_id, source_session_id=planner.session_id)
     with pytest.raises(ValueError, match="itself"):
-        await host.register_peer_route("me", planner.session_id, source_session_id=planner.session_id)
+        await host.peers.register_route("me", planner.session_id, source_session_id=planner.session_id)
     with pytest.raises(ValueError, match="not a valid JSON Schema"):
-        await host.register_peer_route("advisor", advisor.session_id, source_session_id=planner.session_id,
+        await host.peers.register_route("advisor", advisor.session_id, source_session_id=planner.session_id,
                                        input_schema={"type": "no-such-type"})
-    assert await host.peer_routes(planner.session_id) == []
+    assert await host.peers.routes(planner.session_id) == []
 
 
 async def test_a_peer_send_decided_before_a_drain_and_committed_after_it_is_decided_again_and_refused(
@@ -263,14 +263,14 @@ async def test_a_peer_send_decided_before_a_drain_and_committed_after_it_is_deci
         draining = await real(store)
         reads.append(draining)
         if len(reads) == 1:
-            await host.drain()  # between this decision's read and its commit
+            await host.disposal.drain()  # between this decision's read and its commit
         return draining
 
     monkeypatch.setattr(peers.servicedrain, "service_draining", drain_right_after_the_read)
     try:
-        result = await host.send_to_peer(calls.ctx(planner.session_id), {"peer": "advisor", "body": "late"})
+        result = await host.peers.send(calls.ctx(planner.session_id), {"peer": "advisor", "body": "late"})
     finally:
-        await host.undrain()
+        await host.disposal.undrain()
 
     assert reads[:2] == [False, True]  # the commit refused the first decision; the second read the drain
     assert "draining" in result["error"]["code"], result

@@ -7,9 +7,9 @@ import pytest
 from treemail.adapters import keys
 from treemail.domain import events as ev
 from treemail.domain.decide import idempotency
-from treemail.host import SendAttempt, SubscriptionGap, Treemail
+from treemail.host import SendAttempt, SubscriptionGap
 
-from .conftest import live, make_config
+from .conftest import adapters, close_host, connect_host, live, make_config
 
 pytestmark = pytest.mark.cluster
 
@@ -20,7 +20,7 @@ async def collect(host, count, after=None, types=..., timeout=10.0):
     kwargs = {} if types is ... else {"types": types}
 
     async def run():
-        async for observed in host.subscribe(after, block_ms=100, **kwargs):
+        async for observed in host.history.subscribe(after, block_ms=100, **kwargs):
             out.append(observed)
             if len(out) == count:
                 return
@@ -48,7 +48,7 @@ def mail_steps(history):
 
 async def test_a_subscription_yields_every_sessions_mail_events_live(stack, calls):
     trees = await two_trees(stack)
-    now = await stack.subscription_position()
+    now = await stack.history.subscription_position()
     watcher = asyncio.ensure_future(collect(stack, 8, after=now))
     sent = []
     for root, child in trees:
@@ -95,10 +95,10 @@ async def test_resuming_from_a_position_the_trimmed_feed_no_longer_holds_raises_
     base = make_config(redis_url)
     config = base.model_copy(update={"service": base.service.model_copy(update={"feed_maxlen": 100,
                                                                                    "partitions": 1})})
-    host = await Treemail.connect(config, redis_url)
+    host = await connect_host(config, redis_url)
     try:
         busy = await host.register_root("planner", "busy", status="running")
-        early = await host.subscription_position()
+        early = await host.history.subscription_position()
         await host.inject(busy.session_id, "plugin", "first")
         for i in range(400):
             await host.inject(busy.session_id, "plugin", f"{i}")
@@ -106,7 +106,7 @@ async def test_resuming_from_a_position_the_trimmed_feed_no_longer_holds_raises_
             await collect(host, 1, after=early)
         assert await collect(host, 1, after="start")  # the oldest retained events are still there
     finally:
-        await host.close()
+        await close_host(host)
 
 
 # ---- gate ------------------------------------------------------------------------------------------
@@ -121,17 +121,17 @@ async def pair(host):
 
 async def test_a_send_hook_refuses_with_its_reason_and_the_refusal_leaves_no_trace(stack, calls):
     root, child = await pair(stack)
-    remove = stack.add_send_hook(lambda attempt: "no secrets in mail" if "secret" in attempt.body else None)
+    remove = stack.permissions.add_send_hook(lambda attempt: "no secrets in mail" if "secret" in attempt.body else None)
     before = await stack.history(child.session_id)
     context = calls.ctx(root.session_id)
 
     refused = await stack.send_message(context, {"to": child.handle, "body": "the secret is 42"})
 
     assert refused == {"error": {"code": "send_message:plugin_refused", "message": "no secrets in mail"}}
-    assert await stack.history(child.session_id) == before and await stack.pending_mail(child.session_id) == []
-    record = await stack.sessions.record(root.session_id)
+    assert await stack.history(child.session_id) == before and await stack.obligations.pending_mail(child.session_id) == []
+    record = await adapters(stack).sessions.record(root.session_id)
     recorded = keys.session_idempotency(record.partition, record.session_id)
-    assert not await stack.redis.hexists(recorded, idempotency.key_digest(context))
+    assert not await adapters(stack).redis.hexists(recorded, idempotency.key_digest(context))
     # The same tool call again: asked again, refused the same way; once the hook is gone it is decided afresh.
     assert await stack.send_message(context, {"to": child.handle, "body": "the secret is 42"}) == refused
     allowed = await stack.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "hello"})
@@ -145,12 +145,12 @@ async def test_a_retried_call_accepted_before_a_hook_refused_returns_its_origina
     root, child = await pair(stack)
     context = calls.ctx(root.session_id)
     first = await stack.send_message(context, {"to": child.handle, "body": "hello"})
-    stack.add_send_hook(lambda attempt: "mail is closed")
+    stack.permissions.add_send_hook(lambda attempt: "mail is closed")
 
     retried = await stack.send_message(context, {"to": child.handle, "body": "hello"})
 
     assert retried == first
-    assert [m.message_id for m in await stack.pending_mail(child.session_id)] == [first["message_id"]]
+    assert [m.message_id for m in await stack.obligations.pending_mail(child.session_id)] == [first["message_id"]]
     fresh = await stack.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "hello"})
     assert fresh["error"]["code"] == "send_message:plugin_refused"
 
@@ -163,7 +163,7 @@ async def test_a_send_hook_sees_the_context_and_strict_arguments_and_may_be_asyn
         seen.append(attempt)
         return None
 
-    stack.add_send_hook(audit)
+    stack.permissions.add_send_hook(audit)
     context = calls.ctx(root.session_id)
     assert "message_id" in await stack.send_message(context, {"to": child.handle, "body": "hi", "mode": "queue"})
     bad = await stack.send_message(calls.ctx(root.session_id), {"to": child.handle, "bdy": "typo"})
@@ -178,23 +178,23 @@ async def test_a_send_hook_that_raises_refuses_the_send(stack, calls):
     def broken(attempt):
         raise RuntimeError("audit log unavailable")
 
-    stack.add_send_hook(broken)
+    stack.permissions.add_send_hook(broken)
     result = await stack.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "hi"})
     assert result["error"]["code"] == "send_message:plugin_refused"
     assert "RuntimeError" in result["error"]["message"]
-    assert await stack.pending_mail(child.session_id) == []
+    assert await stack.obligations.pending_mail(child.session_id) == []
 
 
 async def test_a_refused_send_is_answered_by_the_host_without_publishing_a_command(redis_url, calls):
     """No worker runs here: a refused send is answered at once because it was never published."""
-    host = await Treemail.connect(make_config(redis_url), redis_url)
+    host = await connect_host(make_config(redis_url), redis_url)
     try:
         root, child = await pair(host)
-        host.add_send_hook(lambda attempt: "not now")
-        length = sum([await host.redis.xlen(keys.command_stream(i)) for i in range(2)])
+        host.permissions.add_send_hook(lambda attempt: "not now")
+        length = sum([await adapters(host).redis.xlen(keys.command_stream(i)) for i in range(2)])
         result = await asyncio.wait_for(host.send_message(calls.ctx(root.session_id), {"to": child.handle,
                                                                                         "body": "x"}), 2)
         assert result["error"] == {"code": "send_message:plugin_refused", "message": "not now"}
-        assert sum([await host.redis.xlen(keys.command_stream(i)) for i in range(2)]) == length
+        assert sum([await adapters(host).redis.xlen(keys.command_stream(i)) for i in range(2)]) == length
     finally:
-        await host.close()
+        await close_host(host)

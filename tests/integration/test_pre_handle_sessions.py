@@ -2,9 +2,10 @@
 
 import pytest
 
+from treemail.producers.host.wakes import WakeReader
 from treemail.projections.replay import rebuild
 
-from .conftest import live
+from .conftest import adapters, live
 
 pytestmark = pytest.mark.cluster
 
@@ -53,12 +54,12 @@ async def test_a_pre_handle_session_joins_its_tree_for_reconcile_and_replay(stac
     await live(stack, root)
     await stack.send_message(calls.ctx(root.session_id), {"to": old.session_id, "body": "wake up"})
     [first] = await stack.wakes("runner-1", block_ms=2000)
-    await stack.wake_reader.ack(first)
+    await WakeReader(adapters(stack).redis, adapters(stack).config.service).ack(first)  # woken, never run
 
-    assert await stack.reconcile() == 1  # it is among the partition's sessions, so reconcile finds it
-    record = await stack.sessions.record(old.session_id)
-    members = await stack.store.directory.tree_members(record.partition, root.session_id)
+    assert await stack.obligations.reconcile() == 1  # it is among the partition's sessions, so reconcile finds it
+    record = await adapters(stack).sessions.record(old.session_id)
+    members = await adapters(stack).store.directory.tree_members(record.partition, root.session_id)
     assert set(members) == {root.session_id, old.session_id}
-    views = await rebuild(stack.store, [record.partition], write=False)
+    views = await rebuild(adapters(stack).store, [record.partition], write=False)
     assert views[("inbox", record.partition)][old.session_id] == "1"
     assert views[("trees", record.partition)][f"{root.session_id}:sessions"] == "2"

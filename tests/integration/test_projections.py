@@ -17,7 +17,7 @@ from treemail.projections.views import PROJECTIONS
 from treemail.projections.tail import tail
 
 from ..conftest import backend_env
-from .conftest import Calls, make_config, running_stack
+from .conftest import Calls, adapters, close_host, connect_host, make_config, running_stack
 
 pytestmark = pytest.mark.cluster
 
@@ -67,13 +67,13 @@ async def catch_up(runner):
 async def test_live_projection_equals_full_rebuild(redis_url):
     calls = Calls()
     async with running_stack(redis_url, max_pending_per_session=1000, max_inflight_per_pair=0) as host:
-        config = host.config
-        runner = ProjectionRunner(EventStore(host.redis, config.service), config)
+        config = adapters(host).config
+        runner = ProjectionRunner(EventStore(adapters(host).redis, config.service), config)
         await runner.start()
         root, kids = await traffic(host, calls)
         await catch_up(runner)
-        live = await live_views(host.redis, config)
-        rebuilt = as_dicts(await rebuild(host.store, list(range(config.service.partitions)), write=False))
+        live = await live_views(adapters(host).redis, config)
+        rebuilt = as_dicts(await rebuild(adapters(host).store, list(range(config.service.partitions)), write=False))
         assert live == rebuilt
         inbox = sum(int(v) for (name, _), view in live.items() if name == "inbox" for f, v in view.items()
                     if not f.startswith("seq:"))
@@ -83,17 +83,17 @@ async def test_live_projection_equals_full_rebuild(redis_url):
 async def test_projection_added_later_starts_from_the_beginning(redis_url):
     calls = Calls()
     async with running_stack(redis_url, max_pending_per_session=1000, max_inflight_per_pair=0) as host:
-        config = host.config
-        only_inbox = ProjectionRunner(EventStore(host.redis, config.service), config, names=["inbox"])
+        config = adapters(host).config
+        only_inbox = ProjectionRunner(EventStore(adapters(host).redis, config.service), config, names=["inbox"])
         await only_inbox.start()
         await traffic(host, calls)
         await catch_up(only_inbox)
         # "pairs", "wakes", "trees" never ran: a runner with them must fold all history, not start at now.
-        everything = ProjectionRunner(EventStore(host.redis, config.service), config)
+        everything = ProjectionRunner(EventStore(adapters(host).redis, config.service), config)
         await everything.start()
         await catch_up(everything)
-        live = await live_views(host.redis, config)
-        rebuilt = as_dicts(await rebuild(host.store, list(range(config.service.partitions)), write=False))
+        live = await live_views(adapters(host).redis, config)
+        rebuilt = as_dicts(await rebuild(adapters(host).store, list(range(config.service.partitions)), write=False))
         assert live == rebuilt
 
 
@@ -103,14 +103,14 @@ async def test_runner_whose_checkpoint_was_trimmed_from_the_feed_rebuilds(redis_
     config = base.model_copy(update={"service": base.service.model_copy(update={"feed_maxlen": 1000,
                                                                                    "partitions": 1})})
     from treemail.consumers.app import Worker
-    from treemail.host import Treemail
+
 
     worker = Worker(config.model_copy(update={"messaging": config.messaging.model_copy(
         update={"max_pending_per_session": 10000, "max_inflight_per_pair": 0})}), redis_url, consumer="w")
     await worker.start()
-    host = await Treemail.connect(config, redis_url)
+    host = await connect_host(config, redis_url)
     try:
-        runner = ProjectionRunner(EventStore(host.redis, config.service), config)
+        runner = ProjectionRunner(EventStore(adapters(host).redis, config.service), config)
         await runner.start()
         await traffic(host, calls, senders=2, sends=2)
         await catch_up(runner)
@@ -118,16 +118,16 @@ async def test_runner_whose_checkpoint_was_trimmed_from_the_feed_rebuilds(redis_
         busy = await host.register_root("planner", "busy", status="running")
         for i in range(1300):
             await host.inject(busy.session_id, "plugin", f"{i}")
-        first = (await host.redis.xrange("tm:{p0}:feed", count=1))[0][0]
+        first = (await adapters(host).redis.xrange("tm:{p0}:feed", count=1))[0][0]
         assert first != b"0-1"  # the feed was trimmed
-        restarted = ProjectionRunner(EventStore(host.redis, config.service), config)
+        restarted = ProjectionRunner(EventStore(adapters(host).redis, config.service), config)
         await restarted.start()
         await catch_up(restarted)
-        live = await live_views(host.redis, config)
-        rebuilt = as_dicts(await rebuild(host.store, [0], write=False))
+        live = await live_views(adapters(host).redis, config)
+        rebuilt = as_dicts(await rebuild(adapters(host).store, [0], write=False))
         assert live == rebuilt
     finally:
-        await host.close()
+        await close_host(host)
         await worker.stop()
 
 
@@ -148,13 +148,13 @@ async def test_projection_worker_killed_mid_stream_resumes_to_equal_a_rebuild(re
             projection.wait()
             await load
             projection = spawn()
-            config = host.config
-            rebuilt = as_dicts(await rebuild(host.store, list(range(config.service.partitions)), write=False))
+            config = adapters(host).config
+            rebuilt = as_dicts(await rebuild(adapters(host).store, list(range(config.service.partitions)), write=False))
             for _ in range(200):
-                if await live_views(host.redis, config) == rebuilt:
+                if await live_views(adapters(host).redis, config) == rebuilt:
                     break
                 await asyncio.sleep(0.1)
-            assert await live_views(host.redis, config) == rebuilt
+            assert await live_views(adapters(host).redis, config) == rebuilt
         finally:
             projection.terminate()
             projection.wait(timeout=30)
@@ -172,8 +172,8 @@ async def test_replay_cli_rebuilds_every_projection(redis_url):
         # Not a terminal: plain progress lines ending at every session, never \r redraws.
         assert "\r" not in done.stderr
         assert re.search(r"^replay: (\d+)/\1 sessions, [\d,]+ events", done.stderr, re.M), done.stderr
-        live = await live_views(host.redis, host.config)
-        rebuilt = as_dicts(await rebuild(host.store, list(range(host.config.service.partitions)), write=False))
+        live = await live_views(adapters(host).redis, adapters(host).config)
+        rebuilt = as_dicts(await rebuild(adapters(host).store, list(range(adapters(host).config.service.partitions)), write=False))
         assert live == rebuilt
         trees = subprocess.run([sys.executable, "-m", "treemail", "trees"], env=env, capture_output=True,
                                text=True, timeout=60)
@@ -185,11 +185,11 @@ async def test_tail_live_rows_equal_rows_replayed_from_start(redis_url):
     async with running_stack(redis_url, max_pending_per_session=1000, max_inflight_per_pair=0) as host:
         root = await host.register_root("planner", "x", rules={"*": "allow"}, status="running")
         kid = await host.register_child(root.session_id, "explore", "x", rules={"*": "allow"}, status="running")
-        record = await host.sessions.record(root.session_id)
+        record = await adapters(host).sessions.record(root.session_id)
         live_rows: list[str] = []
 
         async def follow():
-            async for row in tail(host.store, record):
+            async for row in tail(adapters(host).store, record):
                 live_rows.append(row)
 
         follower = asyncio.ensure_future(follow())
@@ -209,7 +209,7 @@ async def test_tail_live_rows_equal_rows_replayed_from_start(redis_url):
         # logged when the task is collected, which can land inside pytest's teardown.
         follower.add_done_callback(lambda task: task.cancelled() or task.exception())
         replayed = []
-        async for row in tail(host.store, record, from_start=True, block_ms=100):
+        async for row in tail(adapters(host).store, record, from_start=True, block_ms=100):
             replayed.append(row)
             if len(replayed) == len(live_rows):
                 break
@@ -223,8 +223,8 @@ async def test_projection_gauges_aggregate_the_views(redis_url):
 
     calls = Calls()
     async with running_stack(redis_url, max_pending_per_session=2, max_inflight_per_pair=1) as host:
-        config = host.config
-        runner = ProjectionRunner(EventStore(host.redis, config.service), config)
+        config = adapters(host).config
+        runner = ProjectionRunner(EventStore(adapters(host).redis, config.service), config)
         await runner.start()
         root = await host.register_root("planner", "x", rules={"*": "allow"}, status="running")
         kids = [await host.register_child(root.session_id, "explore", "x", rules={"*": "allow"}) for _ in range(3)]
@@ -254,12 +254,12 @@ async def test_a_rebuild_reading_ahead_in_small_chunks_equals_the_live_views(red
 
     calls = Calls()
     async with running_stack(redis_url, max_pending_per_session=1000, max_inflight_per_pair=0) as host:
-        config = host.config
-        runner = ProjectionRunner(EventStore(host.redis, config.service), config)
+        config = adapters(host).config
+        runner = ProjectionRunner(EventStore(adapters(host).redis, config.service), config)
         await runner.start()
         await traffic(host, calls)
         await catch_up(runner)
         monkeypatch.setattr(replay, "CHUNK", 2)
         monkeypatch.setattr(replay, "SLICE", 1)
-        rebuilt = as_dicts(await rebuild(host.store, list(range(config.service.partitions)), write=False))
-        assert rebuilt == await live_views(host.redis, config)
+        rebuilt = as_dicts(await rebuild(adapters(host).store, list(range(config.service.partitions)), write=False))
+        assert rebuilt == await live_views(adapters(host).redis, config)

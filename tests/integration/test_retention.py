@@ -15,7 +15,7 @@ from treemail.domain import commands as c
 from treemail.domain.handlers import HANDLERS
 
 from ..conftest import CLUSTER
-from .conftest import live, make_config
+from .conftest import adapters, live, make_config
 
 pytestmark = pytest.mark.cluster
 
@@ -44,10 +44,10 @@ async def test_command_streams_keep_only_commands_not_yet_handled(stack, calls):
     for _ in range(40):  # decided (most refused by the pair window: a command all the same)
         result = await stack.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "x"})
         assert "engine_shutdown" not in str(result)
-    streams = [keys.command_stream(i) for i in range(stack.config.service.command_streams)]
+    streams = [keys.command_stream(i) for i in range(adapters(stack).config.service.command_streams)]
 
     async def trimmed() -> bool:
-        return sum([await stack.redis.xlen(s) for s in streams]) <= len(streams)
+        return sum([await adapters(stack).redis.xlen(s) for s in streams]) <= len(streams)
 
     # The worker's periodic task (every reclaim_idle_ms / 2) trims; at most each stream's last entry stays.
     assert await eventually(trimmed)
@@ -77,7 +77,7 @@ async def test_wake_streams_drop_handled_wakes(stack, calls):
     root = await stack.register_root("planner", "x", rules={"child": "allow"})
     child = await stack.register_child(root.session_id, "explore", "x", status="idle")
     await live(stack, root)
-    partition = (await stack.sessions.record(child.session_id)).partition
+    partition = (await adapters(stack).sessions.record(child.session_id)).partition
     for n in range(5):
         await stack.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "wake up"})
         [wake] = await stack.wakes("runner-1", block_ms=2000)
@@ -87,7 +87,7 @@ async def test_wake_streams_drop_handled_wakes(stack, calls):
         await stack.finish_run(child.session_id, f"run-{n}")
 
     async def trimmed() -> bool:
-        return await stack.redis.xlen(keys.wake_stream(partition)) <= 1
+        return await adapters(stack).redis.xlen(keys.wake_stream(partition)) <= 1
 
     assert await eventually(trimmed)
 
@@ -140,5 +140,5 @@ async def test_claim_and_consume_read_only_the_mail_they_need(stack, monkeypatch
     elapsed = time.perf_counter() - started
     assert delivery.message_id == steer
     assert read == {"ClaimMail": [1], "ConsumeMail": [1]}
-    assert len(await stack.pending_mail(child.session_id)) == 1500
+    assert len(await stack.obligations.pending_mail(child.session_id)) == 1500
     print(f"\nclaim + consume beside 1,500 pending messages: {elapsed * 1000:.1f} ms")

@@ -8,10 +8,11 @@ import pytest
 
 from treemail.adapters import keys
 from treemail.adapters.connection import connect
+from treemail.domain.commands import SendArguments
 from treemail.producers.client import CommandClient
 
 from ..conftest import CLUSTER
-from .conftest import live, make_config, running_stack
+from .conftest import adapters, live, make_config, running_stack
 
 pytestmark = pytest.mark.cluster
 
@@ -26,7 +27,7 @@ def stack_with(url: str, **service):
 
 
 async def command_stream_lengths(host) -> int:
-    return sum([await host.redis.xlen(keys.command_stream(i)) for i in range(host.config.service.command_streams)])
+    return sum([await adapters(host).redis.xlen(keys.command_stream(i)) for i in range(adapters(host).config.service.command_streams)])
 
 
 async def test_a_send_waiting_on_a_person_ends_at_its_own_deadline_with_approval_timeout(redis_url, calls):
@@ -38,10 +39,10 @@ async def test_a_send_waiting_on_a_person_ends_at_its_own_deadline_with_approval
         ctx = calls.ctx(a.session_id)
         result = await asyncio.wait_for(host.send_message(ctx, {"to": b.handle, "body": "may I?"}), 10)
         assert code(result) == "send_message:approval_timeout"
-        [request] = await host.pending_approvals()
+        [request] = await host.permissions.pending_approvals()
         assert request["request_id"] in result["error"]["message"]
         # The request stays open: approved later, the same tool call goes through.
-        await host.approve(request["request_id"])
+        await host.permissions.approve(request["request_id"])
         again = await asyncio.wait_for(host.send_message(ctx, {"to": b.handle, "body": "may I?"}), 10)
         assert "message_id" in again
 
@@ -56,7 +57,7 @@ async def test_an_oversized_body_is_refused_before_anything_is_stored(stack, cal
     assert "10000000 bytes" in result["error"]["message"]
     assert await command_stream_lengths(stack) == before
     # A body at the limit still goes through the workers.
-    limit = stack.config.messaging.max_body_bytes
+    limit = adapters(stack).config.messaging.max_body_bytes
     fits = await stack.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "y" * limit})
     assert "message_id" in fits
 
@@ -83,13 +84,21 @@ async def test_a_stray_entry_in_the_reply_list_does_not_stop_the_listener(redis_
         root = await host.register_root("planner", "x", rules={"child": "allow"})
         child = await host.register_child(root.session_id, "explore", "x")
         await live(host, root)
-        reply_list = keys.reply_list(host.commands.client_id)
-        junk = [b"\xff not json", b"[1, 2]", b"42", b'{"no": "command id"}', b'{"command_id": ["x"]}']
-        await host.redis.lpush(reply_list, *junk)
-        await asyncio.sleep(0.3)  # the listener has read the junk
-        result = await host.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "still heard"})
-        assert "message_id" in result, result
-    # (close() ran in the context manager and did not raise)
+        # A command client as the host builds its own, on connections of the test's.
+        config = adapters(host).config
+        redis, listener = await connect(redis_url, config.service), await connect(redis_url, config.service)
+        client = CommandClient(redis, listener, config.service, adapters(host).store.directory)
+        try:
+            reply_list = keys.reply_list(client.client_id)
+            junk = [b"\xff not json", b"[1, 2]", b"42", b'{"no": "command id"}', b'{"command_id": ["x"]}']
+            await adapters(host).redis.lpush(reply_list, *junk)
+            await asyncio.sleep(0.3)  # the listener has read the junk
+            outcome = await client.request(calls.ctx(root.session_id), SendArguments(child.handle, "still heard"))
+            assert "message_id" in outcome.get("ok", {}), outcome
+        finally:
+            await client.close()  # closing does not raise
+            await redis.aclose()
+            await listener.aclose()
 
 
 

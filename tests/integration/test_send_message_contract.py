@@ -16,7 +16,7 @@ from treemail.domain.state import fold
 from treemail.projections.replay import rebuild
 from treemail.services.sends import SendService
 
-from .conftest import live, running_stack
+from .conftest import adapters, live, running_stack
 
 pytestmark = pytest.mark.cluster
 
@@ -98,14 +98,14 @@ async def test_candidate_list_is_sorted_by_handle_bounded_and_built_in_one_round
     assert f"- {undescribed.handle} — {agent_type} — queued (session_id {undescribed.session_id})" in rows
 
     # one round trip, however large the tree
-    store = EventStore(stack.redis, stack.config.service)
-    service = SendService(store, stack.config.messaging)
-    record = await stack.sessions.record(root.session_id)
-    counts = counting(stack.redis)
+    store = EventStore(adapters(stack).redis, adapters(stack).config.service)
+    service = SendService(store, adapters(stack).config.messaging)
+    record = await adapters(stack).sessions.record(root.session_id)
+    counts = counting(adapters(stack).redis)
     try:
         peers = await service._peers(record)
     finally:
-        del stack.redis.execute_command, stack.redis.pipeline
+        del adapters(stack).redis.execute_command, adapters(stack).redis.pipeline
     assert counts["trips"] == 1 and len(peers) == len(children)
 
 
@@ -163,23 +163,23 @@ async def test_idempotency_evidence_lives_with_the_senders_session_without_expir
     root, a = await family(stack)
     ctx = calls.ctx(root.session_id)
     await stack.send_message(ctx, {"to": a.handle, "body": "kept"})
-    record = await stack.sessions.record(root.session_id)
+    record = await adapters(stack).sessions.record(root.session_id)
     key = keys.session_idempotency(record.partition, root.session_id)
-    assert await stack.redis.hlen(key) == 1
-    assert await stack.redis.ttl(key) == -1  # no expiry: it goes only with the session's keys
+    assert await adapters(stack).redis.hlen(key) == 1
+    assert await adapters(stack).redis.ttl(key) == -1  # no expiry: it goes only with the session's keys
 
 
 async def test_an_accepted_calls_record_is_kept_short_and_a_record_written_as_an_object_still_answers(stack, calls):
     root, a = await family(stack)
     ctx = calls.ctx(root.session_id)
     first = await stack.send_message(ctx, {"to": a.handle, "body": "kept"})
-    record = await stack.sessions.record(root.session_id)
+    record = await adapters(stack).sessions.record(root.session_id)
     key = keys.session_idempotency(record.partition, root.session_id)
-    [(digest, raw)] = (await stack.redis.hgetall(key)).items()
+    [(digest, raw)] = (await adapters(stack).redis.hgetall(key)).items()
     fp, *outcome = json.loads(raw)
     assert outcome == [first["message_id"], first["mode"], first["recipient_state"]]
     # Written before the short form: an object. A retry gets the same outcome, a changed body a conflict.
-    await stack.redis.hset(key, digest, json.dumps({"fp": fp, "outcome": {"ok": first}}))
+    await adapters(stack).redis.hset(key, digest, json.dumps({"fp": fp, "outcome": {"ok": first}}))
     assert await stack.send_message(ctx, {"to": a.handle, "body": "kept"}) == first
     assert code(await stack.send_message(ctx, {"to": a.handle, "body": "changed"})) == "send_message:idempotency_conflict"
     assert len(await accepted_events(stack, a.session_id)) == 1
@@ -192,25 +192,25 @@ async def test_a_session_overlay_is_an_event_that_sends_tool_visibility_and_repl
     root, a = await family(stack)
     assert (await stack.tool_definition(a.session_id))["name"] == "send_message"
     await live(stack, a)
-    await stack.set_message_rules(a.session_id, {"parent": "deny"})
+    await stack.permissions.set_message_rules(a.session_id, {"parent": "deny"})
     assert await stack.tool_definition(a.session_id) is None
     assert code(await stack.send_message(calls.ctx(a.session_id), {"to": root.handle, "body": "x"})) == (
         "permission_denied")
-    report = await stack.effective_permissions(a.session_id)
+    report = await stack.permissions.effective(a.session_id)
     assert report["tool"]["visible"] is False
     assert report["labels"]["parent"] == {"effect": "deny", "source": "overlay", "rule": "parent",
                                           "decided_by": "overlay rule 'parent': deny", "sessions": [root.handle]}
-    await stack.set_message_rules(a.session_id, None)
+    await stack.permissions.set_message_rules(a.session_id, None)
     assert "message_id" in await stack.send_message(calls.ctx(a.session_id), {"to": root.handle, "body": "y"})
     history = [e for _, e in await stack.history(a.session_id)]
     assert [e.rules for e in history if isinstance(e, ev.MessageRulesOverlaid)] == [[("parent", "deny")], []]
-    record = await stack.sessions.record(a.session_id)
-    assert fold(history) == (await stack.store.load(record)).state  # replay gives what live decided on
+    record = await adapters(stack).sessions.record(a.session_id)
+    assert fold(history) == (await adapters(stack).store.load(record)).state  # replay gives what live decided on
 
 
 async def test_the_reply_hint_follows_the_recipients_overlay(stack, calls):
     root, a = await family(stack)
-    await stack.set_message_rules(a.session_id, {"*": "deny"})
+    await stack.permissions.set_message_rules(a.session_id, {"*": "deny"})
     await stack.send_message(calls.ctx(root.session_id), {"to": a.handle, "body": "hello"})
     await stack.start_run(a.session_id, "run-a")
     [delivery] = await stack.claim(a.session_id, "run-a")
@@ -234,44 +234,44 @@ async def test_the_host_returns_the_model_facing_text_beside_the_structured_resu
 async def test_every_stream_entry_and_command_carries_the_protocol_version(stack, calls):
     root, a = await family(stack, status="finished")
     await stack.send_message(calls.ctx(root.session_id), {"to": a.handle, "body": "wake"})
-    record = await stack.sessions.record(a.session_id)
+    record = await adapters(stack).sessions.record(a.session_id)
     p = record.partition
-    session_entries = await stack.redis.xrange(keys.session_stream(p, a.session_id))
-    feed_entries = await stack.redis.xrange(keys.feed(p))
-    wake_entries = await stack.redis.xrange(keys.wake_stream(p))
+    session_entries = await adapters(stack).redis.xrange(keys.session_stream(p, a.session_id))
+    feed_entries = await adapters(stack).redis.xrange(keys.feed(p))
+    wake_entries = await adapters(stack).redis.xrange(keys.wake_stream(p))
     assert session_entries and feed_entries and wake_entries
     for _, fields in [*session_entries, *feed_entries, *wake_entries]:
         assert fields[b"v"] == str(PROTOCOL_VERSION).encode()
-    commands = [f for i in range(stack.config.service.command_streams)
-                for _, f in await stack.redis.xrange(keys.command_stream(i))]
+    commands = [f for i in range(adapters(stack).config.service.command_streams)
+                for _, f in await adapters(stack).redis.xrange(keys.command_stream(i))]
     assert commands and all(json.loads(f[b"__data__"])["v"] == PROTOCOL_VERSION for f in commands)
 
 
 async def test_a_worker_dead_letters_a_command_from_a_newer_protocol_and_tells_its_producer(stack):
     command = SendMessage("cmd-newer", SendContext("s", "r", "t"), SendArguments("explore_00000001", "x"), "probe")
     data = {**json.loads(encode_command(command)), "v": PROTOCOL_VERSION + 1}
-    await stack.redis.xadd(keys.command_stream(0), {"__data__": json.dumps(data)})
-    answer = await stack.redis.blpop([keys.reply_list("probe")], timeout=10)
+    await adapters(stack).redis.xadd(keys.command_stream(0), {"__data__": json.dumps(data)})
+    answer = await adapters(stack).redis.blpop([keys.reply_list("probe")], timeout=10)
     assert answer is not None
     reply = json.loads(answer[1])
     assert reply["command_id"] == "cmd-newer" and reply["error"]["code"] == "send_message:engine_shutdown"
     assert f"protocol {PROTOCOL_VERSION + 1}" in reply["error"]["message"] and "upgrade" in reply["error"]["message"]
-    letters = [{k.decode(): v.decode() for k, v in f.items()} for _, f in await stack.redis.xrange(keys.dead_letters())]
+    letters = [{k.decode(): v.decode() for k, v in f.items()} for _, f in await adapters(stack).redis.xrange(keys.dead_letters())]
     assert [d["reason"] for d in letters] == ["newer_protocol"]
 
 
 async def test_readers_refuse_or_skip_a_stream_entry_from_a_newer_protocol(stack, calls):
     root, a = await family(stack)
-    record = await stack.sessions.record(a.session_id)
-    loaded = await stack.store.load(record)
+    record = await adapters(stack).sessions.record(a.session_id)
+    loaded = await adapters(stack).store.load(record)
     name, payload = ev.encode(ev.SessionRunStarted(run_id="from-the-future"))
-    await stack.redis.xadd(keys.session_stream(record.partition, a.session_id),
+    await adapters(stack).redis.xadd(keys.session_stream(record.partition, a.session_id),
                            {"type": name, "data": payload, "v": PROTOCOL_VERSION + 1}, id=f"{loaded.version + 1}-0")
     with pytest.raises(protocol.NewerProtocol, match="upgrade it"):
         await stack.history(a.session_id)
-    raw = await stack.store.read_raw(record)
+    raw = await adapters(stack).store.read_raw(record)
     assert raw[-1] == (loaded.version + 1, None)  # folds and replay skip it
-    views = await rebuild(stack.store, [record.partition], write=False)
+    views = await rebuild(adapters(stack).store, [record.partition], write=False)
     assert views  # the rebuild went past it
 
 
@@ -279,8 +279,8 @@ async def test_a_projection_skips_and_reports_a_feed_entry_from_a_newer_protocol
     from treemail.projections.runner import ProjectionRunner
 
     root, a = await family(stack)
-    record = await stack.sessions.record(a.session_id)
-    runner = ProjectionRunner(EventStore(stack.redis, stack.config.service), stack.config,
+    record = await adapters(stack).sessions.record(a.session_id)
+    runner = ProjectionRunner(EventStore(adapters(stack).redis, adapters(stack).config.service), adapters(stack).config,
                               partitions=[record.partition])
     await runner.start()
     await stack.send_message(calls.ctx(root.session_id), {"to": a.handle, "body": "counted"})
@@ -288,8 +288,8 @@ async def test_a_projection_skips_and_reports_a_feed_entry_from_a_newer_protocol
     name, payload = ev.encode(ev.ProducerMessageAccepted(
         message_id="m-future", producer_id="agent:x", owner="agent", sender_session_id=root.session_id,
         body="b", mode="steer"))
-    version = (await stack.store.load(record)).version
-    await stack.redis.xadd(keys.feed(record.partition), {"session": a.session_id, "seq": str(version + 1),
+    version = (await adapters(stack).store.load(record)).version
+    await adapters(stack).redis.xadd(keys.feed(record.partition), {"session": a.session_id, "seq": str(version + 1),
                                                          "type": name, "data": payload, "v": PROTOCOL_VERSION + 1})
     while await runner.step(block_ms=50):
         pass

@@ -167,13 +167,13 @@ async def test_ask_waits_for_approval_once_tree_and_deny(stack, calls):
 
     async def approve_next(decision):
         while True:
-            pending = await stack.pending_approvals()
+            pending = await stack.permissions.pending_approvals()
             if pending:
                 request = pending[0]
                 assert request["sender_session_id"] == a.session_id and request["label"] == "sibling"
                 if decision == "deny":
-                    return await stack.deny(request["request_id"])
-                return await stack.approve(request["request_id"], scope=decision)
+                    return await stack.permissions.deny(request["request_id"])
+                return await stack.permissions.approve(request["request_id"], scope=decision)
             await asyncio.sleep(0.02)
 
     send = stack.send_message(calls.ctx(a.session_id), {"to": b.handle, "body": "approved once"})
@@ -190,7 +190,7 @@ async def test_ask_waits_for_approval_once_tree_and_deny(stack, calls):
     # The tree grant lets later sibling sends through without asking.
     result = await asyncio.wait_for(stack.send_message(calls.ctx(b.session_id), {"to": a.handle, "body": "x"}), 5)
     assert "message_id" in result
-    assert await stack.pending_approvals() == []
+    assert await stack.permissions.pending_approvals() == []
     # Approvals are events on the sender's stream: history (and so replay) shows each request and answer.
     approval_events = [type(e).__name__ for _, e in await stack.history(a.session_id) if "Approval" in type(e).__name__]
     assert approval_events == ["ApprovalRequested", "ApprovalGranted", "ApprovalRequested", "ApprovalDenied",
@@ -209,16 +209,16 @@ async def test_an_approved_tool_call_resent_to_another_recipient_or_body_is_a_co
     ctx = calls.ctx(a.session_id)
 
     async def approve_first():
-        while not (pending := await stack.pending_approvals()):
+        while not (pending := await stack.permissions.pending_approvals()):
             await asyncio.sleep(0.02)
-        await stack.approve(pending[0]["request_id"], scope="once")
+        await stack.permissions.approve(pending[0]["request_id"], scope="once")
 
     result, _ = await asyncio.gather(stack.send_message(ctx, {"to": b.handle, "body": "one"}), approve_first())
     assert "message_id" in result
     for other in ({"to": c.handle, "body": "one"}, {"to": b.handle, "body": "two"}):
         again = await asyncio.wait_for(stack.send_message(ctx, other), 5)
         assert code(again) == "send_message:idempotency_conflict"
-    assert [m.message_id for m in await stack.pending_mail(c.session_id)] == []
+    assert [m.message_id for m in await stack.obligations.pending_mail(c.session_id)] == []
 
 
 async def test_illegal_lifecycle_transitions_change_nothing(stack, calls):

@@ -15,7 +15,7 @@ from treemail.consumers.app import Worker
 from treemail.host import Treemail
 
 from ..conftest import backend_env
-from .conftest import WORKER_ENV, make_config, wait_for_workers
+from .conftest import WORKER_ENV, adapters, close_host, connect_host, make_config, wait_for_workers
 
 pytestmark = pytest.mark.cluster
 
@@ -36,12 +36,12 @@ async def until(condition, seconds: float = 10) -> None:
 
 
 async def pending(host: Treemail, stream: int) -> int:
-    return (await host.redis.xpending(keys.command_stream(stream), keys.COMMAND_GROUP))["pending"]
+    return (await adapters(host).redis.xpending(keys.command_stream(stream), keys.COMMAND_GROUP))["pending"]
 
 
 async def until_length(host: Treemail, stream: int, length: int) -> None:
     async with asyncio.timeout(10):
-        while await host.redis.xlen(keys.command_stream(stream)) < length:
+        while await adapters(host).redis.xlen(keys.command_stream(stream)) < length:
             await asyncio.sleep(0.02)
 
 
@@ -69,7 +69,7 @@ async def send_on_every_stream(host: Treemail, calls, senders: dict[int, tuple])
 async def test_a_tree_s_commands_go_to_its_root_s_stream_whoever_sends_them(redis_url, calls, route):
     """Or, routed by sender, each to its sender's own stream."""
     config = config_for(redis_url, route_commands_by=route)
-    host = await Treemail.connect(config, redis_url)
+    host = await connect_host(config, redis_url)
     worker = Worker(config, redis_url, consumer="worker-a")
     try:
         root = await host.register_root("planner", "plans", rules={"child": "allow"})
@@ -86,20 +86,20 @@ async def test_a_tree_s_commands_go_to_its_root_s_stream_whoever_sends_them(redi
         expected = {home: 2} if route == "tree" else {home: 1, own: 1}
         for stream, length in expected.items():
             await until_length(host, stream, length)
-        assert {i: await host.redis.xlen(keys.command_stream(i)) for i in range(STREAMS)} == {
+        assert {i: await adapters(host).redis.xlen(keys.command_stream(i)) for i in range(STREAMS)} == {
             i: expected.get(i, 0) for i in range(STREAMS)}
 
         await worker.start()
         results = await asyncio.wait_for(asyncio.gather(report, steer), 10)
         assert all("message_id" in result for result in results), results
     finally:
-        await host.close()
+        await close_host(host)
         await worker.stop()
 
 
 async def test_two_workers_share_the_streams_out_and_a_stopping_one_hands_its_share_over_at_once(redis_url, calls):
     config = config_for(redis_url)
-    host = await Treemail.connect(config, redis_url)
+    host = await connect_host(config, redis_url)
     a, b = Worker(config, redis_url, consumer="worker-a"), Worker(config, redis_url, consumer="worker-b")
     await a.start()
     try:
@@ -112,18 +112,18 @@ async def test_two_workers_share_the_streams_out_and_a_stopping_one_hands_its_sh
         await b.stop()
         # It left the members set as it stopped, so the other takes its streams at its next beat rather than
         # once it would have timed out.
-        assert [entry.decode() for entry in await host.redis.zrange(keys.worker_members(), 0, -1)] == ["4 worker-a"]
+        assert [entry.decode() for entry in await adapters(host).redis.zrange(keys.worker_members(), 0, -1)] == ["4 worker-a"]
         await until(lambda: a.owned == EVERY)
         assert all("message_id" in result for result in await send_on_every_stream(host, calls, senders))
     finally:
-        await host.close()
+        await close_host(host)
         await b.stop()
         await a.stop()
 
 
 async def test_the_streams_of_a_killed_worker_go_to_the_others_once_it_is_silent_past_the_timeout(redis_url, calls):
     config = config_for(redis_url)
-    host = await Treemail.connect(config, redis_url)
+    host = await connect_host(config, redis_url)
     survivor = Worker(config, redis_url, consumer="survivor")
     env = {**os.environ, **WORKER_ENV, **backend_env(), "REDIS_URL": redis_url,
            "TREEMAIL_SERVICE_COMMAND_STREAMS": str(STREAMS)}
@@ -146,7 +146,7 @@ async def test_the_streams_of_a_killed_worker_go_to_the_others_once_it_is_silent
         if victim.poll() is None:
             victim.kill()
             victim.wait()
-        await host.close()
+        await close_host(host)
         await survivor.stop()
 
 
@@ -156,15 +156,15 @@ async def held_by(host: Treemail, consumer: str, stream: int, calls, sender: tup
     root, child = sender
     send = asyncio.create_task(host.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "held"}))
     name = keys.command_stream(stream)
-    while await host.redis.xlen(name) == 0:
+    while await adapters(host).redis.xlen(name) == 0:
         await asyncio.sleep(0.02)
-    await host.redis.xreadgroup(keys.COMMAND_GROUP, consumer, {name: ">"}, count=10)
+    await adapters(host).redis.xreadgroup(keys.COMMAND_GROUP, consumer, {name: ">"}, count=10)
     return send
 
 
 async def test_a_worker_that_gives_a_stream_up_decides_what_it_read_of_it(redis_url, calls):
     config = config_for(redis_url, reclaim_idle_ms=60_000)  # reclaim would take a minute
-    host = await Treemail.connect(config, redis_url)
+    host = await connect_host(config, redis_url)
     a, b = Worker(config, redis_url, consumer="worker-a"), Worker(config, redis_url, consumer="worker-b")
     try:
         senders = await senders_on(host, {1})
@@ -182,14 +182,14 @@ async def test_a_worker_that_gives_a_stream_up_decides_what_it_read_of_it(redis_
             while await pending(host, 1):
                 await asyncio.sleep(0.02)
     finally:
-        await host.close()
+        await close_host(host)
         await b.stop()
         await a.stop()
 
 
 async def test_a_stopping_worker_decides_what_it_read_and_did_not_handle(redis_url, calls):
     config = config_for(redis_url, reclaim_idle_ms=60_000)
-    host = await Treemail.connect(config, redis_url)
+    host = await connect_host(config, redis_url)
     worker = Worker(config, redis_url, consumer="worker-a")
     try:
         senders = await senders_on(host, {2})
@@ -201,13 +201,13 @@ async def test_a_stopping_worker_decides_what_it_read_and_did_not_handle(redis_u
         await worker.stop()
         assert "message_id" in await asyncio.wait_for(send, 10)
     finally:
-        await host.close()
+        await close_host(host)
         await worker.stop()
 
 
 async def test_with_streams_shared_every_worker_reads_every_stream(redis_url, calls):
     config = config_for(redis_url, exclusive_streams=False)
-    host = await Treemail.connect(config, redis_url)
+    host = await connect_host(config, redis_url)
     a, b = Worker(config, redis_url, consumer="worker-a"), Worker(config, redis_url, consumer="worker-b")
     await a.start()
     await b.start()
@@ -217,6 +217,6 @@ async def test_with_streams_shared_every_worker_reads_every_stream(redis_url, ca
         senders = await senders_on(host, EVERY)
         assert all("message_id" in result for result in await send_on_every_stream(host, calls, senders))
     finally:
-        await host.close()
+        await close_host(host)
         await b.stop()
         await a.stop()

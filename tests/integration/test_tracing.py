@@ -11,8 +11,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from treemail.adapters import tracing
 from treemail.domain import events as ev
+from treemail.services.obligations import ObligationService
 
-from .conftest import live, running_stack
+from .conftest import adapters, live, running_stack
 
 
 def test_tracing_is_off_unless_an_exporter_is_named():
@@ -43,7 +44,7 @@ async def test_one_message_is_one_trace_from_preparation_to_consumption(redis_ur
         sent = await host.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "traced"})
         [delivery] = await host.claim(child.session_id, "run-1")
         await asyncio.sleep(0.25)
-        await host.obligations.step()  # the claim timed out: the pump releases it
+        await ObligationService(adapters(host).sessions).step()  # the claim timed out: the pump releases it
         [again] = await host.claim(child.session_id, "run-1")
         await host.consume(child.session_id, again.message_id)
         history = await host.history(child.session_id)

@@ -16,7 +16,7 @@ from treemail.domain.decide import content, idempotency
 from treemail.domain.decide.send import Accepted, Refused, SendGiven, approval_fingerprint, decide_send
 from treemail.domain.errors import Code, Rejected
 from treemail.domain.records import SessionRecord
-from treemail.producers.tool import parse_arguments, tool_definition
+from treemail.producers.tools.send_message import parse_arguments, tool_definition
 
 from .builders import config, found, registered, run_started, tree
 

@@ -8,7 +8,7 @@ from treemail.domain.decide import routing
 from treemail.domain.decide.send import Accepted, Refused
 from treemail.domain.errors import Code
 from treemail.domain.records import Peer
-from treemail.producers.tool import DESCRIPTION, tool_definition
+from treemail.producers.tools.send_message import DESCRIPTION, tool_definition
 
 from .builders import config, found, send, tree
 

@@ -8,7 +8,7 @@ from treemail.domain.decide.rules import decide_overlay_rules
 from treemail.domain.decide.send import Accepted, Refused
 from treemail.domain.errors import Code
 from treemail.domain.records import Peer
-from treemail.producers.tool import tool_definition
+from treemail.producers.tools.send_message import tool_definition
 
 from .builders import History, found, given_lifecycle, registered, run_started, send, tree
 

@@ -10,7 +10,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as some
 
-from treemail.producers.tool import parse_arguments
+from treemail.producers.tools.send_message import parse_arguments
 from treemail.domain.errors import Code, Rejected
 from treemail.domain.commands import SendArguments, SendContext
 from treemail.domain.commands import SendMessage

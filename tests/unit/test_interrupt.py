@@ -17,7 +17,7 @@ from treemail.domain.decide.send import Accepted, Refused, outcome_of
 from treemail.domain.errors import Code, Rejected
 from treemail.domain.handlers import HANDLERS
 from treemail.domain.permissions import InvalidRules
-from treemail.producers import interrupt_tool
+from treemail.producers.tools import interrupt as interrupt_tool
 
 from .builders import History, found, given_lifecycle, registered, run_finished, run_started, status_changed, tree
 

@@ -1,7 +1,11 @@
-"""The house: each layer imports only layers below it, and no two packages import each other.
+"""The house: each layer imports only layers below it, no two packages import each other, and no module
+imports another module's private name.
 
 Walks the installed package's modules and their imports (as written, read
 with ``ast``), so a new module is checked without being listed here.
+
+The package root is the engine authors' one import surface: a face on the
+top floor, like ``treemail.host``, which it hands on; no floor below imports it.
 """
 
 import ast
@@ -13,7 +17,6 @@ import treemail
 
 # Bottom up. Producers, consumers and projections are one floor: none may import another.
 LAYERS = [
-    ("treemail", 0),
     ("treemail.domain", 0),
     ("treemail.adapters", 1),
     ("treemail.services", 2),
@@ -22,6 +25,7 @@ LAYERS = [
     ("treemail.projections", 3),
     ("treemail.entrypoints", 4),
     ("treemail.host", 4),
+    ("treemail", 4),
     ("treemail.__main__", 4),
 ]
 ROOTS = ["treemail", "treemail.producers", "treemail.consumers", "treemail.projections"]
@@ -48,24 +52,48 @@ def installed_modules() -> dict[str, Path]:
     return found
 
 
-def imports_of(module: str, path: Path) -> set[str]:
-    tree = ast.parse(path.read_text())
-    is_package = path.name == "__init__.py"
+def target_of(module: str, node: ast.ImportFrom, is_package: bool) -> str:
+    """The module an ``ImportFrom`` reads from, relative imports resolved."""
+    if not node.level:
+        return node.module or ""
+    base = module.split(".")
+    base = base if is_package else base[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def names_of(nodes, module: str, is_package: bool) -> set[str]:
     out: set[str] = set()
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.Import):
             out.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = module.split(".")
-                base = base if is_package else base[:-1]
-                base = base[: len(base) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
+        else:
+            target = target_of(module, node, is_package)
             out.add(target)
             out.update(f"{target}.{alias.name}" for alias in node.names)
     return {name for name in out if name == "treemail" or name.startswith("treemail.")}
+
+
+def imports_of(module: str, path: Path) -> set[str]:
+    nodes = [node for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, (ast.Import, ast.ImportFrom))]
+    return names_of(nodes, module, path.name == "__init__.py")
+
+
+def private_imports(module: str, source: str, is_package: bool = False) -> list[tuple[str, str]]:
+    """``(module, imported)`` for each private name (one leading underscore) ``module`` imports from another
+    module of treemail: a part reaching into another part's internals."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            target = target_of(module, node, is_package)
+            if not (target == "treemail" or target.startswith("treemail.")) or target == module:
+                continue
+            found += [(module, f"{target}.{alias.name}") for alias in node.names
+                      if alias.name.startswith("_") and not alias.name.startswith("__")]
+        elif isinstance(node, ast.Import):
+            found += [(module, alias.name) for alias in node.names if alias.name.startswith("treemail.")
+                      and any(part.startswith("_") and not part.startswith("__") for part in alias.name.split("."))]
+    return found
 
 
 def edges() -> list[tuple[str, str]]:
@@ -99,9 +127,40 @@ def test_no_two_packages_import_each_other_and_no_floor_imports_its_neighbours()
     assert sideways == []
 
 
-def test_the_domain_imports_nothing_but_itself_and_the_package_root():
-    outside = [(a, b) for a, b in edges() if package_of(a) == "treemail.domain"
-               and package_of(b) not in ("treemail.domain", "treemail")]
+def test_the_package_root_is_the_host_apis_face():
+    root = {b for a, b in edges() if a == "treemail" and b != "treemail"}
+    assert root == {"treemail.host", "treemail.domain.protocol"}, root
+    assert set(treemail.__all__) == {"PROTOCOL_VERSION", *treemail.host.__all__}
+
+
+def test_no_module_imports_another_modules_private_name():
+    leaks = [leak for module, path in installed_modules().items()
+             for leak in private_imports(module, path.read_text(), path.name == "__init__.py")]
+    assert leaks == []
+
+
+def test_the_private_name_check_catches_a_part_reaching_into_another():
+    source = (
+        "from treemail.producers.host.peers import _peer_call\n"
+        "from .wakes import _text, WakeReader\n"
+        "from . import _helpers\n"
+        "import treemail.adapters._internal\n"
+        "from treemail import __version__\n"
+        "from treemail.producers.host.interrupts import interrupt_reader\n"
+        "from redis.asyncio.client import _private\n"
+    )
+    assert private_imports("treemail.producers.host.facade", source) == [
+        ("treemail.producers.host.facade", "treemail.producers.host.peers._peer_call"),
+        ("treemail.producers.host.facade", "treemail.producers.host.wakes._text"),
+        ("treemail.producers.host.facade", "treemail.producers.host._helpers"),
+        ("treemail.producers.host.facade", "treemail.adapters._internal"),
+    ]
+    # A module's own private names are its own business.
+    assert private_imports("treemail.producers.host.wakes", "from .wakes import _text\n") == []
+
+
+def test_the_domain_imports_nothing_but_itself():
+    outside = [(a, b) for a, b in edges() if package_of(a) == "treemail.domain" and package_of(b) != "treemail.domain"]
     assert outside == []
 
 

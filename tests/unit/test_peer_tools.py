@@ -6,7 +6,7 @@ from treemail.domain import peers
 from treemail.domain.commands import PeerSendArguments
 from treemail.domain.errors import Code, Rejected
 from treemail.domain.peer_envelope import render_peer_message
-from treemail.producers import peer_tools
+from treemail.producers.tools import peer as peer_tools
 from treemail.services.peers import PeerView
 
 from .builders import session_record

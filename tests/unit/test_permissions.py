@@ -5,7 +5,7 @@ import re
 import pytest
 
 from treemail.domain.permissions import InvalidRules, Origin, evaluate, normalize_rules, relationship, tool_visible
-from treemail.producers.tool import tool_definition
+from treemail.producers.tools.send_message import tool_definition
 
 from .builders import tree
 

@@ -13,7 +13,7 @@ from treemail.consumers.entries import split_malformed
 from treemail.domain import events as ev
 from treemail.domain import protocol
 from treemail.domain.commands import SendArguments, SendContext, SendMessage
-from treemail.producers import protocolschema
+from treemail.entrypoints import protocolschema
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 COMMAND = SendMessage("c-1", SendContext("s", "r", "t"), SendArguments("explore_00000001", "hi"), "client")
@@ -21,7 +21,7 @@ COMMAND = SendMessage("c-1", SendContext("s", "r", "t"), SendArguments("explore_
 
 def test_the_checked_in_protocol_schema_matches_the_code():
     assert (SCHEMAS / "protocol.schema.json").read_text() == protocolschema.render(), (
-        "the protocol changed: run `.venv/bin/python -m treemail.producers.protocolschema --write` "
+        "the protocol changed: run `.venv/bin/python -m treemail.entrypoints.protocolschema --write` "
         "(after bumping PROTOCOL_VERSION)"
     )
 
@@ -30,7 +30,7 @@ def test_the_schema_did_not_change_without_a_protocol_version_bump():
     versions = json.loads((SCHEMAS / "protocol.versions.json").read_text())
     assert versions.get(str(PROTOCOL_VERSION)) == protocolschema.digest(), (
         f"the protocol schema is not the one recorded for protocol {PROTOCOL_VERSION}: bump PROTOCOL_VERSION, "
-        "then run `.venv/bin/python -m treemail.producers.protocolschema --write`"
+        "then run `.venv/bin/python -m treemail.entrypoints.protocolschema --write`"
     )
     assert max(int(v) for v in versions) == PROTOCOL_VERSION
 

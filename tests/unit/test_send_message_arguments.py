@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from treemail.producers.tool import TOOL_NAME, parse_arguments, tool_definition
+from treemail.producers.tools.send_message import TOOL_NAME, parse_arguments, tool_definition
 from treemail.domain.errors import Code, Rejected
 from treemail.domain.commands import SendArguments
 

@@ -11,7 +11,7 @@ from treemail.domain.decide.guards import NoSuchHandle
 from treemail.domain.decide.send import Accepted, Refused, Replayed, outcome_of
 from treemail.domain.errors import Code, Rejected
 from treemail.domain.records import Peer
-from treemail.producers.tool import parse_arguments, result_text, tool_definition
+from treemail.producers.tools.send_message import parse_arguments, result_text, tool_definition
 
 from .builders import (
     ROOT_ID, accepted, config, found, registered, run_finished, run_started, send, session_record, status_changed,

@@ -3,7 +3,9 @@
 import pytest
 
 from treemail.domain.errors import Code, Rejected
-from treemail.producers import interrupt_tool, peer_tools, tool
+from treemail.producers.tools import interrupt as interrupt_tool
+from treemail.producers.tools import peer as peer_tools
+from treemail.producers.tools import send_message as tool
 
 MANY = {f"k{i}": i for i in range(100_000)}
 

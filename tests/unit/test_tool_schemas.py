@@ -20,7 +20,10 @@ from pydantic import TypeAdapter
 
 from treemail.adapters.config import Config
 from treemail.domain.state import fold
-from treemail.producers import message_tools, tool, tools, toolschemas
+from treemail.producers.tools import message as message_tools
+from treemail.producers.tools import schemas as toolschemas
+from treemail.producers.tools import send_message as tool
+from treemail.producers.tools import table as tools
 
 from .builders import ALLOW_ALL, ROOT_ID, registered, session_record
 

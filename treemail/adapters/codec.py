@@ -15,7 +15,7 @@ import json
 
 import orjson
 
-from .. import PROTOCOL_VERSION
+from ..domain.protocol import PROTOCOL_VERSION
 from ..domain import blocks, compactjson, protocol
 from ..domain.commands import SendArguments, SendContext, SendMessage
 

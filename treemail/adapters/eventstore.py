@@ -24,7 +24,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, ResponseError
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
 
-from .. import PROTOCOL_VERSION
+from ..domain.protocol import PROTOCOL_VERSION
 from ..domain import compactjson
 from ..domain import events as ev
 from ..domain import protocol
@@ -491,14 +491,17 @@ class EventStore:
     def _decode(entries: list) -> list[tuple[int, ev.Event | None]]:
         return list(decode_entries(entries))
 
-    async def read_at(self, record: SessionRecord, seqs: list[int]) -> dict[int, ev.Event]:
+    async def entries_at(self, record: SessionRecord, seqs: list[int]) -> list[list]:
+        """The raw entries at these positions, one list per position (empty where none is), in one round trip."""
         stream = keys.session_stream(record.partition, record.session_id)
         async with self.redis.pipeline(transaction=False) as pipe:
             for seq in seqs:
                 pipe.xrange(stream, min=f"{seq}-0", max=f"{seq}-0")
-            replies = await pipe.execute()
+            return await pipe.execute()
+
+    async def read_at(self, record: SessionRecord, seqs: list[int]) -> dict[int, ev.Event]:
         out = {}
-        for seq, entries in zip(seqs, replies):
+        for seq, entries in zip(seqs, await self.entries_at(record, seqs)):
             for _, fields in entries:
                 event = decode_entry(fields)
                 if event is not None:

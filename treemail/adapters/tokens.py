@@ -23,7 +23,7 @@ TOKEN_PREFIX = "tmk_"
 @dataclass(frozen=True)
 class TokenBinding:
     session_id: str
-    # None: each call uses the session's current run (see producers/tools.py, ``bound_context``).
+    # None: each call uses the session's current run (see producers/tools/table.py, ``bound_context``).
     run_id: str | None
     # A stable, non-secret name for the binding (a prefix of the digest): the run of last resort.
     binding_id: str

@@ -32,7 +32,7 @@ class Code(str, Enum):
     INTERRUPT_PERMISSION_DENIED = "interrupt_agent:permission_denied"
     INTERRUPT_IDEMPOTENCY_CONFLICT = "interrupt_agent:idempotency_conflict"
     INTERRUPT_ENGINE_SHUTDOWN = "interrupt_agent:engine_shutdown"
-    # the tool registry: a tool the calling session does not have installed (host call_tool)
+    # the tool registry: a tool the calling session does not have installed (host tm.tools.call)
     UNKNOWN_TOOL = "unknown_tool"
     # Plugins observe and gate: a pre-send hook the host registered refused the send.
     PLUGIN_REFUSED = "send_message:plugin_refused"

@@ -7,7 +7,7 @@ reminder to bump PROTOCOL_VERSION for an incompatible change.
 
 import json
 
-from .. import PROTOCOL_VERSION
+from .protocol import PROTOCOL_VERSION
 from .events import EVENT_TYPES
 
 

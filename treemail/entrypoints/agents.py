@@ -33,7 +33,7 @@ def mcp(
     config: ConfigOpt = None,
 ) -> None:
     """Serve the model-facing tools over MCP: stdio for one session, or HTTP bound per bearer token."""
-    from treemail.producers.mcpserver import serve_http, serve_stdio
+    from treemail.producers.mcp.server import serve_http, serve_stdio
 
     cfg = config_of(ctx, config)
     if http:
@@ -56,15 +56,15 @@ def mcp_token(
 ) -> None:
     """Mint a bearer token binding MCP over HTTP to one session, or revoke one."""
 
-    async def action(host):
+    async def action(host, server):
         if revoke:
-            if not await host.revoke_token(revoke):
+            if not await host.tools.revoke_token(revoke):
                 raise LookupError("no such token (already revoked, expired, or never minted)")
             print("revoked")
         elif not session:
             raise ValueError("mcp-token needs SESSION, or --revoke TOKEN")
         else:
-            print(await host.mint_token(await session_id(host, session), run, ttl))
+            print(await host.tools.mint_token(await session_id(server, session), run, ttl))
 
     run_with_host(ctx, config, action)
 
@@ -77,8 +77,8 @@ def tool_schema(
 ) -> None:
     """Print a session's installed tools in the shape an agent framework takes (JSON)."""
 
-    async def action(host):
-        schemas = await host.tool_schemas(await session_id(host, session), format.value)
+    async def action(host, server):
+        schemas = await host.tools.schemas(await session_id(server, session), format.value)
         print(json.dumps(schemas, indent=2, ensure_ascii=False))
 
     run_with_host(ctx, config, action)

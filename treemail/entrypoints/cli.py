@@ -16,7 +16,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from treemail import PROTOCOL_VERSION, __version__
+from treemail.domain.protocol import PROTOCOL_VERSION
+from treemail.host import __version__
 from treemail.adapters.config import load_config
 from treemail.domain.errors import ConfigError, LifecycleError, RedisUnavailable, UnknownSessionError
 
@@ -151,10 +152,10 @@ def replay(ctx: typer.Context, config: ConfigOpt = None) -> None:
 
     from .output import progress
 
-    async def action(host):
-        partitions = list(range(host.config.service.partitions))
+    async def action(host, server):
+        partitions = list(range(server.config.service.partitions))
         with progress("replay") as show:
-            views = await rebuild(host.store, partitions, progress=show)
+            views = await rebuild(server.store, partitions, progress=show)
         names = sorted({name for name, _ in views})
         print(f"rebuilt {', '.join(names)} over {len(partitions)} partitions")
 
@@ -169,10 +170,10 @@ def trees(ctx: typer.Context, json: JsonOpt = False, config: ConfigOpt = None) -
 
     from .output import json_lines, table
 
-    async def action(host):
+    async def action(host, server):
         rows = []
-        for p in range(host.config.service.partitions):
-            view, _ = await load_view(host.redis, p, "trees")
+        for p in range(server.config.service.partitions):
+            view, _ = await load_view(server.redis, p, "trees")
             rows.extend({"root_session_id": root, **s} for root, s in sorted(tree_summaries(view).items()))
         if json:
             json_lines(rows)
@@ -193,8 +194,8 @@ def history(ctx: typer.Context, session: SessionArg, json: JsonOpt = False, conf
 
     from .output import json_lines
 
-    async def action(host):
-        events = await host.history(await _session_id(host, session))
+    async def action(host, server):
+        events = await host.history(await _session_id(server, session))
         if json:
             json_lines({"seq": seq, "type": type(event).__name__, **event.model_dump()} for seq, event in events)
         else:
@@ -213,9 +214,9 @@ def tail(
     """Follow a session's mail rows (ProducerMessage* events) live, until Ctrl-C."""
     from treemail.projections.tail import tail as follow
 
-    async def action(host):
-        record = await host.sessions.record(await _session_id(host, session))
-        async for row in follow(host.store, record, from_start=from_start):
+    async def action(host, server):
+        record = await server.record(await _session_id(server, session))
+        async for row in follow(server.store, record, from_start=from_start):
             print(row, flush=True)
 
     _run(ctx, config, action)
@@ -226,8 +227,8 @@ def approvals_list(ctx: typer.Context, json: JsonOpt = False, config: ConfigOpt 
     """Sends waiting for a person."""
     from .output import json_lines, table
 
-    async def action(host):
-        requests = await host.pending_approvals()
+    async def action(host, server):
+        requests = await host.permissions.pending_approvals()
         if json:
             json_lines(requests)
         elif not requests:
@@ -261,8 +262,8 @@ def approvals_approve(
     """Let a waiting send through, once or for the whole tree."""
     request_id = _need(request_id)
 
-    async def action(host):
-        request = await host.approve(request_id, scope="tree" if tree else "once")
+    async def action(host, server):
+        request = await host.permissions.approve(request_id, scope="tree" if tree else "once")
         print(f"approved {request['request_id']} ({request['decision']})")
 
     _run(ctx, config, action)
@@ -273,8 +274,8 @@ def approvals_deny(ctx: typer.Context, request_id: RequestArg = None, config: Co
     """Refuse a waiting send."""
     request_id = _need(request_id)
 
-    async def action(host):
-        request = await host.deny(request_id)
+    async def action(host, server):
+        request = await host.permissions.deny(request_id)
         print(f"denied {request['request_id']}")
 
     _run(ctx, config, action)
@@ -291,8 +292,8 @@ def dead_letters(
 
     from .output import json_lines, table
 
-    async def action(host):
-        entries = await host.redis.xrevrange(keys.dead_letters(), count=count)
+    async def action(host, server):
+        entries = await server.redis.xrevrange(keys.dead_letters(), count=count)
         rows = [{"id": entry_id.decode(), **{k.decode(): v.decode(errors="replace") for k, v in fields.items()}}
                 for entry_id, fields in entries]
         if json:
@@ -316,7 +317,7 @@ def schema(
 ) -> None:
     """Print the JSON Schema of every event type (schemas/events.schema.json), or of the whole protocol."""
     if protocol:
-        from treemail.producers.protocolschema import render
+        from treemail.entrypoints.protocolschema import render
     else:
         from treemail.domain.schema import render
 

@@ -1,6 +1,12 @@
-"""What every `treemail` subcommand shares: the common options, configuration, a connected host."""
+"""What every `treemail` subcommand shares: the common options, configuration, a connected host.
+
+A command gets the host API (``Treemail``) and, for what it reads below the
+host API (views, streams, dead letters, handles), the server's own adapters
+(``Server``), each on its own connection.
+"""
 
 import asyncio
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -28,12 +34,34 @@ def url_of(config) -> str:
     return url
 
 
+@dataclass(frozen=True)
+class Server:
+    """The server's adapters, built from the configured URL."""
+
+    config: object
+    redis: object
+    store: object
+
+    async def record(self, session_id: str):
+        record = await self.store.directory.get(session_id)
+        if record is None:
+            raise UnknownSessionError(f"no session has id {session_id}")
+        return record
+
+
 async def with_host(config, action):
-    from treemail.producers.host import Treemail
+    """``action(host, server)``: the host API and the server's adapters, both closed afterwards."""
+    from treemail.adapters.connection import connect
+    from treemail.adapters.eventstore import EventStore
+    from treemail.host import Treemail
 
     host = await Treemail.connect(config, url_of(config))
     try:
-        return await action(host)
+        redis = await connect(url_of(config), config.service)
+        try:
+            return await action(host, Server(config, redis, EventStore(redis, config.service)))
+        finally:
+            await redis.aclose()
     finally:
         await host.close()
 
@@ -42,14 +70,14 @@ def run_with_host(ctx, config, action):
     return asyncio.run(with_host(config_of(ctx, config), action))
 
 
-async def session_id(host, ref: str) -> str:
+async def session_id(server: Server, ref: str) -> str:
     """A session id as given, or the one session a handle names in any tree."""
     from treemail.adapters.handles import sessions_with_handle
     from treemail.domain.ids import is_uuid
 
     if is_uuid(ref):
         return ref
-    found = await sessions_with_handle(host.redis, host.config.service.partitions, ref)
+    found = await sessions_with_handle(server.redis, server.config.service.partitions, ref)
     if not found:
         raise UnknownSessionError(f"no session has id or handle {ref!r}")
     if len(found) > 1:

@@ -25,8 +25,9 @@ from pathlib import Path
 
 from treemail.adapters import members
 from treemail.adapters.config import Config
+from treemail.adapters.connection import connect
 from treemail.adapters.embedded import LocalValkey, LocalValkeyCluster, free_port
-from treemail.producers.host import Treemail
+from treemail.host import Treemail
 
 from .demo_script import Story, play, say
 from .scenarios import ScenarioFailed
@@ -90,10 +91,10 @@ def _hop_guard_env(config: Config) -> tuple[dict[str, str], str | None]:
     return {"TREEMAIL_MESSAGING_MAX_HOPS": DEMO_MAX_HOPS}, None
 
 
-async def _other_workers(host: Treemail, ours: list[subprocess.Popen]) -> int:
+async def _other_workers(server, config: Config, ours: list[subprocess.Popen]) -> int:
     """Live workers on the server the demo did not start: they decide sends with their own settings."""
     pids = {str(p.pid) for p in ours}
-    workers = await members.live(host.redis, host.config.service.worker_timeout_ms)
+    workers = await members.live(server, config.service.worker_timeout_ms)
     return sum(1 for consumer, _ in workers if consumer.rsplit("-", 1)[-1] not in pids)
 
 
@@ -154,12 +155,14 @@ async def _until(stop: asyncio.Event, work) -> bool:
 async def _main(config: Config, url: str, pool: Pool, hop_guard: str | None, once: bool) -> None:
     stop = _stop_on_signals()
     host = await Treemail.connect(config, url)
+    # The server read below the host API (members, views), on a connection of its own.
+    server = await connect(url, config.service)
     story = Story()
     try:
-        if hop_guard is None and (others := await _other_workers(host, pool.processes)):
+        if hop_guard is None and (others := await _other_workers(server, config, pool.processes)):
             hop_guard = (f"{others} other worker(s) on this server decide sends too, with their own max_hops; "
                          "give them TREEMAIL_MESSAGING_MAX_HOPS to stop storms there")
-        if not await _until(stop, play(host, hop_guard, story)):
+        if not await _until(stop, play(host, hop_guard, story, server, config.service.partitions)):
             return
         _next_steps(url, story, pool, config.service.cluster, once)
         if once:
@@ -172,6 +175,7 @@ async def _main(config: Config, url: str, pool: Pool, hop_guard: str | None, onc
         # approval wait retries until its client closes; closing answers it engine_shutdown.
         story.closing = True
         await host.close()
+        await server.aclose()
         if story.waiting_send is not None:
             await asyncio.wait({story.waiting_send}, timeout=5)
             story.waiting_send.cancel()

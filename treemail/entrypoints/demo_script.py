@@ -10,8 +10,9 @@ scenario impossible (the hop guard off), it says so instead of pretending.
 import asyncio
 from dataclasses import dataclass, field
 
+from treemail.adapters import keys
 from treemail.adapters.viewstore import load_view
-from treemail.producers.host import SendContext, Treemail
+from treemail.host import SendContext, Treemail
 from treemail.projections.render import history_row
 from treemail.projections.views import tree_summaries
 
@@ -82,8 +83,9 @@ class ScriptedEngine:
         return False
 
 
-async def play(host: Treemail, hop_guard: str | None, story: Story) -> Story:
-    """``hop_guard``: None when the workers stop storms, else why scenario 5 cannot be shown."""
+async def play(host: Treemail, hop_guard: str | None, story: Story, server, partitions: int) -> Story:
+    """``hop_guard``: None when the workers stop storms, else why scenario 5 cannot be shown. ``server``: a
+    connection for what the demo reads below the host API (the projection views), over ``partitions``."""
     engine = ScriptedEngine(host)
     root = await host.register_root("planner", "splits the task", rules={"child": "allow"})
     await engine.start(root)
@@ -138,7 +140,8 @@ async def play(host: Treemail, hop_guard: str | None, story: Story) -> Story:
     say(f"  {c.handle} -> {root.handle}: waiting for a person, request {story.approval_id}")
 
     say("\n8. the projection worker's view of the tree (`treemail trees`)")
-    summary = await _tree_summary(host, root.session_id, sessions=4)
+    summary = await _tree_summary(server, keys.partition_of(root.session_id, partitions), root.session_id,
+                                  sessions=4)
     say(f"  {root.session_id}: {summary['sessions']} sessions, {summary['accepted']} messages accepted, "
         f"{summary['done']} done, {summary['pending']} pending")
 
@@ -169,7 +172,7 @@ async def _approval_appears(host: Treemail, send: asyncio.Task, sender: str, tim
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while loop.time() < deadline:
-        waiting = [r for r in await host.pending_approvals() if r["sender_handle"] == sender]
+        waiting = [r for r in await host.permissions.pending_approvals() if r["sender_handle"] == sender]
         if waiting:
             return waiting[0]["request_id"]
         expect(not send.done(), "7", f"the send did not wait for a person: {send.done() and send.result()}")
@@ -177,13 +180,12 @@ async def _approval_appears(host: Treemail, send: asyncio.Task, sender: str, tim
     raise ScenarioFailed("scenario 7: no approval request appeared")
 
 
-async def _tree_summary(host: Treemail, root_id: str, sessions: int, timeout_s: float = 15.0) -> dict:
-    partition = (await host.sessions.record(root_id)).partition
+async def _tree_summary(server, partition: int, root_id: str, sessions: int, timeout_s: float = 15.0) -> dict:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     summary: dict = {}
     while loop.time() < deadline:
-        view, _ = await load_view(host.redis, partition, "trees")
+        view, _ = await load_view(server, partition, "trees")
         summary = tree_summaries(view).get(root_id, {})
         if summary.get("sessions") == sessions:
             return summary

@@ -7,7 +7,7 @@ stack (the workers decide every send); the demo script calls it.
 
 from collections.abc import Callable
 
-from treemail.producers.host import SendContext, Treemail
+from treemail.host import SendContext, Treemail
 
 from .scenarios import expect
 
@@ -23,7 +23,7 @@ async def demo_settlement(host: Treemail, say: Callable[[str], None] = print, fi
     await host.start_run(root.session_id, "run-lead")
     for child in (worker, helper):
         await host.start_run(child.session_id, "run-1")
-    guidance = await host.return_guidance(worker.session_id)
+    guidance = await host.permissions.return_guidance(worker.session_id)
     say(f"{root.handle} delegates {worker.handle} and {helper.handle}; {worker.handle}'s first prompt ends with:")
     say(f"    {guidance}")
 
@@ -44,7 +44,7 @@ async def demo_settlement(host: Treemail, say: Callable[[str], None] = print, fi
 
     say(f"\n{disposed_n}. {helper.handle} is disposed with a message unread; sends after the cutoff are refused")
     await _send(host, say, root, "run-lead", "c-2", helper.handle, "Write the summary.", mode="queue")
-    disposed = await host.dispose(helper.session_id, "aborted")
+    disposed = await host.disposal.dispose(helper.session_id, "aborted")
     say(f"  [{helper.handle} disposed: {len(disposed.returned)} unread message returned; notice {disposed.settlement}]")
     refused = await _send(host, say, root, "run-lead", "c-3", helper.handle, "Are you still there?")
     expect(refused.get("error", {}).get("code") == "send_message:recipient_closing", disposed_n,

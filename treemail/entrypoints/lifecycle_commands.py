@@ -5,14 +5,14 @@
     treemail dispose SESSION [--stop-reason R] [--closing-text T]   dispose_command(host, ...)
 """
 
-from treemail.producers.host import Treemail
+from treemail.host import Treemail
 
 
 async def drain_command(host: Treemail, session_id: str | None = None, lift: bool = False) -> str:
     if lift:
-        count = await host.undrain(session_id)
+        count = await host.disposal.undrain(session_id)
         return "the service takes new sends again" if session_id is None else f"{count} sessions take new sends again"
-    count = await host.drain(session_id)
+    count = await host.disposal.drain(session_id)
     if session_id is None:
         return "the service is draining: new sends are refused (send_message:draining), accepted mail is delivered"
     return f"{count} sessions draining: new sends from or to them are refused, accepted mail is delivered"
@@ -21,6 +21,6 @@ async def drain_command(host: Treemail, session_id: str | None = None, lift: boo
 async def dispose_command(
     host: Treemail, session_id: str, stop_reason: str | None = None, closing_text: str | None = None
 ) -> str:
-    disposed = await host.dispose(session_id, stop_reason, closing_text)
+    disposed = await host.disposal.dispose(session_id, stop_reason, closing_text)
     notice = f"; parent notice: {disposed.settlement}" if disposed.settlement else ""
     return f"disposed {session_id}: {len(disposed.returned)} unprocessed messages returned to their senders{notice}"

@@ -35,20 +35,20 @@ MessageArg = Annotated[str, typer.Argument(metavar="MESSAGE_ID", help="the messa
 
 def inspect(ctx: typer.Context, message_id: MessageArg, as_json: JsonOpt = False, config: ConfigOpt = None) -> None:
     """What became of a message: accepted (with its receipt), processed, parked or refused."""
-    from treemail.producers import inspection
+    from treemail.producers.host import obligations as inspection
 
-    async def action(host):
-        print(await inspection.cli_inspect(host, message_id, as_json))
+    async def action(host, server):
+        print(await inspection.cli_inspect(host.obligations, message_id, as_json))
 
     run_with_host(ctx, config, action)
 
 
 def retry(ctx: typer.Context, message_id: MessageArg, config: ConfigOpt = None) -> None:
     """Renew a parked message's retry budget (a processed or refused one cannot be rewound)."""
-    from treemail.producers import inspection
+    from treemail.producers.host import obligations as inspection
 
-    async def action(host):
-        print(await inspection.cli_retry(host, message_id))
+    async def action(host, server):
+        print(await inspection.cli_retry(host.obligations, message_id))
 
     run_with_host(ctx, config, action)
 
@@ -57,8 +57,8 @@ def permissions(ctx: typer.Context, session: SessionArg, as_json: JsonOpt = Fals
     """A session's effective permissions: tool visibility, and what each label resolves to and why."""
     from treemail.domain.effective import render_report
 
-    async def action(host):
-        report = await host.effective_permissions(await session_id(host, session))
+    async def action(host, server):
+        report = await host.permissions.effective(await session_id(server, session))
         print(json.dumps(report, ensure_ascii=False) if as_json else render_report(report))
 
     run_with_host(ctx, config, action)
@@ -75,8 +75,8 @@ def drain(
     """Refuse new sends from or to the service, or a session and its subtree (send_message:draining)."""
     from .lifecycle_commands import drain_command
 
-    async def action(host):
-        print(await drain_command(host, await session_id(host, session) if session else None, lift))
+    async def action(host, server):
+        print(await drain_command(host, await session_id(server, session) if session else None, lift))
 
     run_with_host(ctx, config, action)
 
@@ -92,8 +92,8 @@ def dispose(
     """Dispose a session: the cutoff for sends, its unprocessed mail handed back to the senders, then closed."""
     from .lifecycle_commands import dispose_command
 
-    async def action(host):
-        print(await dispose_command(host, await session_id(host, session), stop_reason, closing_text))
+    async def action(host, server):
+        print(await dispose_command(host, await session_id(server, session), stop_reason, closing_text))
 
     run_with_host(ctx, config, action)
 

@@ -2,7 +2,7 @@
 
 An engine reverts a session's history to an earlier position, or forks a new
 session from one. Positions are those of the session's treemail stream
-(``Treemail.position`` gives the current one; an engine notes it beside the
+(``tm.history.position`` gives the current one; an engine notes it beside the
 entries of its own log). Streams stay append-only: a revert is an event,
 appended with the events that undo what the session did with its mail on the
 reverted branch, so folding the whole stream (a replay) gives exactly what
@@ -29,7 +29,7 @@ from .. import events as ev
 from ..commands import ForkSession, RevertSession
 from ..errors import LifecycleError
 from ..state import MailItem
-from .lifecycle import Given, _in_order, _message_event, decide_register, require_open, require_registered
+from .lifecycle import Given, in_order, message_event, decide_register, require_open, require_registered
 from .wake import with_wake
 
 INVALID_POSITION = "lifecycle:invalid_position"
@@ -108,8 +108,8 @@ def decide_revert(command: RevertSession, given: Given) -> list[ev.Event]:
     run = state.current_run
     if run is not None:
         events += [
-            _message_event(ev.ProducerMessageReleased, item, run, given.now)
-            for item in _in_order(given.mail)
+            message_event(ev.ProducerMessageReleased, item, run, given.now)
+            for item in in_order(given.mail)
             if item.state == "claimed" and item.run_id == run
         ]
         events.append(ev.SessionRunFinished(at=given.now, run_id=run))

@@ -12,7 +12,7 @@ from .. import events as ev
 from .. import notices
 from ..commands import CloseSession, DisposeSession, DrainSession, LiftDrain, ReturnMail
 from ..errors import LifecycleError
-from .lifecycle import Given, _in_order, _message_event, require_registered
+from .lifecycle import Given, in_order, message_event, require_registered
 from .wake import with_wake
 
 RETURNED_PRODUCER = "returned:treemail"
@@ -35,8 +35,8 @@ def decide_dispose(command: DisposeSession, given: Given) -> list[ev.Event]:
         return []  # already past the cutoff: a repeated dispose resumes the later steps
     # Released with no backoff and no attempt failed: the message is returned, never claimed again.
     released = [
-        _message_event(ev.ProducerMessageReleased, item, item.run_id, given.now, reason=CLOSING)
-        for item in _in_order(given.mail)
+        message_event(ev.ProducerMessageReleased, item, item.run_id, given.now, reason=CLOSING)
+        for item in in_order(given.mail)
         if item.state == "claimed"
     ]
     return [
@@ -72,7 +72,7 @@ def decide_close(command: CloseSession, given: Given) -> list[ev.Event]:
     if state.disposal is None:
         raise LifecycleError("lifecycle:not_closing", "dispose the session before closing it")
     returned = dict(command.returned)
-    pending = _in_order(given.mail)
+    pending = in_order(given.mail)
     unreturned = [m.message_id for m in pending if m.owner == "agent" and m.message_id not in returned]
     if unreturned:
         raise LifecycleError(
@@ -83,7 +83,7 @@ def decide_close(command: CloseSession, given: Given) -> list[ev.Event]:
         # The disposal cut the open run short.
         events.append(ev.SessionRunFinished(at=given.now, run_id=state.current_run, reason="aborted"))
     events += [
-        _message_event(
+        message_event(
             ev.ProducerMessageDiscarded, item, item.run_id, given.now,
             reason=returned.get(item.message_id, NOT_AGENT_MAIL),
         )

@@ -80,14 +80,14 @@ def require_current_run(state: SessionState, run_id: str) -> None:
         raise LifecycleError("lifecycle:not_current_run", f"run {run_id} is not the session's current run")
 
 
-def _message_event(cls, item: MailItem, run_id: str | None, now: float, **extra) -> ev.MessageEvent:
+def message_event(cls, item: MailItem, run_id: str | None, now: float, **extra) -> ev.MessageEvent:
     return cls(
         at=now, message_id=item.message_id, owner=item.owner, sender_session_id=item.sender_session_id,
         agent_hop=item.agent_hop, run_id=run_id, **extra,
     )
 
 
-def _in_order(mail: Mapping[str, MailItem]) -> list[MailItem]:
+def in_order(mail: Mapping[str, MailItem]) -> list[MailItem]:
     return sorted(mail.values(), key=lambda m: m.seq)
 
 
@@ -125,9 +125,9 @@ def decide_start_run(command: StartRun, given: Given) -> list[ev.Event]:
             "lifecycle:run_active", f"run {state.current_run} is still active; finish it before starting {run_id}"
         )
     events: list[ev.Event] = [ev.SessionRunStarted(at=given.now, run_id=run_id)]
-    for item in _in_order(given.mail):
+    for item in in_order(given.mail):
         if item.state not in ("claimed", "parked"):
-            events.append(_message_event(ev.ProducerMessageAdmitted, item, run_id, given.now))
+            events.append(message_event(ev.ProducerMessageAdmitted, item, run_id, given.now))
     return events
 
 
@@ -156,15 +156,15 @@ def decide_claim(command: ClaimMail, given: Given) -> list[ev.Event]:
         # Past the cutoff nothing more is delivered: what is pending goes back to its senders.
         return []
     # A failed attempt's message waits out its backoff (mail as an obligation).
-    due = [m for m in _in_order(given.mail) if due_in_run(m, command.run_id) and m.retry_at <= given.now]
-    return [_message_event(ev.ProducerMessageClaimed, item, command.run_id, given.now) for item in due]
+    due = [m for m in in_order(given.mail) if due_in_run(m, command.run_id) and m.retry_at <= given.now]
+    return [message_event(ev.ProducerMessageClaimed, item, command.run_id, given.now) for item in due]
 
 
 def decide_consume(command: ConsumeMail, given: Given) -> list[ev.Event]:
     require_registered(given.state)
     item = require_mail(given.mail, command.message_id)
     require_claimed(item)
-    return [_message_event(ev.ProducerMessageConsumed, item, item.run_id, given.now)]
+    return [message_event(ev.ProducerMessageConsumed, item, item.run_id, given.now)]
 
 
 def decide_release(command: ReleaseMail, given: Given) -> list[ev.Event]:
@@ -177,7 +177,7 @@ def decide_release(command: ReleaseMail, given: Given) -> list[ev.Event]:
 def decide_discard(command: DiscardMail, given: Given) -> list[ev.Event]:
     require_registered(given.state)
     item = require_mail(given.mail, command.message_id)
-    return [_message_event(ev.ProducerMessageDiscarded, item, item.run_id, given.now, reason=command.reason)]
+    return [message_event(ev.ProducerMessageDiscarded, item, item.run_id, given.now, reason=command.reason)]
 
 
 def decide_finish_run(command: FinishRun, given: Given) -> list[ev.Event]:
@@ -187,7 +187,7 @@ def decide_finish_run(command: FinishRun, given: Given) -> list[ev.Event]:
     require_current_run(state, run_id)
     released = [
         fail_attempt(item, RUN_FINISHED, given.config, given.now, backoff=False)
-        for item in _in_order(given.mail)
+        for item in in_order(given.mail)
         if item.state == "claimed" and item.run_id == run_id
     ]
     finished = ev.SessionRunFinished(at=given.now, run_id=run_id, reason=command.reason)

@@ -5,14 +5,15 @@ code by a test. ``schemas/protocol.versions.json`` keeps the digest of the
 schema for each protocol version: a test fails when the schema changed and
 ``PROTOCOL_VERSION`` was not bumped. After a change:
 
-    .venv/bin/python -m treemail.producers.protocolschema --write
+    .venv/bin/python -m treemail.entrypoints.protocolschema --write
 
 rewrites the schema (and ``schemas/events.schema.json``) and records the
 digest of the current version; it refuses to change the digest recorded for
 a version, which is the reminder to bump ``PROTOCOL_VERSION`` first.
 
-It lives with the producers because the tool definition is theirs; the
-domain's ``schema.py`` keeps the events alone.
+It is a generator run from a source tree, so it lives with the entry points,
+above every floor whose messages it describes (the tool definition is the
+producers', the events the domain's, whose ``schema.py`` keeps them alone).
 """
 
 import hashlib
@@ -20,13 +21,13 @@ import json
 import sys
 from pathlib import Path
 
-from treemail import PROTOCOL_VERSION
+from treemail.domain.protocol import PROTOCOL_VERSION
 from treemail.domain.commands import STATUSES
 from treemail.domain.errors import Code
 from treemail.domain.schema import event_schemas
 from treemail.domain.schema import render as render_events
 
-from . import tool
+from treemail.producers.tools import send_message as tool
 
 _JSON_TEXT = {"type": "string", "contentMediaType": "application/json"}
 _VERSION_FIELD = {"type": "string", "pattern": "^[0-9]+$", "description": "the protocol version that wrote the entry"}
@@ -121,7 +122,7 @@ def digest() -> str:
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
 
 
-SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
+SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 
 
 def write(schemas: Path = SCHEMAS) -> str:
@@ -131,7 +132,7 @@ def write(schemas: Path = SCHEMAS) -> str:
     if recorded is not None and recorded != digest():
         raise SystemExit(
             f"the protocol schema changed but protocol {PROTOCOL_VERSION} is recorded with another digest: "
-            "bump PROTOCOL_VERSION in treemail/__init__.py, then run this again"
+            "bump PROTOCOL_VERSION in treemail/domain/protocol.py, then run this again"
         )
     versions[str(PROTOCOL_VERSION)] = digest()
     (schemas / "protocol.schema.json").write_text(render())

@@ -1,22 +1,21 @@
-"""Model-facing ``inspect_message`` and ``retry_message`` tools (seed 004); a host installs either, both or none.
+"""Model-facing ``inspect_message`` and ``retry_message`` tools (a sender follows its own mail); a host installs either, both or none.
 
 Like send_message, the caller's identity comes from the host's context
 (``SendContext.session_id``), never from the arguments, and every answer is
 a result or ``{"error": {"code", "message"}}``; nothing a model sends raises.
 
     definition = message_tools.tool_definition("inspect_message")
-    result = await message_tools.handle(tm, "inspect_message", ctx, {"message_id": ...})
+    result = await message_tools.handle(tm.obligations, "inspect_message", ctx, {"message_id": ...})
 """
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from treemail.domain.commands import SendContext
 from treemail.domain.errors import Code
 from treemail.domain.results import error_result
 
-from . import inspection
 
 DESCRIPTIONS = {
     "inspect_message": (
@@ -59,16 +58,39 @@ def parse_arguments(raw: Any) -> str | dict:
     return raw["message_id"].strip()
 
 
-async def handle(host, name: str, context: SendContext, arguments: Any) -> dict:
+class Inspector(Protocol):
+    """What the two tools call: ``tm.obligations`` (``producers/host/obligations.py``)."""
+
+    async def inspect(self, message_id: str, caller_session_id: str | None = None) -> dict: ...
+
+    async def retry(self, message_id: str, caller_session_id: str | None = None) -> dict: ...
+
+
+async def handle(inspector: Inspector, name: str, context: SendContext, arguments: Any) -> dict:
     """Run the tool ``name`` for the session in ``context``."""
     if name not in DESCRIPTIONS:
         raise ValueError(f"unknown message tool {name!r}; one of {', '.join(TOOL_NAMES)}")
     message_id = parse_arguments(arguments)
     if isinstance(message_id, dict):
         return message_id
-    action = inspection.inspect if name == "inspect_message" else inspection.retry
-    return await action(host, message_id, context.session_id)
+    action = inspector.inspect if name == "inspect_message" else inspector.retry
+    return await action(message_id, context.session_id)
 
 
-# One line per fact, for `treemail inspect` too.
-render = inspection.render
+def render(status: dict) -> str:
+    """One line per fact, for `treemail inspect` (errors are one line too)."""
+    if "error" in status:
+        return f"{status['error']['code']}: {status['error']['message']}"
+    lines = [f"{status['message_id']}  {status['status']}"]
+    receipt = status.get("receipt")
+    if receipt:
+        lines.append(f"  to {receipt['recipient_session_id']} at position {receipt['position']} "
+                     f"({receipt['recipient_state']} at acceptance)")
+    elif status.get("recipient_session_id"):
+        lines.append(f"  to {status['recipient_session_id']}")
+    for key in ("delivery", "attempts", "reason", "next_attempt_at", "deadline_at"):
+        if status.get(key) is not None:
+            lines.append(f"  {key}: {status[key]}")
+    if status.get("settlement"):
+        lines.append(f"  settlement: {status['settlement']['outcome']} {status['settlement']['reason']}".rstrip())
+    return "\n".join(lines)

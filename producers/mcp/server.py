@@ -1,15 +1,15 @@
-"""The MCP server: the tools ``producers/tools.py`` installs for one bound session, over stdio or HTTP.
+"""The MCP server: the tools ``producers/tools/table.py`` installs for one bound session, over stdio or HTTP.
 
 Who calls is never an argument. Over stdio the process serves the one session
 (and optionally run) it was started for. Over streamable HTTP every request
-carries a bearer token the host minted (``Treemail.mint_token``); the SDK's
+carries a bearer token the host minted (``tm.tools.mint_token``); the SDK's
 bearer middleware checks it in Redis on each request (``adapters/tokens.py``),
 so a revoked token is refused at its next request by every server process,
 and the handlers read the session and run from the verified token only. The
 HTTP transport is stateless: any process can serve any request, because the
 binding travels with the request rather than living in one process.
 
-Each call's context (see ``tools.bound_context``):
+Each call's context (see ``tm.tools.bound_context``):
 - session: the binding's;
 - run: the binding's, else the session's current run at the time of the call
   (with none open, a send or an interrupt is refused: ``sender_not_live``);
@@ -38,14 +38,12 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_PARAMS
 
-from treemail import PROTOCOL_VERSION
-from treemail.adapters import tokens
 from treemail.adapters.config import Config
 from treemail.adapters.tokens import TokenBinding
 from treemail.domain import ids
+from treemail.domain.protocol import PROTOCOL_VERSION
 
-from . import tools
-from .host import Treemail
+from ..host.facade import Treemail
 
 TOOL_CALL_META = "treemail/tool_call_id"
 NAME = "treemail"
@@ -64,21 +62,19 @@ def build_server(host: Treemail, resolve: Resolve) -> Server:
 
     async def list_tools(ctx, params) -> types.ListToolsResult:
         binding = await resolve(ctx)
-        record = await host.sessions.record(binding.session_id)
         return types.ListToolsResult(tools=[
             types.Tool(name=d["name"], description=d["description"], input_schema=d["input_schema"])
-            for d in await tools.installed(host, record)
+            for d in await host.tools.definitions(binding.session_id)
         ])
 
     async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
         binding = await resolve(ctx)
-        record = await host.sessions.record(binding.session_id)
-        if await tools.installed_tool(host, params.name, record) is None:
+        if await host.tools.definition(binding.session_id, params.name) is None:
             raise MCPError(INVALID_PARAMS, f"Unknown tool: {params.name}")
-        context = await tools.bound_context(host, binding, tool_call_id(params))
-        result = await host.call_tool(context, params.name, params.arguments or {})
+        context = await host.tools.bound_context(binding, tool_call_id(params))
+        result = await host.tools.call(context, params.name, params.arguments or {})
         return types.CallToolResult(
-            content=[types.TextContent(text=tools.result_text(params.name, result))],
+            content=[types.TextContent(text=host.tools.result_text(params.name, result))],
             structured_content=result,
             is_error="error" in result,
         )
@@ -94,7 +90,7 @@ async def serve_stdio(config: Config, url: str, session_id: str, run_id: str | N
     """Serve the session's tools on stdin/stdout until the client closes them."""
     host = await Treemail.connect(config, url)
     try:
-        await host.sessions.record(session_id)  # an unknown session fails here, before any client speaks
+        await host.tools.definitions(session_id)  # an unknown session fails here, before any client speaks
         binding = TokenBinding(session_id, run_id, f"stdio-{ids.uuid7()}")
 
         async def resolve(_ctx) -> TokenBinding:
@@ -117,7 +113,7 @@ class RedisTokenVerifier:
         self.host = host
 
     async def verify_token(self, token: str) -> AccessToken | None:
-        binding = await tokens.lookup(self.host.redis, token)
+        binding = await self.host.tools.binding(token)
         if binding is None:
             return None
         return AccessToken(

@@ -1,4 +1,4 @@
-"""The model-facing peer tools (seed 004 part 2): send_to_peer, reply_to_peer, peer_inbox. Pure.
+"""The model-facing peer tools (peer routes across trees): send_to_peer, reply_to_peer, peer_inbox. Pure.
 
 Three separate tools a host installs one by one. Each definition is built
 from what the calling session's peer routes and grants allow, and is None

@@ -1,6 +1,6 @@
-"""How send_message's surface changes with the deployment (seed 002 part 2). Pure.
+"""How send_message's surface changes with the deployment (direct routing, content blocks). Pure.
 
-The default surface is exactly seed 000's (``tool.py``). ``[messaging]
+The default surface is the plain send_message tool's (``send_message.py``). ``[messaging]
 routing = "direct"`` changes what ``to`` may name and says so;
 ``content_blocks = true`` lets ``body`` be a list of blocks and says so.
 """

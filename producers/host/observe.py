@@ -14,7 +14,7 @@ position just after it: store it, and ``subscribe(after=position)`` resumes
 with the next event, none twice and none missed. A position older than what a
 trimmed feed still holds (``feed_maxlen``) cannot be resumed without a gap:
 that raises ``SubscriptionGap`` rather than skip events silently (the session
-streams still hold them: ``Treemail.history``).
+streams still hold them: ``tm.history``).
 """
 
 import asyncio
@@ -32,7 +32,7 @@ from treemail.adapters import feed, keys
 from treemail.adapters.config import ServiceConfig
 from treemail.domain import events as ev
 
-# The mail traffic the seed's plugins observe: producers and every ProducerMessage* step.
+# The mail traffic plugins observe: producers and every ProducerMessage* step.
 MAIL_EVENTS: frozenset[type[ev.Event]] = frozenset(
     cls for name, cls in ev.EVENT_TYPES.items() if name.startswith("ProducerMessage") or name == "ProducerRegistered"
 )

@@ -1,6 +1,6 @@
-"""The model-facing interrupt_agent tool (seed 002 part 2): strict arguments, the definition. Pure.
+"""The model-facing interrupt_agent tool: strict arguments, the definition. Pure.
 
-The seed's second control tool beside send_message: a thin adapter; who may
+The second control tool beside send_message: a thin adapter; who may
 interrupt whom is decided behind it (``domain/decide/interrupt.py``). The
 model supplies ``to`` and an optional ``reason``; who interrupts, from which
 run and tool call, comes from the host.

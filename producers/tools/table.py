@@ -1,17 +1,18 @@
 """The model-facing tools, one row each: how a session's definition is built and how a call is made.
 
 Every adapter that puts treemail in front of a model (the host API's
-``call_tool`` and ``tool_schemas``, the MCP server, the tool-schema exporter)
+``tm.tools.call`` and ``tm.tools.schemas``, the MCP server, the tool-schema exporter)
 serves what this table installs for the calling session, so a new tool is one
 row here and reaches all of them:
 
-    TOOLS["inspect"] = ModelTool(definition=..., call=lambda host, context, args: host.inspect(context, args))
+    TOOLS["inspect"] = ModelTool(definition=..., call=lambda handlers, context, args: handlers.inspect(...))
 
-``definition(host, view)`` returns the canonical definition (``name``,
+``definition(handlers, view)`` returns the canonical definition (``name``,
 ``description``, ``input_schema``: a JSON Schema object) or None when the
-session may not see the tool (deny by default). ``call(host, context,
-arguments)`` runs it through the host API with the context the host bound
-(session, run, tool call): identity never comes from the arguments.
+session may not see the tool (deny by default). ``call(handlers, context,
+arguments)`` runs it through the host API (``Handlers``: the calls the host's
+parts answer, ``producers/host/tools.py`` binds them) with the context the
+host bound (session, run, tool call): identity never comes from the arguments.
 """
 
 import json
@@ -20,14 +21,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from treemail.adapters.config import Config
-from treemail.adapters.tokens import TokenBinding
 from treemail.domain.commands import SendContext
 from treemail.domain.errors import Code
 from treemail.domain.records import SessionRecord
 from treemail.domain.state import SessionState
 from treemail.domain.results import error_result
 
-from . import interrupt_tool, message_tools, peers, tool
+from . import interrupt as interrupt_tool
+from . import message as message_tools
+from . import send_message as tool
 
 
 def error_text(result: dict) -> str:
@@ -50,105 +52,120 @@ class SessionView:
     config: Config
 
 
+Call = Callable[[SendContext, Any], Awaitable[dict]]
+Definition = Callable[[str], Awaitable[dict | None]]
+
+
+@dataclass(frozen=True)
+class Handlers:
+    """What the rows call: the host API's answer to each tool, and the peer tools' definitions by session."""
+
+    send_message: Call
+    interrupt_agent: Call
+    message_tools: message_tools.Inspector
+    peer_send: Call
+    peer_reply: Call
+    peer_inbox: Call
+    peer_send_definition: Definition
+    peer_reply_definition: Definition
+    peer_inbox_definition: Definition
+
+
 @dataclass(frozen=True)
 class ModelTool:
     # The definition this session's model is offered, or None (hidden: no rule, no grant, not installed).
-    definition: Callable[[Any, SessionView], Awaitable[dict | None]]
-    call: Callable[[Any, SendContext, Any], Awaitable[dict]]
+    definition: Callable[[Handlers, SessionView], Awaitable[dict | None]]
+    call: Callable[[Handlers, SendContext, Any], Awaitable[dict]]
     # The one-line text a model reads for a successful result (errors read `code: message`).
     text: Callable[[dict], str] = lambda result: json.dumps(result, ensure_ascii=False)
 
 
 def _ruled(build: Callable[[SessionView], dict | None]):
     """A tool the session's rules govern (always installed): its definition needs no I/O."""
-    async def definition(host, view: SessionView) -> dict | None:
+    async def definition(handlers: Handlers, view: SessionView) -> dict | None:
         return build(view)
     return definition
 
 
-def _installed(name: str, build):
-    """A tool the host installs one by one (``Treemail.install_tools``), then still subject to its grant."""
-    async def definition(host, view: SessionView) -> dict | None:
+def _installed(name: str, build: Callable[[Handlers, SessionView], Awaitable[dict | None]]):
+    """A tool the host installs one by one (``tm.tools.install``), then still subject to its grant."""
+    async def definition(handlers: Handlers, view: SessionView) -> dict | None:
         if name not in view.state.installed_tools:
             return None
-        return await build(host, view)
+        return await build(handlers, view)
     return definition
 
 
-async def _message_tool(host, view: SessionView, name: str) -> dict:
+async def _message_tool(name: str) -> dict:
     return message_tools.tool_definition(name)
 
 
 TOOLS: dict[str, ModelTool] = {
-    # send_message (seed 000)
+    # send_message: always there where the session's rules allow it
     tool.TOOL_NAME: ModelTool(
         definition=_ruled(lambda view: tool.tool_definition(
             view.record.rules, view.record.send_message_tool, view.config.messaging.routing,
             view.config.messaging.content_blocks, overlay=view.state.rules_overlay,
         )),
-        call=lambda host, context, arguments: host.send_message(context, arguments),
+        call=lambda handlers, context, arguments: handlers.send_message(context, arguments),
         text=send_message_text,
     ),
-    # interrupt_agent (seed 002)
+    # interrupt_agent: the second control tool, where an `interrupt` rule allows it
     interrupt_tool.TOOL_NAME: ModelTool(
         definition=_ruled(lambda view: interrupt_tool.tool_definition(view.record.interrupt_rules)),
-        call=lambda host, context, arguments: host.interrupt_agent(context, arguments),
+        call=lambda handlers, context, arguments: handlers.interrupt_agent(context, arguments),
         text=lambda result: result.get("message") or f"interrupt: {result.get('result')}",
     ),
-    # Installed one by one (seed 004): a sender inspects and retries its own messages ...
+    # Installed one by one: a sender inspects and retries its own messages ...
     "inspect_message": ModelTool(
-        definition=_installed("inspect_message", lambda host, view: _message_tool(host, view, "inspect_message")),
-        call=lambda host, context, arguments: message_tools.handle(host, "inspect_message", context, arguments),
+        definition=_installed("inspect_message", lambda handlers, view: _message_tool("inspect_message")),
+        call=lambda handlers, context, arguments: message_tools.handle(
+            handlers.message_tools, "inspect_message", context, arguments),
     ),
     "retry_message": ModelTool(
-        definition=_installed("retry_message", lambda host, view: _message_tool(host, view, "retry_message")),
-        call=lambda host, context, arguments: message_tools.handle(host, "retry_message", context, arguments),
+        definition=_installed("retry_message", lambda handlers, view: _message_tool("retry_message")),
+        call=lambda handlers, context, arguments: message_tools.handle(
+            handlers.message_tools, "retry_message", context, arguments),
     ),
     # ... and talks over its peer routes, each tool offered only where a grant allows it.
     "send_to_peer": ModelTool(
-        definition=_installed("send_to_peer", lambda host, view: peers.send_definition(host, view.record)),
-        call=peers.call_send,
+        definition=_installed("send_to_peer",
+                              lambda handlers, view: handlers.peer_send_definition(view.record.session_id)),
+        call=lambda handlers, context, arguments: handlers.peer_send(context, arguments),
     ),
     "reply_to_peer": ModelTool(
-        definition=_installed("reply_to_peer", lambda host, view: peers.reply_definition(host, view.record)),
-        call=peers.call_reply,
+        definition=_installed("reply_to_peer",
+                              lambda handlers, view: handlers.peer_reply_definition(view.record.session_id)),
+        call=lambda handlers, context, arguments: handlers.peer_reply(context, arguments),
     ),
     "peer_inbox": ModelTool(
-        definition=_installed("peer_inbox", lambda host, view: peers.inbox_definition(host, view.record)),
-        call=peers.call_inbox,
+        definition=_installed("peer_inbox",
+                              lambda handlers, view: handlers.peer_inbox_definition(view.record.session_id)),
+        call=lambda handlers, context, arguments: handlers.peer_inbox(context, arguments),
     ),
 }
 
 
-async def view_of(host, record: SessionRecord) -> SessionView:
-    return SessionView(record, (await host.store.load(record)).state, host.config)
-
-
-async def installed(host, record: SessionRecord) -> list[dict]:
-    """The definitions of every tool this session may see, in table order (its state read once)."""
-    return await definitions(host, await view_of(host, record))
-
-
-async def definitions(host, view: SessionView) -> list[dict]:
-    found = [await row.definition(host, view) for row in TOOLS.values()]
+async def definitions(handlers: Handlers | None, view: SessionView) -> list[dict]:
+    """The definitions of every tool this session may see, in table order."""
+    found = [await row.definition(handlers, view) for row in TOOLS.values()]
     return [definition for definition in found if definition is not None]
 
 
-async def installed_tool(host, name: str, record: SessionRecord) -> tuple[ModelTool, dict] | None:
+async def installed_tool(handlers: Handlers, name: str, view: SessionView) -> tuple[ModelTool, dict] | None:
     """The row and definition of ``name`` if the session has that tool installed; None: an unknown tool."""
     row = TOOLS.get(name)
-    definition = await row.definition(host, await view_of(host, record)) if row is not None else None
+    definition = await row.definition(handlers, view) if row is not None else None
     return None if definition is None else (row, definition)
 
 
-async def call(host, context: SendContext, name: str, arguments: Any) -> dict:
+async def call(handlers: Handlers, view: SessionView, context: SendContext, name: str, arguments: Any) -> dict:
     """Run the tool ``name`` for the session in ``context``; a tool it cannot see is unknown, not forbidden."""
-    record = await host.sessions.record(context.session_id)
-    found = await installed_tool(host, name, record)
+    found = await installed_tool(handlers, name, view)
     if found is None:
         return error_result(Code.UNKNOWN_TOOL.value, f"no tool named {name!r} is installed for this session")
     row, definition = found
-    return await row.call(host, context, without_null_optionals(definition, arguments))
+    return await row.call(handlers, context, without_null_optionals(definition, arguments))
 
 
 def without_null_optionals(definition: dict, arguments: Any) -> Any:
@@ -178,19 +195,3 @@ def result_text(name: str, result: dict) -> str:
         return error_text(result)
     row = TOOLS.get(name)
     return row.text(result) if row else json.dumps(result, ensure_ascii=False)
-
-
-async def bound_context(host, binding: TokenBinding, tool_call_id: str) -> SendContext:
-    """The context of one call made through a binding (an MCP token, or the session a stdio server serves).
-
-    The run is the binding's when it names one; otherwise the session's
-    current run at the time of the call. With no run open, a run named after
-    the binding, which is never live: a send or an interrupt through it is
-    refused (``sender_not_live``, seed 002), and tools that need no run
-    (inbox, inspect) work as before.
-    """
-    run_id = binding.run_id
-    if run_id is None:
-        record = await host.sessions.record(binding.session_id)
-        run_id = (await host.store.load(record)).state.current_run or f"mcp:{binding.binding_id}"
-    return SendContext(binding.session_id, run_id, tool_call_id)

@@ -1,6 +1,6 @@
 """Pre-send hooks: host code that gates or audits a send before treemail decides it.
 
-The seed's plugins "can gate/audit sends" before the call runs
+Plugins gate or audit sends before the call runs
 (``tool_before_call``). A hook is a function of the attempted send (sync or
 async) returning None to let it through, or the reason to refuse it: the
 model is answered ``send_message:plugin_refused`` with that reason. Hooks run

@@ -43,7 +43,7 @@ def tool_definition(
 ) -> dict | None:
     """The tool for a session, or None when its rules (under the host's overlay, if any) hide it.
 
-    With the defaults it is exactly the seed-000 tool; ``routing`` and
+    With the defaults it is exactly the plain send_message tool; ``routing`` and
     ``content_blocks`` are the deployment's ``[messaging]`` settings.
     """
     if not effective.visibility(rules, send_message_tool, overlay).visible:

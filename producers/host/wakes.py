@@ -3,8 +3,8 @@
 A trigger is written in the same atomic step as the ``SessionWakeRequested``
 event it announces; a runner starts the woken run and acknowledges it.
 
-The same streams carry interrupt triggers (``"kind": "interrupt"``, seed 002
-part 2), read in a group of their own (``InterruptReader``): each group
+The same streams carry interrupt triggers (``"kind": "interrupt"``), read
+in a group of their own (``interrupts.interrupt_reader``): each group
 acknowledges at once the entries of the other kind, so a wake runner never
 sees an interrupt and an interrupt reader never sees a wake.
 """
@@ -13,9 +13,12 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import ResponseError
 
 from treemail.adapters import keys
 from treemail.adapters.config import ServiceConfig
@@ -38,13 +41,26 @@ def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-class WakeReader:
-    group = keys.WAKE_GROUP
-    kind = "wake"
+def wake_trigger(stream: str, entry_id: str, data: dict) -> Wake:
+    return Wake(data["session_id"], data.get("message_id"), stream, entry_id)
 
-    def __init__(self, redis: Redis, config: ServiceConfig) -> None:
+
+class WakeReader:
+    """Triggers of one ``kind`` read in their own consumer ``group``, each made by ``trigger``.
+
+    ``from_start``: the group is created at the start of each stream before the first read, so a
+    trigger written before any reader joined is still seen (interrupts); wake groups are created at
+    connect (``EventStore.ensure_wake_groups``).
+    """
+
+    def __init__(self, redis: Redis, config: ServiceConfig, *, group: str = keys.WAKE_GROUP, kind: str = "wake",
+                 trigger: Callable[[str, str, dict], Any] = wake_trigger, from_start: bool = False) -> None:
         self.redis = redis
         self.config = config
+        self.group = group
+        self.kind = kind
+        self._trigger = trigger
+        self._groups_ready = not from_start
         self._last_reclaim = 0.0
 
     def streams(self) -> list[str]:
@@ -52,6 +68,8 @@ class WakeReader:
 
     async def read(self, consumer: str, count: int, block_ms: int) -> list:
         """Triggers another runner read but never acknowledged (it died) come first, once idle long enough."""
+        if not self._groups_ready:
+            await self._ensure_groups()
         reclaimed = await self._reclaim(consumer, count)
         if reclaimed:
             return reclaimed
@@ -88,9 +106,14 @@ class WakeReader:
             await self.redis.xack(stream, self.group, *ids)
         return mine
 
-    @staticmethod
-    def _trigger(stream: str, entry_id: str, data: dict):
-        return Wake(data["session_id"], data.get("message_id"), stream, entry_id)
+    async def _ensure_groups(self) -> None:
+        for stream in self.streams():
+            try:
+                await self.redis.xgroup_create(stream, self.group, id="0", mkstream=True)
+            except ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
+        self._groups_ready = True
 
     async def _reclaim(self, consumer: str, count: int) -> list:
         now = time.monotonic()

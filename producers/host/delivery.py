@@ -1,0 +1,131 @@
+"""Claiming mail into a run: the claimed accepted events, read tolerantly, each source proof checked, rendered.
+
+A message whose proof fails is discarded (never delivered; the history keeps
+the entry and why) and counted. An entry a newer protocol wrote stays
+claimed and undelivered: not this version's to judge.
+"""
+
+from collections.abc import Awaitable, Callable
+
+from treemail.adapters import tracing
+from treemail.adapters.config import Config
+from treemail.adapters.eventstore import EventStore, decode_entry
+from treemail.adapters.proofmetrics import PROOF_FAILURES
+from treemail.domain import blocks, envelope, notices, proof, protocol
+from treemail.domain import commands as c
+from treemail.domain import events as ev
+from treemail.domain.decide import routing
+from treemail.domain.peer_envelope import render_peer_message
+from treemail.domain.proof import Keyring
+from treemail.domain.records import SessionRecord
+from treemail.services.peers import PeerService
+from treemail.services.sessions import SessionService
+
+from ..tools import send_message as tool
+
+from .types import Delivery
+
+# A claimed entry a newer protocol wrote (``read_claimed``): neither judged nor delivered by this version.
+NEWER = object()
+
+
+def render(event: ev.ProducerMessageAccepted, reply_hint: bool, *, text: str | None = None,
+           verified: bool = False) -> Delivery:
+    if text is None and event.owner == "agent":
+        sender = event.sender_handle or event.sender_session_id
+        text = envelope.render_agent_message(sender, event.body, reply_hint)
+    elif text is None and event.owner in notices.NOTICE_KINDS:
+        # Notices are treemail's own words, never rendered as (or credited to) an agent's message.
+        text = notices.render_notice(event.owner, event.body)
+    elif text is None:
+        text = event.body
+    parts = ({"type": "text", "text": text}, *blocks.image_parts(event.blocks))
+    return Delivery(event.message_id, event.owner, event.mode, event.sender_session_id, text, parts,
+                    principal=event.principal, verified=verified)
+
+
+def verdict(record: SessionRecord, message_id: str, event, keyring: Keyring | None) -> str:
+    if event is None:
+        return "unreadable"
+    if event.owner != "agent" or keyring is None:
+        return "unchecked"
+    if event.message_id != message_id:
+        return "mismatch"
+    return proof.verify(event, record.session_id, keyring)
+
+
+class Deliveries:
+    def __init__(self, config: Config, store: EventStore, sessions: SessionService, peers: PeerService,
+                 keyring: Keyring | None, discard: Callable[[str, str, str], Awaitable[None]]) -> None:
+        self._config = config
+        self._store = store
+        self._sessions = sessions
+        self._peers = peers
+        self._keyring = keyring
+        self._discard = discard
+
+    async def claim(self, session_id: str, run_id: str) -> list[Delivery]:
+        claimed = await self._sessions.execute(c.ClaimMail(session_id, run_id))
+        if not claimed:
+            return []
+        record = await self._sessions.record(session_id)
+        # The accepted events carry the bodies; claims name them by message id (only those are read).
+        items = await self._store.load_mail_items(record, [e.message_id for e in claimed])
+        claimed_at = [(e.message_id, items[e.message_id].seq) for e in claimed if e.message_id in items]
+        # Exact source: entries are read tolerantly and each source proof is checked.
+        accepted = await self.read_claimed(record, [seq for _, seq in claimed_at])
+        for event in accepted.values():
+            if isinstance(event, ev.ProducerMessageAccepted):
+                with tracing.span("treemail.claim", event.traceparent, message_id=event.message_id,
+                                  session_id=session_id, run_id=run_id):
+                    pass
+        overlay = (await self._store.load(record)).state.rules_overlay
+        reply_hint = tool.tool_definition(record.rules, record.send_message_tool, overlay=overlay) is not None
+        return await self.deliver(record, [(mid, accepted[seq]) for mid, seq in claimed_at], reply_hint)
+
+    async def read_claimed(self, record: SessionRecord, seqs: list[int]) -> dict[int, ev.Event | None]:
+        """The accepted events at these positions; None where an entry is gone or no longer reads as an event."""
+        found: dict[int, ev.Event | None] = {}
+        for seq, entries in zip(seqs, await self._store.entries_at(record, seqs)):
+            try:
+                [(_, fields)] = entries
+                if protocol.is_newer(protocol.version_of(fields.get(b"v"))):
+                    # A newer treemail wrote it: not this version's to judge; it stays claimed, undelivered.
+                    found[seq] = NEWER
+                    continue
+                event = decode_entry(fields)
+            except (ValueError, KeyError, UnicodeDecodeError):
+                event = None
+            found[seq] = event if isinstance(event, ev.ProducerMessageAccepted) else None
+        return found
+
+    async def deliver(self, record: SessionRecord, claimed: list[tuple[str, ev.Event | None]],
+                      reply_hint: bool) -> list[Delivery]:
+        """Deliveries of the claimed mail in order; a message whose proof fails is set aside and counted."""
+        deliveries, back = [], None
+        for message_id, event in claimed:
+            if event is NEWER:
+                continue
+            judged = verdict(record, message_id, event, self._keyring)
+            if judged not in ("ok", "unchecked"):
+                PROOF_FAILURES.labels(reason=judged).inc()
+                # Discarded, never delivered: the history keeps the entry and why it was refused.
+                await self._discard(record.session_id, message_id, f"source_proof_{judged}")
+                continue
+            verified = judged == "ok"
+            if event.principal is not None:
+                if back is None:
+                    back = (await self._peers.inbox(record))[1]
+                text = render_peer_message(event.sender_handle or event.sender_session_id or "", event.principal,
+                                           event.message_id, event.body, back.get(event.sender_session_id))
+                deliveries.append(render(event, False, text=text, verified=verified))
+            elif reply_hint and self._config.messaging.routing == "direct":
+                # The recipient sees the tool, yet direct routing may not let it answer this sender.
+                deliveries.append(render(event, await self.may_reply(record, event), verified=verified))
+            else:
+                deliveries.append(render(event, reply_hint, verified=verified))
+        return deliveries
+
+    async def may_reply(self, record: SessionRecord, event: ev.ProducerMessageAccepted) -> bool:
+        sender = await self._store.directory.get(event.sender_session_id) if event.owner == "agent" else None
+        return sender is not None and routing.may_address(self._config.messaging.routing, record, sender)

@@ -1,0 +1,289 @@
+"""The host API: what an agent engine embeds (async).
+
+    tm = await Treemail.connect()
+    root = await tm.register_root("planner", "plans the work", rules={"child": "allow"})
+    child = await tm.register_child(root.session_id, "explore", "reads the code", rules={"parent": "allow"})
+    result = await tm.send_message(SendContext(root.session_id, run_id, tool_call_id), {"to": child.handle, "body": "hi"})
+
+``send_message`` never raises for anything a model can cause: it returns the
+success result or ``{"error": {"code": ..., "message": ...}}``. Every other
+operation is one command through the session service (``SessionService.execute``).
+
+``Treemail`` keeps the essentials: registration, runs, a send, the claimed
+mail's lifecycle, wakes. The rest is reached through its parts, each built
+once from the services ``wiring.py`` builds: ``tm.history``, ``tm.peers``,
+``tm.interrupts``, ``tm.disposal``, ``tm.permissions``, ``tm.tools`` and
+``tm.obligations``.
+"""
+
+import contextlib
+
+import redis.asyncio as aioredis
+
+from treemail.adapters import tracing
+from treemail.adapters.config import Config, load_config
+from treemail.adapters.connection import connect
+from treemail.domain import commands as c
+from treemail.domain import ids
+from treemail.domain.commands import SendContext
+from treemail.domain.errors import LifecycleError, Rejected
+
+from ..tools import send_message as tool
+from ..tools.table import Handlers
+
+from . import wiring
+from .approvals import ApprovalWait
+from .delivery import Deliveries
+from .disposal import Disposal, Disposed, check_stop_reason
+from .history import History
+from .interrupts import Interrupt, Interrupts
+from .obligations import Obligations
+from .observe import Observed, SubscriptionGap
+from .peers import Peers
+from .permissions import Permissions
+from .plugins import SendAttempt
+from .tools import Tools
+from .types import Delivery, Registration, ToolResult
+from .wakes import Wake
+
+__all__ = [
+    "Treemail", "SendContext", "Registration", "Delivery", "Wake", "Interrupt", "SendAttempt", "Observed",
+    "SubscriptionGap", "ToolResult", "Disposed",
+]
+
+
+class Treemail:
+    def __init__(self, redis: aioredis.Redis, listener: aioredis.Redis, config: Config) -> None:
+        self._services = s = wiring.build(redis, listener, config)
+        self._approval_wait = ApprovalWait(redis, config.service, s.commands)
+        self._deliveries = Deliveries(config, s.store, s.sessions, s.peers, s.keyring, self.discard)
+        self.history = History(redis, config.service, s.store, s.sessions, s.drains, lambda: s.commands.closing)
+        self.peers = Peers(s.store, s.sessions, s.peers)
+        self.interrupts = Interrupts(s.sessions, s.store, s.interrupts, s.interrupt_reader, self.finish_run)
+        self.disposal = Disposal(s.disposal, s.drains)
+        self.permissions = Permissions(redis, config, s.store, s.sessions)
+        self.obligations = Obligations(redis, config, s.store, s.sessions, s.wake_reader, s.obligations, s.disposal)
+        self.tools = Tools(redis, config, s.store, s.sessions, Handlers(
+            send_message=self.send_message, interrupt_agent=self.interrupts.interrupt_agent,
+            message_tools=self.obligations, peer_send=self.peers.send, peer_reply=self.peers.reply,
+            peer_inbox=self.peers.inbox, peer_send_definition=self.peers.send_tool_definition,
+            peer_reply_definition=self.peers.reply_tool_definition,
+            peer_inbox_definition=self.peers.inbox_tool_definition,
+        ))
+
+    @classmethod
+    async def connect(cls, config: Config | None = None, url: str | None = None) -> "Treemail":
+        config = config or load_config()
+        tracing.configure_from_env()
+        url = url or config.service.redis_url
+        if not url:
+            raise ValueError("no Redis URL: set REDIS_URL or [service] redis_url")
+        redis = await connect(url, config.service)
+        listener = await connect(url, config.service)
+        host = cls(redis, listener, config)
+        await host._services.store.ensure_command_group(config.service.command_streams)
+        await host._services.store.ensure_wake_groups(config.service.partitions)
+        return host
+
+    async def close(self) -> None:
+        """Pending sends are answered send_message:engine_shutdown; nothing accepted is lost."""
+        await self._services.commands.close()
+        await self._services.listener.aclose()
+        await self._services.redis.aclose()
+
+    async def __aenter__(self) -> "Treemail":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    # ---- registration and status ---------------------------------------------------------------
+
+    async def register_root(
+        self, agent_type: str, description: str = "", *, rules=None, send_message_tool: bool = True,
+        status: str = "running", with_handle: bool = True, accepts_images: bool = False,
+    ) -> Registration:
+        """``rules``: the message rules, or per action: ``{"message": ..., "interrupt": ...}``.
+
+        ``with_handle=False`` registers a pre-handle session: addressed, and replied to, by its UUID.
+        """
+        return await self._register(
+            agent_type, description, rules, send_message_tool, status, None, with_handle=with_handle,
+            accepts_images=accepts_images,
+        )
+
+    async def register_child(
+        self, parent_session_id: str, agent_type: str, description: str = "", *, rules=None,
+        send_message_tool: bool = True, status: str = "queued", with_handle: bool = True, resident: bool = True,
+        continuable: bool = True, accepts_images: bool = False,
+    ) -> Registration:
+        """``resident``/``continuable``: what direct routing asks of a child writing to its parent.
+        ``continuable=False`` also says the host never runs it again once it finished (not resumable):
+        treemail never wakes it, and mail to it, finished, is refused (``send_message:not_resumable``)."""
+        return await self._register(
+            agent_type, description, rules, send_message_tool, status, parent_session_id, with_handle=with_handle,
+            resident=resident, continuable=continuable, accepts_images=accepts_images,
+        )
+
+    async def _register(
+        self, agent_type, description, rules, send_message_tool, status, parent, *, with_handle: bool = True,
+        resident: bool = True, continuable: bool = True, accepts_images: bool = False,
+    ) -> Registration:
+        record = await self._services.sessions.register(
+            agent_type=agent_type, description=description, rules=rules,
+            send_message_tool=send_message_tool, status=status, parent_session_id=parent, with_handle=with_handle,
+            resident=resident, continuable=continuable, accepts_images=accepts_images,
+        )
+        if parent is not None:
+            await self._services.drains.inherit(record)
+        return Registration(record.session_id, record.handle, record.root_session_id)
+
+    async def set_status(self, session_id: str, status: str) -> None:
+        if status not in c.STATUSES:
+            raise ValueError(f"status must be queued, running, idle or finished, got {status!r}")
+        await self._services.sessions.execute(c.ChangeStatus(session_id, status))
+
+    # ---- runs and wakes ---------------------------------------------------------------------------
+
+    async def start_run(self, session_id: str, run_id: str) -> None:
+        await self._services.sessions.execute(c.StartRun(session_id, run_id))
+
+    async def finish_run(
+        self, session_id: str, run_id: str, reason: str | None = None, closing_text: str | None = None
+    ) -> str | None:
+        """The run ended; unacknowledged claims are released and the session is idle.
+
+        ``reason``: how it ended (completed, aborted, max_tokens, refusal or
+        error). Given one, the run's turn is over and the parent is told (the
+        settlement a finish owes): a settlement notice with the summary line
+        for the reason and ``closing_text`` (the child's last words), gated;
+        returns the gate (``not_announced``, ``parent_unavailable``,
+        ``injected``, ``queued``, ``steered``, or ``failed``: logged and
+        counted, the finish stands). Without one the run is recorded as
+        completed and nobody is told (a run the host will take up again);
+        returns None.
+        """
+        check_stop_reason(reason)
+        await self._services.sessions.execute(c.FinishRun(session_id, run_id, reason or "completed"))
+        if reason is None:
+            return None
+        return await self._services.settlement.settle(session_id, run_id, reason, closing_text)
+
+    async def wakes(self, consumer: str, count: int = 10, block_ms: int = 1000) -> list[Wake]:
+        """Wake triggers for this host runner (one consumer group shared by all runners)."""
+        return await self._services.wake_reader.read(consumer, count, block_ms)
+
+    async def wake_run(self, wake: Wake, run_id: str) -> bool:
+        """Start the woken run (its due mail is admitted into it) and acknowledge the trigger.
+
+        Returns False when the session is already running: its mail reaches
+        the current run at the next boundary, so the trigger is simply acknowledged.
+        """
+        try:
+            await self.start_run(wake.session_id, run_id)
+            started = True
+        except LifecycleError as error:
+            # Running already, or disposed since the trigger was written: either way nothing to start.
+            if error.code not in ("lifecycle:run_active", "lifecycle:closing"):
+                raise
+            started = False
+        await self._services.wake_reader.ack(wake)
+        return started
+
+    # ---- delivery lifecycle ----------------------------------------------------------------------
+
+    async def claim(self, session_id: str, run_id: str) -> list[Delivery]:
+        """At a safe model-request boundary: the mail due in this run, claimed by it, in acceptance order."""
+        return await self._deliveries.claim(session_id, run_id)
+
+    async def consume(self, session_id: str, message_id: str) -> None:
+        """The model request that carried this claimed message succeeded."""
+        async with self._delivery_span("consume", session_id, message_id):
+            await self._services.sessions.execute(c.ConsumeMail(session_id, message_id))
+
+    async def release(self, session_id: str, message_id: str) -> None:
+        """The model request failed: a failed attempt; due again after a backoff, parked once the budget is spent."""
+        async with self._delivery_span("release", session_id, message_id):
+            await self._services.sessions.execute(c.ReleaseMail(session_id, message_id))
+
+    async def discard(self, session_id: str, message_id: str, reason: str = "") -> None:
+        async with self._delivery_span("discard", session_id, message_id):
+            await self._services.sessions.execute(c.DiscardMail(session_id, message_id, reason))
+
+    @contextlib.asynccontextmanager
+    async def _delivery_span(self, step: str, session_id: str, message_id: str):
+        """A delivery step is a span of the message's own trace (read only when tracing is on)."""
+        if not tracing.enabled():
+            yield
+            return
+        record = await self._services.sessions.record(session_id)
+        item = (await self._services.store.load_mail_items(record, [message_id])).get(message_id)
+        parent = item.trace if item else None
+        with tracing.span(f"treemail.{step}", parent or None, message_id=message_id, session_id=session_id):
+            yield
+
+    async def inject(self, session_id: str, owner: str, body: str, mode: str = "queue") -> str:
+        """Mail from a plugin, a delegation notification or a goal: never counted by the agent guards."""
+        if owner not in ("plugin", "delegation", "goal"):
+            raise ValueError(f"owner must be plugin, delegation or goal, got {owner!r}")
+        if mode not in ("steer", "queue"):
+            raise ValueError(f"mode must be steer or queue, got {mode!r}")
+        message_id = ids.uuid7()
+        try:
+            await self._services.sessions.execute(c.InjectMail(session_id, message_id, owner, body, mode))
+        except LifecycleError as error:
+            if error.code == "lifecycle:invalid_body":
+                raise ValueError(error.message) from None
+            raise
+        return message_id
+
+    # ---- the model-facing send -------------------------------------------------------------------
+
+    async def tool_definition(self, session_id: str) -> dict | None:
+        services = self._services
+        record = await services.sessions.record(session_id)
+        messaging = services.config.messaging
+        overlay = (await services.store.load(record)).state.rules_overlay
+        return tool.tool_definition(
+            record.rules, record.send_message_tool, messaging.routing, messaging.content_blocks, overlay=overlay
+        )
+
+    async def send_message_for_model(self, context: SendContext, arguments) -> ToolResult:
+        """``send_message`` with the one-line text a model reads as the tool result (``tool.result_text``)."""
+        result = await self.send_message(context, arguments)
+        return ToolResult(result, tool.result_text(result), "error" in result)
+
+    async def send_message(self, context: SendContext, arguments) -> dict:
+        try:
+            parsed = tool.parse_arguments(arguments, self._services.config.messaging.content_blocks)
+            tool.require_storable(parsed, self._services.config.messaging)
+        except Rejected as rejection:
+            return tool.error_result(rejection.code.value, rejection.message)
+        refusal = await self.permissions.gate(context, parsed)
+        if refusal is not None:
+            return refusal
+        with tracing.span("treemail.prepare", sender_session_id=context.session_id, run_id=context.run_id):
+            outcome = await self._approval_wait.request(context, parsed)
+        if "ok" in outcome:
+            return outcome["ok"]
+        return outcome
+
+    async def send(self, sender_session_id: str, to: str, body: str, *, mode: str = "steer",
+                   idempotency_key: str | None = None, run_id: str | None = None) -> dict:
+        """A programmatic send by the host (not a model's tool call), under the caller's own idempotency key.
+
+        The same key (for this sender and ``run_id``) returns the first
+        result and delivers once; no key means a new send each call. Results
+        and errors are those of ``send_message``. ``run_id``: the run it is
+        sent from, by default the sender's open run (exact live sender: only a
+        session's open run may send; with none open it is ``sender_not_live``).
+        """
+        if idempotency_key is not None and not (isinstance(idempotency_key, str) and 0 < len(idempotency_key) <= 200):
+            raise ValueError("idempotency_key must be a non-empty string of at most 200 characters")
+        call = f"key:{idempotency_key}" if idempotency_key is not None else f"host:{ids.uuid7()}"
+        if run_id is None:
+            store = self._services.store
+            record = await store.directory.get(sender_session_id)
+            run_id = (await store.load(record)).state.current_run if record is not None else None
+        return await self.send_message(SendContext(sender_session_id, run_id or "", call),
+                                       {"to": to, "body": body, "mode": mode})

@@ -1,0 +1,80 @@
+"""``tm.history``: a session's events, past and live, and the engine's moves through them.
+
+``await tm.history(session_id)`` is the session's events in order (the
+part is callable); ``position``, ``revert`` and ``fork`` follow the engine's
+own log (mail follows the session's log; see ``domain/decide/branches.py``);
+``subscribe`` is every session's mail events as they are appended
+(``observe.py``).
+"""
+
+from collections.abc import Callable
+
+import redis.asyncio as aioredis
+
+from treemail.adapters.config import ServiceConfig
+from treemail.adapters.eventstore import EventStore
+from treemail.domain import commands as c
+from treemail.domain import events as ev
+from treemail.services.drains import DrainService
+from treemail.services.sessions import SessionService
+
+from . import observe
+from .observe import MAIL_EVENTS
+from .types import Registration
+
+
+class History:
+    def __init__(self, redis: aioredis.Redis, config: ServiceConfig, store: EventStore, sessions: SessionService,
+                 drains: DrainService, closing: Callable[[], bool]) -> None:
+        self._redis = redis
+        self._config = config
+        self._store = store
+        self._sessions = sessions
+        self._drains = drains
+        self._closing = closing
+
+    async def __call__(self, session_id: str) -> list[tuple[int, ev.Event]]:
+        record = await self._sessions.record(session_id)
+        return await self._store.read(record)
+
+    async def position(self, session_id: str) -> int:
+        """The session's current stream position: note it beside the engine's own log to revert or fork there."""
+        return (await self._store.load(await self._sessions.record(session_id))).version
+
+    async def revert(self, session_id: str, to_position: int) -> list[str]:
+        """The engine reverted the session's history to ``to_position``. Returns the mail due again.
+
+        Claims and consumptions after that position are undone (released, restored); mail accepted after it
+        stays pending; an open run ends. Raises LifecycleError ``lifecycle:invalid_position`` for a position
+        outside the history or on a branch already reverted.
+        """
+        events = await self._sessions.execute(c.RevertSession(session_id, to_position))
+        undone = (ev.ProducerMessageRestored, ev.ProducerMessageReleased)
+        return [e.message_id for e in events if isinstance(e, undone)]
+
+    async def fork(
+        self, session_id: str, at_position: int, *, description: str | None = None, status: str = "idle"
+    ) -> Registration:
+        """A new session (own id and handle, same tree and origin) forked from ``session_id`` at ``at_position``.
+
+        The source's pending mail stays with the source (it is delivered once, there). A fork below a
+        draining session drains too (drains reach down the tree), as any session registered there does.
+        """
+        record = await self._sessions.fork(session_id, at_position, description=description, status=status)
+        if record.parent_session_id is not None:
+            await self._drains.inherit(record)
+        return Registration(record.session_id, record.handle, record.root_session_id)
+
+    # ---- live: every session's mail events ------------------------------------------------------------------
+
+    async def subscription_position(self) -> str:
+        """Where every feed ends now: ``subscribe(after=...)`` from it misses nothing appended later."""
+        return str(await observe.starting_position(self._redis, self._config.partitions, None))
+
+    def subscribe(self, after: str | None = None, *, types=MAIL_EVENTS, block_ms: int = 1000):
+        """Every session's mail events as ``(position, session_id, event)``, live, until the host closes.
+
+        ``after``: None (from now), ``"start"`` (from the oldest event the feeds hold) or a position yielded
+        earlier (resume after it). ``types=None`` yields every event type.
+        """
+        return observe.subscribe(self._redis, self._config, after, types, self._closing, block_ms)

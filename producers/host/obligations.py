@@ -1,0 +1,183 @@
+"""``tm.obligations``: mail as an obligation. Inspect and retry a sent message, see a session's pending
+mail, and keep every obligation after a restart (``reconcile``); for the host API, the CLI and the model-facing
+tools.
+
+A message's status comes from two places the commit step keeps in step
+with the streams: the sender's record in the partition's outbound index
+(receipt, refusal, settlement) and, while it is unsettled, the item in the
+recipient's pending mail (attempts, latest failure, parked). Only the
+sender, a session it was delegated from (its controllers) and the host
+(no caller) may read or retry it; every answer is a dict, errors included,
+so a model-facing tool can return it as is.
+"""
+
+import json
+import time
+
+import redis.asyncio as aioredis
+
+from treemail.adapters import outboundindex, tracing
+from treemail.adapters.config import Config
+from treemail.adapters.eventstore import EventStore
+from treemail.domain import commands as c
+from treemail.domain import events as ev
+from treemail.domain.errors import Code, LifecycleError
+from treemail.domain.outbound import may_inspect, status_of
+from treemail.domain.records import SessionRecord
+from treemail.domain.results import error_result
+from treemail.domain.state import MailItem
+from treemail.services.disposal import DisposalService
+from treemail.services.obligations import ObligationService
+from treemail.services.sessions import SessionService
+
+from ..tools.message import render
+
+from .wakes import WakeReader
+
+# Delegation trees are shallow; this only bounds a walk over a corrupt directory.
+MAX_DEPTH = 256
+
+
+def unknown(message_id: str) -> dict:
+    return error_result(Code.UNKNOWN_MESSAGE.value, f"no message you may see has id {message_id}")
+
+
+def settled(message_id: str) -> dict:
+    return error_result(Code.SETTLED.value,
+                        f"message {message_id} was already processed or refused; it cannot be retried, send a new one")
+
+
+class Obligations:
+    def __init__(self, redis: aioredis.Redis, config: Config, store: EventStore, sessions: SessionService,
+                 wake_reader: WakeReader, sweeper: ObligationService, disposal: DisposalService) -> None:
+        self._redis = redis
+        self._config = config
+        self._store = store
+        self._sessions = sessions
+        self._wake_reader = wake_reader
+        self._sweeper = sweeper
+        self._disposal = disposal
+
+    async def ancestors(self, record: SessionRecord) -> list[str]:
+        """The sessions ``record`` was delegated from, parent first."""
+        out: list[str] = []
+        parent = record.parent_session_id
+        while parent is not None and len(out) < MAX_DEPTH:
+            out.append(parent)
+            found = await self._store.directory.get(parent)
+            parent = found.parent_session_id if found is not None else None
+        return out
+
+    async def _locate(self, message_id: str, caller: str | None):
+        """(the index's find: sender and its records, recipient record, pending item) or an error dict."""
+        if caller is not None:
+            record = await self._store.directory.get(caller)
+            if record is None:
+                return unknown(message_id)
+            partitions = [record.partition]
+        else:
+            partitions = list(range(self._config.service.partitions))
+        found = await outboundindex.find(self._redis, message_id, partitions)
+        if found is None:
+            return unknown(message_id)
+        sender = await self._store.directory.get(found.sender_id)
+        if sender is None:
+            return unknown(message_id)
+        if not may_inspect(caller, sender.session_id, await self.ancestors(sender)):
+            return error_result(Code.PERMISSION_DENIED.value,
+                                "permission denied: only the sender, the sessions it was delegated from and the host "
+                                "may inspect or retry a message")
+        recipient = await self._store.directory.get(found.sent.recipient_session_id)
+        item = None
+        if found.settled is None and isinstance(found.sent, ev.MessageSent) and recipient is not None:
+            item = (await self._store.load_mail_items(recipient, [message_id])).get(message_id)
+        return found, recipient, item
+
+    async def inspect(self, message_id: str, caller_session_id: str | None = None) -> dict:
+        """A sent message's status: accepted with its receipt, processed, parked or refused.
+
+        ``caller_session_id``: the session asking (the sender or a session it
+        was delegated from); None is the host itself. Errors are dicts with a
+        stable code (``message:unknown``, ``permission_denied``).
+        """
+        located = await self._locate(message_id, caller_session_id)
+        if isinstance(located, dict):
+            return located
+        found, _, item = located
+        return status_of(message_id, found.sender_id, found.sent, found.settled, item, self._config.messaging,
+                         time.time())
+
+    async def retry(self, message_id: str, caller_session_id: str | None = None) -> dict:
+        """Renew a parked message's retry budget; ``retry_message:settled`` for a processed or refused one."""
+        located = await self._locate(message_id, caller_session_id)
+        if isinstance(located, dict):
+            return located
+        found, recipient, item = located
+        if found.settled is not None or isinstance(found.sent, ev.MessageRefused):
+            return settled(message_id)
+        if item is None or item.state != "parked":
+            return error_result(Code.NOT_PARKED.value,
+                                f"message {message_id} is not parked ({item.state if item else 'in flight'}); "
+                                "it is still being delivered")
+        try:
+            with tracing.span("treemail.retry", item.trace or None, message_id=message_id,
+                              session_id=recipient.session_id):
+                await self._sessions.execute(c.RetryMail(recipient.session_id, message_id), recipient)
+        except LifecycleError as error:
+            if error.code == "lifecycle:unknown_message":
+                return settled(message_id)  # discarded meanwhile
+            return error_result(Code.NOT_PARKED.value, error.message)
+        return await self.inspect(message_id, caller_session_id)
+
+    async def pending_mail(self, session_id: str) -> list[MailItem]:
+        record = await self._sessions.record(session_id)
+        return sorted((await self._store.load_mail(record)).values(), key=lambda m: m.seq)
+
+    async def reconcile(self, interrupted_runs: bool = False) -> int:
+        """After a restart: make sure every obligation is kept; what the delivery pump does at start.
+
+        With ``interrupted_runs`` (the host restarted, so no run survived),
+        runs still open in the streams are finished, which releases the mail
+        they had claimed, and their sessions become idle. Then every session
+        with pending mail gets ``KeepObligations``: expired claims released,
+        passed deadlines parked, and a sleeping session with mail due asked to
+        wake again, even if a wake was requested before this call (its trigger
+        may be lost). Returns the number of wakes requested; a duplicate
+        trigger is harmless. With ``interrupted_runs``, every disposal the
+        host did not live to complete after its cutoff is completed (disposal
+        cutoff: nothing the closing session held is left behind).
+        """
+        started = time.time()
+        finished: list[ev.Event] = []
+        if interrupted_runs:
+            for p in range(self._config.service.partitions):
+                for session_id in await self._wake_reader.sessions(p):
+                    record = await self._sessions.record(session_id)
+                    state = (await self._store.load(record)).state
+                    run = state.current_run
+                    if run is not None:
+                        finished += await self._sessions.execute(c.FinishRun(session_id, run), record)
+                        finished += await self._sessions.execute(c.ChangeStatus(session_id, "idle"), record)
+                    if state.disposal == "closing":
+                        await self._disposal.complete_interrupted(session_id)
+        woken = sum(isinstance(e, ev.SessionWakeRequested) for e in finished)
+        return woken + (await self._sweeper.sweep(stale_before=started)).wakes
+
+
+# ---- for `treemail inspect` and `treemail retry` (the host's view: no caller) -------------------------
+
+
+async def cli_inspect(obligations: Obligations, message_id: str, as_json: bool = False) -> str:
+    """The text `treemail inspect MESSAGE_ID [--json]` prints; an error raises LookupError (one line, exit 2)."""
+    return _cli_text(await obligations.inspect(message_id), as_json)
+
+
+async def cli_retry(obligations: Obligations, message_id: str) -> str:
+    """The text `treemail retry MESSAGE_ID` prints; an error raises LookupError (one line, exit 2)."""
+    return _cli_text(await obligations.retry(message_id), False)
+
+
+def _cli_text(status: dict, as_json: bool) -> str:
+    if "error" in status:
+        raise LookupError(f"{status['error']['code']}: {status['error']['message']}")
+    return json.dumps(status, sort_keys=True) if as_json else render(status)

@@ -1,0 +1,117 @@
+"""``tm.peers``: peer routes between sessions of any tree, their grants and the three peer tools.
+
+    await tm.peers.register_route("advisor", advisor.session_id, source_session_id=planner.session_id,
+                                  input_schema={...})
+    await tm.peers.set_grant(advisor.session_id, source_session_id=planner.session_id, send=True, context=True,
+                             principal="acme/planner")
+    await tm.peers.send_tool_definition(planner.session_id)     # None without a send grant
+    await tm.peers.send(SendContext(planner.session_id, run_id, tool_call_id), {"peer": "advisor", "body": ...})
+
+Every tool call here never raises for model input: a result or
+``{"error": {"code", "message"}}``. Identity (session, run, tool call) comes
+from the host's context; the model names only a peer.
+"""
+
+from datetime import datetime, timezone
+
+from redis.exceptions import RedisError
+
+from treemail.adapters.eventstore import EventStore
+from treemail.domain import peers
+from treemail.domain.commands import SendContext, SendToPeer
+from treemail.domain.errors import Code, Rejected, UnknownSessionError
+from treemail.domain.results import error_result
+from treemail.services.peers import PeerService
+from treemail.services.sessions import SessionService
+
+from ..tools import peer as peer_tools
+from ..tools.answering import answered
+
+
+class Peers:
+    def __init__(self, store: EventStore, sessions: SessionService, service: PeerService) -> None:
+        self._store = store
+        self._sessions = sessions
+        self._service = service
+
+    # ---- the host's routes and grants -------------------------------------------------------------------
+
+    async def register_route(self, name: str, target_session_id: str, *, source_session_id: str | None = None,
+                                  source_agent_type: str | None = None, description: str | None = None,
+                                  input_schema: dict | None = None) -> None:
+        """``source_session_id`` (one session) or ``source_agent_type`` (every session of that type) may
+        address ``target_session_id``, in any tree, as ``name``. ``description`` defaults to the target's."""
+        await self._service.register_route(
+            name, target_session_id, source_session_id=source_session_id, source_agent_type=source_agent_type,
+            description=description, input_schema=input_schema,
+        )
+
+    async def revoke_route(self, name: str, *, source_session_id: str | None = None,
+                                source_agent_type: str | None = None) -> bool:
+        return await self._service.revoke_route(
+            name, source_session_id=source_session_id, source_agent_type=source_agent_type
+        )
+
+    async def set_grant(self, target_session_id: str, *, source_session_id: str | None = None,
+                             source_agent_type: str | None = None, principal: str | None = None,
+                             context: bool = False, read: bool = False, send: bool = False,
+                             control: bool = False) -> str:
+        """Replace what the source may do to the target; every operation not set is denied. Returns the principal."""
+        return await self._service.set_grant(
+            target_session_id, source_session_id=source_session_id, source_agent_type=source_agent_type,
+            principal=principal, context=context, read=read, send=send, control=control,
+        )
+
+    async def authorize(self, source_session_id: str, target_session_id: str, operation: str):
+        """context, read, send or control of one pair: ``Authorization(operation, allowed, principal)``.
+
+        The hook for inspect (``read``) and retry (``control``) of mail sent to a peer.
+        """
+        return await self._service.authorize(source_session_id, target_session_id, operation)
+
+    async def routes(self, session_id: str) -> list[dict]:
+        """The session's peer names that lead somewhere, with what each grant allows."""
+        views = await self._service.views(await self._sessions.record(session_id))
+        return [{"name": v.name, "target_session_id": v.target.session_id, "principal": v.grant.principal
+                 if v.grant else None, **{op: v.allows(op) for op in peers.OPERATIONS}} for v in views]
+
+    # ---- the tools, one by one ------------------------------------------------------------------------------
+
+    async def send_tool_definition(self, session_id: str) -> dict | None:
+        return peer_tools.send_definition(await self._service.views(await self._sessions.record(session_id)))
+
+    async def reply_tool_definition(self, session_id: str) -> dict | None:
+        return peer_tools.reply_definition(await self._service.views(await self._sessions.record(session_id)))
+
+    async def inbox_tool_definition(self, session_id: str) -> dict | None:
+        record = await self._sessions.record(session_id)
+        return peer_tools.inbox_definition(peers.receives((await self._store.load(record)).state.peers))
+
+    async def send(self, context: SendContext, arguments) -> dict:
+        """``{"message_id", "peer", "mode"}`` (and ``recipient_state`` with a read grant), or an error."""
+        return await self._peer_call(context, arguments, peer_tools.parse_send)
+
+    async def reply(self, context: SendContext, arguments) -> dict:
+        """Like send, for one of the session's actual inbound references from that peer."""
+        return await self._peer_call(context, arguments, peer_tools.parse_reply)
+
+    async def _peer_call(self, context: SendContext, arguments, parse) -> dict:
+        return await answered(lambda: self._service.send(SendToPeer(context, parse(arguments))),
+                              Code.PEER_ENGINE_SHUTDOWN)
+
+    async def inbox(self, context: SendContext, arguments=None) -> dict:
+        """The calling session's latest peer mail with its provenance, newest first."""
+        try:
+            limit = peer_tools.parse_inbox(arguments)
+            entries, back = await self._service.inbox(await self._sessions.record(context.session_id))
+        except Rejected as rejection:
+            return error_result(rejection.code.value, rejection.message)
+        except UnknownSessionError:
+            return error_result(Code.UNKNOWN_SESSION.value, "the calling session is not registered with treemail")
+        except RedisError as error:
+            return error_result(Code.PEER_ENGINE_SHUTDOWN.value, f"the inbox could not be read ({type(error).__name__})")
+        return {"messages": [{
+            "message_id": e.message_id, "sender": e.sender_handle, "sender_session_id": e.sender_session_id,
+            "principal": e.principal, "at": datetime.fromtimestamp(e.at, timezone.utc).isoformat(timespec="seconds"),
+            "in_reply_to": e.in_reply_to, "reply_peer": back.get(e.sender_session_id),
+        } for e in entries[:limit]]}

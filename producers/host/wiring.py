@@ -1,0 +1,66 @@
+"""The one place the host's services are built: each once, each given what it depends on.
+
+The facade (``facade.py``) and its parts take what they need from here by
+name, so a reader finds every dependency of the host in this file.
+"""
+
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+
+from treemail.adapters.config import Config
+from treemail.adapters.eventstore import EventStore
+from treemail.adapters.proofkeys import load_keyring
+from treemail.domain.proof import Keyring
+from treemail.services.disposal import DisposalService
+from treemail.services.drains import DrainService
+from treemail.services.interrupts import InterruptService
+from treemail.services.obligations import ObligationService
+from treemail.services.peers import PeerService
+from treemail.services.sessions import SessionService
+from treemail.services.settlement import SettlementService
+
+from ..client import CommandClient
+
+from .interrupts import interrupt_reader
+from .wakes import WakeReader
+
+
+@dataclass(frozen=True)
+class Services:
+    config: Config
+    redis: aioredis.Redis
+    listener: aioredis.Redis
+    store: EventStore
+    sessions: SessionService
+    commands: CommandClient
+    wake_reader: WakeReader
+    interrupt_reader: WakeReader
+    interrupts: InterruptService
+    obligations: ObligationService
+    settlement: SettlementService
+    disposal: DisposalService
+    drains: DrainService
+    keyring: Keyring | None
+    peers: PeerService
+
+
+def build(redis: aioredis.Redis, listener: aioredis.Redis, config: Config) -> Services:
+    store = EventStore(redis, config.service)
+    sessions = SessionService(store, config)
+    settlement = SettlementService(store, sessions)
+    # Loaded once: a bad key file fails at connect, not at the first delivery.
+    keyring = load_keyring(config.proof)
+    return Services(
+        config=config, redis=redis, listener=listener, store=store, sessions=sessions,
+        commands=CommandClient(redis, listener, config.service, store.directory),
+        wake_reader=WakeReader(redis, config.service),
+        interrupt_reader=interrupt_reader(redis, config.service),
+        interrupts=InterruptService(store),
+        obligations=ObligationService(sessions),
+        settlement=settlement,
+        disposal=DisposalService(store, sessions, settlement),
+        drains=DrainService(store, sessions),
+        keyring=keyring,
+        peers=PeerService(store, sessions, config.messaging, keyring),
+    )
