@@ -53,7 +53,7 @@ class CommandClient:
         self._waiting: dict[str, asyncio.Future] = {}
         self._closing = False
         # Commands waiting to be published: concurrent sends go out together, one round trip per turn of
-        # the event loop, instead of a connection, a write and a round trip each (issue 17: a
+        # the event loop, instead of a connection, a write and a round trip each (BENCHMARKS.md: a
         # write per send was a fifth of a busy host's CPU; a cluster client also refuses past its
         # per-node connection limit instead of waiting).
         self._outbox: list[tuple[str, bytes, asyncio.Future]] = []
