@@ -64,8 +64,10 @@ class Deliveries:
         self._keyring = keyring
         self._discard = discard
 
-    async def claim(self, session_id: str, run_id: str) -> list[Delivery]:
-        claimed = await self._sessions.execute(c.ClaimMail(session_id, run_id))
+    async def claim(self, session_id: str, run_id: str, *, turn: bool = False) -> list[Delivery]:
+        """``turn``: a new turn of a run that lasts (an MCP-only agent's mail check): queued mail is due too."""
+        command = c.ClaimTurn(session_id, run_id) if turn else c.ClaimMail(session_id, run_id)
+        claimed = await self._sessions.execute(command)
         if not claimed:
             return []
         record = await self._sessions.record(session_id)

@@ -96,6 +96,14 @@ class ClaimMail:
 
 
 @dataclass(frozen=True)
+class ClaimTurn:
+    """A turn boundary of an agent that runs as long as its connection (an MCP-only agent): everything
+    pending is due, queued mail included, since each of its mail checks starts a new turn of its model."""
+    session_id: str
+    run_id: str
+
+
+@dataclass(frozen=True)
 class ConsumeMail:
     session_id: str
     message_id: str
@@ -356,7 +364,7 @@ class InstallTools:
 
 
 SessionCommand = (
-    RegisterSession | ChangeStatus | StartRun | FinishRun | ClaimMail | ConsumeMail | ReleaseMail | DiscardMail
+    RegisterSession | ChangeStatus | StartRun | FinishRun | ClaimMail | ClaimTurn | ConsumeMail | ReleaseMail | DiscardMail
     | InjectMail | RequestWake | ResolveApproval | RevertSession | ForkSession | OverlayMessageRules
     | KeepObligations | RetryMail | RegisterPeerRoute | RevokePeerRoute | SetPeerGrant | InstallTools
     | DisposeSession | CloseSession | ReturnMail | SettleSession | DrainSession | LiftDrain

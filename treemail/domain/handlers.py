@@ -26,6 +26,7 @@ from .decide.branches import decide_fork, decide_revert, restored_senders
 from .decide.lifecycle import (
     Given,
     decide_claim,
+    decide_claim_turn,
     decide_consume,
     decide_discard,
     decide_finish_run,
@@ -66,6 +67,8 @@ HANDLERS: dict[type, Handler] = {
     c.StartRun: Handler(decide_start_run, reads_mail="all"),
     c.FinishRun: Handler(decide_finish_run, reads_mail="all"),
     c.ClaimMail: Handler(decide_claim, reads_mail="due"),
+    # Queued mail is not in the due index (it waits for a new run), so a turn reads all pending mail.
+    c.ClaimTurn: Handler(decide_claim_turn, reads_mail="all"),
     # Consumption and discard settle the message: its sender records it.
     c.ConsumeMail: Handler(decide_consume, reads_mail="named", reads_senders=outbound.mail_senders),
     c.ReleaseMail: Handler(decide_release, reads_mail="named"),

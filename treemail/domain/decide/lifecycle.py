@@ -15,6 +15,7 @@ from .. import events as ev
 from ..commands import (
     ChangeStatus,
     ClaimMail,
+    ClaimTurn,
     ConsumeMail,
     DiscardMail,
     FinishRun,
@@ -157,6 +158,20 @@ def decide_claim(command: ClaimMail, given: Given) -> list[ev.Event]:
         return []
     # A failed attempt's message waits out its backoff (mail as an obligation).
     due = [m for m in in_order(given.mail) if due_in_run(m, command.run_id) and m.retry_at <= given.now]
+    return [message_event(ev.ProducerMessageClaimed, item, command.run_id, given.now) for item in due]
+
+
+def due_at_turn(item: MailItem, run_id: str) -> bool:
+    """Due at a new turn of this run: what is due at any boundary, and queued mail, the input of a turn."""
+    return due_in_run(item, run_id) or (item.state == "accepted" and item.mode == "queue")
+
+
+def decide_claim_turn(command: ClaimTurn, given: Given) -> list[ev.Event]:
+    require_registered(given.state)
+    require_current_run(given.state, command.run_id)
+    if given.state.disposal is not None:
+        return []
+    due = [m for m in in_order(given.mail) if due_at_turn(m, command.run_id) and m.retry_at <= given.now]
     return [message_event(ev.ProducerMessageClaimed, item, command.run_id, given.now) for item in due]
 
 
