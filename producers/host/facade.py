@@ -37,6 +37,7 @@ from .delivery import Deliveries
 from .disposal import Disposal, Disposed, check_stop_reason
 from .history import History
 from .interrupts import Interrupt, Interrupts
+from .mailbox import Mailbox
 from .obligations import Obligations
 from .observe import Observed, SubscriptionGap
 from .peers import Peers
@@ -63,7 +64,8 @@ class Treemail:
         self.disposal = Disposal(s.disposal, s.drains)
         self.permissions = Permissions(redis, config, s.store, s.sessions)
         self.obligations = Obligations(redis, config, s.store, s.sessions, s.wake_reader, s.obligations, s.disposal)
-        self.tools = Tools(redis, config, s.store, s.sessions, Handlers(
+        mailbox = Mailbox(s.listener, s.store, s.sessions, self._deliveries)
+        self.tools = Tools(redis, config, s.store, s.sessions, mailbox, Handlers(
             send_message=self.send_message, interrupt_agent=self.interrupts.interrupt_agent,
             message_tools=self.obligations, peer_send=self.peers.send, peer_reply=self.peers.reply,
             peer_inbox=self.peers.inbox, peer_send_definition=self.peers.send_tool_definition,

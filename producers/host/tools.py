@@ -3,7 +3,8 @@
 The table (``producers/tools/table.py``) says what each tool is; this part
 reads the session once, answers a call by name through ``Handlers`` (the
 host's parts, bound at wiring) and mints the bearer tokens that bind an MCP
-connection to a session.
+connection to a session; ``tm.tools.mailbox`` is how such a connection
+receives when it is the agent itself (``producers/host/mailbox.py``).
 """
 
 import redis.asyncio as aioredis
@@ -20,15 +21,19 @@ from treemail.services.sessions import SessionService
 from ..tools import schemas, table
 from ..tools.table import Handlers, SessionView
 
+from .mailbox import Mailbox
+
 
 class Tools:
     def __init__(self, redis: aioredis.Redis, config: Config, store: EventStore, sessions: SessionService,
-                 handlers: Handlers) -> None:
+                 mailbox: Mailbox, handlers: Handlers) -> None:
         self._redis = redis
         self._config = config
         self._store = store
         self._sessions = sessions
         self._handlers = handlers
+        # What an agent with no engine behind it receives through (an MCP connection that is the agent).
+        self.mailbox = mailbox
 
     async def _view(self, record: SessionRecord) -> SessionView:
         return SessionView(record, (await self._store.load(record)).state, self._config)

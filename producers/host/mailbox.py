@@ -1,0 +1,70 @@
+"""``tm.tools.mailbox``: what an agent with no engine behind it needs to receive: a turn's claim, a bounded wait for
+mail, and a look at what is waiting that claims nothing.
+
+An MCP-only agent (``producers/mcp/connection.py``) runs for as long as its
+connection: each of its mail checks is a new turn of its model, so queued mail
+is due there too (``ClaimTurn``). Waiting blocks on the session's own stream
+(``XREAD BLOCK`` from the position read before the claim came back empty), so
+nothing appended in between is missed and nobody polls.
+"""
+
+import time
+
+import redis.asyncio as aioredis
+
+from treemail.adapters import keys
+from treemail.adapters.eventstore import EventStore
+from treemail.domain.decide.delivery import WAITING
+from treemail.services.sessions import SessionService
+
+from .delivery import Deliveries
+from .types import Delivery
+
+# A blocking read stays under the connection's per-reply timeout (``connection.REPLY_TIMEOUT_S``, 5 s):
+# a longer wait is a few blocking reads in a row, each woken at once by an append.
+BLOCK_SLICE_S = 4.0
+
+
+class Mailbox:
+    def __init__(self, listener: aioredis.Redis, store: EventStore, sessions: SessionService,
+                 deliveries: Deliveries) -> None:
+        self._listener = listener
+        self._store = store
+        self._sessions = sessions
+        self._deliveries = deliveries
+
+    async def current_run(self, session_id: str) -> str | None:
+        """The session's open run, None when none is."""
+        return (await self._store.load(await self._sessions.record(session_id))).state.current_run
+
+    async def position(self, session_id: str) -> int:
+        return (await self._store.load(await self._sessions.record(session_id))).version
+
+    async def claim_turn(self, session_id: str, run_id: str) -> list[Delivery]:
+        """A new turn of ``run_id``: every pending message due now (queued mail included), claimed by it."""
+        return await self._deliveries.claim(session_id, run_id, turn=True)
+
+    async def waiting(self, session_id: str) -> list[dict]:
+        """What waits for the session, unclaimed (message id, owner, mode, sender, state): never the bodies,
+        which only a claim hands out, so looking never delivers a message outside its lifecycle."""
+        record = await self._sessions.record(session_id)
+        mail = await self._store.load_mail(record)
+        return [
+            {"message_id": m.message_id, "owner": m.owner, "mode": m.mode, "sender_session_id": m.sender_session_id,
+             "state": m.state}
+            for m in sorted(mail.values(), key=lambda m: m.seq) if m.state in WAITING
+        ]
+
+    async def wait_for_change(self, session_id: str, after: int, timeout_s: float) -> bool:
+        """Block until the session's stream holds an event past position ``after`` (True), or ``timeout_s``
+        passes (False)."""
+        record = await self._sessions.record(session_id)
+        stream = keys.session_stream(record.partition, record.session_id)
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            block_ms = max(1, int(min(left, BLOCK_SLICE_S) * 1000))
+            if await self._listener.xread({stream: f"{after}-0"}, count=1, block=block_ms):
+                return True
