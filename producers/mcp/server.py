@@ -27,7 +27,9 @@ with the stable code. A tool the session does not have is an unknown tool
 
 import asyncio
 import contextlib
+import json
 import signal
+import sys
 from collections.abc import Awaitable, Callable
 
 from mcp import types
@@ -35,6 +37,7 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_PARAMS
 
@@ -44,12 +47,17 @@ from treemail.domain import ids
 from treemail.domain.protocol import PROTOCOL_VERSION
 
 from ..host.facade import Treemail
+from ..tools import receiving
+from .connection import INBOX_URI, Connection, ConnectionRefused
 
 TOOL_CALL_META = "treemail/tool_call_id"
 NAME = "treemail"
 INSTRUCTIONS = "Mail to the other agents of your tree. Replies arrive as new messages in your conversation."
 
 Resolve = Callable[[object], Awaitable[TokenBinding]]
+# The connection that is the agent behind a request (None: the tools only, the session run by its engine).
+ConnectionOf = Callable[[object], Awaitable["Connection | None"]]
+DELIVERED_META = "treemail/delivered"
 
 
 def tool_call_id(params: types.CallToolRequestParams) -> str:
@@ -57,49 +65,150 @@ def tool_call_id(params: types.CallToolRequestParams) -> str:
     return given if isinstance(given, str) and given else f"mcp-{ids.uuid7()}"
 
 
-def build_server(host: Treemail, resolve: Resolve) -> Server:
-    """A low-level MCP server whose every handler first asks ``resolve`` who is calling."""
+def _tool(definition: dict) -> types.Tool:
+    return types.Tool(name=definition["name"], description=definition["description"],
+                      input_schema=definition["input_schema"])
+
+
+async def _no_connection(_ctx) -> None:
+    return None
+
+
+def build_server(host: Treemail, resolve: Resolve, connection_of: ConnectionOf = _no_connection) -> Server:
+    """A low-level MCP server whose every handler first asks ``resolve`` who is calling.
+
+    With a connection that is the agent (``connection_of``), the server also
+    offers the receiving tools and the inbox resource, and each call is a step
+    boundary of that connection (``connection.py``).
+    """
 
     async def list_tools(ctx, params) -> types.ListToolsResult:
         binding = await resolve(ctx)
-        return types.ListToolsResult(tools=[
-            types.Tool(name=d["name"], description=d["description"], input_schema=d["input_schema"])
-            for d in await host.tools.definitions(binding.session_id)
-        ])
+        tools = [_tool(d) for d in await host.tools.definitions(binding.session_id)]
+        if await connection_of(ctx) is not None:
+            tools += [_tool(receiving.DEFINITIONS[name]) for name in receiving.NAMES]
+        return types.ListToolsResult(tools=tools)
 
     async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
         binding = await resolve(ctx)
+        connection = await connection_of(ctx)
+        if connection is not None and params.name in receiving.NAMES:
+            result = await connection.receive(params.name, params.arguments or {})
+            return types.CallToolResult(content=[types.TextContent(text=receiving.result_text(result))],
+                                        structured_content=result, is_error="error" in result)
         if await host.tools.definition(binding.session_id, params.name) is None:
             raise MCPError(INVALID_PARAMS, f"Unknown tool: {params.name}")
-        context = await host.tools.bound_context(binding, tool_call_id(params))
-        result = await host.tools.call(context, params.name, params.arguments or {})
+        delivered = []
+        if connection is None:
+            context = await host.tools.bound_context(binding, tool_call_id(params))
+            result = await host.tools.call(context, params.name, params.arguments or {})
+        else:
+            async def call(run_id: str) -> dict:
+                context = await host.tools.bound_context(
+                    TokenBinding(binding.session_id, run_id, binding.binding_id), tool_call_id(params))
+                return await host.tools.call(context, params.name, params.arguments or {})
+
+            result, delivered = await connection.step(call)
+        # Steer mail due at this step rides after the tool's own result, in the envelope a model reads.
         return types.CallToolResult(
-            content=[types.TextContent(text=host.tools.result_text(params.name, result))],
+            content=[types.TextContent(text=host.tools.result_text(params.name, result)),
+                     *(types.TextContent(text=d.text) for d in delivered)],
             structured_content=result,
             is_error="error" in result,
+            meta={DELIVERED_META: [d.message_id for d in delivered]} if delivered else None,
         )
 
+    # ---- the inbox resource (a connection that is the agent) -----------------------------------------
+
+    async def list_resources(ctx, params) -> types.ListResourcesResult:
+        resources = []
+        if await connection_of(ctx) is not None:
+            resources.append(types.Resource(
+                uri=INBOX_URI, name="inbox", mime_type="application/json",
+                description="The mail waiting for you (senders, no bodies). Subscribe to be told when mail "
+                            "arrives; take it with check_mail."))
+        return types.ListResourcesResult(resources=resources)
+
+    async def inbox_connection(ctx, uri) -> Connection:
+        connection = await connection_of(ctx)
+        if connection is None or str(uri) != INBOX_URI:
+            raise MCPError(INVALID_PARAMS, f"Unknown resource: {uri}")
+        return connection
+
+    async def read_resource(ctx, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        connection = await inbox_connection(ctx, params.uri)
+        return types.ReadResourceResult(contents=[types.TextResourceContents(
+            uri=INBOX_URI, mime_type="application/json", text=json.dumps(await connection.inbox()))])
+
+    # Handshake-era clients: resources/subscribe, then notifications/resources/updated on the connection.
+    subscribed: dict[int, asyncio.Task] = {}
+
+    async def subscribe(ctx, params: types.SubscribeRequestParams) -> types.EmptyResult:
+        connection = await inbox_connection(ctx, params.uri)
+        session = ctx.session
+        if id(connection) not in subscribed:
+            subscribed[id(connection)] = connection.watch(lambda: session.send_resource_updated(INBOX_URI))
+        return types.EmptyResult()
+
+    async def unsubscribe(ctx, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
+        connection = await inbox_connection(ctx, params.uri)
+        task = subscribed.pop(id(connection), None)
+        if task is not None:
+            task.cancel()
+        return types.EmptyResult()
+
+    # 2026-07-28 clients: a subscriptions/listen stream naming the inbox; it is watched while the stream is open.
+    bus = InMemorySubscriptionBus()
+    listen_handler = ListenHandler(bus)
+
+    async def listen(ctx, params: types.SubscriptionsListenRequestParams):
+        connection = await connection_of(ctx)
+        watcher = None
+        if connection is not None and INBOX_URI in (params.notifications.resource_subscriptions or ()):
+            watcher = connection.watch(lambda: bus.publish(ResourceUpdated(uri=INBOX_URI)))
+        try:
+            return await listen_handler(ctx, params)
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+
     return Server(NAME, version=f"protocol {PROTOCOL_VERSION}", instructions=INSTRUCTIONS, on_list_tools=list_tools,
-                  on_call_tool=call_tool)
+                  on_call_tool=call_tool, on_list_resources=list_resources, on_read_resource=read_resource,
+                  on_subscribe_resource=subscribe, on_unsubscribe_resource=unsubscribe,
+                  on_subscriptions_listen=listen)
 
 
 # ---- stdio: one session per process ------------------------------------------------------------
 
 
-async def serve_stdio(config: Config, url: str, session_id: str, run_id: str | None = None) -> None:
-    """Serve the session's tools on stdin/stdout until the client closes them."""
+async def serve_stdio(config: Config, url: str, session_id: str, run_id: str | None = None,
+                      receive: bool = False) -> None:
+    """Serve the session's tools on stdin/stdout until the client closes them.
+
+    ``receive``: this process is the agent (no engine runs the session): the
+    session runs while it is connected and receives mail (``connection.py``).
+    """
     host = await Treemail.connect(config, url)
+    connection = None
     try:
         await host.tools.definitions(session_id)  # an unknown session fails here, before any client speaks
         binding = TokenBinding(session_id, run_id, f"stdio-{ids.uuid7()}")
+        if receive:
+            connection = Connection(host, session_id)
+            await connection.open()
 
         async def resolve(_ctx) -> TokenBinding:
             return binding
 
-        server = build_server(host, resolve)
+        async def connection_of(_ctx) -> Connection | None:
+            return connection
+
+        server = build_server(host, resolve, connection_of)
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
     finally:
+        if connection is not None:
+            await connection.close()
         await host.close()
 
 

@@ -28,6 +28,10 @@ def mcp(
         help="stdio: the run it acts for (default: the session's open run at each call)")] = None,
     http: Annotated[bool, typer.Option(
         "--http", help="streamable HTTP on /mcp instead of stdio; each request needs a bearer token")] = False,
+    receive: Annotated[bool, typer.Option(
+        "--receive", help="stdio: this connection is the agent (no engine runs the session): the session runs "
+                          "while it is connected and receives mail (check_mail, wait_for_mail, the inbox resource)")
+    ] = False,
     host: Annotated[str, typer.Option(help="HTTP: the address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="HTTP: the port to listen on")] = 8765,
     config: ConfigOpt = None,
@@ -41,7 +45,7 @@ def mcp(
     elif not session:
         raise ValueError("mcp needs --session SESSION (stdio) or --http")
     else:
-        asyncio.run(serve_stdio(cfg, url_of(cfg), session, run))
+        asyncio.run(serve_stdio(cfg, url_of(cfg), session, run, receive))
 
 
 def mcp_token(

@@ -1,0 +1,180 @@
+"""Agents that speak only MCP: two of them converse through treemail with no engine code.
+
+Each agent is a real `treemail mcp --receive` child process driven by the MCP SDK's own client; the
+workers deciding the sends are the running_stack's. The host here only registers the sessions and
+reads their histories to check what the agents did.
+"""
+
+import asyncio
+import json
+
+import pytest
+from mcp import Client
+from mcp import types
+
+from treemail.domain import events as ev
+from treemail.producers.mcp.connection import INBOX_URI, RUN_PREFIX
+
+from .conftest import running_stack
+from .test_mcp import call, stdio
+
+RECEIVE = "--receive"
+
+
+def of(history, cls) -> list:
+    return [e for _, e in history if isinstance(e, cls)]
+
+
+async def tree(host):
+    planner = await host.register_root("planner", "plans", rules={"child": "allow"}, status="idle")
+    explore = await host.register_child(planner.session_id, "explore", "reads the code", rules={"parent": "allow"},
+                                        status="idle")
+    return planner, explore
+
+
+async def texts(client: Client, name: str, arguments: dict | None = None):
+    result = await client.call_tool(name, arguments or {})
+    assert not result.is_error, result.content[0].text
+    return result
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_two_mcp_only_agents_converse_and_each_message_is_consumed_once(redis_url, mode):
+    async with running_stack(redis_url) as host:
+        planner, explore = await tree(host)
+        async with Client(stdio(redis_url, planner.session_id, RECEIVE), cache=None, mode=mode) as a, \
+                Client(stdio(redis_url, explore.session_id, RECEIVE), cache=None, mode=mode) as b:
+            names = [t.name for t in (await b.list_tools()).tools]
+            assert names == ["send_message", "check_mail", "wait_for_mail", "acknowledge_mail"]
+
+            sent = await call(a, {"to": explore.handle, "body": "look at cache.py"})
+            assert sent.structured_content["recipient_state"] == "running"  # connected means running
+
+            got = await texts(b, "check_mail")
+            (message,) = got.structured_content["messages"]
+            assert message["message_id"] == sent.structured_content["message_id"]
+            # The envelope an engine's model sees, reply hint included.
+            assert got.content[0].text == (
+                f'<agent_message from="{planner.handle}">\nlook at cache.py\n\n'
+                f'[use `send_message(to="{planner.handle}", ...)` to reply]\n</agent_message>'
+            )
+
+            # The reply is b's next call: it confirms what check_mail handed out.
+            reply = await call(b, {"to": planner.handle, "body": "cache.py leaks on eviction"})
+            assert not reply.is_error
+            waited = await texts(a, "wait_for_mail", {"timeout_s": 20})
+            assert "cache.py leaks on eviction" in waited.content[0].text
+            assert (await texts(a, "acknowledge_mail")).structured_content == {"acknowledged": 1}
+            assert (await texts(b, "check_mail")).structured_content == {"messages": []}
+
+        for session in (planner, explore):
+            history = await host.history(session.session_id)
+            assert len(of(history, ev.ProducerMessageConsumed)) == 1
+            assert of(history, ev.ProducerMessageReleased) == []
+            # Gone means idle: the connection's run ended with it.
+            started, finished = of(history, ev.SessionRunStarted), of(history, ev.SessionRunFinished)
+            assert [s.run_id for s in started] == [f.run_id for f in finished]
+            assert started[0].run_id.startswith(RUN_PREFIX)
+
+
+async def test_a_connection_dropped_mid_claim_gets_the_message_back_once(redis_url):
+    async with running_stack(redis_url) as host:
+        planner, explore = await tree(host)
+        await host.start_run(planner.session_id, "planner-run")
+        sent = await host.send(planner.session_id, explore.handle, "summarise the diff", mode="queue")
+        async with Client(stdio(redis_url, explore.session_id, RECEIVE), cache=None) as b:
+            first = await texts(b, "check_mail")
+            assert [m["message_id"] for m in first.structured_content["messages"]] == [sent["message_id"]]
+            # The connection drops here: the claim is never confirmed.
+
+        history = await host.history(explore.session_id)
+        (released,) = of(history, ev.ProducerMessageReleased)
+        assert released.message_id == sent["message_id"]
+        assert (await host.tools.mailbox.current_run(explore.session_id)) is None  # gone means idle
+
+        async with Client(stdio(redis_url, explore.session_id, RECEIVE), cache=None) as b:
+            again = await texts(b, "check_mail")
+            assert [m["message_id"] for m in again.structured_content["messages"]] == [sent["message_id"]]
+            assert (await texts(b, "check_mail")).structured_content == {"messages": []}  # confirmed, once
+
+        history = await host.history(explore.session_id)
+        assert [e.message_id for e in of(history, ev.ProducerMessageClaimed)] == [sent["message_id"]] * 2
+        assert [e.message_id for e in of(history, ev.ProducerMessageConsumed)] == [sent["message_id"]]
+
+
+async def test_a_dead_connection_is_taken_over_and_can_no_longer_send(redis_url):
+    async with running_stack(redis_url) as host:
+        planner, explore = await tree(host)
+        async with Client(stdio(redis_url, explore.session_id, RECEIVE), cache=None) as old:
+            await texts(old, "check_mail")
+            async with Client(stdio(redis_url, explore.session_id, RECEIVE), cache=None) as new:
+                refused = await call(old, {"to": planner.handle, "body": "from the past"})
+                assert refused.structured_content["error"]["code"] == "send_message:sender_not_live"
+                assert (await old.call_tool("check_mail", {})).structured_content["error"]["code"] == "mcp:superseded"
+                assert not (await call(new, {"to": planner.handle, "body": "from now"})).is_error
+
+
+async def test_steer_mail_rides_on_the_result_of_the_next_tool_call(redis_url):
+    async with running_stack(redis_url) as host:
+        planner, explore = await tree(host)
+        await host.start_run(planner.session_id, "planner-run")
+        async with Client(stdio(redis_url, explore.session_id, RECEIVE), cache=None) as b:
+            sent = await host.send(planner.session_id, explore.handle, "stop and report")  # steer
+            result = await call(b, {"to": planner.handle, "body": "working on it"})
+            assert result.structured_content["mode"] == "steer"  # the tool's own result is unchanged
+            assert "stop and report" in result.content[1].text
+            assert result.meta["treemail/delivered"] == [sent["message_id"]]
+
+
+async def test_mail_to_a_disconnected_agent_queues_and_asks_for_a_wake(redis_url):
+    async with running_stack(redis_url) as host:
+        planner, explore = await tree(host)
+        async with Client(stdio(redis_url, explore.session_id, RECEIVE), cache=None):
+            pass
+        await host.start_run(planner.session_id, "planner-run")
+        sent = await host.send(planner.session_id, explore.handle, "when you are back")
+        assert sent["recipient_state"] == "queued"
+        wakes = await host.wakes("test-runner", count=10, block_ms=2000)
+        assert explore.session_id in [w.session_id for w in wakes]
+
+
+# ---- told when mail arrives: the inbox resource ----------------------------------------------------
+
+
+@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
+async def test_legacy_subscription_to_the_inbox_is_told_when_mail_arrives(redis_url):
+    async with running_stack(redis_url) as host:
+        planner, explore = await tree(host)
+        await host.start_run(planner.session_id, "planner-run")
+        updated = asyncio.Event()
+
+        async def on_message(message) -> None:
+            if isinstance(message, types.ResourceUpdatedNotification) and message.params.uri == INBOX_URI:
+                updated.set()
+
+        async with Client(stdio(redis_url, explore.session_id, RECEIVE), cache=None, mode="legacy",
+                          message_handler=on_message) as b:
+            assert [r.uri for r in (await b.list_resources()).resources] == [INBOX_URI]
+            await b.subscribe_resource(INBOX_URI)
+            await asyncio.sleep(0.3)
+            assert not updated.is_set()  # nothing waits yet
+            sent = await host.send(planner.session_id, explore.handle, "news")
+            await asyncio.wait_for(updated.wait(), 15)
+            inbox = json.loads((await b.read_resource(INBOX_URI)).contents[0].text)
+            assert [m["message_id"] for m in inbox["messages"]] == [sent["message_id"]]
+            assert "news" not in json.dumps(inbox)  # reading the resource delivers nothing
+            got = await texts(b, "check_mail")
+            assert got.structured_content["messages"][0]["message_id"] == sent["message_id"]
+
+
+async def test_listen_stream_on_the_inbox_is_told_when_mail_arrives(redis_url):
+    async with running_stack(redis_url) as host:
+        planner, explore = await tree(host)
+        await host.start_run(planner.session_id, "planner-run")
+        async with Client(stdio(redis_url, explore.session_id, RECEIVE), cache=None) as b:
+            async with b.listen(resource_subscriptions=[INBOX_URI]) as subscription:
+                sent = await host.send(planner.session_id, explore.handle, "news")
+                event = await asyncio.wait_for(subscription.__anext__(), 15)
+                assert event.uri == INBOX_URI
+            got = await texts(b, "check_mail")
+            assert got.structured_content["messages"][0]["message_id"] == sent["message_id"]
