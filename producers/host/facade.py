@@ -28,6 +28,7 @@ from treemail.domain import ids
 from treemail.domain.commands import SendContext
 from treemail.domain.errors import LifecycleError, Rejected
 
+from ..tools import search as search_tool
 from ..tools import send_message as tool
 from ..tools.table import Handlers
 
@@ -71,7 +72,16 @@ class Treemail:
             peer_inbox=self.peers.inbox, peer_send_definition=self.peers.send_tool_definition,
             peer_reply_definition=self.peers.reply_tool_definition,
             peer_inbox_definition=self.peers.inbox_tool_definition,
+            search_mail=self._search_mail,
         ))
+
+    async def _search_mail(self, context: SendContext, arguments) -> dict:
+        query = search_tool.parse_arguments(arguments)
+        if isinstance(query, dict):
+            return query
+        return {"messages": await self.history.search(
+            context.session_id, text=query.text, sender=query.sender, since=query.since, until=query.until,
+            limit=query.limit, own=True)}
 
     @classmethod
     async def connect(cls, config: Config | None = None, url: str | None = None) -> "Treemail":

@@ -4,7 +4,7 @@
 part is callable); ``position``, ``revert`` and ``fork`` follow the engine's
 own log (mail follows the session's log; see ``domain/decide/branches.py``);
 ``subscribe`` is every session's mail events as they are appended
-(``observe.py``).
+(``observe.py``); ``search`` finds a tree's mail by text, sender and time.
 """
 
 from collections.abc import Callable
@@ -15,6 +15,8 @@ from treemail.adapters.config import ServiceConfig
 from treemail.adapters.eventstore import EventStore
 from treemail.domain import commands as c
 from treemail.domain import events as ev
+from treemail.domain import search as mail_search
+from treemail.domain.search import MailQuery
 from treemail.services.drains import DrainService
 from treemail.services.sessions import SessionService
 
@@ -78,3 +80,50 @@ class History:
         earlier (resume after it). ``types=None`` yields every event type.
         """
         return observe.subscribe(self._redis, self._config, after, types, self._closing, block_ms)
+
+    # ---- search ---------------------------------------------------------------------------------------
+
+    async def search(self, session_id: str, *, text: str | None = None, sender: str | None = None,
+                     since: float | None = None, until: float | None = None,
+                     limit: int = mail_search.DEFAULT_LIMIT, own: bool = False) -> list[dict]:
+        """The mail of ``session_id``'s tree matching every given criterion, newest first, at most ``limit``
+        (1 to 100). ``text``: in the body, any case; ``sender``: a session id or handle; ``since`` <=
+        accepted at < ``until`` (seconds since the epoch). ``own``: only mail the session sent or received
+        (what a model may read about itself: the ``search_mail`` tool). Raises ValueError for a criterion
+        out of bounds, UnknownSessionError for an unknown session."""
+        query = mail_search.checked(MailQuery(text, sender, since, until, limit))
+        record = await self._sessions.record(session_id)
+        members = [record.session_id] if own else await self._store.directory.tree_members(
+            record.partition, record.root_session_id)
+        records = [r for r in (await self._store.directory.many(members)).values() if r is not None]
+        found = []
+        for member in records:
+            for seq, event in await self._store.read(member):
+                if not isinstance(event, ev.ProducerMessageAccepted) or not mail_search.matches(event, query):
+                    continue
+                found.append(_found(member, seq, event))
+        if own:  # what it sent lies on its recipients' streams, beyond its own
+            found += await self._sent_by(record, query)
+        found.sort(key=lambda row: (row["at"], row["message_id"]), reverse=True)
+        return found[:query.limit]
+
+    async def _sent_by(self, record, query: MailQuery) -> list[dict]:
+        members = await self._store.directory.tree_members(record.partition, record.root_session_id)
+        others = [r for r in (await self._store.directory.many(members)).values()
+                  if r is not None and r.session_id != record.session_id]
+        return [
+            _found(other, seq, event)
+            for other in others for seq, event in await self._store.read(other)
+            if isinstance(event, ev.ProducerMessageAccepted) and event.sender_session_id == record.session_id
+            and mail_search.matches(event, query)
+        ]
+
+
+def _found(recipient, seq: int, event: ev.ProducerMessageAccepted) -> dict:
+    return {
+        "message_id": event.message_id, "at": event.at, "from": event.sender_handle or event.sender_session_id,
+        "sender_session_id": event.sender_session_id, "to": recipient.handle or recipient.session_id,
+        "recipient_session_id": recipient.session_id, "owner": event.owner, "mode": event.mode,
+        "body": event.body, "in_reply_to": event.in_reply_to, "thread_id": getattr(event, "thread_id", None),
+        "position": seq,
+    }

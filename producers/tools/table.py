@@ -29,6 +29,7 @@ from treemail.domain.results import error_result
 
 from . import interrupt as interrupt_tool
 from . import message as message_tools
+from . import search as search_tool
 from . import send_message as tool
 
 
@@ -69,6 +70,8 @@ class Handlers:
     peer_send_definition: Definition
     peer_reply_definition: Definition
     peer_inbox_definition: Definition
+    # search_mail: the session's own mail, by text, sender and time
+    search_mail: Call
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,10 @@ def _installed(name: str, build: Callable[[Handlers, SessionView], Awaitable[dic
         if name not in view.state.installed_tools:
             return None
         return await build(handlers, view)
+    return definition
+
+
+async def _static(definition: dict) -> dict:
     return definition
 
 
@@ -142,6 +149,12 @@ TOOLS: dict[str, ModelTool] = {
         definition=_installed("peer_inbox",
                               lambda handlers, view: handlers.peer_inbox_definition(view.record.session_id)),
         call=lambda handlers, context, arguments: handlers.peer_inbox(context, arguments),
+    ),
+    # ... and searches the mail it sent and received.
+    search_tool.TOOL_NAME: ModelTool(
+        definition=_installed(search_tool.TOOL_NAME, lambda handlers, view: _static(search_tool.tool_definition())),
+        call=lambda handlers, context, arguments: handlers.search_mail(context, arguments),
+        text=search_tool.result_text,
     ),
 }
 

@@ -1,0 +1,63 @@
+"""Model-facing ``search_mail``: a session searches the mail it sent and received; a host installs it.
+
+Identity comes from the host's context, never from the arguments; a model
+reads only its own mail (``tm.history.search(..., own=True)``), bounded like
+every search (at most ``domain.search.MAX_LIMIT`` results).
+"""
+
+import json
+from typing import Any
+
+from treemail.domain import search
+from treemail.domain.results import error_result
+
+TOOL_NAME = "search_mail"
+INVALID = f"{TOOL_NAME}:invalid_arguments"
+FIELDS = {"text", "sender", "since", "until", "limit"}
+
+
+def tool_definition() -> dict:
+    return {
+        "name": TOOL_NAME,
+        "description": (
+            "Search the messages you sent and received, newest first: by `text` in the body, by `sender` "
+            "(a handle or session id), by time (`since`, `until`: seconds since the epoch). At most "
+            f"`limit` results (default {search.DEFAULT_LIMIT}, at most {search.MAX_LIMIT})."
+        ),
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "text": {"type": "string", "description": "Words the body contains (any case)."},
+                "sender": {"type": "string", "description": "Who sent it: a handle or a session id."},
+                "since": {"type": "number", "description": "Accepted at or after this time."},
+                "until": {"type": "number", "description": "Accepted before this time."},
+                "limit": {"type": "integer", "minimum": 1, "maximum": search.MAX_LIMIT},
+            },
+            "additionalProperties": False,
+        },
+    }
+
+
+def parse_arguments(raw: Any) -> search.MailQuery | dict:
+    """The query, or the invalid_arguments error to return."""
+    if isinstance(raw, (str, bytes, bytearray)):
+        try:
+            raw = json.loads(raw)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            raw = None
+    if not isinstance(raw, dict) or set(raw) - FIELDS:
+        return error_result(INVALID, f"arguments may be only {', '.join(sorted(FIELDS))}")
+    try:
+        return search.checked(search.MailQuery(raw.get("text"), raw.get("sender"), raw.get("since"), raw.get("until"),
+                                               raw.get("limit", search.DEFAULT_LIMIT)))
+    except ValueError as invalid:
+        return error_result(INVALID, str(invalid))
+
+
+def result_text(result: dict) -> str:
+    rows = result["messages"]
+    if not rows:
+        return "No message matches."
+    return "\n".join(
+        f"[{row['message_id']}] from {row['from']} to {row['to']}: {row['body']}" for row in rows
+    )
