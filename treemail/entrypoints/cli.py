@@ -205,6 +205,52 @@ def history(ctx: typer.Context, session: SessionArg, json: JsonOpt = False, conf
     _run(ctx, config, action)
 
 
+def _when(value: str | None, option: str) -> float | None:
+    """Seconds since the epoch, or an ISO-8601 time (UTC unless it says otherwise)."""
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    from datetime import datetime, timezone
+
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"{option} must be seconds since the epoch or an ISO-8601 time, got {value!r}") from None
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)).timestamp()
+
+
+@app.command()
+def search(
+    ctx: typer.Context, session: SessionArg,
+    text: Annotated[Optional[str], typer.Option(help="words the body contains (any case)")] = None,
+    sender: Annotated[Optional[str], typer.Option(help="who sent it: a handle or a session id")] = None,
+    since: Annotated[Optional[str], typer.Option(help="accepted at or after (epoch seconds or ISO-8601)")] = None,
+    until: Annotated[Optional[str], typer.Option(help="accepted before (epoch seconds or ISO-8601)")] = None,
+    limit: Annotated[int, typer.Option(help="at most this many, newest first (1 to 100)")] = 20,
+    json: JsonOpt = False, config: ConfigOpt = None,
+) -> None:
+    """Search the mail of a session's tree by text, sender and time, newest first."""
+    from .output import json_lines
+
+    window = (_when(since, "--since"), _when(until, "--until"))
+
+    async def action(host, server):
+        rows = await host.history.search(await _session_id(server, session), text=text, sender=sender,
+                                         since=window[0], until=window[1], limit=limit)
+        if json:
+            json_lines(rows)
+            return
+        if not rows:
+            print("no message matches")
+        for row in rows:
+            print(f"{row['message_id']}  {row['from']} -> {row['to']}  {_preview(row['body'])}")
+
+    _run(ctx, config, action)
+
+
 @app.command()
 def tail(
     ctx: typer.Context, session: SessionArg,

@@ -1,0 +1,68 @@
+"""Searching a tree's mail: the host API, the CLI and the installable search_mail tool, bounded and authorised."""
+
+import json
+
+import pytest
+
+from .conftest import Calls
+from .test_cli import cli
+
+
+async def tree_with_mail(stack):
+    root = await stack.register_root("planner", "plans", rules={"child": "allow"})
+    a = await stack.register_child(root.session_id, "alpha", "", rules={"parent": "allow", "sibling": "allow"})
+    b = await stack.register_child(root.session_id, "beta", "", rules={"parent": "allow", "sibling": "allow"})
+    stranger = await stack.register_root("other", "another tree", rules={"*": "allow"})
+    for session, run in ((root, "r"), (a, "a"), (b, "b"), (stranger, "s")):
+        await stack.start_run(session.session_id, f"{run}-run")
+    calls = Calls()
+    sent = {
+        "to_a": await stack.send_message(calls.ctx(root.session_id, "r-run"), {"to": a.handle, "body": "Cache eviction bug"}),
+        "to_b": await stack.send_message(calls.ctx(root.session_id, "r-run"), {"to": b.handle, "body": "write the docs"}),
+        "a_to_b": await stack.send_message(calls.ctx(a.session_id, "a-run"), {"to": b.handle, "body": "the cache is yours"}),
+    }
+    return root, a, b, stranger, {k: v["message_id"] for k, v in sent.items()}
+
+
+async def test_host_search_by_text_sender_and_time_newest_first(stack):
+    root, a, b, stranger, sent = await tree_with_mail(stack)
+    found = await stack.history.search(root.session_id, text="CACHE")
+    assert [r["message_id"] for r in found] == [sent["a_to_b"], sent["to_a"]]
+    assert found[0]["from"] == a.handle and found[0]["to"] == b.handle
+
+    assert [r["message_id"] for r in await stack.history.search(b.session_id, sender=a.handle)] == [sent["a_to_b"]]
+    last_at = found[0]["at"]
+    assert [r["message_id"] for r in await stack.history.search(root.session_id, since=last_at)] == [sent["a_to_b"]]
+    assert sent["a_to_b"] not in [r["message_id"] for r in await stack.history.search(root.session_id, until=last_at)]
+    assert len(await stack.history.search(root.session_id, limit=1)) == 1
+    assert await stack.history.search(stranger.session_id, text="cache") == []  # another tree's mail is not its
+
+    with pytest.raises(ValueError, match="limit"):
+        await stack.history.search(root.session_id, limit=1000)
+
+
+async def test_search_mail_tool_reads_only_the_callers_own_mail(stack):
+    root, a, b, stranger, sent = await tree_with_mail(stack)
+    context = Calls().ctx(root.session_id, "r-run")
+    assert "search_mail" not in [d["name"] for d in await stack.tools.definitions(root.session_id)]
+    await stack.tools.install(root.session_id, ["search_mail"])
+    assert "search_mail" in [d["name"] for d in await stack.tools.definitions(root.session_id)]
+
+    result = await stack.tools.call(context, "search_mail", {"text": "cache"})
+    # root sent "Cache eviction bug"; alpha's note to beta is not root's mail.
+    assert [r["message_id"] for r in result["messages"]] == [sent["to_a"]]
+    assert stack.tools.result_text("search_mail", result).startswith(f"[{sent['to_a']}] from {root.handle}")
+
+    bad = await stack.tools.call(context, "search_mail", {"text": "x", "who": root.session_id})
+    assert bad["error"]["code"] == "search_mail:invalid_arguments"
+
+
+async def test_cli_search_prints_rows_and_json_and_refuses_a_bad_time_in_one_line(stack, redis_url):
+    root, a, b, stranger, sent = await tree_with_mail(stack)
+    rows = cli(redis_url, "search", root.session_id, "--text", "cache")
+    assert rows.returncode == 0, rows.stderr
+    assert [line.split()[0] for line in rows.stdout.splitlines()] == [sent["a_to_b"], sent["to_a"]]
+    machine = cli(redis_url, "search", root.handle, "--sender", a.handle, "--json")
+    assert [json.loads(line)["message_id"] for line in machine.stdout.splitlines()] == [sent["a_to_b"]]
+    bad = cli(redis_url, "search", root.session_id, "--since", "yesterday")
+    assert bad.returncode != 0 and bad.stderr.count("\n") == 1 and "--since" in bad.stderr
