@@ -257,7 +257,8 @@ class Treemail:
         messaging = services.config.messaging
         overlay = (await services.store.load(record)).state.rules_overlay
         return tool.tool_definition(
-            record.rules, record.send_message_tool, messaging.routing, messaging.content_blocks, overlay=overlay
+            record.rules, record.send_message_tool, messaging.routing, messaging.content_blocks, overlay=overlay,
+            threads=messaging.threads,
         )
 
     async def send_message_for_model(self, context: SendContext, arguments) -> ToolResult:
@@ -267,8 +268,11 @@ class Treemail:
 
     async def send_message(self, context: SendContext, arguments) -> dict:
         try:
-            parsed = tool.parse_arguments(arguments, self._services.config.messaging.content_blocks)
-            tool.require_storable(parsed, self._services.config.messaging)
+            messaging = self._services.config.messaging
+            parsed = tool.parse_arguments(arguments, messaging.content_blocks, messaging.threads)
+            tool.require_storable(parsed, messaging)
+            if parsed.in_reply_to is not None:
+                parsed = await self.history.joined_thread(context.session_id, parsed)
         except Rejected as rejection:
             return tool.error_result(rejection.code.value, rejection.message)
         refusal = await self.permissions.gate(context, parsed)

@@ -7,6 +7,7 @@ own log (mail follows the session's log; see ``domain/decide/branches.py``);
 (``observe.py``); ``search`` finds a tree's mail by text, sender and time.
 """
 
+import dataclasses
 from collections.abc import Callable
 
 import redis.asyncio as aioredis
@@ -16,6 +17,8 @@ from treemail.adapters.eventstore import EventStore
 from treemail.domain import commands as c
 from treemail.domain import events as ev
 from treemail.domain import search as mail_search
+from treemail.domain.commands import SendArguments
+from treemail.domain.errors import Code, Rejected
 from treemail.domain.search import MailQuery
 from treemail.services.drains import DrainService
 from treemail.services.sessions import SessionService
@@ -81,6 +84,43 @@ class History:
         """
         return observe.subscribe(self._redis, self._config, after, types, self._closing, block_ms)
 
+    # ---- threads --------------------------------------------------------------------------------------
+
+    async def joined_thread(self, session_id: str, arguments: SendArguments) -> SendArguments:
+        """The send answering ``arguments.in_reply_to`` joins that message's thread; only a message the sender
+        received can be answered (``send_message:unknown_reply`` otherwise: an id never reads another's mail)."""
+        answered = await self._received(await self._sessions.record(session_id), arguments.in_reply_to)
+        if answered is None:
+            raise Rejected(Code.UNKNOWN_REPLY, f"you received no message {arguments.in_reply_to}: give the "
+                                               "message_id of a message you are answering")
+        return dataclasses.replace(arguments, thread_id=answered.thread_of)
+
+    async def _received(self, record, message_id: str) -> ev.ProducerMessageAccepted | None:
+        for _, event in reversed(await self._store.read(record)):
+            if isinstance(event, ev.ProducerMessageAccepted) and event.message_id == message_id:
+                return event
+        return None
+
+    async def thread(self, session_id: str, message_id: str) -> list[dict]:
+        """The conversation ``message_id`` belongs to, in ``session_id``'s tree, oldest first: every message
+        of its thread (rows as ``search`` gives them, with ``thread_id``). Empty if the tree holds no such
+        message."""
+        record = await self._sessions.record(session_id)
+        rows = await self._tree_rows(record)
+        thread_id = next((row["thread_id"] for row in rows if row["message_id"] == message_id), None)
+        if thread_id is None:
+            return []
+        return sorted((row for row in rows if row["thread_id"] == thread_id), key=lambda row: (row["at"], row["position"]))
+
+    async def _tree_rows(self, record, query: MailQuery | None = None) -> list[dict]:
+        members = await self._store.directory.tree_members(record.partition, record.root_session_id)
+        records = [r for r in (await self._store.directory.many(members)).values() if r is not None]
+        return [
+            _found(member, seq, event)
+            for member in records for seq, event in await self._store.read(member)
+            if isinstance(event, ev.ProducerMessageAccepted) and (query is None or mail_search.matches(event, query))
+        ]
+
     # ---- search ---------------------------------------------------------------------------------------
 
     async def search(self, session_id: str, *, text: str | None = None, sender: str | None = None,
@@ -93,30 +133,11 @@ class History:
         out of bounds, UnknownSessionError for an unknown session."""
         query = mail_search.checked(MailQuery(text, sender, since, until, limit))
         record = await self._sessions.record(session_id)
-        members = [record.session_id] if own else await self._store.directory.tree_members(
-            record.partition, record.root_session_id)
-        records = [r for r in (await self._store.directory.many(members)).values() if r is not None]
-        found = []
-        for member in records:
-            for seq, event in await self._store.read(member):
-                if not isinstance(event, ev.ProducerMessageAccepted) or not mail_search.matches(event, query):
-                    continue
-                found.append(_found(member, seq, event))
-        if own:  # what it sent lies on its recipients' streams, beyond its own
-            found += await self._sent_by(record, query)
+        found = await self._tree_rows(record, query)
+        if own:  # what it received, and what it sent (on its recipients' streams)
+            found = [row for row in found if session_id in (row["recipient_session_id"], row["sender_session_id"])]
         found.sort(key=lambda row: (row["at"], row["message_id"]), reverse=True)
         return found[:query.limit]
-
-    async def _sent_by(self, record, query: MailQuery) -> list[dict]:
-        members = await self._store.directory.tree_members(record.partition, record.root_session_id)
-        others = [r for r in (await self._store.directory.many(members)).values()
-                  if r is not None and r.session_id != record.session_id]
-        return [
-            _found(other, seq, event)
-            for other in others for seq, event in await self._store.read(other)
-            if isinstance(event, ev.ProducerMessageAccepted) and event.sender_session_id == record.session_id
-            and mail_search.matches(event, query)
-        ]
 
 
 def _found(recipient, seq: int, event: ev.ProducerMessageAccepted) -> dict:
@@ -124,6 +145,6 @@ def _found(recipient, seq: int, event: ev.ProducerMessageAccepted) -> dict:
         "message_id": event.message_id, "at": event.at, "from": event.sender_handle or event.sender_session_id,
         "sender_session_id": event.sender_session_id, "to": recipient.handle or recipient.session_id,
         "recipient_session_id": recipient.session_id, "owner": event.owner, "mode": event.mode,
-        "body": event.body, "in_reply_to": event.in_reply_to, "thread_id": getattr(event, "thread_id", None),
+        "body": event.body, "in_reply_to": event.in_reply_to, "thread_id": event.thread_of,
         "position": seq,
     }

@@ -53,9 +53,13 @@ class Connection:
         # One call at a time: a confirmation must follow the result it confirms.
         self._lock = asyncio.Lock()
         self._watchers: set[asyncio.Task] = set()
+        # Threads on (send_message takes in_reply_to): the model needs each message's id to answer it.
+        self.threads = False
 
     async def open(self) -> None:
         mailbox = self.host.tools.mailbox
+        definition = await self.host.tool_definition(self.session_id)
+        self.threads = definition is not None and "in_reply_to" in definition["input_schema"]["properties"]
         for _ in range(5):  # another connection of the session may be opening at the same moment
             current = await mailbox.current_run(self.session_id)
             if current is not None and not current.startswith(RUN_PREFIX):

@@ -94,7 +94,7 @@ def build_server(host: Treemail, resolve: Resolve, connection_of: ConnectionOf =
         connection = await connection_of(ctx)
         if connection is not None and params.name in receiving.NAMES:
             result = await connection.receive(params.name, params.arguments or {})
-            return types.CallToolResult(content=[types.TextContent(text=receiving.result_text(result))],
+            return types.CallToolResult(content=[types.TextContent(text=receiving.result_text(result, connection.threads))],
                                         structured_content=result, is_error="error" in result)
         if await host.tools.definition(binding.session_id, params.name) is None:
             raise MCPError(INVALID_PARAMS, f"Unknown tool: {params.name}")

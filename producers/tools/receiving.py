@@ -79,10 +79,11 @@ def mail_result(deliveries) -> dict:
     ]}
 
 
-def result_text(result: dict) -> str:
+def result_text(result: dict, threads: bool = False) -> str:
+    """``threads``: each envelope is followed by its message id, which ``in_reply_to`` names to answer it."""
     if "error" in result:
         return f"{result['error']['code']}: {result['error']['message']}"
     if "acknowledged" in result:
         return f"{result['acknowledged']} message(s) confirmed read."
-    texts = [m["text"] for m in result["messages"]]
+    texts = [m["text"] + (f"\n(message_id: {m['message_id']})" if threads else "") for m in result["messages"]]
     return "\n\n".join(texts) if texts else NO_MAIL

@@ -26,6 +26,10 @@ TOOL_NAME = "send_message"
 SHOWN_KEYS = 5
 ALLOWED = ("to", "body", "mode")
 MODES = ("steer", "queue")
+# Threads (host-enabled, ``[messaging] threads``): the one optional argument they add.
+IN_REPLY_TO = "in_reply_to"
+THREAD_ARGUMENT = "The message_id of a message you received and are answering: your message joins its thread."
+THREAD_DESCRIPTION = " To answer a message you received, give its message_id as `in_reply_to`."
 
 DESCRIPTION = (
     "Send a message to another agent in your delegation tree (your parent, your children, or peers "
@@ -39,7 +43,7 @@ DESCRIPTION = (
 
 def tool_definition(
     rules: list[tuple[str, str]], send_message_tool: bool = True, routing: str = "tree",
-    content_blocks: bool = False, overlay: list[tuple[str, str]] | tuple = (),
+    content_blocks: bool = False, overlay: list[tuple[str, str]] | tuple = (), threads: bool = False,
 ) -> dict | None:
     """The tool for a session, or None when its rules (under the host's overlay, if any) hide it.
 
@@ -55,16 +59,16 @@ def tool_definition(
         to, description = surface.direct_routing(to, description)
     if content_blocks:
         body, description = surface.content_blocks(body, description)
+    properties = {"to": to, "body": body, "mode": {"type": "string", "enum": list(MODES), "default": "steer"}}
+    if threads:
+        properties[IN_REPLY_TO] = {"type": "string", "minLength": 1, "description": THREAD_ARGUMENT}
+        description += THREAD_DESCRIPTION
     return {
         "name": TOOL_NAME,
         "description": description,
         "input_schema": {
             "type": "object",
-            "properties": {
-                "to": to,
-                "body": body,
-                "mode": {"type": "string", "enum": list(MODES), "default": "steer"},
-            },
+            "properties": properties,
             "required": ["to", "body"],
             "additionalProperties": False,
         },
@@ -83,15 +87,20 @@ def _is_unicode_text(text: str) -> bool:
     return True
 
 
-def parse_arguments(raw: Any, content_blocks: bool = False) -> SendArguments:
+def parse_arguments(raw: Any, content_blocks: bool = False, threads: bool = False) -> SendArguments:
     """Strict: the model's JSON object (or its text) with exactly to, body and optionally mode.
 
-    With ``content_blocks`` (the deployment's setting) ``body`` may also be a list of blocks.
+    With ``content_blocks`` (the deployment's setting) ``body`` may also be a list of blocks; with
+    ``threads``, ``in_reply_to`` may name the message it answers (the host checks and threads it).
     """
     raw = arguments.json_object(raw, _invalid, "`to`, `body` and optional `mode`")
     if "recipient_session_id" in raw:
         raise _invalid("`recipient_session_id` was renamed: put the recipient's handle or session id in `to`")
-    arguments.refuse_unknown(raw, ALLOWED, _invalid)
+    arguments.refuse_unknown(raw, (*ALLOWED, IN_REPLY_TO) if threads else ALLOWED, _invalid)
+    in_reply_to = raw.get(IN_REPLY_TO)
+    if in_reply_to is not None and not (isinstance(in_reply_to, str) and in_reply_to.strip()
+                                        and _is_unicode_text(in_reply_to) and len(in_reply_to) <= 200):
+        raise _invalid("`in_reply_to` must be the message_id of a message you received")
     blocks = None
     if content_blocks and isinstance(raw.get("body"), list):
         blocks = surface.parse_body_blocks(raw["body"])
@@ -113,7 +122,8 @@ def parse_arguments(raw: Any, content_blocks: bool = False) -> SendArguments:
     # (Content blocks are judged whole, every block counted, by the decider's content guard.)
     if blocks is None:
         require_not_blank(raw["body"])
-    return SendArguments(to=raw["to"].strip(), body=raw["body"], mode=mode, blocks=blocks)
+    return SendArguments(to=raw["to"].strip(), body=raw["body"], mode=mode, blocks=blocks,
+                         in_reply_to=in_reply_to.strip() if in_reply_to else None)
 
 
 # ---- what the model reads --------------------------------------------------------------------

@@ -113,6 +113,7 @@ TOOLS: dict[str, ModelTool] = {
         definition=_ruled(lambda view: tool.tool_definition(
             view.record.rules, view.record.send_message_tool, view.config.messaging.routing,
             view.config.messaging.content_blocks, overlay=view.state.rules_overlay,
+            threads=view.config.messaging.threads,
         )),
         call=lambda handlers, context, arguments: handlers.send_message(context, arguments),
         text=send_message_text,

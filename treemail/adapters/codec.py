@@ -54,6 +54,8 @@ def encode_command(command: SendMessage) -> str:
     }
     if command.traceparent:
         data["tp"] = command.traceparent  # tracing: the preparation's trace continues in the worker
+    if a.in_reply_to:
+        data["th"] = [a.in_reply_to, a.thread_id]  # threads: only an answer carries them
     return json.dumps(data, separators=(",", ":"))
 
 
@@ -118,8 +120,12 @@ def parse_command(data: str | bytes, *, check_version: bool = True) -> SendMessa
     traceparent = decoded.get("tp", "")
     if not is_text(traceparent):
         raise invalid("`tp` must be a traceparent string")
+    thread = decoded.get("th", [None, None])
+    if not (isinstance(thread, list) and len(thread) == 2 and all(t is None or is_text(t) for t in thread)):
+        raise invalid("`th` must be [in reply to, thread id]")
     sid, run, call = ctx
     to, body, mode = args[:3]
     return SendMessage(
-        command_id, SendContext(sid, run, call), SendArguments(to, body, mode, parsed_blocks), reply_to, traceparent
+        command_id, SendContext(sid, run, call), SendArguments(to, body, mode, parsed_blocks, *thread), reply_to,
+        traceparent,
     )

@@ -33,6 +33,10 @@ class SendArguments:
     mode: Literal["steer", "queue"] = "steer"
     # Content blocks: the message's content blocks (``blocks.Block``), when it is more than text.
     blocks: tuple | None = None
+    # Threads: the message this one answers (the model's, checked by the host to be one the sender
+    # received) and that message's thread, which the answer joins (the host's, never the model's).
+    in_reply_to: str | None = None
+    thread_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,8 @@ class Code(str, Enum):
     INTERRUPT_ENGINE_SHUTDOWN = "interrupt_agent:engine_shutdown"
     # the tool registry: a tool the calling session does not have installed (host tm.tools.call)
     UNKNOWN_TOOL = "unknown_tool"
+    # Threads: `in_reply_to` names no message the sender received.
+    UNKNOWN_REPLY = "send_message:unknown_reply"
     # Plugins observe and gate: a pre-send hook the host registered refused the send.
     PLUGIN_REFUSED = "send_message:plugin_refused"
     # Delivery as an obligation.

@@ -122,9 +122,17 @@ class ProducerMessageAccepted(Event):
     in_reply_to: str | None = None
     reply: bool = False
     proof: dict | None = None
+    # The conversation it belongs to: the thread of the tree message it answers (``in_reply_to``). None:
+    # it starts its own thread, whose id is its message id (``thread_of``).
+    thread_id: str | None = None
 
     def implied(self) -> set[str] | None:
         return _implied_by_sender(self)
+
+    @property
+    def thread_of(self) -> str:
+        """The thread the message belongs to: the one it joined, else its own."""
+        return self.thread_id or self.message_id
 
 
 class SessionRunStarted(Event):

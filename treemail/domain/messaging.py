@@ -24,6 +24,9 @@ class MessagingConfig(BaseModel):
     routing: Literal["tree", "direct"] = "tree"
     # Messages as lists of text and image blocks; off keeps the plain send_message surface (`body` a string).
     content_blocks: bool = False
+    # Threads: send_message takes an optional `in_reply_to` (the message it answers, one the sender
+    # received); off keeps the plain send_message surface. Every message has a thread either way.
+    threads: bool = False
     # Delivery as an obligation: each claim of a message is an attempt; one neither
     # consumed nor released within the timeout is released by treemail; a failed attempt is due
     # again after an exponential backoff; after max_attempts, or delivery_deadline_s after its

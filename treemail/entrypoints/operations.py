@@ -30,15 +30,31 @@ def pump(
     asyncio.run(serve_pump(cfg, url_of(cfg), None if metrics_port < 0 else metrics_port, interval))
 
 
+def _preview(text: str, limit: int = 60) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[:limit - 1] + "…"
+
+
 MessageArg = Annotated[str, typer.Argument(metavar="MESSAGE_ID", help="the message_id send_message returned")]
 
 
 def inspect(ctx: typer.Context, message_id: MessageArg, as_json: JsonOpt = False, config: ConfigOpt = None) -> None:
-    """What became of a message: accepted (with its receipt), processed, parked or refused."""
+    """What became of a message: accepted (with its receipt), processed, parked or refused; and its thread."""
     from treemail.producers.host import obligations as inspection
 
     async def action(host, server):
-        print(await inspection.cli_inspect(host.obligations, message_id, as_json))
+        text = await inspection.cli_inspect(host.obligations, message_id, as_json)
+        sender = (await host.obligations.inspect(message_id)).get("sender_session_id")
+        thread = await host.history.thread(sender, message_id) if sender else []
+        if as_json:
+            print(json.dumps({**json.loads(text), "thread": thread}, sort_keys=True))
+            return
+        print(text)
+        if len(thread) > 1:  # a message alone is not a conversation
+            print(f"thread {thread[0]['thread_id']} ({len(thread)} messages)")
+            for row in thread:
+                mark = "*" if row["message_id"] == message_id else " "
+                print(f" {mark} {row['message_id']}  {row['from']} -> {row['to']}  {_preview(row['body'])}")
 
     run_with_host(ctx, config, action)
 

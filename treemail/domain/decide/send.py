@@ -206,6 +206,15 @@ def _approval(command: SendMessage, given: SendGiven, sender: SessionRecord, fou
     return None
 
 
+def thread(arguments) -> dict:
+    """Tree mail that answers a message joins its thread (the host resolved it before the command was sent);
+    peer mail names what it answers through its own provenance."""
+    in_reply_to = getattr(arguments, "in_reply_to", None)
+    if in_reply_to is None:
+        return {}
+    return {"in_reply_to": in_reply_to, "thread_id": getattr(arguments, "thread_id", None) or in_reply_to}
+
+
 def accept(command, given: SendGiven, sender: SessionRecord, found: Found, hop: int, **provenance) -> Accepted:
     """The accepted message on the recipient's stream; ``provenance``: a peer route's principal, name, reference."""
     producer_id = ev.agent_producer_id(sender.session_id)
@@ -232,7 +241,7 @@ def accept(command, given: SendGiven, sender: SessionRecord, found: Found, hop: 
             blocks=blocks.to_json(command.arguments.blocks) if command.arguments.blocks else None,
             traceparent=getattr(command, "traceparent", "") or None,
             return_address=sender.session_id,
-            **provenance,
+            **{**thread(command.arguments), **provenance},
         )
     )
     result = {
