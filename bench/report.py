@@ -57,6 +57,23 @@ def floor_memory_rows(flo: dict, mem: dict) -> list[tuple[str, str, str, str]]:
     ]
 
 
+def mcp_rows(m: dict) -> list[tuple[str, str, str, str]]:
+    """The MCP path (bench/mcp.py): sends over streamable HTTP next to an empty tool on the same server and the
+    host API, each with the same number of callers one call at a time."""
+    def latency(figures: dict) -> str:
+        return f"p50 {figures['p50_ms']:.2f} ms, p99 {figures['p99_ms']:.2f} ms, {figures['calls']:,} calls " \
+               f"({figures['failed']} failed)"
+
+    n = m["clients"]
+    return [
+        (f"MCP send_message, {n} clients, streamable HTTP", f"{m['send']['rate']:,.0f} sends/s", latency(m["send"]), ""),
+        (f"MCP empty tool, same server, {n} clients", f"{m['noop']['rate']:,.0f} calls/s",
+         latency(m["noop"]) + "; the transport's own ceiling", ""),
+        (f"host API send_message, {n} callers, same run", f"{m['host']['rate']:,.0f} sends/s", latency(m["host"]), ""),
+        ("MCP send / empty tool", f"{m['send_over_noop']:.2f}", "target >= 0.7", verdict(m["send_over_noop"] >= 0.7)),
+    ]
+
+
 def report(results: dict, env: dict, sizes: Sizes, quick: bool, wall: float) -> str:
     one, two, rawr = results["one"], results["two"], results["raw"]
     lat, hist, low = results["latency"], results["history"], results["latency_low"]
@@ -158,6 +175,8 @@ def report(results: dict, env: dict, sizes: Sizes, quick: bool, wall: float) -> 
                      f"worker CPU {row['worker_cpu_us']:.0f} us per decision; runs "
                      + " / ".join(f"{rate:,.0f}" for rate in row["rates"]), ""))
     rows.append(("routed by tree / by sender", f"{routing['ratio']:.2f}", "same run, alternating", ""))
+    if "mcp" in results:
+        rows += mcp_rows(results["mcp"])
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
     header = (f"{'QUICK smoke run (not the reference figures); ' if quick else ''}"
@@ -269,6 +288,11 @@ timed span, divided by the commands. Latencies are a host's `send_message` call 
   child sends to its root; the same backlog put on the streams by tree (`crc32(root)`, as producers route) and by
   sender (`crc32(sender)`: a child's report then often sits on another worker's stream than its root's mail). The two
   alternate, twice each; each row is their mean.
+- **MCP** (`bench/mcp.py`): `treemail mcp --http`'s app in a process of its own (plus `noop`, a tool that does
+  nothing past the transport and the bearer-token check), one worker; {sizes.mcp_rounds} round(s) of {sizes.mcp_seconds:g} s each
+  of the empty tool, `send_message` (each of 8 official-SDK clients, its own token, from its root to its child) and
+  the host API's `send_message` from 8 concurrent callers in the benchmark process, in turn; every caller makes one
+  call at a time. Rates are the best round's; percentiles over every round's calls.
 
 Raw figures of this run (JSON, one phase a line):
 

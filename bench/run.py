@@ -17,6 +17,8 @@ Phases (the Valkey is flushed between the throughput phases):
   6. replay rate: projections.replay.rebuild(write=False, and write=True) vs raw XRANGE + json.loads, ~500k events
   7. scale-out: 1, 2, 4 worker processes, 4 command streams, on the same Valkey
   8. the same on a local 3-master Valkey Cluster started for this phase
+  9. the MCP path: sends over streamable HTTP from 8 clients, next to an empty tool on the same server and
+     the host API (bench/mcp.py)
 
 Over the house's 200 lines: one function per phase, run in order by ``main``,
 so a reader of BENCHMARKS.md finds every figure's measurement in one file
@@ -39,7 +41,7 @@ from treemail.host import SendContext, Treemail
 from treemail.domain import events as ev
 from treemail.domain.state import evolve
 
-from . import floor, latency, memory, million, population, raw, replay, scale
+from . import floor, latency, mcp, memory, million, population, raw, replay, scale
 from .report import ROOT, report, write_markdown
 from .sizes import FULL, QUICK, Sizes
 from .common import (Server, open_server, server_of, busy_seconds, cpu_seconds, Workers, bench_config, flush, machine, percentile, prefill_commands, count_replies,
@@ -348,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="shrink every phase for a smoke run")
     parser.add_argument("--no-write", action="store_true", help="print only, leave BENCHMARKS.md alone")
     parser.add_argument("--only", default="", help="comma-separated phases (one,raw,floor,durable,memory,two,latency,latency_low,history,sessions,"
-                        "replay,scale_single,routing,scale_cluster); implies --no-write")
+                        "replay,scale_single,routing,scale_cluster,mcp); implies --no-write")
     args = parser.parse_args(argv)
     only = [p for p in args.only.split(",") if p]
     quick = args.quick or os.environ.get("BENCH_QUICK", "") not in ("", "0")
@@ -399,6 +401,9 @@ def main(argv: list[str] | None = None) -> int:
             ("scale_cluster", f"phase 8: scale-out, {SCALE_WORKERS} worker processes, local 3-master Valkey Cluster, "
                               f"{sizes.scale_streams} command streams",
              lambda: run_cluster_phase(sizes)),
+            ("mcp", f"phase 9: MCP over streamable HTTP, {mcp.CLIENTS} clients: send_message next to an empty tool "
+                    "and the host API",
+             lambda: asyncio.run(mcp.phase_mcp(url, sizes.mcp_seconds, sizes.mcp_rounds, log))),
         ]
         for key, label, run in phases:
             if only and key not in only:

@@ -68,6 +68,19 @@ class Tools:
         record = await self._sessions.record(context.session_id)
         return await table.call(self._handlers, await self._view(record), context, name, arguments)
 
+    async def call_bound(self, binding: TokenBinding, tool_call_id: str, name: str, arguments) -> dict | None:
+        """``call`` through a binding (``bound_context``), the session read once for the tool and the run;
+        None: the session has no tool ``name``. What an MCP request costs before the tool's own work."""
+        record = await self._sessions.record(binding.session_id)
+        view = await self._view(record)
+        found = await table.installed_tool(self._handlers, name, view)
+        if found is None:
+            return None
+        run_id = binding.run_id or view.state.current_run or f"mcp:{binding.binding_id}"
+        row, definition = found
+        return await row.call(self._handlers, SendContext(binding.session_id, run_id, tool_call_id),
+                              table.without_null_optionals(definition, arguments))
+
     @staticmethod
     def result_text(name: str, result: dict) -> str:
         """What the model reads for the result of tool ``name``: ``code: message`` for an error."""

@@ -58,6 +58,9 @@ Resolve = Callable[[object], Awaitable[TokenBinding]]
 # The connection that is the agent behind a request (None: the tools only, the session run by its engine).
 ConnectionOf = Callable[[object], Awaitable["Connection | None"]]
 DELIVERED_META = "treemail/delivered"
+# A tool that does nothing past the transport and the token check: what `make bench` puts next to
+# send_message on the same server, the transport's own ceiling.
+NOOP = {"name": "noop", "description": "Does nothing.", "input_schema": {"type": "object", "properties": {}}}
 
 
 def tool_call_id(params: types.CallToolRequestParams) -> str:
@@ -74,7 +77,8 @@ async def _no_connection(_ctx) -> None:
     return None
 
 
-def build_server(host: Treemail, resolve: Resolve, connection_of: ConnectionOf = _no_connection) -> Server:
+def build_server(host: Treemail, resolve: Resolve, connection_of: ConnectionOf = _no_connection,
+                 noop: bool = False) -> Server:
     """A low-level MCP server whose every handler first asks ``resolve`` who is calling.
 
     With a connection that is the agent (``connection_of``), the server also
@@ -87,28 +91,30 @@ def build_server(host: Treemail, resolve: Resolve, connection_of: ConnectionOf =
         tools = [_tool(d) for d in await host.tools.definitions(binding.session_id)]
         if await connection_of(ctx) is not None:
             tools += [_tool(receiving.DEFINITIONS[name]) for name in receiving.NAMES]
+        if noop:
+            tools.append(_tool(NOOP))
         return types.ListToolsResult(tools=tools)
 
     async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
         binding = await resolve(ctx)
+        if noop and params.name == NOOP["name"]:
+            return types.CallToolResult(content=[types.TextContent(text="")], structured_content={})
         connection = await connection_of(ctx)
         if connection is not None and params.name in receiving.NAMES:
             result = await connection.receive(params.name, params.arguments or {})
             return types.CallToolResult(content=[types.TextContent(text=receiving.result_text(result, connection.threads))],
                                         structured_content=result, is_error="error" in result)
-        if await host.tools.definition(binding.session_id, params.name) is None:
-            raise MCPError(INVALID_PARAMS, f"Unknown tool: {params.name}")
         delivered = []
         if connection is None:
-            context = await host.tools.bound_context(binding, tool_call_id(params))
-            result = await host.tools.call(context, params.name, params.arguments or {})
+            result = await host.tools.call_bound(binding, tool_call_id(params), params.name, params.arguments or {})
         else:
-            async def call(run_id: str) -> dict:
-                context = await host.tools.bound_context(
-                    TokenBinding(binding.session_id, run_id, binding.binding_id), tool_call_id(params))
-                return await host.tools.call(context, params.name, params.arguments or {})
+            async def call(run_id: str) -> dict | None:
+                return await host.tools.call_bound(TokenBinding(binding.session_id, run_id, binding.binding_id),
+                                                   tool_call_id(params), params.name, params.arguments or {})
 
             result, delivered = await connection.step(call)
+        if result is None:
+            raise MCPError(INVALID_PARAMS, f"Unknown tool: {params.name}")
         # Steer mail due at this step rides after the tool's own result, in the envelope a model reads.
         return types.CallToolResult(
             content=[types.TextContent(text=host.tools.result_text(params.name, result)),
@@ -239,13 +245,14 @@ def _binding_of(ctx) -> TokenBinding:
     return TokenBinding(access.client_id, access.claims["run_id"], access.claims["binding_id"])
 
 
-def http_app(host: Treemail, bind_host: str = "127.0.0.1", port: int = 8765):
-    """The Starlette app serving ``/mcp``; every request needs ``Authorization: Bearer <token>``."""
+def http_app(host: Treemail, bind_host: str = "127.0.0.1", port: int = 8765, noop: bool = False):
+    """The Starlette app serving ``/mcp``; every request needs ``Authorization: Bearer <token>``.
+    ``noop``: also a tool that does nothing (the benchmark's transport ceiling)."""
 
     async def resolve(ctx) -> TokenBinding:
         return _binding_of(ctx)
 
-    server = build_server(host, resolve)
+    server = build_server(host, resolve, noop=noop)
     return server.streamable_http_app(
         stateless_http=True, json_response=True, host=bind_host,
         # No OAuth server here: the host mints tokens; issuer_url is required by the settings model only.

@@ -1,0 +1,158 @@
+"""Phase 9: the MCP path. Sends over streamable HTTP from 8 clients, next to an empty tool on the same server
+(the transport's own ceiling) and the host API, in the same run.
+
+The MCP server is a process of its own (`python -m bench.mcp serve URL PORT`: the same app `treemail mcp
+--http` serves, plus the empty tool `noop`), one worker process decides the sends, and the 8 clients (the
+official SDK's, each with its own bearer token, each sending from its own root to its child) run in the
+benchmark process, one call at a time each. The three alternate, round by round; each rate is the best
+round's, the percentiles are over every round's calls.
+"""
+
+import asyncio
+import contextlib
+import socket
+import subprocess
+import sys
+import time
+
+from treemail.host import SendContext, Treemail
+
+from .common import Workers, bench_config, flush, percentile, register_trees, worker_env
+
+CLIENTS = 8
+WARM_UP_CALLS = 20
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def wait_listening(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the MCP server exited with {proc.returncode}")
+        with contextlib.suppress(OSError):
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.close()
+            return
+        await asyncio.sleep(0.1)
+    raise RuntimeError("the MCP server did not start listening")
+
+
+async def drive(callers: list, call, seconds: float) -> dict:
+    """Every caller calls in a loop, one call at a time, for ``seconds``: the rate and each call's latency."""
+    latencies: list[float] = []
+    failed = 0
+    deadline = time.perf_counter() + seconds
+
+    async def loop(k: int, caller) -> None:
+        nonlocal failed
+        i = 0
+        while time.perf_counter() < deadline:
+            start = time.perf_counter()
+            ok = await call(k, caller, i)
+            latencies.append(time.perf_counter() - start)
+            failed += not ok
+            i += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(loop(k, c) for k, c in enumerate(callers)))
+    elapsed = time.perf_counter() - started
+    return {"calls": len(latencies), "failed": failed, "rate": len(latencies) / elapsed, "latencies": latencies}
+
+
+def summary(runs: list[dict]) -> dict:
+    every = [x for run in runs for x in run["latencies"]]
+    return {"rate": max(run["rate"] for run in runs), "rates": [run["rate"] for run in runs],
+            "calls": sum(run["calls"] for run in runs), "failed": sum(run["failed"] for run in runs),
+            "p50_ms": percentile(every, 50) * 1000, "p99_ms": percentile(every, 99) * 1000}
+
+
+async def phase_mcp(url: str, seconds: float, rounds: int, log) -> dict:
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    await flush(url)
+    workers = Workers(url)
+    workers.start(1)
+    host = await Treemail.connect(bench_config(url), url)
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "bench.mcp", "serve", url, str(port)], env=worker_env(url),
+                              start_new_session=True)
+    try:
+        trees = await register_trees(host, CLIENTS, 1)
+        pairs = [(root, kids[0]) for root, kids in trees]
+        tokens = [await host.tools.mint_token(root) for root, _ in pairs]
+        await wait_listening(port, server)
+        endpoint = f"http://127.0.0.1:{port}/mcp"
+        async with contextlib.AsyncExitStack() as stack:
+            clients = []
+            for token in tokens:
+                http = await stack.enter_async_context(
+                    create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}))
+                clients.append(await stack.enter_async_context(
+                    Client(streamable_http_client(endpoint, http_client=http), cache=None)))
+
+            async def noop(k, client, i) -> bool:
+                return not (await client.call_tool("noop", {})).is_error
+
+            async def mcp_send(k, client, i) -> bool:
+                result = await client.call_tool("send_message", {"to": pairs[k][1], "body": f"mcp send {i}"})
+                return not result.is_error
+
+            async def host_send(k, _caller, i) -> bool:
+                result = await host.send_message(SendContext(pairs[k][0], "run-1", f"host-{k}-{i}-{time.time_ns()}"),
+                                                 {"to": pairs[k][1], "body": f"host send {i}"})
+                return "message_id" in result
+
+            for client in clients:  # warm up: connections, the server's caches, the worker
+                for i in range(WARM_UP_CALLS):
+                    await noop(0, client, i)
+                    await mcp_send(clients.index(client), client, i)
+            runs: dict[str, list[dict]] = {"noop": [], "send": [], "host": []}
+            for round_ in range(rounds):
+                for name, call, callers in (("noop", noop, clients), ("send", mcp_send, clients),
+                                            ("host", host_send, list(range(CLIENTS)))):
+                    run = await drive(callers, call, seconds)
+                    runs[name].append(run)
+                    log(f"  round {round_ + 1} {name}: {run['calls']:,} calls = {run['rate']:,.0f}/s, "
+                        f"{run['failed']} failed")
+        workers.check_alive()
+    finally:
+        server.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            server.wait(timeout=10)
+        if server.poll() is None:
+            server.kill()
+        await host.close()
+        workers.stop()
+    out = {name: summary(value) for name, value in runs.items()}
+    out["clients"] = CLIENTS
+    out["send_over_noop"] = out["send"]["rate"] / out["noop"]["rate"]
+    log(f"  MCP send {out['send']['rate']:,.0f}/s (p50 {out['send']['p50_ms']:.2f} ms, p99 "
+        f"{out['send']['p99_ms']:.2f} ms), empty tool {out['noop']['rate']:,.0f}/s, host API "
+        f"{out['host']['rate']:,.0f}/s; send / empty tool {out['send_over_noop']:.2f}")
+    return out
+
+
+async def _serve(url: str, port: int) -> None:
+    import uvicorn
+
+    from treemail.adapters.config import load_config
+    from treemail.producers.mcp.server import http_app
+
+    api = await Treemail.connect(load_config(), url)
+    try:
+        server = uvicorn.Server(uvicorn.Config(http_app(api, "127.0.0.1", port, noop=True), host="127.0.0.1",
+                                               port=port, log_level="warning"))
+        await server.serve()
+    finally:
+        await api.close()
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["serve"]:
+    asyncio.run(_serve(sys.argv[2], int(sys.argv[3])))

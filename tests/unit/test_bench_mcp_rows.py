@@ -1,0 +1,24 @@
+"""bench.report words the MCP phase: sends/s and p50/p99 next to the empty tool and the host API, and the target."""
+
+from bench import report
+
+
+def figures(send_rate: float, noop_rate: float) -> dict:
+    def one(rate):
+        return {"rate": rate, "rates": [rate], "calls": 1000, "failed": 0, "p50_ms": 4.1, "p99_ms": 12.5}
+    return {"send": one(send_rate), "noop": one(noop_rate), "host": one(900.0), "clients": 8,
+            "send_over_noop": send_rate / noop_rate}
+
+
+def test_mcp_rows_put_sends_next_to_the_empty_tool_and_the_host_api():
+    rows = report.mcp_rows(figures(350.0, 400.0))
+    assert rows[0] == ("MCP send_message, 8 clients, streamable HTTP", "350 sends/s",
+                       "p50 4.10 ms, p99 12.50 ms, 1,000 calls (0 failed)", "")
+    assert rows[1][:2] == ("MCP empty tool, same server, 8 clients", "400 calls/s")
+    assert rows[1][2].endswith("the transport's own ceiling")
+    assert rows[2][:2] == ("host API send_message, 8 callers, same run", "900 sends/s")
+    assert rows[3] == ("MCP send / empty tool", "0.88", "target >= 0.7", "met")
+
+
+def test_mcp_ratio_under_the_target_says_not_met():
+    assert report.mcp_rows(figures(200.0, 400.0))[3] == ("MCP send / empty tool", "0.50", "target >= 0.7", "NOT met")
