@@ -11,12 +11,16 @@ import json
 import pytest
 from mcp import Client
 from mcp import types
+from mcp.shared.exceptions import MCPError
 
 from treemail.domain import events as ev
 from treemail.producers.mcp.connection import INBOX_URI, RUN_PREFIX
 
 from .conftest import running_stack
 from .test_mcp import call, stdio
+
+# Delivery, threads and reads run the same on a 3-master cluster (a tree's keys share one slot).
+pytestmark = pytest.mark.cluster
 
 RECEIVE = "--receive"
 
@@ -178,3 +182,15 @@ async def test_listen_stream_on_the_inbox_is_told_when_mail_arrives(redis_url):
                 assert event.uri == INBOX_URI
             got = await texts(b, "check_mail")
             assert got.structured_content["messages"][0]["message_id"] == sent["message_id"]
+
+
+async def test_an_unknown_tool_call_hands_out_no_mail(redis_url):
+    async with running_stack(redis_url) as host:
+        planner, explore = await tree(host)
+        await host.start_run(planner.session_id, "planner-run")
+        async with Client(stdio(redis_url, explore.session_id, RECEIVE), cache=None) as b:
+            sent = await host.send(planner.session_id, explore.handle, "steer me")
+            with pytest.raises(MCPError, match="Unknown tool"):
+                await b.call_tool("no_such_tool", {})
+            got = await texts(b, "check_mail")  # the message was not lost in the refused call's result
+            assert [m["message_id"] for m in got.structured_content["messages"]] == [sent["message_id"]]

@@ -1,11 +1,24 @@
 """Searching a tree's mail: the host API, the CLI and the installable search_mail tool, bounded and authorised."""
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
+from ..conftest import backend_env
 from .conftest import Calls
-from .test_cli import cli
+
+# Delivery, threads and reads run the same on a 3-master cluster (a tree's keys share one slot).
+pytestmark = pytest.mark.cluster
+
+
+def cli(redis_url, *args):
+    """The CLI against the test's server, a cluster's too."""
+    env = {**os.environ, "REDIS_URL": redis_url, **backend_env()}
+    return subprocess.run([sys.executable, "-m", "treemail", *args], env=env, capture_output=True, text=True,
+                          timeout=60)
 
 
 async def tree_with_mail(stack):

@@ -3,14 +3,18 @@ tm.history.thread show the conversation; MCP-only agents thread their replies to
 
 import json
 
+import pytest
 from mcp import Client
 
 from treemail.domain import events as ev
 
 from .conftest import Calls, running_stack
-from .test_cli import cli
+from .test_search import cli
 from .test_mcp import stdio
 from .test_mcp_agents import RECEIVE, tree
+
+# Delivery, threads and reads run the same on a 3-master cluster (a tree's keys share one slot).
+pytestmark = pytest.mark.cluster
 
 async def test_answers_join_the_thread_and_inspect_shows_the_conversation(redis_url):
     async with running_stack(redis_url, threads=True) as host:
