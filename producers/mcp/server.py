@@ -13,6 +13,8 @@ Each call's context (see ``tm.tools.bound_context``):
 - session: the binding's;
 - run: the binding's, else the session's current run at the time of the call
   (with none open, a send or an interrupt is refused: ``sender_not_live``);
+  for a connection that is the agent (``treemail mcp --receive``), the run the
+  connection opened (``connection.py``), which also receives;
 - tool call id: ``params._meta["treemail/tool_call_id"]`` when the client
   gives one (an engine passes its model's tool-use id, so a retried tool call
   meets its first outcome: the original message id); otherwise a fresh id,
@@ -29,7 +31,6 @@ import asyncio
 import contextlib
 import json
 import signal
-import sys
 from collections.abc import Awaitable, Callable
 
 from mcp import types
@@ -48,7 +49,7 @@ from treemail.domain.protocol import PROTOCOL_VERSION
 
 from ..host.facade import Treemail
 from ..tools import receiving
-from .connection import INBOX_URI, Connection, ConnectionRefused
+from .connection import INBOX_URI, Connection
 
 TOOL_CALL_META = "treemail/tool_call_id"
 NAME = "treemail"
