@@ -4,13 +4,15 @@
 The MCP server is a process of its own (`python -m bench.mcp serve URL PORT`: the same app `treemail mcp
 --http` serves, plus the empty tool `noop`), one worker process decides the sends, and the 8 clients (the
 official SDK's, each with its own bearer token, each sending from its own root to its child) run in the
-benchmark process, one call at a time each. The three alternate, round by round; each rate is the best
-round's, the percentiles are over every round's calls.
+benchmark process, one call at a time each. The three alternate, round by round, so each round's three
+see the same moments of a shared machine: each rate is the median round's, the ratio the median of the
+rounds' own send / empty-tool ratios, the percentiles over every round's calls.
 """
 
 import asyncio
 import contextlib
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -66,7 +68,7 @@ async def drive(callers: list, call, seconds: float) -> dict:
 
 def summary(runs: list[dict]) -> dict:
     every = [x for run in runs for x in run["latencies"]]
-    return {"rate": max(run["rate"] for run in runs), "rates": [run["rate"] for run in runs],
+    return {"rate": statistics.median(run["rate"] for run in runs), "rates": [run["rate"] for run in runs],
             "calls": sum(run["calls"] for run in runs), "failed": sum(run["failed"] for run in runs),
             "p50_ms": percentile(every, 50) * 1000, "p99_ms": percentile(every, 99) * 1000}
 
@@ -132,7 +134,8 @@ async def phase_mcp(url: str, seconds: float, rounds: int, log) -> dict:
         workers.stop()
     out = {name: summary(value) for name, value in runs.items()}
     out["clients"] = CLIENTS
-    out["send_over_noop"] = out["send"]["rate"] / out["noop"]["rate"]
+    out["send_over_noop"] = statistics.median(
+        send["rate"] / noop["rate"] for send, noop in zip(runs["send"], runs["noop"]))
     log(f"  MCP send {out['send']['rate']:,.0f}/s (p50 {out['send']['p50_ms']:.2f} ms, p99 "
         f"{out['send']['p99_ms']:.2f} ms), empty tool {out['noop']['rate']:,.0f}/s, host API "
         f"{out['host']['rate']:,.0f}/s; send / empty tool {out['send_over_noop']:.2f}")

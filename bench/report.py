@@ -292,7 +292,8 @@ timed span, divided by the commands. Latencies are a host's `send_message` call 
   nothing past the transport and the bearer-token check), one worker; {sizes.mcp_rounds} round(s) of {sizes.mcp_seconds:g} s each
   of the empty tool, `send_message` (each of 8 official-SDK clients, its own token, from its root to its child) and
   the host API's `send_message` from 8 concurrent callers in the benchmark process, in turn; every caller makes one
-  call at a time. Rates are the best round's; percentiles over every round's calls.
+  call at a time. Rates are the median round's; the ratio is the median of the rounds' own send / empty-tool
+  ratios (the three alternate, so each round's share the machine's moments); percentiles over every round's calls.
 
 Raw figures of this run (JSON, one phase a line):
 

@@ -179,7 +179,14 @@ def build_server(host: Treemail, resolve: Resolve, connection_of: ConnectionOf =
             if watcher is not None:
                 watcher.cancel()
 
-    return Server(NAME, version=f"protocol {PROTOCOL_VERSION}", instructions=INSTRUCTIONS, on_list_tools=list_tools,
+    # No tool of ours declares an `Mcp-Param-*` header, so there is never a header to validate: without this
+    # the 2026-07-28 HTTP path ran the whole tools/list handler (the session read, every definition built)
+    # before each call that has arguments, a second read of the session per send.
+    def no_header_params(_name: str) -> None:
+        return None
+
+    return Server(NAME, version=f"protocol {PROTOCOL_VERSION}", instructions=INSTRUCTIONS,
+                  get_tool_input_schema=no_header_params, on_list_tools=list_tools,
                   on_call_tool=call_tool, on_list_resources=list_resources, on_read_resource=read_resource,
                   on_subscribe_resource=subscribe, on_unsubscribe_resource=unsubscribe,
                   on_subscriptions_listen=listen)
