@@ -39,7 +39,7 @@ class ConnectionRefused(ValueError):
     """The connection cannot be the agent (a user error: the CLI says it in one line)."""
 
     def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
+        super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
 

@@ -54,6 +54,12 @@ from .connection import INBOX_URI, Connection
 TOOL_CALL_META = "treemail/tool_call_id"
 NAME = "treemail"
 INSTRUCTIONS = "Mail to the other agents of your tree. Replies arrive as new messages in your conversation."
+# For a connection that is the agent: nothing puts mail into its conversation but its own calls.
+RECEIVING_INSTRUCTIONS = (
+    "Mail to and from the other agents of your tree. Messages for you arrive when you call check_mail or "
+    "wait_for_mail, and urgent ones ride on your other tool results; subscribe to treemail://inbox to be told "
+    "when mail arrives."
+)
 
 Resolve = Callable[[object], Awaitable[TokenBinding]]
 # The connection that is the agent behind a request (None: the tools only, the session run by its engine).
@@ -79,7 +85,7 @@ async def _no_connection(_ctx) -> None:
 
 
 def build_server(host: Treemail, resolve: Resolve, connection_of: ConnectionOf = _no_connection,
-                 noop: bool = False) -> Server:
+                 noop: bool = False, instructions: str = INSTRUCTIONS) -> Server:
     """A low-level MCP server whose every handler first asks ``resolve`` who is calling.
 
     With a connection that is the agent (``connection_of``), the server also
@@ -185,7 +191,7 @@ def build_server(host: Treemail, resolve: Resolve, connection_of: ConnectionOf =
     def no_header_params(_name: str) -> None:
         return None
 
-    return Server(NAME, version=f"protocol {PROTOCOL_VERSION}", instructions=INSTRUCTIONS,
+    return Server(NAME, version=f"protocol {PROTOCOL_VERSION}", instructions=instructions,
                   get_tool_input_schema=no_header_params, on_list_tools=list_tools,
                   on_call_tool=call_tool, on_list_resources=list_resources, on_read_resource=read_resource,
                   on_subscribe_resource=subscribe, on_unsubscribe_resource=unsubscribe,
@@ -217,7 +223,8 @@ async def serve_stdio(config: Config, url: str, session_id: str, run_id: str | N
         async def connection_of(_ctx) -> Connection | None:
             return connection
 
-        server = build_server(host, resolve, connection_of)
+        server = build_server(host, resolve, connection_of,
+                              instructions=RECEIVING_INSTRUCTIONS if receive else INSTRUCTIONS)
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
     finally:

@@ -7,6 +7,9 @@ reads their histories to check what the agents did.
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from mcp import Client
@@ -16,6 +19,7 @@ from mcp.shared.exceptions import MCPError
 from treemail.domain import events as ev
 from treemail.producers.mcp.connection import INBOX_URI, RUN_PREFIX
 
+from ..conftest import backend_env
 from .conftest import running_stack
 from .test_mcp import call, stdio
 
@@ -194,3 +198,21 @@ async def test_an_unknown_tool_call_hands_out_no_mail(redis_url):
                 await b.call_tool("no_such_tool", {})
             got = await texts(b, "check_mail")  # the message was not lost in the refused call's result
             assert [m["message_id"] for m in got.structured_content["messages"]] == [sent["message_id"]]
+
+
+def one_line_refusal(url: str, *args: str) -> str:
+    env = {**os.environ, "REDIS_URL": url, **backend_env()}
+    done = subprocess.run([sys.executable, "-m", "treemail", "mcp", *args], env=env, capture_output=True, text=True,
+                          timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    return done.stderr
+
+
+async def test_a_session_its_engine_runs_is_never_taken_over_and_http_cannot_receive(redis_url):
+    async with running_stack(redis_url) as host:
+        planner, explore = await tree(host)
+        await host.start_run(explore.session_id, "engine-run")
+        refused = one_line_refusal(redis_url, "--session", explore.session_id, RECEIVE)
+        assert f"mcp:engine_run: session {explore.session_id} is run by its engine" in refused
+        assert await host.tools.mailbox.current_run(explore.session_id) == "engine-run"
+        assert "--receive is for stdio" in one_line_refusal(redis_url, "--http", RECEIVE)

@@ -40,6 +40,8 @@ def mcp(
     from treemail.producers.mcp.server import serve_http, serve_stdio
 
     cfg = config_of(ctx, config)
+    if http and receive:
+        raise ValueError("--receive is for stdio: an HTTP server has no connection whose life could be a session's")
     if http:
         asyncio.run(serve_http(cfg, url_of(cfg), host, port))
     elif not session:
