@@ -65,7 +65,7 @@ class Treemail:
         self.disposal = Disposal(s.disposal, s.drains)
         self.permissions = Permissions(redis, config, s.store, s.sessions)
         self.obligations = Obligations(redis, config, s.store, s.sessions, s.wake_reader, s.obligations, s.disposal)
-        mailbox = Mailbox(s.listener, s.store, s.sessions, self._deliveries)
+        mailbox = Mailbox(s.listener, s.store, s.sessions, self._deliveries, config.messaging.attempt_timeout_s)
         self.tools = Tools(redis, config, s.store, s.sessions, mailbox, Handlers(
             send_message=self.send_message, interrupt_agent=self.interrupts.interrupt_agent,
             message_tools=self.obligations, peer_send=self.peers.send, peer_reply=self.peers.reply,

@@ -27,8 +27,10 @@ BLOCK_SLICE_S = 4.0
 
 class Mailbox:
     def __init__(self, listener: aioredis.Redis, store: EventStore, sessions: SessionService,
-                 deliveries: Deliveries) -> None:
+                 deliveries: Deliveries, claim_timeout_s: float) -> None:
         self._listener = listener
+        # How long a claim may go unacknowledged before treemail releases it (``attempt_timeout_s``).
+        self.claim_timeout_s = claim_timeout_s
         self._store = store
         self._sessions = sessions
         self._deliveries = deliveries

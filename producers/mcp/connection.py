@@ -33,6 +33,11 @@ from ..tools import receiving
 
 RUN_PREFIX = "mcp-conn:"
 INBOX_URI = "treemail://inbox"
+# An agent may think for minutes before its next call, longer than a claim may stay unacknowledged
+# (``attempt_timeout_s``): its connection, still open, confirms the claims itself at this fraction of that
+# timeout, since a client that is still connected has the result. Otherwise treemail would release them
+# as a failed attempt and hand them to the same model a second time.
+KEEP_AT = 0.8
 
 
 class ConnectionRefused(ValueError):
@@ -55,6 +60,7 @@ class Connection:
         self._watchers: set[asyncio.Task] = set()
         # Threads on (send_message takes in_reply_to): the model needs each message's id to answer it.
         self.threads = False
+        self._keeper: asyncio.TimerHandle | None = None
 
     async def open(self) -> None:
         mailbox = self.host.tools.mailbox
@@ -79,6 +85,8 @@ class Connection:
         raise ConnectionRefused("mcp:connection_race", "another connection of this session keeps opening; retry")
 
     async def close(self) -> None:
+        if self._keeper is not None:
+            self._keeper.cancel()
         for task in self._watchers:
             task.cancel()
         with contextlib.suppress(LifecycleError):
@@ -101,8 +109,27 @@ class Connection:
         return confirmed
 
     def _hand_out(self, deliveries: list[Delivery]) -> list[Delivery]:
-        self._outstanding = [d.message_id for d in deliveries]
+        self._outstanding = handed = [d.message_id for d in deliveries]
+        if self._keeper is not None:
+            self._keeper.cancel()
+            self._keeper = None
+        if handed:
+            loop = asyncio.get_running_loop()
+            self._keeper = loop.call_later(KEEP_AT * self.host.tools.mailbox.claim_timeout_s,
+                                           lambda: self._watch_task(self.keep(handed)))
         return deliveries
+
+    def _watch_task(self, coroutine) -> None:
+        task = asyncio.create_task(coroutine)
+        self._watchers.add(task)
+        task.add_done_callback(self._watchers.discard)
+
+    async def keep(self, handed: list[str]) -> int:
+        """The connection is still open with ``handed`` unconfirmed: confirm them before their claims expire."""
+        async with self._lock:
+            if self._outstanding != handed:
+                return 0  # a call confirmed them already
+            return await self._confirm()
 
     async def step(self, call):
         """Around any other tool call: confirm, call, then the steer mail due now rides on its result."""

@@ -17,7 +17,7 @@ from mcp import types
 from mcp.shared.exceptions import MCPError
 
 from treemail.domain import events as ev
-from treemail.producers.mcp.connection import INBOX_URI, RUN_PREFIX
+from treemail.producers.mcp.connection import INBOX_URI, RUN_PREFIX, Connection
 
 from ..conftest import backend_env
 from .conftest import running_stack
@@ -216,3 +216,25 @@ async def test_a_session_its_engine_runs_is_never_taken_over_and_http_cannot_rec
         assert f"mcp:engine_run: session {explore.session_id} is run by its engine" in refused
         assert await host.tools.mailbox.current_run(explore.session_id) == "engine-run"
         assert "--receive is for stdio" in one_line_refusal(redis_url, "--http", RECEIVE)
+
+
+async def test_a_connection_still_open_confirms_its_claims_before_they_expire(redis_url):
+    # In process: the connection as `treemail mcp --receive` holds it, without the transport.
+    async with running_stack(redis_url) as host:
+        planner, explore = await tree(host)
+        await host.start_run(planner.session_id, "planner-run")
+        connection = Connection(host, explore.session_id)
+        await connection.open()
+        try:
+            sent = await host.send(planner.session_id, explore.handle, "think about it", mode="queue")
+            taken = await connection.receive("check_mail", {})
+            handed = [m["message_id"] for m in taken["messages"]]
+            assert handed == [sent["message_id"]]
+            # What the keeper does at KEEP_AT of the claim timeout, while the agent is still thinking.
+            assert await connection.keep(handed) == 1
+            assert await connection.keep(handed) == 0  # once
+            consumed = of(await host.history(explore.session_id), ev.ProducerMessageConsumed)
+            assert [e.message_id for e in consumed] == handed
+            assert (await connection.receive("acknowledge_mail", {})) == {"acknowledged": 0}
+        finally:
+            await connection.close()
