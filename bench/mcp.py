@@ -66,6 +66,17 @@ async def drive(callers: list, call, seconds: float) -> dict:
     return {"calls": len(latencies), "failed": failed, "rate": len(latencies) / elapsed, "latencies": latencies}
 
 
+async def settle(host: Treemail, pairs: list[tuple[str, str]]) -> int:
+    """The children take and consume what they were sent, between rounds (untimed): a sender's unsettled
+    intents are bounded (``max_outstanding_per_source``), and a full capacity would refuse the next round."""
+    async def one(child: str) -> int:
+        taken = await host.claim(child, "run-1")
+        for delivery in taken:
+            await host.consume(child, delivery.message_id)
+        return len(taken)
+    return sum(await asyncio.gather(*(one(child) for _, child in pairs)))
+
+
 def summary(runs: list[dict]) -> dict:
     every = [x for run in runs for x in run["latencies"]]
     return {"rate": statistics.median(run["rate"] for run in runs), "rates": [run["rate"] for run in runs],
@@ -89,6 +100,8 @@ async def phase_mcp(url: str, seconds: float, rounds: int, log) -> dict:
         trees = await register_trees(host, CLIENTS, 1)
         pairs = [(root, kids[0]) for root, kids in trees]
         tokens = [await host.tools.mint_token(root) for root, _ in pairs]
+        for _, child in pairs:
+            await host.start_run(child, "run-1")
         await wait_listening(port, server)
         endpoint = f"http://127.0.0.1:{port}/mcp"
         async with contextlib.AsyncExitStack() as stack:
@@ -111,16 +124,18 @@ async def phase_mcp(url: str, seconds: float, rounds: int, log) -> dict:
                                                  {"to": pairs[k][1], "body": f"host send {i}"})
                 return "message_id" in result
 
-            for client in clients:  # warm up: connections, the server's caches, the worker
+            for k, client in enumerate(clients):  # warm up: connections, the server's caches, the worker
                 for i in range(WARM_UP_CALLS):
-                    await noop(0, client, i)
-                    await mcp_send(clients.index(client), client, i)
+                    await noop(k, client, i)
+                    await mcp_send(k, client, i)
+            await settle(host, pairs)
             runs: dict[str, list[dict]] = {"noop": [], "send": [], "host": []}
             for round_ in range(rounds):
                 for name, call, callers in (("noop", noop, clients), ("send", mcp_send, clients),
                                             ("host", host_send, list(range(CLIENTS)))):
                     run = await drive(callers, call, seconds)
                     runs[name].append(run)
+                    await settle(host, pairs)
                     log(f"  round {round_ + 1} {name}: {run['calls']:,} calls = {run['rate']:,.0f}/s, "
                         f"{run['failed']} failed")
         workers.check_alive()
