@@ -342,6 +342,49 @@ class LiftDrain:
 
 
 
+# Peer mail as an outbox: what a driver (the pump, or the host's first attempt) decides on the source.
+@dataclass(frozen=True)
+class DrivePeerDelivery:
+    """Advance one delivery as the policy says at ``now``: start the next admission attempt, fail an attempt
+    that timed out, or park it (attempts spent, deadline passed). ``attempt``: the attempt a driver means to
+    start; another driver that started it first leaves nothing to do."""
+
+    session_id: str
+    message_id: str
+
+
+@dataclass(frozen=True)
+class RecordPeerAdmission:
+    """The destination's answer to admission attempt ``attempt``: ``accepted`` (with its receipt),
+    ``refused`` (definite, ``code``) or ``failed`` (may pass later, ``code``)."""
+
+    session_id: str
+    message_id: str
+    attempt: int
+    outcome: Literal["accepted", "refused", "failed"]
+    code: str = ""
+    position: int = 0
+    recipient_state: str = ""
+
+
+@dataclass(frozen=True)
+class SettlePeerDelivery:
+    """The destination consumed or discarded the message: the delivery is processed, its capacity released."""
+
+    session_id: str
+    message_id: str
+    outcome: Literal["consumed", "discarded"]
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class RetryPeerDelivery:
+    """Renew a parked delivery's budget (after the ``control`` grant, or by the host)."""
+
+    session_id: str
+    message_id: str
+
+
 # Tools installed one by one: the model-facing tools beyond send_message and interrupt_agent
 # (which the rules govern) are offered to a session only once its host installs them.
 INSTALLABLE_TOOLS = ("inspect_message", "retry_message", "send_to_peer", "reply_to_peer", "peer_inbox")
@@ -360,4 +403,5 @@ SessionCommand = (
     | InjectMail | RequestWake | ResolveApproval | RevertSession | ForkSession | OverlayMessageRules
     | KeepObligations | RetryMail | RegisterPeerRoute | RevokePeerRoute | SetPeerGrant | InstallTools
     | DisposeSession | CloseSession | ReturnMail | SettleSession | DrainSession | LiftDrain
+    | DrivePeerDelivery | RecordPeerAdmission | SettlePeerDelivery | RetryPeerDelivery
 )

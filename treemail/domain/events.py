@@ -269,6 +269,8 @@ class MessageSent(Event):
     # The destination's receipt: the accepted event's position on its stream, and its state then.
     position: int
     recipient_state: str
+    # The route name of peer mail (its receipt came back from another slot); "" for tree mail.
+    peer: str = ""
 
 
 class MessageSettled(Event):
@@ -316,6 +318,50 @@ class PeerGrantSet(Event):
     send: bool = False
     control: bool = False
     principal: str
+
+
+# Peer mail as an outbox, on the source's stream: the intent, each admission attempt a driver makes
+# on the destination, parking and renewal. Its receipt, refusal and settlement come back as
+# MessageSent / MessageRefused / MessageSettled, the records tree mail writes.
+class PeerIntentStored(Event):
+    """A send over a peer route is stored on its source; ``message_id`` is also its admission identity."""
+
+    message_id: str
+    destination_session_id: str
+    peer: str
+    principal: str
+    body: str
+    mode: Mode
+    agent_hop: int = 0
+    run_id: str | None = None
+    tool_call_id: str | None = None
+    in_reply_to: str | None = None
+    reply: bool = False
+    traceparent: str | None = None
+    # The protocol of the treemail that stored it: only a driver at least as new admits it.
+    protocol: int = 4
+
+
+class PeerAttemptStarted(Event):
+    message_id: str
+    attempt: int
+
+
+class PeerAttemptFailed(Event):
+    message_id: str
+    attempt: int
+    # A bounded code (the destination's transient refusal, ``attempt_timeout``), never raw text.
+    reason: str
+    retry_at: float = 0.0
+
+
+class PeerDeliveryParked(Event):
+    message_id: str
+    reason: str
+
+
+class PeerDeliveryRetried(Event):
+    message_id: str
 
 
 # Disposal, settlement notices, draining.
@@ -393,6 +439,12 @@ EVENT_TYPES: dict[str, type[Event]] = {
         PeerRouteRegistered,
         PeerRouteRevoked,
         PeerGrantSet,
+        # Peer mail as an outbox.
+        PeerIntentStored,
+        PeerAttemptStarted,
+        PeerAttemptFailed,
+        PeerDeliveryParked,
+        PeerDeliveryRetried,
         # Disposal, settlement notices, draining.
         SessionClosing,
         SessionClosed,

@@ -36,6 +36,7 @@ from .decide.lifecycle import (
     decide_start_run,
     decide_status,
 )
+from .decide import peerdelivery
 from .decide.interrupt import decide_interrupt
 from .decide.rules import decide_overlay_rules
 from .decide.obligations import decide_keep, decide_retry
@@ -91,6 +92,12 @@ HANDLERS: dict[type, Handler] = {
     c.RevokePeerRoute: Handler(decide_revoke_route),
     c.SetPeerGrant: Handler(decide_set_grant),
     c.SendToPeer: Handler(decide_peer_send),
+    # Peer mail as an outbox: a driver's steps on the source's stream (the admission itself is decided by
+    # ``services.peerdelivery`` on the destination's, with ``peerdelivery.decide_admission``).
+    c.DrivePeerDelivery: Handler(peerdelivery.decide_drive),
+    c.RecordPeerAdmission: Handler(peerdelivery.decide_record_admission),
+    c.SettlePeerDelivery: Handler(peerdelivery.decide_settle_peer),
+    c.RetryPeerDelivery: Handler(peerdelivery.decide_retry_peer),
     # Disposal, settlement notices, draining. SettleSession is decided on
     # the child and its parent together (``SettlementGiven``), by ``services.settlement``.
     c.DisposeSession: Handler(decide_dispose, reads_mail="all"),
@@ -117,4 +124,4 @@ def decide_command(command: c.SessionCommand, given: Given) -> Decision:
     """Decide ``command`` with its row of the table; the senders' records come from the same events."""
     events = HANDLERS[type(command)].decide(command, given)
     return Decision(events, outbound.sources(given.session_id, given.state.status, events, given.version,
-                                             given.senders))
+                                             given.senders, outbound.peer_mail(given.mail)))

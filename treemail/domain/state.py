@@ -19,6 +19,7 @@ import orjson
 from . import compactjson
 from . import events as ev
 from .frozen import replace
+from . import outbox as peer_outbox
 from . import peers as peer_state
 
 PENDING_STATES = ("accepted", "admitted", "claimed", "released")
@@ -64,6 +65,8 @@ class SessionState:
     wake_requested_at: float = 0.0
     # Peer routes and grants leading to this session, and its peer inbox (``peers.py``).
     peers: peer_state.PeerState = peer_state.EMPTY
+    # Peer mail as an outbox: this source's peer deliveries not yet processed or refused (``outbox.py``).
+    outbox: dict[str, peer_outbox.Row] = field(default_factory=dict)
     # Whether the host can run it again (never woken if not), its disposal
     # (None, "closing", "closed"), the sessions whose drain covers it, and whether it was ever sent mail.
     continuable: bool = True
@@ -93,6 +96,7 @@ class SessionState:
         data["installed_tools"] = tuple(data.get("installed_tools", ()))
         data["peers"] = peer_state.PeerState.from_obj(data["peers"]) if "peers" in data else peer_state.EMPTY
         data["drained_by"] = frozenset(data.get("drained_by", ()))
+        data["outbox"] = {row[0]: peer_outbox.Row.from_list(row) for row in data.get("outbox", ())}
         # A snapshot written by a newer version may carry fields this one does not know.
         return cls(**{k: v for k, v in data.items() if k in _STATE_FIELDS})
 
@@ -108,6 +112,7 @@ _SNAPSHOT_FORM = {
     "installed_tools": list,
     "peers": lambda peers: peers.to_obj(),
     "drained_by": sorted,
+    "outbox": lambda rows: [row.to_list() for row in rows.values()],
 }
 
 
@@ -132,13 +137,16 @@ class MailItem:
     retry_at: float = 0.0
     reason: str = ""
     trace: str = ""
+    # Peer mail: its sender is in another slot and learns of its settlement from a driver (``outbox.py``),
+    # never from this session's step.
+    peer: bool = False
 
     def to_json(self) -> str:
         """Kept under its message id (the mail hash's field), so the id is not written again; the
         position comes first, and the fields still at their default at the end are left out (an item
         is written on every send and kept until it is processed)."""
         fields = [self.seq, self.owner, self.sender_session_id, self.agent_hop, self.mode, self.state,
-                  self.run_id, self.attempts, self.since, self.claimed_at, self.retry_at, self.reason, self.trace]
+                  self.run_id, self.attempts, self.since, self.claimed_at, self.retry_at, self.reason, self.trace, self.peer]
         while len(fields) > _ITEM_REQUIRED and fields[-1] == _ITEM_DEFAULTS[len(fields) - 1]:
             fields.pop()
         return compactjson.dumps(fields)
@@ -156,7 +164,7 @@ class MailItem:
 # The compact item's order after its position: owner .. run_id are always written; attempts .. trace
 # are dropped from the end while they hold these defaults.
 _ITEM_REQUIRED = 7
-_ITEM_DEFAULTS = (None,) * _ITEM_REQUIRED + (0, 0.0, 0.0, 0.0, "", "")
+_ITEM_DEFAULTS = (None,) * _ITEM_REQUIRED + (0, 0.0, 0.0, 0.0, "", "", False)
 
 
 def _recent(producers: tuple[str, ...], producer_id: str) -> tuple[str, ...]:
@@ -197,6 +205,12 @@ def evolve(state: SessionState, event: ev.Event) -> SessionState:
         peers = peer_state.evolve(state.peers, event)
         if peers is not state.peers:
             state = replace(state, peers=peers)
+    if state.outbox or type(event) in peer_outbox.FOLDED:
+        return _evolve_outbox(state, event)
+    return _evolve_common(state, event)
+
+
+def _evolve_common(state: SessionState, event: ev.Event) -> SessionState:
     # A match tries its cases in order: the events every send folds come first (each case passed costs an
     # isinstance check, and the sender's MessageSent was fifteenth).
     match event:
@@ -264,6 +278,27 @@ def evolve(state: SessionState, event: ev.Event) -> SessionState:
             return state
 
 
+def _evolve_outbox(state: SessionState, event: ev.Event) -> SessionState:
+    """Peer mail as an outbox: an intent counts against the per-source capacity from the moment it is stored
+    (with the tree mail the source sent) until it is processed, refused or discarded. Its receipt does not
+    count it again; every other event goes on to the common cases."""
+    rows = state.outbox
+    match event:
+        case ev.PeerIntentStored():
+            return replace(state, outbox=peer_outbox.evolve(rows, event), outstanding=state.outstanding + 1)
+        case ev.PeerAttemptStarted() | ev.PeerAttemptFailed() | ev.PeerDeliveryParked() | ev.PeerDeliveryRetried():
+            return replace(state, outbox=peer_outbox.evolve(rows, event))
+        case ev.MessageSent() if event.message_id in rows:
+            return replace(state, outbox=peer_outbox.accepted(rows, event))
+        case ev.MessageRefused() if event.message_id in rows:
+            return replace(state, outbox=peer_outbox.without(rows, event.message_id),
+                           outstanding=max(0, state.outstanding - 1))
+        case ev.MessageSettled() if event.message_id in rows:
+            return replace(state, outbox=peer_outbox.without(rows, event.message_id),
+                           outstanding=max(0, state.outstanding - 1))
+    return _evolve_common(state, event)
+
+
 def fold(events, state: SessionState = INITIAL) -> SessionState:
     for event in events:
         state = evolve(state, event)
@@ -285,6 +320,7 @@ def evolve_mail(mail: dict[str, MailItem], event: ev.Event, seq: int) -> dict[st
                 seq=seq,
                 since=event.at,
                 trace=event.traceparent or "",
+                peer=event.principal is not None,
             )
         case ev.ProducerMessageAdmitted() | ev.ProducerMessageClaimed() | ev.ProducerMessageReleased():
             item = mail.get(event.message_id)
