@@ -58,11 +58,12 @@ class Treemail:
         self._approval_wait = ApprovalWait(redis, config.service, s.commands)
         self._deliveries = Deliveries(config, s.store, s.sessions, s.peers, s.keyring, self.discard)
         self.history = History(redis, config.service, s.store, s.sessions, s.drains, lambda: s.commands.closing)
-        self.peers = Peers(s.store, s.sessions, s.peers)
+        self.peers = Peers(s.store, s.sessions, s.peers, s.peer_driver)
         self.interrupts = Interrupts(s.sessions, s.store, s.interrupts, s.interrupt_reader, self.finish_run)
         self.disposal = Disposal(s.disposal, s.drains)
         self.permissions = Permissions(redis, config, s.store, s.sessions)
-        self.obligations = Obligations(redis, config, s.store, s.sessions, s.wake_reader, s.obligations, s.disposal)
+        self.obligations = Obligations(redis, config, s.store, s.sessions, s.wake_reader, s.obligations, s.disposal,
+                                       peers=s.peers, peer_driver=s.peer_driver)
         self.tools = Tools(redis, config, s.store, s.sessions, Handlers(
             send_message=self.send_message, interrupt_agent=self.interrupts.interrupt_agent,
             message_tools=self.obligations, peer_send=self.peers.send, peer_reply=self.peers.reply,

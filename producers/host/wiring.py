@@ -16,6 +16,7 @@ from treemail.services.disposal import DisposalService
 from treemail.services.drains import DrainService
 from treemail.services.interrupts import InterruptService
 from treemail.services.obligations import ObligationService
+from treemail.services.peerdelivery import PeerDriver
 from treemail.services.peers import PeerService
 from treemail.services.sessions import SessionService
 from treemail.services.settlement import SettlementService
@@ -43,6 +44,8 @@ class Services:
     drains: DrainService
     keyring: Keyring | None
     peers: PeerService
+    # Peer mail as an outbox: the host's driver makes each peer send's first admission attempt.
+    peer_driver: PeerDriver
 
 
 def build(redis: aioredis.Redis, listener: aioredis.Redis, config: Config) -> Services:
@@ -63,4 +66,5 @@ def build(redis: aioredis.Redis, listener: aioredis.Redis, config: Config) -> Se
         drains=DrainService(store, sessions),
         keyring=keyring,
         peers=PeerService(store, sessions, config.messaging, keyring),
+        peer_driver=PeerDriver(store, sessions, keyring, sessions.clock),
     )

@@ -160,6 +160,11 @@ def peer_routes(source_kind: str, source: str) -> str:
     return f"{PREFIX}:peers:{source_kind}:{source}"
 
 
+def peer_due(partition: int) -> str:
+    """Sorted set: source session id -> when a peer driver must next look at its outbox (peer mail as an outbox)."""
+    return f"{PREFIX}:{tag(partition)}:peerdue"
+
+
 def peer_intent(partition: int, key_digest: str) -> str:
     """In the sender's partition: the target a peer tool call first went to, so its retry finds its record there."""
     return f"{PREFIX}:{tag(partition)}:peer-intent:{key_digest}"

@@ -284,6 +284,8 @@ class MessageRefused(Event):
     message_id: str
     recipient_session_id: str
     code: str
+    # The route name of a peer delivery the destination refused for good; "" for tree mail.
+    peer: str = ""
 
 
 # Peer routes and grants, on the target session's stream. A send over a route is

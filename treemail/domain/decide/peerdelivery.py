@@ -68,7 +68,7 @@ def decide_record_admission(command: RecordPeerAdmission, given: Given) -> list[
         return []
     if command.outcome == "refused":
         return [ev.MessageRefused(at=given.now, message_id=row.message_id, recipient_session_id=row.destination,
-                                  code=bounded(command.code))]
+                                  code=bounded(command.code), peer=row.peer)]
     return _failed(row, command.attempt, command.code, given)
 
 
