@@ -140,7 +140,7 @@ def next_time(row: Row, policy: MessagingConfig, now: float) -> float | None:
             return settlement_check_at(row, policy, now)
     if in_flight(row):
         return row.started_at + policy.attempt_timeout_s
-    return min(max(row.retry_at, 0.0), deadline_of(row, policy))
+    return min(max(row.retry_at, now), deadline_of(row, policy))
 
 
 def next_check(rows: dict[str, Row], policy: MessagingConfig, now: float) -> float | None:
