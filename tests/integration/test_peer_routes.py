@@ -69,7 +69,7 @@ async def test_a_message_crosses_to_another_tree_over_a_route_with_its_principal
     await route(host, planner, advisor, "advisor", send=True, context=True, principal="acme/planning")
 
     result = await host.peers.send(calls.ctx(planner.session_id), {"peer": "advisor", "body": "review cache.py"})
-    assert set(result) == {"message_id", "peer", "mode"}, result  # no read grant: the target's state stays hidden
+    assert set(result) == {"message_id", "peer", "mode", "status"}, result  # no read grant: the target's state stays hidden
 
     [delivery] = await deliveries(host, advisor.session_id)
     assert (delivery.message_id, delivery.principal, delivery.verified) == (result["message_id"], "acme/planning",
@@ -214,7 +214,10 @@ async def test_a_retried_peer_send_returns_the_first_outcome_even_after_its_rout
     await route(host, planner, advisor, "advisor", send=True, read=True)
     ctx = calls.ctx(planner.session_id)
     first = await host.peers.send(ctx, {"peer": "advisor", "body": "once"})
-    assert first["recipient_state"] == "queued"  # a read grant shows the target's state (idle: queued, woken)
+    assert first["status"] == "pending"
+    # A read grant shows the target's state in the delivery's status (idle: queued, woken).
+    status = await host.obligations.inspect(first["message_id"], planner.session_id)
+    assert (status["status"], status["receipt"]["recipient_state"]) == ("accepted", "queued")
     await host.peers.revoke_route("advisor", source_session_id=planner.session_id)
     assert await host.peers.send(ctx, {"peer": "advisor", "body": "once"}) == first
     conflict = await host.peers.send(ctx, {"peer": "advisor", "body": "other"})

@@ -29,6 +29,8 @@
 --       then the due index operation ('', 'set', 'lt', 'del') and score,
 --       then companion count, then per companion: etag "old new", snapshot json, session id,
 --       event count, (type, data) per event, outbound index count, (field, value) each,
+--       then the session's own outbound index count, (field, value) each (its own records: a peer intent,
+--       and the receipt, refusal and settlement a peer driver records on it),
 --       then the answer to push once applied ('' none), its list's lifetime, the command group and the
 --       command's entry id to acknowledge,
 --       then whether the decision read the service as draining ('1', '0', or '' if it read nothing of it),
@@ -168,6 +170,10 @@ for n, companion in ipairs(companions) do
     redis.call('HSET', KEYS[14], ARGV[k + 1], ARGV[k + 2])
     k = k + 2
   end
+end
+local own = c + 1
+for n = 1, tonumber(ARGV[own]) do
+  redis.call('HSET', KEYS[14], ARGV[own + 2 * n - 1], ARGV[own + 2 * n])
 end
 if ARGV[3] ~= '' then redis.call('HSET', KEYS[4], ARGV[4], ARGV[3]) end
 -- The producer's answer and the command's acknowledgement, in the same step as the decision they report

@@ -362,6 +362,7 @@ class EventStore:
             operation, "" if when is None else repr(when),
         ]
         after = self._sources(p, plan.sources, held or {}, key_list, args)
+        args.extend((len(plan.outbound) // 2, *plan.outbound))
         if reply is not None:
             key_list.extend((reply.reply_list, reply.stream))
             args.extend((reply.answer, keys.REPLY_TTL_S, keys.COMMAND_GROUP, reply.entry_id))

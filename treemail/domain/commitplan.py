@@ -59,6 +59,9 @@ class CommitPlan:
     # Whether the decision found the whole service draining (None: it did not look); the step applies only
     # if the partition's copy of the flag still says the same.
     read_draining: bool | None = None
+    # (field, value) pairs of the partition's outbound index that the session's own events write (a peer
+    # intent, and the receipt, refusal and settlement a peer driver records on its source).
+    outbound: list[str] = field(default_factory=list)
 
 
 def placement(item: MailItem, new: bool) -> str:
@@ -116,4 +119,5 @@ def plan_commit(
     return CommitPlan(
         record, events, applied, changes, due_change(applied, mail if mail_complete else None, policy, now),
         [source_write(s) for s in sources], idempotency, read_draining,
+        index_entries(record.session_id, events, version + 1),
     )
