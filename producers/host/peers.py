@@ -117,18 +117,29 @@ class Peers:
             pass
 
     async def inbox(self, context: SendContext, arguments=None) -> dict:
-        """The calling session's latest peer mail with its provenance, newest first."""
+        """The calling session's latest peer mail with its provenance, newest first: only from senders it holds
+        a ``read`` grant on, a page at a time (``next_cursor`` when more remain)."""
         try:
-            limit = peer_tools.parse_inbox(arguments)
-            entries, back = await self._service.inbox(await self._sessions.record(context.session_id))
+            limit, cursor = peer_tools.parse_inbox(arguments)
+            record = await self._sessions.record(context.session_id)
+            entries, back = await self._service.inbox(record)
+            readable = await self._service.readable(record, {e.sender_session_id for e in entries})
         except Rejected as rejection:
             return error_result(rejection.code.value, rejection.message)
         except UnknownSessionError:
             return error_result(Code.UNKNOWN_SESSION.value, "the calling session is not registered with treemail")
         except RedisError as error:
             return error_result(Code.PEER_ENGINE_SHUTDOWN.value, f"the inbox could not be read ({type(error).__name__})")
+        shown = [e for e in entries if e.sender_session_id in readable]
+        if cursor is not None:
+            after = next((i for i, e in enumerate(shown) if e.message_id == cursor), None)
+            if after is None:
+                return error_result(Code.PEER_INVALID_ARGUMENTS.value,
+                                    "`cursor` is not a cursor of your inbox; call peer_inbox without it to start over")
+            shown = shown[after + 1:]
+        page = shown[:limit]
         return {"messages": [{
             "message_id": e.message_id, "sender": e.sender_handle, "sender_session_id": e.sender_session_id,
             "principal": e.principal, "at": datetime.fromtimestamp(e.at, timezone.utc).isoformat(timespec="seconds"),
             "in_reply_to": e.in_reply_to, "reply_peer": back.get(e.sender_session_id),
-        } for e in entries[:limit]]}
+        } for e in page], "next_cursor": page[-1].message_id if len(shown) > limit else None}

@@ -263,3 +263,41 @@ async def test_the_capacity_counts_tree_mail_and_peer_intents_together_exactly_u
         full = [r for r in results if r.get("error", {}).get("code") == "send_message:source_capacity"]
         assert len(ok) == capacity and len(ok) + len(full) == len(results), results
         assert await outstanding(host, planner) == capacity
+
+
+async def test_the_peer_inbox_shows_only_readable_senders_a_page_at_a_time_with_a_cursor(redis_url, calls):
+    async with running_stack(redis_url, max_inflight_per_pair=10) as host:  # the host admits each send at once
+        planner, advisor = await independent_trees(host)
+        await route(host, planner, advisor, send=True)
+        sent = [(await host.peers.send(calls.ctx(planner.session_id), {"peer": "advisor", "body": f"m{i}"}))
+                ["message_id"] for i in range(5)]
+        context = calls.ctx(advisor.session_id)
+        assert (await host.peers.inbox(context, {}))["messages"] == []  # no read grant on the sender
+        await host.peers.set_grant(planner.session_id, source_session_id=advisor.session_id, read=True)
+        pages, cursor = [], None
+        while True:
+            page = await host.peers.inbox(context, {"limit": 2, **({"cursor": cursor} if cursor else {})})
+            pages.append([m["message_id"] for m in page["messages"]])
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+        assert pages == [sent[4:2:-1], sent[2:0:-1], sent[0:1]]
+        bad = await host.peers.inbox(context, {"cursor": "not-a-cursor"})
+        assert bad["error"]["code"] == "peer_message:invalid_arguments"
+
+
+async def test_the_delivery_pump_is_a_peer_driver(host, calls):
+    from treemail.consumers.pump import Pump
+
+    planner, advisor = await independent_trees(host)
+    await route(host, planner, advisor, send=True)
+    server = adapters(host)
+    pump = Pump(server.store, server.config, clock=Clock())
+    sent = await host.peers.send(calls.ctx(planner.session_id), {"peer": "advisor", "body": "via the pump"})
+    await pump.start()
+    assert (await host.obligations.inspect(sent["message_id"]))["status"] == "accepted"
+    [message] = await of_type(host, advisor.session_id, ev.ProducerMessageAccepted)
+    assert message.message_id == sent["message_id"]
+    # Nothing left to do: the source's entry waits for the settlement check, not for another attempt.
+    await pump.step()
+    assert len(await of_type(host, planner.session_id, ev.PeerAttemptStarted)) == 1

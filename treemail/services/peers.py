@@ -156,10 +156,19 @@ class PeerService:
         return grants.authorize(state.peers, source.agent_type, source.session_id, operation)
 
     async def inbox(self, record: SessionRecord) -> tuple[list[peers.InboxEntry], dict[str, str]]:
-        """The session's peer inbox, newest first, and sender session -> the peer name it can reply to it by."""
+        """The session's peer inbox, newest first, and sender session -> the peer name it can reply to it by
+        (any route back: a reply is authorized on its own, by the message it answers, not by a send grant)."""
         state = (await self.store.load(record)).state
-        back = {v.target.session_id: v.name for v in await self.views(record) if v.allows("send")}
+        back = {v.target.session_id: v.name for v in await self.views(record)}
         return list(reversed(state.peers.inbox)), back
+
+    async def readable(self, record: SessionRecord, senders: set[str]) -> set[str]:
+        """The senders among ``senders`` on which this session holds a ``read`` grant (its inbox shows theirs)."""
+        found = [r for r in (await self.store.directory.many(sorted(senders))).values() if r is not None]
+        loaded = await self.store.load_many(found)
+        return {r.session_id for r in found
+                if grants.authorize(loaded[r.session_id].state.peers, record.agent_type, record.session_id,
+                                    "read").allowed}
 
     # ---- a send or a reply ------------------------------------------------------------------------------
 
