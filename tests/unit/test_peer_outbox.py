@@ -12,7 +12,7 @@ from treemail.domain.decide.guards import Found
 from treemail.domain.decide.lifecycle import Given
 from treemail.domain.decide.send import Accepted, Refused, SendGiven
 from treemail.domain.errors import Code, LifecycleError
-from treemail.domain.handlers import HANDLERS, decide_command
+from treemail.domain.handlers import HANDLERS
 
 from .builders import accepted, config, consumed, registered, run_started, session_record
 

@@ -99,7 +99,8 @@ def sources(recipient_id: str, recipient_status: str, events: list[ev.Event], ve
     """Each sender's records of ``events`` (``source_events``), on the stream the decision read it at.
 
     ``senders``: every sender the decision looked up; None for one whose stream the same atomic step cannot
-    write (gone, or in another partition: peer mail, not counted against the per-source capacity). A record
+    write (gone, or in another partition). Peer mail implies no record here at all (``peer_ids``): a driver
+    brings its settlement back to its sender (``outbox.py``), which counts it until then. A record
     for a sender the decision never looked up is a command that did not declare the senders it reads, never
     a record to drop quietly.
     """

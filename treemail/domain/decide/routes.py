@@ -20,7 +20,7 @@ from .. import digests, grants, peerinput, peers
 from ..commands import PeerSendArguments, RegisterPeerRoute, RevokePeerRoute, SendToPeer, SetPeerGrant
 from ..errors import Code, Rejected
 from ..records import SessionRecord
-from . import endings, guards, idempotency, send
+from . import endings, guards, idempotency
 from .guards import Found
 from .lifecycle import Given, require_registered
 from .send import Accepted, Refused, SendDecision, SendGiven
