@@ -119,7 +119,7 @@ async def test_the_shared_capacity_is_exact_with_several_senders_while_a_worker_
     messaging = {"max_outstanding_per_source": capacity, "max_pending_per_session": 1000,
                  "max_inflight_per_pair": 0, "peer_admit_inline": False}
     config = config_for(redis_url, **messaging)
-    async with WorkerPool(redis_url, **messaging) as pool:
+    async with WorkerPool(redis_url, extra_env=backend_env(), **messaging) as pool:
         await pool.start(2)
         hosts = [await connect_host(config, redis_url) for _ in range(3)]
         try:
