@@ -232,10 +232,12 @@ class PeerSendArguments:
 
 @dataclass(frozen=True)
 class SendToPeer:
-    """Decided in the host process (``services.peers``) on the target's stream, by the send's own guards."""
+    """Decided in the host process (``services.peers``): stored on the sender's stream as an intent."""
 
     context: SendContext
     arguments: PeerSendArguments
+    # W3C trace context of the send's preparation: every admission attempt is a span of the same trace.
+    traceparent: str = ""
 
     @property
     def session_id(self) -> str:

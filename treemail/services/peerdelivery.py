@@ -21,7 +21,7 @@ import logging
 
 from redis.exceptions import RedisError
 
-from ..adapters import keys
+from ..adapters import keys, tracing
 from ..adapters.eventstore import EventStore
 from ..adapters.peerdue import PeerDue
 from ..domain import digests, outbox, proof
@@ -125,12 +125,17 @@ class PeerDriver:
             return
         if intent.protocol > PROTOCOL_VERSION:
             return  # a newer treemail stored it: its admission is a newer driver's to make (it times out here)
-        try:
-            outcome = await self.admit(source, intent)
-        except (RedisError, OSError) as error:
-            # The answer is unknown: the next attempt, with the same identity, finds out.
-            log.warning("peer admission of %s unanswered: %s", message_id, type(error).__name__)
-            outcome = {"error": {"code": "unanswered"}}
+        # One span per admission attempt, in the message's own trace (from its preparation on).
+        with tracing.span("treemail.peer.admit", intent.traceparent, message_id=message_id,
+                          session_id=intent.destination_session_id, attempt=started.attempt) as span:
+            try:
+                outcome = await self.admit(source, intent)
+            except (RedisError, OSError) as error:
+                # The answer is unknown: the next attempt, with the same identity, finds out.
+                log.warning("peer admission of %s unanswered: %s", message_id, type(error).__name__)
+                outcome = {"error": {"code": "unanswered"}}
+            if span is not None:
+                span.set_attribute("outcome", "accepted" if "ok" in outcome else outcome["error"]["code"])
         await self.sessions.execute(self._record(message_id, started.attempt, outcome, source), source)
 
     @staticmethod

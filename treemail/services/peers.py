@@ -10,9 +10,9 @@ that step. A driver (``peerdelivery``) then admits it to the target.
 """
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from ..adapters import keys
+from ..adapters import keys, tracing
 from ..adapters.eventstore import EventStore
 from ..adapters.peerdue import PeerDue
 from ..adapters.peerindex import PeerIndex
@@ -175,6 +175,12 @@ class PeerService:
     async def send(self, command: SendToPeer) -> dict:
         """The outcome the model is answered: ``{"ok": result}`` (the intent, ``status: pending``) or
         ``{"error": ...}``; durable on return. The intent is one commit on the sender's own stream."""
+        with tracing.span("treemail.peer.prepare", None, session_id=command.context.session_id,
+                          peer=command.arguments.peer):
+            current = tracing.traceparent()
+            return await self._store_intent(replace(command, traceparent=current) if current else command)
+
+    async def _store_intent(self, command: SendToPeer) -> dict:
         context, arguments = command.context, command.arguments
         sender = await self.store.directory.get(context.session_id)
         digest = idempotency.key_digest(context)  # the tool call, exactly as tree mail keys it
