@@ -65,3 +65,21 @@ async def test_one_message_is_one_trace_from_preparation_to_consumption(redis_ur
     [accepted] = [e for _, e in history if isinstance(e, ev.ProducerMessageAccepted)]
     assert accepted.traceparent.split("-")[1] == format(prepare.context.trace_id, "032x")
     assert delivery.message_id == sent["message_id"]
+
+
+async def test_a_peer_send_and_each_of_its_admission_attempts_are_one_trace(redis_url, calls, exporter):
+    async with running_stack(redis_url) as host:  # the host makes the first attempt itself
+        planner = await host.register_root("planner", "x", rules={})
+        advisor = await host.register_root("advisor", "y", rules={}, status="idle")
+        await host.peers.register_route("advisor", advisor.session_id, source_session_id=planner.session_id)
+        await host.peers.set_grant(advisor.session_id, source_session_id=planner.session_id, send=True)
+        await live(host, planner)
+        exporter.clear()
+        sent = await host.peers.send(calls.ctx(planner.session_id), {"peer": "advisor", "body": "traced"})
+        [intent] = [e for _, e in await host.history(planner.session_id) if isinstance(e, ev.PeerIntentStored)]
+
+    spans = {s.name: s for s in exporter.get_finished_spans() if s.name.startswith("treemail.peer.")}
+    prepare, admit = spans["treemail.peer.prepare"], spans["treemail.peer.admit"]
+    assert admit.context.trace_id == prepare.context.trace_id and intent.traceparent
+    assert admit.attributes["treemail.message_id"] == sent["message_id"]
+    assert (admit.attributes["treemail.attempt"], admit.attributes["treemail.outcome"]) == (1, "accepted")

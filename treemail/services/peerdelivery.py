@@ -135,7 +135,7 @@ class PeerDriver:
                 log.warning("peer admission of %s unanswered: %s", message_id, type(error).__name__)
                 outcome = {"error": {"code": "unanswered"}}
             if span is not None:
-                span.set_attribute("outcome", "accepted" if "ok" in outcome else outcome["error"]["code"])
+                span.set_attribute("treemail.outcome", "accepted" if "ok" in outcome else outcome["error"]["code"])
         await self.sessions.execute(self._record(message_id, started.attempt, outcome, source), source)
 
     @staticmethod
