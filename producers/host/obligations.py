@@ -127,6 +127,13 @@ class Obligations:
             return located
         found, _, item = located
         if isinstance(found.sent, ev.PeerIntentStored):
+            if found.settled is not None:  # discarded by the host before any admission
+                settled_record = found.settled
+                return {"message_id": message_id, "sender_session_id": found.sender_id,
+                        "recipient_session_id": found.sent.destination_session_id, "peer": found.sent.peer,
+                        "status": "processed", "reason": settled_record.reason or None,
+                        "settlement": {"outcome": settled_record.outcome, "reason": settled_record.reason,
+                                       "at": settled_record.at}}
             if item is None:
                 return unknown(message_id)
             return outbox.status_of(item, found.sender_id, self._config.messaging, time.time())

@@ -108,6 +108,12 @@ class Peers:
             await self.deliver(context.session_id, result["message_id"])
         return result
 
+    async def discard(self, source_session_id: str, message_id: str, reason: str = "") -> None:
+        """Give up on a parked peer delivery of ``source_session_id``: it becomes processed (discarded, with
+        ``reason``) and frees its capacity. LifecycleError (``retry_message:not_parked``/``:settled``) for one
+        that is not parked."""
+        await self._driver.discard(await self._sessions.record(source_session_id), message_id, reason)
+
     async def deliver(self, source_session_id: str, message_id: str | None = None) -> None:
         """Drive the source's peer deliveries now, as the pump would (``message_id``: only that one): the
         host makes each send's first admission attempt itself. A failure here is the pump's to retry."""

@@ -301,3 +301,24 @@ async def test_the_delivery_pump_is_a_peer_driver(host, calls):
     # Nothing left to do: the source's entry waits for the settlement check, not for another attempt.
     await pump.step()
     assert len(await of_type(host, planner.session_id, ev.PeerAttemptStarted)) == 1
+
+
+async def test_the_host_discards_a_parked_delivery_which_frees_its_capacity_and_reads_processed(host, calls):
+    from treemail.domain.errors import LifecycleError
+
+    planner, advisor = await independent_trees(host)
+    await route(host, planner, advisor, send=True, read=True)
+    clock = Clock()
+    driver = driver_of(host, clock)
+    sent = await host.peers.send(calls.ctx(planner.session_id), {"peer": "advisor", "body": "too slow"})
+    with pytest.raises(LifecycleError):
+        await host.peers.discard(planner.session_id, sent["message_id"])  # pending: not parked
+    clock.time += 86400 + 1
+    await driver.step()  # past its deadline before any attempt: parked
+    assert (await host.obligations.inspect(sent["message_id"]))["status"] == "parked"
+    await host.peers.discard(planner.session_id, sent["message_id"], "the advisor is retired")
+    status = await host.obligations.inspect(sent["message_id"], planner.session_id)
+    assert (status["status"], status["settlement"]["outcome"], status["reason"]) == (
+        "processed", "discarded", "the advisor is retired")
+    assert await outstanding(host, planner) == 0
+    assert await of_type(host, advisor.session_id, ev.ProducerMessageAccepted) == []

@@ -211,3 +211,17 @@ def test_the_intents_outbound_index_entry_points_at_it_until_its_receipt_replace
 def code_of(decision) -> Code:
     assert isinstance(decision, Refused), decision
     return decision.code
+
+
+def test_the_host_discards_only_a_parked_delivery_which_releases_its_capacity():
+    from treemail.domain.commands import DiscardPeerDelivery
+
+    state = source(intent())
+    with pytest.raises(LifecycleError) as error:
+        step(state, DiscardPeerDelivery(PLANNER.session_id, "m-1"), T0)
+    assert error.value.code == "retry_message:not_parked"
+    parked = st.fold([ev.PeerDeliveryParked(at=T0, message_id="m-1", reason="deadline")], state)
+    [settled] = step(parked, DiscardPeerDelivery(PLANNER.session_id, "m-1", "gave up"), T0 + 1)
+    assert (type(settled), settled.outcome, settled.reason) == (ev.MessageSettled, "discarded", "gave up")
+    after = st.fold([settled], parked)
+    assert (after.outbox, after.outstanding) == ({}, 0)

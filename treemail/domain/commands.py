@@ -380,6 +380,15 @@ class SettlePeerDelivery:
 
 
 @dataclass(frozen=True)
+class DiscardPeerDelivery:
+    """The host gives up on a parked delivery: it is processed (discarded, with ``reason``), its capacity freed."""
+
+    session_id: str
+    message_id: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class RetryPeerDelivery:
     """Renew a parked delivery's budget (after the ``control`` grant, or by the host)."""
 
@@ -405,5 +414,5 @@ SessionCommand = (
     | InjectMail | RequestWake | ResolveApproval | RevertSession | ForkSession | OverlayMessageRules
     | KeepObligations | RetryMail | RegisterPeerRoute | RevokePeerRoute | SetPeerGrant | InstallTools
     | DisposeSession | CloseSession | ReturnMail | SettleSession | DrainSession | LiftDrain
-    | DrivePeerDelivery | RecordPeerAdmission | SettlePeerDelivery | RetryPeerDelivery
+    | DrivePeerDelivery | RecordPeerAdmission | SettlePeerDelivery | RetryPeerDelivery | DiscardPeerDelivery
 )

@@ -98,6 +98,7 @@ HANDLERS: dict[type, Handler] = {
     c.RecordPeerAdmission: Handler(peerdelivery.decide_record_admission),
     c.SettlePeerDelivery: Handler(peerdelivery.decide_settle_peer),
     c.RetryPeerDelivery: Handler(peerdelivery.decide_retry_peer),
+    c.DiscardPeerDelivery: Handler(peerdelivery.decide_discard_peer),
     # Disposal, settlement notices, draining. SettleSession is decided on
     # the child and its parent together (``SettlementGiven``), by ``services.settlement``.
     c.DisposeSession: Handler(decide_dispose, reads_mail="all"),

@@ -26,7 +26,7 @@ from ..adapters.eventstore import EventStore
 from ..adapters.peerdue import PeerDue
 from ..domain import digests, outbox, proof
 from ..domain import events as ev
-from ..domain.commands import DrivePeerDelivery, RecordPeerAdmission, SettlePeerDelivery
+from ..domain.commands import DiscardPeerDelivery, DrivePeerDelivery, RecordPeerAdmission, SettlePeerDelivery
 from ..domain.decide import idempotency
 from ..domain.decide.guards import Found
 from ..domain.decide.peerdelivery import AdmissionGiven, decide_admission
@@ -188,6 +188,21 @@ class PeerDriver:
         """The admission's one commit (a test drops its reply here to prove a second attempt admits nothing)."""
         return await append_keyed(self.store, ADMISSIONS, message_id, digest, destination, loaded, decision,
                                   policy=self.policy, now=now, read_draining=draining)
+
+    async def discard(self, source: SessionRecord, message_id: str, reason: str = "") -> None:
+        """Give up on a parked delivery (LifecycleError if it is not parked). An admission that did land (an
+        attempt whose reply was lost before it parked) is recorded instead: the destination holds the message,
+        so only its settlement may release it."""
+        row = (await self.store.load(source)).state.outbox.get(message_id)
+        destination = await self.store.directory.get(row.destination) if row is not None else None
+        if row is not None and row.status == "parked" and destination is not None:
+            recorded = await self.store.recorded(destination, admission_digest(message_id))
+            if recorded is not None:
+                outcome = ADMISSIONS.replayed_outcome(recorded, message_id)
+                await self.sessions.execute(self._record(message_id, row.attempts, outcome, source), source)
+                raise LifecycleError("retry_message:not_parked", f"message {message_id} was admitted by its peer; "
+                                                                 "it is accepted, not parked")
+        await self.sessions.execute(DiscardPeerDelivery(source.session_id, message_id, reason), source)
 
     async def _settle(self, source: SessionRecord, row: outbox.Row) -> None:
         """Whether the destination processed the message: gone from its pending mail, and settled on its stream."""

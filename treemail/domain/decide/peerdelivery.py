@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from .. import events as ev
 from .. import grants, outbox, peerinput
-from ..commands import (DrivePeerDelivery, PeerSendArguments, RecordPeerAdmission, RetryPeerDelivery, SendContext,
+from ..commands import (DiscardPeerDelivery, DrivePeerDelivery, PeerSendArguments, RecordPeerAdmission, RetryPeerDelivery, SendContext,
                         SendToPeer, SettlePeerDelivery)
 from ..errors import Code, LifecycleError, Rejected
 from ..outbound import bounded
@@ -89,6 +89,19 @@ def decide_retry_peer(command: RetryPeerDelivery, given: Given) -> list[ev.Event
     if row.status != "parked":
         raise LifecycleError("retry_message:not_parked", f"message {command.message_id} is {row.status}, not parked")
     return [ev.PeerDeliveryRetried(at=given.now, message_id=row.message_id)]
+
+
+def decide_discard_peer(command: DiscardPeerDelivery, given: Given) -> list[ev.Event]:
+    """Only a parked delivery is given up: no attempt of it is in flight, so none can land after it."""
+    row = _row(given, command.message_id)
+    if row is None:
+        raise LifecycleError("retry_message:settled", f"message {command.message_id} was already processed or "
+                                                      "refused")
+    if row.status != "parked":
+        raise LifecycleError("retry_message:not_parked", f"message {command.message_id} is {row.status}, not "
+                                                         "parked; only a parked delivery can be discarded")
+    return [ev.MessageSettled(at=given.now, message_id=row.message_id, recipient_session_id=row.destination,
+                              outcome="discarded", reason=bounded(command.reason or "discarded by the host"))]
 
 
 # ---- the admission, on the destination ------------------------------------------------------------
