@@ -225,3 +225,13 @@ def test_the_host_discards_only_a_parked_delivery_which_releases_its_capacity():
     assert (type(settled), settled.outcome, settled.reason) == (ev.MessageSettled, "discarded", "gave up")
     after = st.fold([settled], parked)
     assert (after.outbox, after.outstanding) == ({}, 0)
+
+
+def test_an_accepted_row_is_asked_about_its_settlement_ever_less_often_never_now_and_at_most_every_minute():
+    policy = config()
+    row = outbox.Row("m-1", ADVISOR.session_id, "advisor", status="accepted", accepted_at=T0)
+    checks, now = [], T0
+    for _ in range(9):
+        now = outbox.settlement_check_at(row, policy, now)
+        checks.append(now - T0)
+    assert checks == [1, 2, 4, 8, 16, 32, 60, 120, 180]

@@ -123,7 +123,7 @@ def deadline_of(row: Row, policy: MessagingConfig) -> float:
 def settlement_check_at(row: Row, policy: MessagingConfig, now: float) -> float:
     waited = max(0.0, now - row.accepted_at)
     step = max(policy.backoff_initial_s, 0.001)
-    while step < waited and step < policy.backoff_max_s:
+    while step <= waited and step < policy.backoff_max_s:
         step *= 2
     if step >= policy.backoff_max_s:
         step = max(policy.backoff_max_s, 0.001)
