@@ -315,6 +315,8 @@ class Link:
     sent_by_run: str | None
     sent_at: int | None
     caused_by: list[str] = field(default_factory=list)
+    # The handle of the session the message landed in.
+    handle: str | None = None
 
 
 def _where_accepted(histories: Histories) -> dict[str, str]:
@@ -342,7 +344,7 @@ def causal_chain(message_id: str, histories: Histories) -> dict:
         mid = queue.pop(0)
         found = message(mid)
         run_id, sent_at, causes = _causes(found, histories)
-        links.append(Link(found, run_id, sent_at, causes))
+        links.append(Link(found, run_id, sent_at, causes, timelines[found.session_id].handle))
         for cause in causes:
             if cause in accepted_in and cause not in seen:
                 seen.add(cause)
@@ -358,6 +360,7 @@ def causal_chain(message_id: str, histories: Histories) -> dict:
         "trace_id": root.trace_id,
         "chain": [asdict(link) for link in links],
         "trace": [asdict(m) for m in same_trace],
+        "handles": {sid: found.handle for sid, found in timelines.items()},
     }
 
 

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SKIP_REASON_FILE = ROOT / ".venv" / "chromium-unavailable"
 SCREENSHOT = ROOT / "docs" / "images" / "timeline-ui.png"
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1500,950")
+         "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1500,1100")
 
 
 def binary(name: str) -> str:
@@ -212,6 +212,13 @@ def test_the_page_shows_the_demo_tree_scrubs_a_mailbox_back_and_follows_a_live_s
                                    ".map((r) => r.dataset.kind)")
     assert kinds[0] == "accepted"
 
+    # A causal chain across sessions: the reviewer asked for the patch after it read the planner's introduction.
+    ask = next(m for m in now.messages if m.body.startswith("Send me the patch"))
+    click(browser, f'.msg[data-message-id="{ask.message_id}"]')
+    wait(browser, lambda d: "has a patch for you to review" in text(d, "message"), "the cause in another mailbox")
+    assert f"sent by run {ask.lifecycle[0].run_id}" in text(browser, "message")
+
+    browser.execute_script("window.scrollTo(0, 0)")
     target = SCREENSHOT if os.environ.get("TREEMAIL_UPDATE_SCREENSHOT") else Path(tempfile.mkdtemp()) / "ui.png"
     target.parent.mkdir(parents=True, exist_ok=True)
     assert browser.save_screenshot(str(target))

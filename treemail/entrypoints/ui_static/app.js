@@ -12,7 +12,7 @@ function el(tag, attrs = {}, ...children) {
     if (key === "onclick") node.addEventListener("click", value);
     else if (value !== null && value !== undefined) node.setAttribute(key, value);
   }
-  for (const child of children.flat()) node.append(child instanceof Node ? child : String(child ?? ""));
+  for (const child of children.flat(Infinity)) node.append(child instanceof Node ? child : String(child ?? ""));
   return node;
 }
 
@@ -115,14 +115,17 @@ function renderTimeline(t) {
       const kind = s.inherited_from ? "inherited" : s.reverted_by ? "reverted" : "";
       rows.push(el("tr", { class: kind, "data-run": s.run_id, "data-step": s.step },
         el("td", {}, s.run_id), el("td", {}, s.step + (s.reported ? "" : "*")), el("td", {}, `${s.first}..${s.last}`),
-        el("td", {}, s.claimed.map(short).join(" ")), el("td", {}, s.consumed.map(short).join(" ")),
-        el("td", {}, s.sent.map(short).join(" ")), el("td", {}, s.tokens || ""),
+        el("td", {}, ids(s.claimed)), el("td", {}, ids(s.consumed)), el("td", {}, ids(s.sent)), el("td", {}, s.tokens || ""),
         el("td", {}, s.inherited_from ? `inherited from ${short(s.inherited_from)}` : s.reverted_by ? `reverted at ${s.reverted_by}` : "")));
     }
   }
   $("steps").tBodies[0].replaceChildren(...rows);
   if (view.message) showMessage(view.message, false);
 }
+
+// Message ids in the steps table: the end of each id, a link to the message (sent ones lie in other mailboxes).
+const ids = (list) => list.map((id) => [el("a", { href: "#", title: id, "data-message-id": id,
+  onclick: (e) => { e.preventDefault(); showMessage(id); } }, short(id)), " "]);
 
 // ---- a message: lifecycle and causal chain -------------------------------------------------------------
 
@@ -137,11 +140,11 @@ async function showMessage(messageId, scroll = true) {
   }
   const [first, ...causes] = chain.chain;
   const m = first.message;
-  const lifecycle = el("table", { id: "lifecycle" }, el("tr", {}, el("th", {}, "pos"), el("th", {}, "step"), el("th", {}, "run"), el("th", {}, "")),
+  const lifecycle = el("table", { id: "lifecycle" }, el("tr", {}, el("th", {}, "position"), el("th", {}, "event"), el("th", {}, "run"), el("th", {}, "step, tokens, reason")),
     m.lifecycle.map((t) => el("tr", { "data-kind": t.kind }, el("td", {}, t.position), el("td", {}, t.kind),
       el("td", {}, t.run_id || ""), el("td", {}, [t.step !== null ? `step ${t.step}` : "", t.tokens ? ` ${t.tokens} tokens` : "", t.reason ? ` ${t.reason}` : ""].join("")))));
   const link = (l) => el("li", {}, el("code", {}, short(l.message.message_id)), ` ${l.message.sender_handle || l.message.owner} → `,
-    el("span", {}, l.message.session_id === view.session ? "this session" : short(l.message.session_id)),
+    el("span", {}, l.message.session_id === view.session ? "this session" : l.handle || short(l.message.session_id)),
     `, ${l.message.state}: `, el("span", { class: "dim" }, l.message.body.slice(0, 80)));
   $("message").replaceChildren(
     el("p", {}, el("code", {}, m.message_id)),
@@ -152,7 +155,7 @@ async function showMessage(messageId, scroll = true) {
     first.sent_by_run ? el("p", { class: "dim" }, `sent by run ${first.sent_by_run}` + (first.sent_at ? ` at its sender's position ${first.sent_at}` : "")) : "",
     causes.length ? el("ul", { class: "chain" }, causes.map(link)) : el("p", { class: "dim" }, "no earlier message caused it"),
     el("h3", {}, "Trace " + (chain.trace_id || "(not traced)")),
-    chain.trace.length ? el("ul", { class: "chain" }, chain.trace.map((t) => link({ message: t }))) : "");
+    chain.trace.length ? el("ul", { class: "chain" }, chain.trace.map((t) => link({ message: t, handle: chain.handles[t.session_id] }))) : "");
   if (scroll) $("detail").scrollIntoView({ block: "nearest" });
 }
 
