@@ -119,7 +119,7 @@ def print_timeline(found) -> None:
         steps.add_row("(no run)", "", "", "", "", " ".join(map(_short, found.sent_outside_runs)), "", "")
     out.print(steps)
     if any(not s.reported for r in found.runs for s in r.steps):
-        out.print("* step not reported by the host: one per claim")
+        out.print("* not reported by the host: counted one per claim (0: sent before the run's first claim)")
 
 
 def _note(item) -> str:
