@@ -162,3 +162,19 @@ async def test_a_reverted_run_and_a_fork_read_back_from_the_streams(stack, calls
     marks = {s.step: s.reverted_by for r in reverted.runs for s in r.steps}
     assert marks[1] is None and marks[2] == reverted.reverts[0]["position"]
     assert {m.message_id: m.state for m in reverted.messages} == {first: "consumed", second: "pending"}
+
+
+def test_ui_says_in_one_line_when_it_cannot_serve(redis_url):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        busy = cli(redis_url, "ui", "--port", str(port))
+    assert busy.returncode == 2 and busy.stderr.strip() == (
+        f"treemail: error: cannot listen on 127.0.0.1:{port}: Address already in use "
+        "(--port picks another port, 0 a free one)")
+    unreachable = cli("redis://127.0.0.1:1/0", "ui", "--port", "0")
+    assert unreachable.returncode == 2 and "cannot reach Redis/Valkey" in unreachable.stderr
+    assert len(unreachable.stderr.strip().splitlines()) == 1

@@ -3,9 +3,12 @@ browser). ``register(app)`` adds them; each wires ``projections.timeline`` and `
 """
 
 import datetime as dt
+import socket
 from typing import Annotated, Optional
 
 import typer
+
+from treemail.domain.errors import ConfigError
 
 from .clicommon import ConfigOpt, JsonOpt, SessionArg, config_of, run_with_host, session_id, url_of
 
@@ -146,28 +149,54 @@ def ui(
 
     import uvicorn
 
-    from .ui import LOOPBACK_HOSTS, create_app
+    from .ui import LOOPBACK_HOSTS, Page, create_app
 
     cfg = config_of(ctx, config)
     url_of(cfg)  # no server configured: one line, before anything starts
-    app = create_app(cfg, token=token or None, loopback_only=host in LOOPBACK_HOSTS)
-    # Open event streams end within a second of Ctrl-C instead of holding the shutdown.
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
-                                           timeout_graceful_shutdown=1))
     access = "write actions need the operator's token" if token else "read-only (no TREEMAIL_UI_TOKEN)"
 
-    async def serve() -> None:
-        task = asyncio.create_task(server.serve())
-        while not server.started and not task.done():
-            await asyncio.sleep(0.05)
-        if server.started:
-            address = server.servers[0].sockets[0].getsockname()
-            print(f"treemail ui at http://{address[0]}:{address[1]}/ ({access}); Ctrl-C stops it", flush=True)
-        await task
+    async def serve() -> bool:
+        page = Page(cfg, token or None)
+        await page.open()  # an unreachable server is one line, not a failed startup's traceback
+        app = create_app(cfg, loopback_only=host in LOOPBACK_HOSTS, page=page)
+        # Open event streams end within a second of Ctrl-C instead of holding the shutdown.
+        server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
+                                               timeout_graceful_shutdown=1))
+        try:
+            listening = _listen(host, port)
+            task = asyncio.create_task(server.serve(sockets=[listening]))
+            while not server.started and not task.done():
+                await asyncio.sleep(0.05)
+            if server.started:
+                address = listening.getsockname()
+                shown = f"[{address[0]}]" if ":" in address[0] else address[0]
+                print(f"treemail ui at http://{shown}:{address[1]}/ ({access}); Ctrl-C stops it", flush=True)
+            await task
+            return server.started
+        finally:
+            await page.close()
 
-    asyncio.run(serve())
-    if not server.started:
+    try:
+        started = asyncio.run(serve())
+    except KeyboardInterrupt:  # uvicorn stops on Ctrl-C, then raises it again: a clean stop
+        started = True
+    if not started:
         raise typer.Exit(1)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The page's socket, bound here so a taken port is one line (uvicorn would exit from inside its task)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listening = socket.socket(family, socket.SOCK_STREAM)
+    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listening.bind((host.strip("[]"), port))
+    except OSError as error:
+        listening.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {error.strerror or error} "
+                          "(--port picks another port, 0 a free one)") from None
+    listening.listen(128)
+    return listening
 
 
 def register(app: typer.Typer) -> None:

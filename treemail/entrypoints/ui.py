@@ -55,18 +55,27 @@ class Page:
         self.store: EventStore | None = None
         self.closing = False
 
-    @contextlib.asynccontextmanager
-    async def lifespan(self, app):
+    async def open(self) -> None:
+        """Connect (the server unreachable is an error here, before the page is served)."""
         url = self.config.service.redis_url
         self.host = await Treemail.connect(self.config, url)
-        redis = await connect(url, self.config.service)
-        self.store = EventStore(redis, self.config.service)
+        self.store = EventStore(await connect(url, self.config.service), self.config.service)
+
+    async def close(self) -> None:
+        self.closing = True
+        if self.host is not None:
+            await self.host.close()
+            await self.store.redis.aclose()
+            self.host = None
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app):
+        if self.host is None:
+            await self.open()
         try:
             yield
         finally:
-            self.closing = True
-            await self.host.close()
-            await redis.aclose()
+            await self.close()
 
     # ---- reads --------------------------------------------------------------------------------------------
 
@@ -155,8 +164,10 @@ class Page:
         return JSONResponse(result)
 
 
-def create_app(config: Config, token: str | None = None, loopback_only: bool = True) -> Starlette:
-    page = Page(config, token)
+def create_app(config: Config, token: str | None = None, loopback_only: bool = True,
+               page: Page | None = None) -> Starlette:
+    """The page's app; ``page``: one already connected (``Page.open``), else it connects as it starts."""
+    page = page or Page(config, token)
     middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=LOOPBACK_HOSTS)] if loopback_only else []
     return Starlette(
         routes=[
