@@ -48,7 +48,9 @@ def trees(rows: list[dict]) -> list[dict]:
         children = by_parent.get(row["session_id"], []) if depth < 64 else []
         return {**row, "children": [node(child, depth + 1) for child in children]}
 
-    return [node(row) for row in rows if row["parent_session_id"] is None]
+    # A session whose parent is not listed (past MAX_SESSIONS, or its record gone) stands as a root.
+    known = {row["session_id"] for row in rows}
+    return [node(row) for row in rows if row["parent_session_id"] not in known]
 
 
 async def history(store: EventStore, session_id: str) -> tl.History:

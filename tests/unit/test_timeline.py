@@ -249,3 +249,17 @@ def test_the_new_fields_are_written_only_when_reported():
     stepped = ev.ProducerMessageConsumed(message_id="m", owner="agent", run_id="r", step=2, tokens=30)
     assert "step" not in ev.encode(plain)[1] and "tokens" not in ev.encode(plain)[1]
     assert ev.decode(*ev.encode(stepped)) == stepped
+
+
+def test_trees_nest_each_session_under_its_parent_and_a_session_without_a_listed_parent_is_a_root():
+    from treemail.projections.mailboxes import trees
+
+    rows = [{"session_id": sid, "parent_session_id": parent} for sid, parent in (
+        ("a", None), ("a1", "a"), ("a2", "a"), ("a11", "a1"), ("b", None), ("orphan", "gone"))]
+
+    nested = trees(rows)
+
+    def shape(node):
+        return (node["session_id"], [shape(child) for child in node["children"]])
+
+    assert [shape(n) for n in nested] == [("a", [("a1", [("a11", [])]), ("a2", [])]), ("b", []), ("orphan", [])]
