@@ -52,6 +52,12 @@ __all__ = [
 ]
 
 
+def _count(name: str, value: int | None) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    return value
+
+
 class Treemail:
     def __init__(self, redis: aioredis.Redis, listener: aioredis.Redis, config: Config) -> None:
         self._services = s = wiring.build(redis, listener, config)
@@ -192,14 +198,24 @@ class Treemail:
 
     # ---- delivery lifecycle ----------------------------------------------------------------------
 
-    async def claim(self, session_id: str, run_id: str) -> list[Delivery]:
-        """At a safe model-request boundary: the mail due in this run, claimed by it, in acceptance order."""
-        return await self._deliveries.claim(session_id, run_id)
+    async def claim(self, session_id: str, run_id: str, step: int | None = None) -> list[Delivery]:
+        """At a safe model-request boundary: the mail due in this run, claimed by it, in acceptance order.
 
-    async def consume(self, session_id: str, message_id: str) -> None:
-        """The model request that carried this claimed message succeeded."""
+        ``step``: the engine's number for this boundary (its model request) in the run; recorded with the
+        claim so the mailbox timeline says which step saw which message (``treemail timeline``).
+        """
+        return await self._deliveries.claim(session_id, run_id, _count("step", step))
+
+    async def consume(self, session_id: str, message_id: str, *, step: int | None = None,
+                      tokens: int | None = None) -> None:
+        """The model request that carried this claimed message succeeded.
+
+        ``step``: that request's step in the run; ``tokens``: what the delivered message cost in the
+        recipient's context. Both optional, recorded for the mailbox timeline.
+        """
+        command = c.ConsumeMail(session_id, message_id, _count("step", step), _count("tokens", tokens))
         async with self._delivery_span("consume", session_id, message_id):
-            await self._services.sessions.execute(c.ConsumeMail(session_id, message_id))
+            await self._services.sessions.execute(command)
 
     async def release(self, session_id: str, message_id: str) -> None:
         """The model request failed: a failed attempt; due again after a backoff, parked once the budget is spent."""

@@ -158,7 +158,9 @@ class ProducerMessageAdmitted(MessageEvent):
 
 
 class ProducerMessageClaimed(MessageEvent):
-    pass
+    # The engine's step boundary the claim was made at (its model request), when the host reported it:
+    # with the run it says exactly which step of which run saw the message (the mailbox timeline).
+    step: int | None = None
 
 
 class ProducerMessageReleased(MessageEvent):
@@ -169,7 +171,10 @@ class ProducerMessageReleased(MessageEvent):
 
 
 class ProducerMessageConsumed(MessageEvent):
-    pass
+    # The step whose model request carried the message, and the tokens it cost in the recipient's
+    # context, when the host reported them.
+    step: int | None = None
+    tokens: int | None = None
 
 
 class ProducerMessageDiscarded(MessageEvent):

@@ -30,6 +30,7 @@ from treemail.adapters.embedded import LocalValkey, LocalValkeyCluster, free_por
 from treemail.host import Treemail
 
 from .demo_script import Story, play, say
+from .timeline_commands import DEFAULT_UI_PORT
 from .scenarios import ScenarioFailed
 
 DEMO_MAX_HOPS = "4"
@@ -118,6 +119,8 @@ def _next_steps(url: str, story: Story, pool: Pool, cluster: bool, once: bool) -
         (f"{tm} trees", "one row per tree, from the projection worker"),
         (f"{tm} history {story.handles['explore']}", "every event of a session, by handle or id"),
         (f"{tm} tail {story.handles['root']} --from-start", "its mail so far, then live (Ctrl-C ends it)"),
+        (f"{tm} timeline {story.handles['explore']}", "its mailbox through time: what each step of each run saw"),
+        (f"{tm} ui", f"the same in a browser, live: http://127.0.0.1:{DEFAULT_UI_PORT}/"),
         (f"{tm} approvals list", "the writer's send, waiting for a person"),
         (f"{tm} approvals approve {story.approval_id}", "let it through (--tree: for the whole tree)"),
     ]

@@ -157,14 +157,16 @@ def decide_claim(command: ClaimMail, given: Given) -> list[ev.Event]:
         return []
     # A failed attempt's message waits out its backoff (mail as an obligation).
     due = [m for m in in_order(given.mail) if due_in_run(m, command.run_id) and m.retry_at <= given.now]
-    return [message_event(ev.ProducerMessageClaimed, item, command.run_id, given.now) for item in due]
+    step = {} if command.step is None else {"step": command.step}
+    return [message_event(ev.ProducerMessageClaimed, item, command.run_id, given.now, **step) for item in due]
 
 
 def decide_consume(command: ConsumeMail, given: Given) -> list[ev.Event]:
     require_registered(given.state)
     item = require_mail(given.mail, command.message_id)
     require_claimed(item)
-    return [message_event(ev.ProducerMessageConsumed, item, item.run_id, given.now)]
+    reported = {k: v for k, v in (("step", command.step), ("tokens", command.tokens)) if v is not None}
+    return [message_event(ev.ProducerMessageConsumed, item, item.run_id, given.now, **reported)]
 
 
 def decide_release(command: ReleaseMail, given: Given) -> list[ev.Event]:
