@@ -201,10 +201,13 @@ class Treemail:
         async with self._delivery_span("consume", session_id, message_id):
             await self._services.sessions.execute(c.ConsumeMail(session_id, message_id))
 
-    async def release(self, session_id: str, message_id: str) -> None:
-        """The model request failed: a failed attempt; due again after a backoff, parked once the budget is spent."""
+    async def release(self, session_id: str, message_id: str, reason: str = "") -> None:
+        """The model request failed: a failed attempt; due again after a backoff, parked once the budget is spent.
+
+        ``reason``: why, in the host's words (one line, at most 200 characters; else ``lifecycle:invalid_reason``
+        and nothing stored); ``tm.obligations.inspect`` shows it as the message's latest reason."""
         async with self._delivery_span("release", session_id, message_id):
-            await self._services.sessions.execute(c.ReleaseMail(session_id, message_id))
+            await self._services.sessions.execute(c.ReleaseMail(session_id, message_id, reason))
 
     async def discard(self, session_id: str, message_id: str, reason: str = "") -> None:
         async with self._delivery_span("discard", session_id, message_id):
