@@ -107,7 +107,8 @@ def main() -> None:
     logging.basicConfig(level=os.environ.get("TREEMAIL_LOG", "WARNING"), format="%(asctime)s %(name)s %(message)s")
     config = load_config()
     if not config.service.redis_url:
-        raise SystemExit("treemail pump: error: no server: set REDIS_URL (or [service] redis_url in TREEMAIL_CONFIG)")
+        raise SystemExit("treemail pump: error: no server: set REDIS_URL (or [service] redis_url in TREEMAIL_CONFIG); "
+                         "`treemail server` starts a local Valkey and prints the URL")
     port = int(os.environ.get("TREEMAIL_PUMP_METRICS_PORT", str(DEFAULT_METRICS_PORT)))
     interval = float(os.environ.get("TREEMAIL_PUMP_INTERVAL_S", "1.0"))
     asyncio.run(serve_pump(config, config.service.redis_url, port, interval))
