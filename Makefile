@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test soak test-unit test-integration test-slow test-cluster cluster bench ab install clean prometheus chromium screenshot
+.PHONY: docs run test soak test-unit test-integration test-slow test-cluster cluster bench ab install clean prometheus chromium screenshot
 
 # pip's own progress, not --quiet: a first install takes a minute or two and must not look hung.
 # setuptools says "Editable installation ... Please be careful" on every editable install; it is
@@ -26,16 +26,20 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/treemail demo
 
-## test: the whole suite, slow fault tests included, on one Valkey; then every decision and
-## delivery path again on a 3-master Valkey Cluster. Starts its own servers. The 200,000-send
-## soak (several minutes) runs with `make soak`, not here.
-test: $(STAMP) prometheus chromium
+## test: the docs site built strictly, then the whole suite (the docs' examples among it), slow fault
+## tests included, on one Valkey; then every decision and delivery path again on a 3-master Valkey
+## Cluster. Starts its own servers. The 200,000-send soak (several minutes) runs with `make soak`.
+test: $(STAMP) prometheus chromium docs
 	$(BIN)/pytest -q -m "not soak"
 	TREEMAIL_TEST_BACKEND=cluster $(BIN)/pytest -q -m cluster tests/integration
 
 ## soak: 200,000 sends through real workers; reports memory per retained message
 soak: $(STAMP)
 	$(BIN)/pytest -q -s -m soak tests/faults
+
+## docs: mkdocs with the material theme; NO_MKDOCS_2_WARNING quiets the theme's notice about its successor
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
 
 test-cluster: $(STAMP)
 	TREEMAIL_TEST_BACKEND=cluster $(BIN)/pytest -q -m cluster tests/integration

@@ -53,6 +53,7 @@ from treemail.adapters.retention import trim_handled
 from treemail.adapters.health import UNREACHABLE, Health, OutageLog, watch
 from treemail.adapters.members import Membership
 from treemail.domain.commands import SendMessage
+from treemail.services.clock import SYSTEM_CLOCK, Clock
 from treemail.services.sends import SendService
 
 from . import decisionspans
@@ -86,9 +87,12 @@ class Worker:
         consumer: str | None = None,
         metrics_port: int | None = None,
         metrics_port_is_default: bool = False,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        """``metrics_port``: None serves no metrics, 0 a free port (``self.metrics_port`` after start)."""
+        """``metrics_port``: None serves no metrics, 0 a free port (``self.metrics_port`` after start).
+        ``clock``: what its decisions are dated by (``treemail.testing`` passes one it can move forward)."""
         self.config = config
+        self.clock = clock
         self.url = url
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
         broker_class = RedisClusterBroker if config.service.cluster else RedisBroker
@@ -444,7 +448,7 @@ class Worker:
         store = EventStore(self.redis, self.config.service)
         await store.ensure_command_group(self.config.service.command_streams)
         await store.load_scripts()
-        self.decider = SendService(store, self.config.messaging, load_keyring(self.config.proof))
+        self.decider = SendService(store, self.config.messaging, load_keyring(self.config.proof), clock=self.clock)
         if self.metrics_port is not None:
             self._metrics_server = metrics.start_server(
                 self.metrics_port, f"worker {self.consumer}", metrics.WORKER_REGISTRY, self.health,

@@ -27,6 +27,7 @@ from treemail.domain import commands as c
 from treemail.domain import ids
 from treemail.domain.commands import SendContext
 from treemail.domain.errors import LifecycleError, Rejected
+from treemail.services.clock import SYSTEM_CLOCK, Clock
 
 from ..tools import send_message as tool
 from ..tools.table import Handlers
@@ -59,8 +60,9 @@ def _count(name: str, value: int | None) -> int | None:
 
 
 class Treemail:
-    def __init__(self, redis: aioredis.Redis, listener: aioredis.Redis, config: Config) -> None:
-        self._services = s = wiring.build(redis, listener, config)
+    def __init__(self, redis: aioredis.Redis, listener: aioredis.Redis, config: Config,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        self._services = s = wiring.build(redis, listener, config, clock)
         self._approval_wait = ApprovalWait(redis, config.service, s.commands)
         self._deliveries = Deliveries(config, s.store, s.sessions, s.peers, s.keyring, self.discard)
         self.history = History(redis, config.service, s.store, s.sessions, s.drains, lambda: s.commands.closing)
@@ -68,7 +70,8 @@ class Treemail:
         self.interrupts = Interrupts(s.sessions, s.store, s.interrupts, s.interrupt_reader, self.finish_run)
         self.disposal = Disposal(s.disposal, s.drains)
         self.permissions = Permissions(redis, config, s.store, s.sessions)
-        self.obligations = Obligations(redis, config, s.store, s.sessions, s.wake_reader, s.obligations, s.disposal)
+        self.obligations = Obligations(redis, config, s.store, s.sessions, s.wake_reader, s.obligations, s.disposal,
+                                       clock)
         self.tools = Tools(redis, config, s.store, s.sessions, Handlers(
             send_message=self.send_message, interrupt_agent=self.interrupts.interrupt_agent,
             message_tools=self.obligations, peer_send=self.peers.send, peer_reply=self.peers.reply,
@@ -78,7 +81,9 @@ class Treemail:
         ))
 
     @classmethod
-    async def connect(cls, config: Config | None = None, url: str | None = None) -> "Treemail":
+    async def connect(cls, config: Config | None = None, url: str | None = None,
+                      clock: Clock = SYSTEM_CLOCK) -> "Treemail":
+        """``clock``: what the host's decisions are dated by; a test passes ``treemail.testing.TestClock``."""
         config = config or load_config()
         tracing.configure_from_env()
         url = url or config.service.redis_url
@@ -86,7 +91,7 @@ class Treemail:
             raise ValueError("no Redis URL: set REDIS_URL or [service] redis_url")
         redis = await connect(url, config.service)
         listener = await connect(url, config.service)
-        host = cls(redis, listener, config)
+        host = cls(redis, listener, config, clock)
         await host._services.store.ensure_command_group(config.service.command_streams)
         await host._services.store.ensure_wake_groups(config.service.partitions)
         return host
@@ -217,10 +222,13 @@ class Treemail:
         async with self._delivery_span("consume", session_id, message_id):
             await self._services.sessions.execute(command)
 
-    async def release(self, session_id: str, message_id: str) -> None:
-        """The model request failed: a failed attempt; due again after a backoff, parked once the budget is spent."""
+    async def release(self, session_id: str, message_id: str, reason: str = "") -> None:
+        """The model request failed: a failed attempt; due again after a backoff, parked once the budget is spent.
+
+        ``reason``: why, in the host's words (one line, at most 200 characters; else ``lifecycle:invalid_reason``
+        and nothing stored); ``tm.obligations.inspect`` shows it as the message's latest reason."""
         async with self._delivery_span("release", session_id, message_id):
-            await self._services.sessions.execute(c.ReleaseMail(session_id, message_id))
+            await self._services.sessions.execute(c.ReleaseMail(session_id, message_id, reason))
 
     async def discard(self, session_id: str, message_id: str, reason: str = "") -> None:
         async with self._delivery_span("discard", session_id, message_id):

@@ -12,7 +12,6 @@ so a model-facing tool can return it as is.
 """
 
 import json
-import time
 
 import redis.asyncio as aioredis
 
@@ -27,6 +26,7 @@ from treemail.domain.records import SessionRecord
 from treemail.domain.results import error_result
 from treemail.domain.state import MailItem
 from treemail.services.disposal import DisposalService
+from treemail.services.clock import SYSTEM_CLOCK, Clock
 from treemail.services.obligations import ObligationService
 from treemail.services.sessions import SessionService
 
@@ -49,7 +49,9 @@ def settled(message_id: str) -> dict:
 
 class Obligations:
     def __init__(self, redis: aioredis.Redis, config: Config, store: EventStore, sessions: SessionService,
-                 wake_reader: WakeReader, sweeper: ObligationService, disposal: DisposalService) -> None:
+                 wake_reader: WakeReader, sweeper: ObligationService, disposal: DisposalService,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        self._clock = clock
         self._redis = redis
         self._config = config
         self._store = store
@@ -105,7 +107,7 @@ class Obligations:
             return located
         found, _, item = located
         return status_of(message_id, found.sender_id, found.sent, found.settled, item, self._config.messaging,
-                         time.time())
+                         self._clock.now())
 
     async def retry(self, message_id: str, caller_session_id: str | None = None) -> dict:
         """Renew a parked message's retry budget; ``retry_message:settled`` for a processed or refused one."""
@@ -147,7 +149,7 @@ class Obligations:
         host did not live to complete after its cutoff is completed (disposal
         cutoff: nothing the closing session held is left behind).
         """
-        started = time.time()
+        started = self._clock.now()
         finished: list[ev.Event] = []
         if interrupted_runs:
             for p in range(self._config.service.partitions):

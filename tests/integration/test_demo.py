@@ -13,6 +13,9 @@ def test_demo_runs_the_scripted_tree_and_stops_cleanly():
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "started embedded Valkey" in out
+    # It says what differs from a default install: nothing kept, and the hop guard it turned on.
+    assert "nothing is kept across a restart" in out
+    assert "max_hops = 4" in out and "say 0" in out
     assert "accepted, recipient running" in out
     assert "accepted, recipient waking_finished" in out
     assert "starts a new run with its mail as input" in out

@@ -110,6 +110,9 @@ class ConsumeMail:
 class ReleaseMail:
     session_id: str
     message_id: str
+    # Why the host's attempt failed, in its words ("rate_limited", "model error 529"): one printable line
+    # of at most ``MAX_RELEASE_DETAIL`` characters; recorded on the release, shown by ``inspect``.
+    reason: str = ""
 
 
 @dataclass(frozen=True)

@@ -168,6 +168,9 @@ class ProducerMessageReleased(MessageEvent):
     reason: str = ""
     # Due again from then (backoff); 0: at once.
     retry_at: float = 0.0
+    # The host's own words for why its attempt failed (``release(..., reason=)``): one line, bounded
+    # (``MAX_RELEASE_DETAIL``); empty for treemail's own releases. What ``inspect`` shows as the reason.
+    detail: str = ""
 
 
 class ProducerMessageConsumed(MessageEvent):

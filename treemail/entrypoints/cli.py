@@ -152,8 +152,16 @@ def replay(ctx: typer.Context, config: ConfigOpt = None) -> None:
 
     from .output import progress
 
+    from treemail.adapters import keys, members
+    from treemail.projections.service import PRESENCE_MS
+
     async def action(host, server):
         partitions = list(range(server.config.service.partitions))
+        running = await members.present(server.redis, keys.projection_members(), PRESENCE_MS)
+        if running:
+            print(f"treemail: warning: {len(running)} projection worker(s) running ({', '.join(running)}): "
+                  "they keep views and checkpoints in memory and would write them over this rebuild; "
+                  "restart them once it is done (or stop them first)", file=sys.stderr)
         with progress("replay") as show:
             views = await rebuild(server.store, partitions, progress=show)
         names = sorted({name for name, _ in views})

@@ -190,7 +190,8 @@ def run_demo(config: Config, workers: int = 2, once: bool = False, config_path: 
     if not url:
         server = LocalValkey(durable=config.service.profile == "durable").start()
         url = server.url
-        say(f"started embedded Valkey at {url}")
+        say(f"started embedded Valkey at {url}; its data is deleted when the demo stops (nothing is kept "
+            "across a restart: `treemail server --dir DIR` keeps it)")
     else:
         say(f"using the server at {re.sub(r'//[^@/]*@', '//***@', url)}")
     extra, hop_guard = _hop_guard_env(config)
@@ -201,6 +202,10 @@ def run_demo(config: Config, workers: int = 2, once: bool = False, config_path: 
     try:
         with stack(env, "treemail-demo-", workers, server) as pool:
             say(f"started {workers} worker processes and a projection worker")
+            if extra:
+                say(f"the demo's workers run with max_hops = {DEMO_MAX_HOPS} (the default, and `treemail config "
+                    "show`, say 0: off) so scenario 5 can show the hop guard stop a storm; "
+                    "TREEMAIL_MESSAGING_MAX_HOPS overrides it")
             try:
                 asyncio.run(_main(config, url, pool, hop_guard, once))
             except ScenarioFailed as failure:

@@ -169,11 +169,23 @@ def decide_consume(command: ConsumeMail, given: Given) -> list[ev.Event]:
     return [message_event(ev.ProducerMessageConsumed, item, item.run_id, given.now, **reported)]
 
 
+# A release's reason is the host's diagnostic, stored on the stream and shown by inspect: one line, short,
+# so a stack trace or a model's whole error body never lands in every replay.
+MAX_RELEASE_DETAIL = 200
+
+
+def require_release_reason(reason: str) -> None:
+    if len(reason) > MAX_RELEASE_DETAIL or not reason.isprintable():
+        raise LifecycleError("lifecycle:invalid_reason", f"a release reason is one printable line of at most "
+                             f"{MAX_RELEASE_DETAIL} characters, got {len(reason)} characters")
+
+
 def decide_release(command: ReleaseMail, given: Given) -> list[ev.Event]:
     require_registered(given.state)
+    require_release_reason(command.reason)
     item = require_mail(given.mail, command.message_id)
     require_claimed(item)
-    return [fail_attempt(item, RELEASED, given.config, given.now)]
+    return [fail_attempt(item, RELEASED, given.config, given.now, detail=command.reason)]
 
 
 def decide_discard(command: DiscardMail, given: Given) -> list[ev.Event]:
