@@ -2,7 +2,7 @@
 
 from importlib.metadata import PackageNotFoundError, version
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 
 try:
     __version__ = version("treemail")

@@ -1,0 +1,299 @@
+"""Failover without loss: a 3-primary, 3-replica Valkey Cluster loses a primary under a steady send load.
+
+kill -9 the primary that holds the senders' tree and let its replica be promoted: under the replicated
+profile no acknowledged send is lost and none is duplicated; under ``fast`` and ``durable`` the loss is
+measured and printed (an acknowledged append not yet on the replica is gone with its primary). SIGSTOP
+the primary until the cluster fails over, then SIGCONT (a partition's stand-in): every send acknowledged
+under the replicated profile is on the new primary, and the old primary's late writes were never
+acknowledged. Workers, the pump and a projection worker follow the failover without a restart, no good
+command is dead-lettered, the guards hold across it, and the views equal a rebuild from the streams.
+"""
+
+import asyncio
+import collections
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+import redis
+
+from treemail.adapters import keys
+from treemail.adapters.config import Config, MessagingConfig, ServiceConfig
+from treemail.adapters.embedded import LocalValkeyCluster
+from treemail.adapters.eventstore import EventStore
+from treemail.adapters.viewstore import feed_position, load_view
+from treemail.domain import events as ev
+from treemail.host import SendContext, Treemail
+from treemail.projections.replay import rebuild
+from treemail.projections.views import PROJECTIONS
+
+from .helpers import WorkerPool, build_tree, check_guards, check_streams, code, histories
+
+# Guards that bite during the run: each session holds at most 40 pending agent messages, at most 6 from one
+# sender; a consumer task keeps taking mail so that sends go on being accepted.
+MESSAGING = {"max_pending_per_session": 40, "max_inflight_per_pair": 6, "max_outstanding_per_source": 1000}
+REFUSALS = {"send_message:inbox_full", "send_message:inflight_full"}
+# Answers that leave a send's outcome unknown: the SAME tool call is sent again until it is decided.
+UNKNOWN = {"send_message:engine_shutdown", "send_message:not_replicated"}
+NODE_TIMEOUT_MS = 1000
+REPLICA_TIMEOUT_MS = 500
+
+
+def service(url: str, profile: str) -> ServiceConfig:
+    return ServiceConfig(redis_url=url, cluster=True, profile=profile, command_streams=2, reclaim_idle_ms=1000,
+                         worker_timeout_ms=2000, decision_timeout_s=4, replica_timeout_ms=REPLICA_TIMEOUT_MS)
+
+
+def env_for(profile: str) -> dict[str, str]:
+    return {"TREEMAIL_SERVICE_CLUSTER": "true", "TREEMAIL_SERVICE_PROFILE": profile,
+            "TREEMAIL_SERVICE_RECLAIM_IDLE_MS": "1000",
+            "TREEMAIL_SERVICE_REPLICA_TIMEOUT_MS": str(REPLICA_TIMEOUT_MS), "TREEMAIL_LOG": "WARNING"}
+
+
+def slot_owner(cluster: LocalValkeyCluster, slot: int):
+    """The node that serves ``slot`` now, asked of a node that answers."""
+    for node in cluster.nodes:
+        try:
+            with redis.Redis(host="127.0.0.1", port=node.port, socket_timeout=0.5) as client:
+                for start, end, primary, *_ in client.execute_command("CLUSTER", "SLOTS"):
+                    if start <= slot <= end:
+                        return next(n for n in cluster.nodes if n.port == int(primary[1]))
+        except redis.RedisError:
+            continue
+    return None
+
+
+def promoted(cluster: LocalValkeyCluster, slot: int, victim) -> bool:
+    """The victim's replica serves its slots and says the cluster is whole again."""
+    owner = slot_owner(cluster, slot)
+    if owner is None or owner is victim:
+        return False
+    try:
+        with redis.Redis(host="127.0.0.1", port=owner.port, socket_timeout=0.5) as client:
+            return client.info("replication")["role"] == "master" and "cluster_state:ok" in client.execute_command(
+                "CLUSTER", "INFO").decode()
+    except redis.RedisError:
+        return False
+
+
+async def caught_up(client, partitions: int) -> bool:
+    for p in range(partitions):
+        end, _ = await feed_position(client, p)
+        for name in PROJECTIONS:
+            _, checkpoint = await load_view(client, p, name)
+            if end.entries and (checkpoint is None or checkpoint.entry_id != end.entry_id):
+                return False
+    return True
+
+
+async def load_through_failover(profile: str, fault: str) -> dict:
+    """A steady send load on a tree whose primary fails (``kill``: SIGKILL; ``pause``: SIGSTOP until the
+    cluster fails over, then SIGCONT). Returns the figures; asserts only what every profile must keep."""
+    cluster = LocalValkeyCluster(replicas=1, node_timeout_ms=NODE_TIMEOUT_MS, durable=profile == "durable").start()
+    figures: dict = {"profile": profile, "fault": fault}
+    side = []  # the pump and the projection worker
+    logs = tempfile.mkdtemp(prefix="treemail-failover-")
+    try:
+        config = Config(messaging=MessagingConfig(**MESSAGING), service=service(cluster.url, profile))
+        env = {**os.environ, "REDIS_URL": cluster.url, **env_for(profile),
+               "TREEMAIL_PROJECTION_METRICS_PORT": "-1", "TREEMAIL_METRICS_PORT": "-1"}
+        async with WorkerPool(cluster.url, extra_env=env_for(profile), **MESSAGING) as pool:
+            await pool.start(2)
+            workers = list(pool.started)
+            for name in ("projections", "pump"):
+                log = open(os.path.join(logs, f"{name}.log"), "wb")
+                side.append(subprocess.Popen([sys.executable, "-m", "treemail", name], env=env, stdout=log,
+                                             stderr=subprocess.STDOUT, start_new_session=True))
+                side[-1].log_path = log.name
+                log.close()
+            host = await Treemail.connect(config, cluster.url)
+            try:
+                tree = await build_tree(host, [10])
+                for session in tree.sessions:
+                    await host.start_run(session, "run-1")
+                record = await host.store.directory.get(tree.sessions[0])
+                slot = host.store.redis.keyslot(keys.session_stream(record.partition, record.session_id))
+                victim = slot_owner(cluster, slot)
+                assert victim is not None and victim in cluster.nodes[:3]
+                successes = {}  # (sender, tool_call_id) -> (recipient, result, first sent at)
+                refused = collections.Counter()
+                unknown = collections.Counter()
+                consumed = 0
+                failed_at = promoted_at = None
+                after_failover = []  # sends first made after the promotion and decided
+                loading = asyncio.Event()
+                loading.set()
+
+                async def sender(n: int) -> None:
+                    rng = random.Random(n)
+                    retries = []  # tool calls whose outcome is unknown: the same call again, later
+                    count = 0
+                    give_up = None
+                    last = None
+                    while loading.is_set() or retries:
+                        if not loading.is_set():
+                            give_up = give_up or time.monotonic() + 30
+                            assert time.monotonic() < give_up, (
+                                f"sender {n}: {len(retries)} sends never decided; last answer {last}; "
+                                f"worker logs: {[pool.output(p)[-3000:] for p in pool.started]}")
+                        if retries and (retries[0][3] <= time.monotonic() or not loading.is_set()):
+                            ctx, args, to, _, first_at = retries.pop(0)
+                        elif loading.is_set():
+                            me = rng.choice(tree.sessions)
+                            to = rng.choice(tree.neighbours[me])
+                            ctx = SendContext(me, "run-1", f"s{n}-{count}")
+                            args = {"to": tree.handles[to], "body": f"#{count} from {n}"}
+                            first_at = time.monotonic()
+                            count += 1
+                        else:
+                            await asyncio.sleep(0.1)
+                            continue
+                        result = await host.send_message(ctx, args)
+                        if "message_id" in result:
+                            successes[(ctx.session_id, ctx.tool_call_id)] = (to, result, first_at)
+                            if promoted_at is not None and "writable_again_s" not in figures:
+                                figures["writable_again_s"] = time.monotonic() - failed_at
+                            if promoted_at is not None and first_at > promoted_at:
+                                after_failover.append(ctx.tool_call_id)
+                        elif code(result) in REFUSALS:
+                            refused[code(result)] += 1
+                            await asyncio.sleep(0.02)
+                        else:
+                            assert code(result) in UNKNOWN, result
+                            last = result
+                            unknown[code(result)] += 1
+                            retries.append((ctx, args, to, time.monotonic() + 0.2, first_at))
+                            await asyncio.sleep(0.05)
+
+                async def consumer() -> None:
+                    """Takes mail off every inbox, as running agents do, so the guards keep letting sends in."""
+                    nonlocal consumed
+                    rng = random.Random(99)
+                    while loading.is_set():
+                        session = rng.choice(tree.sessions)
+                        try:
+                            for delivery in await host.claim(session, "run-1"):
+                                await host.consume(session, delivery.message_id)
+                                consumed += 1
+                        except Exception:  # noqa: BLE001 - a claim in the failover window: the pump releases it
+                            await asyncio.sleep(0.1)
+                        await asyncio.sleep(0.01)
+
+                async def fault_and_recovery() -> None:
+                    nonlocal failed_at, promoted_at
+                    await asyncio.sleep(3.0)
+                    figures["before"] = len(successes)
+                    pid = victim.pid
+                    if fault == "kill":
+                        await asyncio.to_thread(victim.stop, True)
+                    else:
+                        os.kill(pid, signal.SIGSTOP)
+                    failed_at = time.monotonic()
+                    while not await asyncio.to_thread(promoted, cluster, slot, victim):
+                        assert time.monotonic() < failed_at + 20, "the replica was never promoted"
+                        await asyncio.sleep(0.1)
+                    promoted_at = time.monotonic()
+                    figures["failover_s"] = promoted_at - failed_at
+                    # The old primary comes back as the new one's replica (an orchestrator restarts a killed
+                    # node; a paused one wakes up a primary in its own eyes, then learns otherwise). Until a
+                    # replica is in sync again, the replicated profile cannot confirm that shard's appends.
+                    if fault == "pause":
+                        os.kill(pid, signal.SIGCONT)
+                    else:
+                        await asyncio.to_thread(victim.start)
+                    while time.monotonic() < promoted_at + 15:
+                        await asyncio.sleep(0.1)
+                        if len(after_failover) >= 100 and time.monotonic() > promoted_at + 2:
+                            break
+                    loading.clear()
+
+                await asyncio.gather(fault_and_recovery(), consumer(), *(sender(n) for n in range(6)))
+                figures.update(acknowledged=len(successes), refused=sum(refused.values()), consumed=consumed,
+                               unknown=dict(unknown), after_failover=len(after_failover))
+                all_histories = await histories(host, tree.sessions)
+                # Nobody restarted anything: the workers, the pump and the projection worker followed the failover.
+                assert [p.poll() for p in workers] == [None, None], [pool.output(p) for p in workers]
+                assert pool.started == workers
+                for process in side:
+                    assert process.poll() is None, open(process.log_path).read()
+                # No good command was set aside: the failover is the server's, not a command's.
+                figures["dead_letters"] = await host.store.redis.xlen(keys.dead_letters())
+                partitions = config.service.partitions
+                deadline = time.monotonic() + 30
+                while not await caught_up(host.store.redis, partitions):
+                    assert time.monotonic() < deadline, "the projection worker never caught up"
+                    await asyncio.sleep(0.2)
+                stored = {(name, p): dict((await load_view(host.store.redis, p, name))[0])
+                          for p in range(partitions) for name in PROJECTIONS}
+                store = EventStore(host.store.redis, config.service)
+                replayed = await rebuild(store, list(range(partitions)), write=False)
+                figures["views_equal_rebuild"] = stored == {key: dict(view) for key, view in replayed.items()}
+            finally:
+                await host.close()
+    finally:
+        for process in side:
+            if process.poll() is None:
+                process.terminate()
+                process.wait(30)
+        cluster.cleanup()
+
+    accepted = {}
+    by_key = collections.Counter()
+    for session, history in all_histories.items():
+        for _, event in history:
+            if isinstance(event, ev.ProducerMessageAccepted) and event.owner == "agent":
+                accepted[event.message_id] = session
+                by_key[(event.sender_session_id, event.tool_call_id)] += 1
+    acknowledged = {r["message_id"]: to for to, r, _ in successes.values()}
+    figures["lost"] = sorted(m for m in acknowledged if m not in accepted)
+    figures["duplicated"] = sum(n - 1 for n in by_key.values() if n > 1)
+    figures["results"] = [(s, "run-1", call, to, r) for (s, call), (to, r, _) in successes.items()]
+    figures["histories"] = all_histories
+    # Whatever the profile: the guards never let more in than they allow, on either side of the failover.
+    check_guards(all_histories, MESSAGING)
+    print(f"\n{profile}, {fault} of the tree's primary: {figures['acknowledged']} sends acknowledged "
+          f"({figures['before']} before the fault), {len(figures['lost'])} acknowledged sends lost, "
+          f"{figures['duplicated']} duplicated; failover in {figures['failover_s']:.1f} s, sends acknowledged again "
+          f"{figures.get('writable_again_s', float('nan')):.1f} s after the fault; outcome unknown and "
+          f"retried: {figures['unknown']}; {figures['refused']} refused by the guards; {figures['consumed']} "
+          f"consumed; {figures['after_failover']} new sends decided after the failover; dead letters "
+          f"{figures['dead_letters']}; views equal a rebuild: {figures['views_equal_rebuild']}")
+    return figures
+
+
+def assert_nothing_lost(figures: dict) -> None:
+    assert figures["lost"] == [], f"{len(figures['lost'])} acknowledged sends lost"
+    assert figures["duplicated"] == 0
+    # Every acknowledged send is in its recipient's stream once, and nothing is there that was not acknowledged.
+    check_streams(figures["histories"], figures["results"], MESSAGING, set())
+    assert figures["after_failover"] >= 100
+    assert figures["dead_letters"] == 0
+    assert figures["views_equal_rebuild"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+async def test_kill_9_of_a_primary_loses_no_acknowledged_send_under_the_replicated_profile():
+    assert_nothing_lost(await load_through_failover("replicated", "kill"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+async def test_a_paused_primary_never_acknowledges_a_late_write_under_the_replicated_profile():
+    assert_nothing_lost(await load_through_failover("replicated", "pause"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("profile", ["fast", "durable"])
+async def test_kill_9_of_a_primary_under_the_other_profiles_loss_is_measured(profile):
+    """Not asserted away: the loss is printed (it is what the README's table states). What every profile
+    keeps is asserted: no duplicate, the guards, the processes following the failover."""
+    figures = await load_through_failover(profile, "kill")
+    assert figures["duplicated"] == 0
+    assert figures["after_failover"] >= 50
