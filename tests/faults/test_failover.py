@@ -208,12 +208,12 @@ async def load_through_failover(profile: str, fault: str) -> dict:
                         with redis.Redis(host="127.0.0.1", port=victim.port) as client:
                             client.execute_command("CLIENT", "KILL", "TYPE", "replica")
                         await asyncio.sleep(0.3)
-                    if fault in ("kill", "kill_lagging"):
+                    if fault == "pause":
+                        os.kill(pid, signal.SIGSTOP)
+                    else:
                         await asyncio.to_thread(victim.stop, True)
                     if lagging is not None:
                         os.kill(lagging_pid, signal.SIGCONT)
-                    else:
-                        os.kill(pid, signal.SIGSTOP)
                     failed_at = time.monotonic()
                     while not await asyncio.to_thread(promoted, cluster, slot, victim):
                         assert time.monotonic() < failed_at + 20, "the replica was never promoted"

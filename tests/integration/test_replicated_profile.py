@@ -121,3 +121,42 @@ async def test_replicated_profile_refuses_a_server_without_replicas():
         await worker.redis.aclose()
     finally:
         server.cleanup()
+
+
+def test_cluster_command_with_replicas_starts_a_replicated_stack():
+    import asyncio
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    process = subprocess.Popen([sys.executable, "-m", "treemail", "cluster", "--workers", "1", "--replicas", "1"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={k: v for k, v in __import__("os").environ.items()
+                                    if k not in ("REDIS_URL", "TREEMAIL_SERVICE_PROFILE")})
+    try:
+        out = ""
+        while "Ctrl-C" not in out:
+            line = process.stdout.readline()
+            assert line, process.stderr.read()
+            out += line
+        url = re.search(r"REDIS_URL=(\S+)", out).group(1)
+        assert "workers run profile = replicated" in out
+        assert len(re.findall(r"127\.0\.0\.1:(\d+)", out.split("with 1 replica(s) each:")[1].splitlines()[0])) == 3
+
+        async def send():
+            config = Config(service=ServiceConfig(redis_url=url, cluster=True, profile="replicated"))
+            host = await Treemail.connect(config, url)
+            try:
+                root = await host.register_root("planner", "x", rules={"child": "allow"})
+                child = await host.register_child(root.session_id, "explore", "x")
+                await host.start_run(root.session_id, "r")
+                return await host.send_message(SendContext(root.session_id, "r", "c"), {"to": child.handle, "body": "hi"})
+            finally:
+                await host.close()
+
+        assert "message_id" in asyncio.run(send())
+    finally:
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0, stderr
