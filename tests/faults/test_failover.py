@@ -40,7 +40,6 @@ MESSAGING = {"max_pending_per_session": 40, "max_inflight_per_pair": 6, "max_out
 REFUSALS = {"send_message:inbox_full", "send_message:inflight_full"}
 # Answers that leave a send's outcome unknown: the SAME tool call is sent again until it is decided.
 UNKNOWN = {"send_message:engine_shutdown", "send_message:not_replicated"}
-NODE_TIMEOUT_MS = 1000
 REPLICA_TIMEOUT_MS = 500
 
 
@@ -100,10 +99,10 @@ async def caught_up(client, partitions: int) -> bool:
     return True
 
 
-async def load_through_failover(profile: str, fault: str) -> dict:
+async def load_through_failover(start_cluster, profile: str, fault: str) -> dict:
     """A steady send load on a tree whose primary fails (``kill``: SIGKILL; ``pause``: SIGSTOP until the
     cluster fails over, then SIGCONT). Returns the figures; asserts only what every profile must keep."""
-    cluster = LocalValkeyCluster(replicas=1, node_timeout_ms=NODE_TIMEOUT_MS, durable=profile == "durable").start()
+    cluster = start_cluster(durable=profile == "durable")
     figures: dict = {"profile": profile, "fault": fault}
     side = []  # the pump and the projection worker
     logs = tempfile.mkdtemp(prefix="treemail-failover-")
@@ -261,7 +260,6 @@ async def load_through_failover(profile: str, fault: str) -> dict:
             if process.poll() is None:
                 process.terminate()
                 process.wait(30)
-        cluster.cleanup()
 
     accepted = {}
     by_key = collections.Counter()
@@ -299,29 +297,30 @@ def assert_nothing_lost(figures: dict) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(90)
-async def test_kill_9_of_a_primary_loses_no_acknowledged_send_under_the_replicated_profile():
-    assert_nothing_lost(await load_through_failover("replicated", "kill"))
+async def test_kill_9_of_a_primary_loses_no_acknowledged_send_under_the_replicated_profile(cluster_with_replicas):
+    assert_nothing_lost(await load_through_failover(cluster_with_replicas, "replicated", "kill"))
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(90)
-async def test_a_paused_primary_never_acknowledges_a_late_write_under_the_replicated_profile():
-    assert_nothing_lost(await load_through_failover("replicated", "pause"))
+async def test_a_paused_primary_never_acknowledges_a_late_write_under_the_replicated_profile(cluster_with_replicas):
+    assert_nothing_lost(await load_through_failover(cluster_with_replicas, "replicated", "pause"))
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(90)
-async def test_a_primary_lost_while_its_replica_lags_loses_no_acknowledged_send_under_the_replicated_profile():
-    assert_nothing_lost(await load_through_failover("replicated", "kill_lagging"))
+async def test_a_primary_lost_while_its_replica_lags_loses_no_acknowledged_send_under_the_replicated_profile(
+        cluster_with_replicas):
+    assert_nothing_lost(await load_through_failover(cluster_with_replicas, "replicated", "kill_lagging"))
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("profile, fault", [("fast", "kill"), ("durable", "kill"), ("fast", "kill_lagging"),
                                             ("fast", "pause")])
-async def test_a_lost_primary_under_the_other_profiles_loss_is_measured(profile, fault):
+async def test_a_lost_primary_under_the_other_profiles_loss_is_measured(cluster_with_replicas, profile, fault):
     """Not asserted away: the loss is printed (it is what the README's table states). What every profile
     keeps is asserted: no duplicate, the guards, the processes following the failover."""
-    figures = await load_through_failover(profile, fault)
+    figures = await load_through_failover(cluster_with_replicas, profile, fault)
     assert figures["duplicated"] == 0
     assert figures["after_failover"] >= 50
