@@ -11,7 +11,7 @@ from treemail.adapters import keys
 from treemail.adapters.config import Config, MessagingConfig, ServiceConfig
 from treemail.adapters.embedded import LocalValkey
 from treemail.adapters.eventstore import decode_entry
-from treemail.adapters.replication import online_replicas
+from treemail.adapters.replication import NotReplicated, online_replicas
 from treemail.consumers.app import Worker
 from treemail.domain import events as ev
 from treemail.domain.errors import RedisUnavailable
@@ -98,6 +98,10 @@ async def test_a_replica_that_does_not_confirm_gives_not_replicated_and_the_retr
         assert first["error"]["code"] == "send_message:not_replicated", first
         assert "Retrying this same tool call is safe" in first["error"]["message"]
         assert waited < 5, f"the bounded wait took {waited:.1f} s"
+        # A step the host makes itself waits for the replicas too, and says so with the same code.
+        with pytest.raises(NotReplicated) as unconfirmed:
+            await host.set_status(child.session_id, "idle")
+        assert unconfirmed.value.code.value == "send_message:not_replicated"
         replica.start()
         await _replicas_connected(primary.url, 1)
         again = await host.send_message(ctx, {"to": child.handle, "body": "unconfirmed"})
