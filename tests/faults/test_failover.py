@@ -18,13 +18,14 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 import pytest
 import redis
 
 from treemail.adapters import keys
 from treemail.adapters.config import Config, MessagingConfig, ServiceConfig
-from treemail.adapters.embedded import LocalValkeyCluster
+from treemail.adapters.embedded import LocalValkeyCluster, free_port
 from treemail.adapters.eventstore import EventStore
 from treemail.adapters.viewstore import feed_position, load_view
 from treemail.domain import events as ev
@@ -89,6 +90,20 @@ def promoted(cluster: LocalValkeyCluster, slot: int, victim) -> bool:
         return False
 
 
+def wait_ready(port: int, process, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        assert process.poll() is None, open(process.log_path).read()
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, f"not ready on {port}: {open(process.log_path).read()}"
+        time.sleep(0.1)
+
+
 async def caught_up(client, partitions: int) -> bool:
     for p in range(partitions):
         end, _ = await feed_position(client, p)
@@ -108,8 +123,10 @@ async def load_through_failover(start_cluster, profile: str, fault: str) -> dict
     logs = tempfile.mkdtemp(prefix="treemail-failover-")
     try:
         config = Config(messaging=MessagingConfig(**MESSAGING), service=service(cluster.url, profile))
-        env = {**os.environ, "REDIS_URL": cluster.url, **env_for(profile),
-               "TREEMAIL_PROJECTION_METRICS_PORT": "-1", "TREEMAIL_METRICS_PORT": "-1"}
+        ports = {"projections": free_port(), "pump": free_port()}
+        env = {**os.environ, "REDIS_URL": cluster.url, **env_for(profile), "TREEMAIL_METRICS_PORT": "-1",
+               "TREEMAIL_PROJECTION_METRICS_PORT": str(ports["projections"]),
+               "TREEMAIL_PUMP_METRICS_PORT": str(ports["pump"])}
         async with WorkerPool(cluster.url, extra_env=env_for(profile), **MESSAGING) as pool:
             await pool.start(2)
             workers = list(pool.started)
@@ -119,6 +136,9 @@ async def load_through_failover(start_cluster, profile: str, fault: str) -> dict
                                              stderr=subprocess.STDOUT, start_new_session=True))
                 side[-1].log_path = log.name
                 log.close()
+            for name, process in zip(ports, side):
+                # Connected before any node fails: a process starts from the one node REDIS_URL names.
+                await asyncio.to_thread(wait_ready, ports[name], process)
             host = await Treemail.connect(config, cluster.url)
             try:
                 tree = await build_tree(host, [10])
