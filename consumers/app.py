@@ -39,7 +39,7 @@ import time
 
 from faststream.redis import RedisBroker, RedisClusterBroker
 from faststream.redis.subscriber.usecases import stream_subscriber
-from redis.exceptions import ClusterDownError, MovedError, ReadOnlyError, TryAgainError
+from redis.exceptions import ClusterDownError, MovedError, ReadOnlyError, RedisClusterException, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.exceptions import ResponseError as RedisResponseError
@@ -71,7 +71,7 @@ log = logging.getLogger("treemail.worker")
 # answers these until its replica is promoted and the client's slot map follows; the batch stays pending
 # and is decided again, rather than each command being tried alone and counted towards its dead letter.
 SERVER_FAILURES = (RedisConnectionError, RedisTimeoutError, ClusterDownError, TryAgainError, MovedError,
-                   ReadOnlyError)
+                   ReadOnlyError, RedisClusterException)
 
 # FastStream sleeps this long after a failed read (5 s by default): every send
 # made during that time waits, long after the server is back. A worker should

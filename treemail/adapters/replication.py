@@ -20,7 +20,8 @@ import asyncio
 
 from redis.asyncio.cluster import PipelineCommand
 from redis.exceptions import (
-    AskError, ClusterDownError, ConnectionError, MovedError, NoPermissionError, ReadOnlyError, TryAgainError,
+    AskError, ClusterDownError, ConnectionError, MovedError, NoPermissionError, ReadOnlyError, RedisClusterException,
+    TryAgainError,
 )
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -130,8 +131,8 @@ async def run_waited(client, commands: list[tuple], config: ServiceConfig) -> li
         if client._initialize:
             try:
                 await client.initialize()
-            except (ConnectionError, RedisTimeoutError, OSError, ClusterDownError):
-                continue
+            except (ConnectionError, RedisTimeoutError, OSError, ClusterDownError, RedisClusterException):
+                continue  # no node answered with a slot map yet: the next round asks again
         shares: dict[str, tuple] = {}
         for index in todo:
             slot = await client._determine_slot(*commands[index])
