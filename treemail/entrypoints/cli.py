@@ -135,11 +135,14 @@ def server(
 def cluster(
     masters: Annotated[int, typer.Option(min=1, max=16, help="cluster primaries")] = 3,
     workers: Annotated[int, typer.Option(min=0, max=64, help="worker processes to start")] = 3,
+    replicas: Annotated[int, typer.Option(min=0, max=4, help=(
+        "replicas per primary; with any, a failed primary is replaced by its replica and the workers run the "
+        "replicated profile (unless TREEMAIL_SERVICE_PROFILE says otherwise)"))] = 0,
 ) -> None:
     """A local Valkey Cluster with workers and a projection worker, until Ctrl-C."""
     from .demo import run_cluster
 
-    run_cluster(masters=masters, workers=workers)
+    run_cluster(masters=masters, workers=workers, replicas=replicas)
 
 
 # -- looking at a running system ------------------------------------------------------------

@@ -218,11 +218,18 @@ def run_demo(config: Config, workers: int = 2, once: bool = False, config_path: 
         say("stopped")
 
 
-def run_cluster(masters: int = 3, workers: int = 3) -> None:
-    """`treemail cluster` (`make cluster`): a local Valkey Cluster with workers and a projection worker."""
-    cluster = LocalValkeyCluster(masters=masters).start()
-    say(f"started a {masters}-master Valkey Cluster: " + ", ".join(f"127.0.0.1:{n.port}" for n in cluster.nodes))
+def run_cluster(masters: int = 3, workers: int = 3, replicas: int = 0) -> None:
+    """`treemail cluster` (`make cluster`): a local Valkey Cluster with workers and a projection worker.
+    With ``replicas``, each primary has that many replicas and the workers wait for one of them
+    (the replicated profile) unless the environment names another profile."""
+    cluster = LocalValkeyCluster(masters=masters, replicas=replicas).start()
+    primaries = ", ".join(f"127.0.0.1:{n.port}" for n in cluster.nodes[:masters])
+    say(f"started a {masters}-master Valkey Cluster: {primaries}")
     env = {**os.environ, "REDIS_URL": cluster.url, "TREEMAIL_SERVICE_CLUSTER": "true"}
+    if replicas:
+        say(f"  with {replicas} replica(s) each: " + ", ".join(f"127.0.0.1:{n.port}" for n in cluster.nodes[masters:]))
+        env.setdefault("TREEMAIL_SERVICE_PROFILE", "replicated")
+        say(f"  workers run profile = {env['TREEMAIL_SERVICE_PROFILE']}")
     try:
         with stack(env, "treemail-cluster-", workers, cluster) as pool:
             say(f"started {workers} workers and 1 projection worker (logs: {pool.log_dir}); use it with:")
