@@ -25,6 +25,7 @@ import redis
 
 from treemail.adapters import keys
 from treemail.adapters.config import Config, MessagingConfig, ServiceConfig
+from treemail.adapters.connection import connect
 from treemail.adapters.embedded import LocalValkeyCluster, free_port
 from treemail.adapters.eventstore import EventStore
 from treemail.adapters.viewstore import feed_position, load_view
@@ -140,12 +141,14 @@ async def load_through_failover(start_cluster, profile: str, fault: str) -> dict
                 # Connected before any node fails: a process starts from the one node REDIS_URL names.
                 await asyncio.to_thread(wait_ready, ports[name], process)
             host = await Treemail.connect(config, cluster.url)
+            # The test reads the server through adapters of its own, beside the host's public surface.
+            store = EventStore(await connect(cluster.url, config.service), config.service)
             try:
                 tree = await build_tree(host, [10])
                 for session in tree.sessions:
                     await host.start_run(session, "run-1")
-                record = await host.store.directory.get(tree.sessions[0])
-                slot = host.store.redis.keyslot(keys.session_stream(record.partition, record.session_id))
+                record = await store.directory.get(tree.sessions[0])
+                slot = store.redis.keyslot(keys.session_stream(record.partition, record.session_id))
                 victim = slot_owner(cluster, slot)
                 assert victim is not None and victim in cluster.nodes[:3]
                 successes = {}  # (sender, tool_call_id) -> (recipient, result, first sent at)
@@ -262,19 +265,19 @@ async def load_through_failover(start_cluster, profile: str, fault: str) -> dict
                 for process in side:
                     assert process.poll() is None, open(process.log_path).read()
                 # No good command was set aside: the failover is the server's, not a command's.
-                figures["dead_letters"] = await host.store.redis.xlen(keys.dead_letters())
+                figures["dead_letters"] = await store.redis.xlen(keys.dead_letters())
                 partitions = config.service.partitions
                 deadline = time.monotonic() + 30
-                while not await caught_up(host.store.redis, partitions):
+                while not await caught_up(store.redis, partitions):
                     assert time.monotonic() < deadline, "the projection worker never caught up"
                     await asyncio.sleep(0.2)
-                stored = {(name, p): dict((await load_view(host.store.redis, p, name))[0])
+                stored = {(name, p): dict((await load_view(store.redis, p, name))[0])
                           for p in range(partitions) for name in PROJECTIONS}
-                store = EventStore(host.store.redis, config.service)
                 replayed = await rebuild(store, list(range(partitions)), write=False)
                 figures["views_equal_rebuild"] = stored == {key: dict(view) for key, view in replayed.items()}
             finally:
                 await host.close()
+                await store.redis.aclose()
     finally:
         for process in side:
             if process.poll() is None:

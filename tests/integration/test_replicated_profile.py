@@ -17,6 +17,8 @@ from treemail.domain import events as ev
 from treemail.domain.errors import RedisUnavailable
 from treemail.host import SendContext, Treemail
 
+from .conftest import server_of
+
 from .conftest import WORKER_TIMEOUT_MS
 
 REPLICA_TIMEOUT_MS = 300
@@ -66,7 +68,8 @@ async def test_replicated_profile_acknowledges_a_send_the_replica_already_has(pr
                                          {"to": child.handle, "body": "on two machines"})
         assert "message_id" in result, result
         # Read from the replica alone: the acknowledged append is there already (WAIT came before the answer).
-        record = await host.store.directory.get(child.session_id)
+        async with server_of(primary.url, config) as server:
+            record = await server.store.directory.get(child.session_id)
         on_replica = aioredis.Redis.from_url(replica.url)
         try:
             entries = await on_replica.xrange(keys.session_stream(record.partition, child.session_id))
