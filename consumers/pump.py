@@ -48,11 +48,13 @@ DEFAULT_METRICS_PORT = 9466
 
 
 class Pump:
-    def __init__(self, store: EventStore, config: Config, interval_s: float = 1.0, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, store: EventStore, config: Config, interval_s: float = 1.0,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        """``clock``: what its decisions and the due index are read by (``treemail.testing`` moves one)."""
         self.store = store
         self.config = config
         self.interval_s = interval_s
-        self.service = ObligationService(SessionService(store, config))
+        self.service = ObligationService(SessionService(store, config, clock), clock)
         # Peer mail as an outbox: the pump is also a peer driver (admission attempts, status back).
         self.peer_driver = PeerDriver(store, SessionService(store, config, clock), load_keyring(config.proof), clock)
         self.passes = 0
@@ -115,7 +117,8 @@ def main() -> None:
     logging.basicConfig(level=os.environ.get("TREEMAIL_LOG", "WARNING"), format="%(asctime)s %(name)s %(message)s")
     config = load_config()
     if not config.service.redis_url:
-        raise SystemExit("treemail pump: error: no server: set REDIS_URL (or [service] redis_url in TREEMAIL_CONFIG)")
+        raise SystemExit("treemail pump: error: no server: set REDIS_URL (or [service] redis_url in TREEMAIL_CONFIG); "
+                         "`treemail server` starts a local Valkey and prints the URL")
     port = int(os.environ.get("TREEMAIL_PUMP_METRICS_PORT", str(DEFAULT_METRICS_PORT)))
     interval = float(os.environ.get("TREEMAIL_PUMP_INTERVAL_S", "1.0"))
     asyncio.run(serve_pump(config, config.service.redis_url, port, interval))

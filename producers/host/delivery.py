@@ -64,8 +64,8 @@ class Deliveries:
         self._keyring = keyring
         self._discard = discard
 
-    async def claim(self, session_id: str, run_id: str) -> list[Delivery]:
-        claimed = await self._sessions.execute(c.ClaimMail(session_id, run_id))
+    async def claim(self, session_id: str, run_id: str, step: int | None = None) -> list[Delivery]:
+        claimed = await self._sessions.execute(c.ClaimMail(session_id, run_id, step))
         if not claimed:
             return []
         record = await self._sessions.record(session_id)
@@ -77,7 +77,7 @@ class Deliveries:
         for event in accepted.values():
             if isinstance(event, ev.ProducerMessageAccepted):
                 with tracing.span("treemail.claim", event.traceparent, message_id=event.message_id,
-                                  session_id=session_id, run_id=run_id):
+                                  session_id=session_id, run_id=run_id, step=step):
                     pass
         overlay = (await self._store.load(record)).state.rules_overlay
         reply_hint = tool.tool_definition(record.rules, record.send_message_tool, overlay=overlay) is not None

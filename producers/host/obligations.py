@@ -12,7 +12,6 @@ so a model-facing tool can return it as is.
 """
 
 import json
-import time
 
 import redis.asyncio as aioredis
 
@@ -28,6 +27,7 @@ from treemail.domain.records import SessionRecord
 from treemail.domain.results import error_result
 from treemail.domain.state import MailItem
 from treemail.services.disposal import DisposalService
+from treemail.services.clock import SYSTEM_CLOCK, Clock
 from treemail.services.obligations import ObligationService
 from treemail.services.peerdelivery import PeerDriver
 from treemail.services.peers import PeerService
@@ -52,8 +52,10 @@ def settled(message_id: str) -> dict:
 
 class Obligations:
     def __init__(self, redis: aioredis.Redis, config: Config, store: EventStore, sessions: SessionService,
-                 wake_reader: WakeReader, sweeper: ObligationService, disposal: DisposalService, *,
-                 peers: PeerService | None = None, peer_driver: PeerDriver | None = None) -> None:
+                 wake_reader: WakeReader, sweeper: ObligationService, disposal: DisposalService,
+                 clock: Clock = SYSTEM_CLOCK, *, peers: PeerService | None = None,
+                 peer_driver: PeerDriver | None = None) -> None:
+        self._clock = clock
         self._redis = redis
         self._config = config
         self._store = store
@@ -136,9 +138,9 @@ class Obligations:
                                        "at": settled_record.at}}
             if item is None:
                 return unknown(message_id)
-            return outbox.status_of(item, found.sender_id, self._config.messaging, time.time())
+            return outbox.status_of(item, found.sender_id, self._config.messaging, self._clock.now())
         status = status_of(message_id, found.sender_id, found.sent, found.settled, item, self._config.messaging,
-                           time.time())
+                           self._clock.now())
         return {**status, "peer": found.sent.peer} if found.sent.peer else status
 
     async def retry(self, message_id: str, caller_session_id: str | None = None) -> dict:
@@ -195,7 +197,7 @@ class Obligations:
         host did not live to complete after its cutoff is completed (disposal
         cutoff: nothing the closing session held is left behind).
         """
-        started = time.time()
+        started = self._clock.now()
         finished: list[ev.Event] = []
         if interrupted_runs:
             for p in range(self._config.service.partitions):

@@ -27,6 +27,7 @@ with the stable code. A tool the session does not have is an unknown tool
 
 import asyncio
 import contextlib
+import importlib.metadata
 import signal
 from collections.abc import Awaitable, Callable
 
@@ -41,7 +42,6 @@ from mcp_types.jsonrpc import INVALID_PARAMS
 from treemail.adapters.config import Config
 from treemail.adapters.tokens import TokenBinding
 from treemail.domain import ids
-from treemail.domain.protocol import PROTOCOL_VERSION
 
 from ..host.facade import Treemail
 
@@ -79,11 +79,19 @@ def build_server(host: Treemail, resolve: Resolve) -> Server:
             is_error="error" in result,
         )
 
-    return Server(NAME, version=f"protocol {PROTOCOL_VERSION}", instructions=INSTRUCTIONS, on_list_tools=list_tools,
+    # The package's version, as every MCP server reports its own; the protocol number is in the instructions.
+    return Server(NAME, version=package_version(), instructions=INSTRUCTIONS, on_list_tools=list_tools,
                   on_call_tool=call_tool)
 
 
 # ---- stdio: one session per process ------------------------------------------------------------
+
+
+def package_version() -> str:
+    try:
+        return importlib.metadata.version("treemail")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree never installed
+        return "0+unknown"
 
 
 async def serve_stdio(config: Config, url: str, session_id: str, run_id: str | None = None) -> None:
@@ -145,14 +153,23 @@ def http_app(host: Treemail, bind_host: str = "127.0.0.1", port: int = 8765):
     )
 
 
-async def serve_http(config: Config, url: str, host: str = "127.0.0.1", port: int = 8765) -> None:
-    """Serve streamable HTTP on ``http://host:port/mcp`` until SIGINT or SIGTERM."""
+async def serve_http(config: Config, url: str, host: str = "127.0.0.1", port: int = 8765, say=None) -> None:
+    """Serve streamable HTTP on ``http://host:port/mcp`` until SIGINT or SIGTERM.
+
+    ``say`` is told the address once the port is bound (port 0: the one the system chose), so whoever
+    started it knows where to point a client."""
     import uvicorn
 
     api = await Treemail.connect(config, url)
     try:
         server = uvicorn.Server(uvicorn.Config(http_app(api, host, port), host=host, port=port, log_level="warning"))
         task = asyncio.create_task(server.serve())
+        while not server.started and not task.done():
+            await asyncio.sleep(0.02)
+        if server.started and say is not None:
+            bound = server.servers[0].sockets[0].getsockname()[1]
+            say(f"MCP over streamable HTTP on http://{host}:{bound}/mcp; each request needs "
+                "Authorization: Bearer <a token from `treemail mcp-token SESSION`>")
         stopping = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

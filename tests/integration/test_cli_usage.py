@@ -95,6 +95,18 @@ def test_usage_errors_are_one_line(args, says):
     assert says in one_line_error(cli("redis://127.0.0.1:1/0", *args))
 
 
+def test_without_a_server_address_the_advice_is_one_a_person_can_follow(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "TREEMAIL_CONFIG")}
+    env.pop("TREEMAIL_SERVICE_REDIS_URL", None)
+    env["XDG_CONFIG_HOME"] = str(tmp_path)  # no user or workspace treemail.toml naming a server either
+    done = subprocess.run([sys.executable, "-m", "treemail", "trees"], env=env, capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path)
+    line = one_line_error(done)
+    # No default address exists, so none is implied; the command that gives one is named.
+    assert "no server: set REDIS_URL" in line and "`treemail server`" in line, line
+    assert "6379" not in line
+
+
 async def test_empty_listings_say_so(redis_url):
     assert cli(redis_url, "approvals", "list").stdout.strip() == "no approval requests are waiting"
     assert cli(redis_url, "dead-letters").stdout.strip() == "no dead letters"

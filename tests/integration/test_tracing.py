@@ -1,8 +1,6 @@
 """OpenTelemetry: one message's journey (prepare, admit, claim, release by the pump, consume) is one
 trace, read back with the SDK's in-memory exporter; off by default."""
 
-import asyncio
-
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
@@ -11,9 +9,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from treemail.adapters import tracing
 from treemail.domain import events as ev
-from treemail.services.obligations import ObligationService
 
-from .conftest import adapters, live, running_stack
+from .conftest import live, timed_stack
 
 
 def test_tracing_is_off_unless_an_exporter_is_named():
@@ -36,15 +33,15 @@ def exporter():
 
 
 async def test_one_message_is_one_trace_from_preparation_to_consumption(redis_url, calls, exporter):
-    async with running_stack(redis_url, attempt_timeout_s=0.2, backoff_initial_s=0, backoff_max_s=0) as host:
+    async with timed_stack(redis_url, backoff_initial_s=0, backoff_max_s=0) as env:
+        host = env.tm
         root = await host.register_root("planner", "x", rules={"child": "allow"})
         child = await host.register_child(root.session_id, "explore", "x", rules={"parent": "allow"}, status="running")
         await live(host, root, child)  # only a session's open run may send (exact live sender)
         exporter.clear()
         sent = await host.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "traced"})
         [delivery] = await host.claim(child.session_id, "run-1")
-        await asyncio.sleep(0.25)
-        await ObligationService(adapters(host).sessions).step()  # the claim timed out: the pump releases it
+        await env.advance(env.config.messaging.attempt_timeout_s)  # the claim timed out: the pump releases it
         [again] = await host.claim(child.session_id, "run-1")
         await host.consume(child.session_id, again.message_id)
         history = await host.history(child.session_id)

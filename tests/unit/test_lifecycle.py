@@ -180,6 +180,27 @@ def test_release_keeps_the_slots(claimed_mail):
     assert h.state.pending_agent == 1 and h.state.pair_inflight == {T.root.session_id: 1}
 
 
+def test_a_release_records_the_hosts_reason_as_the_latest_reason(claimed_mail):
+    h = claimed_mail
+    [released] = h.then(decide_release(ReleaseMail("s", "m-1", "rate_limited: 429"), Given(h.state, h.mail, config())))
+    assert (released.reason, released.detail) == ("released", "rate_limited: 429")
+    assert h.mail["m-1"].reason == "rate_limited: 429"
+
+
+def test_a_release_without_a_reason_keeps_treemails_own_code(claimed_mail):
+    h = claimed_mail
+    [released] = h.then(decide_release(ReleaseMail("s", "m-1"), Given(h.state, h.mail, config())))
+    assert released.detail == "" and h.mail["m-1"].reason == "released"
+
+
+@pytest.mark.parametrize("reason", ["x" * 201, "two\nlines", "tab\there"])
+def test_a_release_reason_longer_than_its_bound_or_not_one_line_is_refused(claimed_mail, reason):
+    h = claimed_mail
+    given = Given(h.state, h.mail, config())
+    assert lifecycle_code(lambda: decide_release(ReleaseMail("s", "m-1", reason), given)) == "lifecycle:invalid_reason"
+    assert decide_release(ReleaseMail("s", "m-1", "x" * 200), given)  # the bound itself passes
+
+
 @pytest.mark.parametrize("decide", [
     lambda state, mail, message_id: decide_consume(ConsumeMail("s", message_id), Given(state, mail, config())),
     lambda state, mail, message_id: decide_release(ReleaseMail("s", message_id), Given(state, mail, config())),

@@ -35,6 +35,7 @@ from . import keys
 from .config import ServiceConfig
 from .directory import Directory
 from .lanes import CommandBatch, Lanes, raise_refused
+from .replication import require_confirmed, run_waited, wait_command
 from .statecache import Loaded, StateCache
 
 COMMIT_LUA = resources.files(__package__).joinpath("commit.lua").read_text()
@@ -394,9 +395,10 @@ class EventStore:
     @property
     def answers_in_commit(self) -> bool:
         """Whether an append may carry its command's answer (``Reply``). Not on a cluster: a reply list and
-        a command stream hash to slots of their own. Not under the durable profile: an answer waits for
-        the fsync (WAITAOF after the append), and one pushed by the append itself would not."""
-        return not self.config.cluster and self.config.profile != "durable"
+        a command stream hash to slots of their own. Not under the durable or replicated profile: an answer
+        waits for the fsync or the replicas (WAITAOF, WAIT after the append), and one pushed by the append
+        itself would not."""
+        return not self.config.cluster and self.config.profile == "fast"
 
     @functools.cached_property
     def commit_script(self) -> AsyncScript:
@@ -438,10 +440,12 @@ class EventStore:
         async for attempt in AsyncRetrying(retry=retry_if_exception_type(NoScriptError), stop=stop_after_attempt(2),
                                            before_sleep=self._scripts_lost, reraise=True):
             with attempt:
-                replies = await self._lanes.run(batch.commands)
+                replies = await self._waited_round_trip(batch.commands)
                 lost = next((r for r in replies if isinstance(r, NoScriptError)), None)
                 if lost is not None:
                     raise lost
+                if self.config.profile == "replicated" and not self.config.cluster:
+                    require_confirmed(replies.pop(), self.config)  # the WAIT ``add_durability_wait`` added
                 return raise_refused(replies)
         raise AssertionError("unreachable")
 
@@ -449,13 +453,26 @@ class EventStore:
         replies = await self.run_pipeline(lambda pipe: self.commit_call(prepared, pipe))
         return parse_append(replies[0])
 
-    def add_durability_wait(self, pipe) -> None:
-        """Under the durable profile, the pipeline ends with WAITAOF: success only after the local fsync.
+    async def _waited_round_trip(self, commands: list[tuple]) -> list:
+        """The replicated profile on a cluster: each primary's share with its own WAIT (``replication``)."""
+        if self.config.profile == "replicated" and self.config.cluster:
+            return await run_waited(self.redis, commands, self.config)
+        return await self._lanes.run(commands)
 
-        (A cluster's primaries fsync every write themselves, appendfsync always, checked at start.)
+    def add_durability_wait(self, pipe) -> None:
+        """Under the durable profile, the pipeline ends with WAITAOF: success only after the local fsync;
+        under the replicated profile, on one server, with WAIT on the same connection: success only after
+        ``min_replicas`` replicas have every write of the round trip.
+
+        (A cluster's primaries fsync every write themselves, appendfsync always, checked at start; there
+        the replicated profile's WAITs go out per primary, ``_waited_round_trip``.)
         """
-        if self.config.profile == "durable" and not self.config.cluster:
+        if self.config.cluster:
+            return
+        if self.config.profile == "durable":
             pipe.execute_command("WAITAOF", 1, 0, 0)
+        elif self.config.profile == "replicated":
+            pipe.execute_command(*wait_command(self.config))
 
     # ---- read --------------------------------------------------------------------------------
 

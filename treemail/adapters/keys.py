@@ -121,6 +121,12 @@ def command_shard(route_session_id: str, command_streams: int) -> int:
     return zlib.crc32(route_session_id.encode()) % command_streams
 
 
+def projection_members() -> str:
+    """Sorted set: each running projection worker (``<host>-<pid>``) -> when it last said so (server time,
+    ms). Read by ``replay``, which warns while one runs."""
+    return f"{PREFIX}:projectors"
+
+
 def worker_members() -> str:
     """Sorted set: each live worker (``"<command_streams> <consumer name>"``, ``members.entry``) -> when it
     last said so (server time, ms). The workers share the command streams out among its members

@@ -93,18 +93,26 @@ class FinishRun:
 class ClaimMail:
     session_id: str
     run_id: str
+    # The engine's step boundary (its model request) the claim is made at; None: not reported.
+    step: int | None = None
 
 
 @dataclass(frozen=True)
 class ConsumeMail:
     session_id: str
     message_id: str
+    # The step whose model request carried the message, and the tokens it took in the recipient's context.
+    step: int | None = None
+    tokens: int | None = None
 
 
 @dataclass(frozen=True)
 class ReleaseMail:
     session_id: str
     message_id: str
+    # Why the host's attempt failed, in its words ("rate_limited", "model error 529"): one printable line
+    # of at most ``MAX_RELEASE_DETAIL`` characters; recorded on the release, shown by ``inspect``.
+    reason: str = ""
 
 
 @dataclass(frozen=True)

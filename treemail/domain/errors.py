@@ -63,6 +63,8 @@ class Code(str, Enum):
     PARENT_UNAVAILABLE = "send_message:parent_unavailable"
     NOT_RESUMABLE = "send_message:not_resumable"
     INTERRUPT_SENDER_NOT_LIVE = "interrupt_agent:sender_not_live"
+    # The replicated profile: the append was made but its replicas did not confirm it in time.
+    NOT_REPLICATED = "send_message:not_replicated"
 
 
 MAX_MESSAGE_CHARS = 8192

@@ -158,7 +158,9 @@ class ProducerMessageAdmitted(MessageEvent):
 
 
 class ProducerMessageClaimed(MessageEvent):
-    pass
+    # The engine's step boundary the claim was made at (its model request), when the host reported it:
+    # with the run it says exactly which step of which run saw the message (the mailbox timeline).
+    step: int | None = None
 
 
 class ProducerMessageReleased(MessageEvent):
@@ -166,10 +168,16 @@ class ProducerMessageReleased(MessageEvent):
     reason: str = ""
     # Due again from then (backoff); 0: at once.
     retry_at: float = 0.0
+    # The host's own words for why its attempt failed (``release(..., reason=)``): one line, bounded
+    # (``MAX_RELEASE_DETAIL``); empty for treemail's own releases. What ``inspect`` shows as the reason.
+    detail: str = ""
 
 
 class ProducerMessageConsumed(MessageEvent):
-    pass
+    # The step whose model request carried the message, and the tokens it cost in the recipient's
+    # context, when the host reported them.
+    step: int | None = None
+    tokens: int | None = None
 
 
 class ProducerMessageDiscarded(MessageEvent):

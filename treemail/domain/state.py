@@ -354,7 +354,7 @@ def _attempt(item: MailItem, event: ev.MessageEvent) -> MailItem:
         case ev.ProducerMessageClaimed():
             return replace(item, attempts=item.attempts + 1, claimed_at=event.at, retry_at=0.0)
         case ev.ProducerMessageReleased():
-            return replace(item, retry_at=event.retry_at, reason=event.reason or "released")
+            return replace(item, retry_at=event.retry_at, reason=event.detail or event.reason or "released")
         case ev.ProducerMessageParked():
             return replace(item, state="parked", reason=event.reason)
         case ev.ProducerMessageRetried():

@@ -157,21 +157,35 @@ def decide_claim(command: ClaimMail, given: Given) -> list[ev.Event]:
         return []
     # A failed attempt's message waits out its backoff (mail as an obligation).
     due = [m for m in in_order(given.mail) if due_in_run(m, command.run_id) and m.retry_at <= given.now]
-    return [message_event(ev.ProducerMessageClaimed, item, command.run_id, given.now) for item in due]
+    step = {} if command.step is None else {"step": command.step}
+    return [message_event(ev.ProducerMessageClaimed, item, command.run_id, given.now, **step) for item in due]
 
 
 def decide_consume(command: ConsumeMail, given: Given) -> list[ev.Event]:
     require_registered(given.state)
     item = require_mail(given.mail, command.message_id)
     require_claimed(item)
-    return [message_event(ev.ProducerMessageConsumed, item, item.run_id, given.now)]
+    reported = {k: v for k, v in (("step", command.step), ("tokens", command.tokens)) if v is not None}
+    return [message_event(ev.ProducerMessageConsumed, item, item.run_id, given.now, **reported)]
+
+
+# A release's reason is the host's diagnostic, stored on the stream and shown by inspect: one line, short,
+# so a stack trace or a model's whole error body never lands in every replay.
+MAX_RELEASE_DETAIL = 200
+
+
+def require_release_reason(reason: str) -> None:
+    if len(reason) > MAX_RELEASE_DETAIL or not reason.isprintable():
+        raise LifecycleError("lifecycle:invalid_reason", f"a release reason is one printable line of at most "
+                             f"{MAX_RELEASE_DETAIL} characters, got {len(reason)} characters")
 
 
 def decide_release(command: ReleaseMail, given: Given) -> list[ev.Event]:
     require_registered(given.state)
+    require_release_reason(command.reason)
     item = require_mail(given.mail, command.message_id)
     require_claimed(item)
-    return [fail_attempt(item, RELEASED, given.config, given.now)]
+    return [fail_attempt(item, RELEASED, given.config, given.now, detail=command.reason)]
 
 
 def decide_discard(command: DiscardMail, given: Given) -> list[ev.Event]:

@@ -35,7 +35,7 @@ def past_deadline(item: MailItem, policy: MessagingConfig, now: float) -> bool:
 
 
 def fail_attempt(item: MailItem, reason: str, policy: MessagingConfig, now: float,
-                 backoff: bool = True) -> ev.MessageEvent:
+                 backoff: bool = True, detail: str = "") -> ev.MessageEvent:
     """A claim that did not end in consumption: released with a backoff, or parked once the budget is spent.
 
     ``backoff=False`` for a run that ended with the claim open: the message
@@ -46,7 +46,8 @@ def fail_attempt(item: MailItem, reason: str, policy: MessagingConfig, now: floa
     if past_deadline(item, policy, now):
         return step_event(ev.ProducerMessageParked, item, item.run_id, now, reason=DEADLINE)
     retry_at = now + backoff_delay(policy, item.attempts) if backoff else 0.0
-    return step_event(ev.ProducerMessageReleased, item, item.run_id, now, reason=reason, retry_at=retry_at)
+    return step_event(ev.ProducerMessageReleased, item, item.run_id, now, reason=reason, retry_at=retry_at,
+                      detail=detail)
 
 
 def decide_keep(command: KeepObligations, given) -> list[ev.Event]:
