@@ -34,7 +34,7 @@ from ..tools.table import Handlers
 from . import wiring
 from .approvals import ApprovalWait
 from .delivery import Deliveries
-from .disposal import Disposal, Disposed, check_stop_reason
+from .disposal import Disposal, Disposed, check_closing_text, check_stop_reason
 from .history import History
 from .interrupts import Interrupt, Interrupts
 from .obligations import Obligations
@@ -164,10 +164,8 @@ class Treemail:
         returns None.
         """
         check_stop_reason(reason)
-        await self._services.sessions.execute(c.FinishRun(session_id, run_id, reason or "completed"))
-        if reason is None:
-            return None
-        return await self._services.settlement.settle(session_id, run_id, reason, closing_text)
+        check_closing_text(closing_text)
+        return await self._services.settlement.finish(session_id, run_id, reason, closing_text)
 
     async def wakes(self, consumer: str, count: int = 10, block_ms: int = 1000) -> list[Wake]:
         """Wake triggers for this host runner (one consumer group shared by all runners)."""

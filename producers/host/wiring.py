@@ -48,7 +48,7 @@ class Services:
 def build(redis: aioredis.Redis, listener: aioredis.Redis, config: Config) -> Services:
     store = EventStore(redis, config.service)
     sessions = SessionService(store, config)
-    settlement = SettlementService(store, sessions)
+    settlement = SettlementService(sessions)
     # Loaded once: a bad key file fails at connect, not at the first delivery.
     keyring = load_keyring(config.proof)
     return Services(

@@ -202,8 +202,8 @@ def test_a_notice_is_treemails_words_never_credited_to_the_child_and_never_count
     [notice] = of(settlement.parent_events, ev.ProducerMessageAccepted)
     assert notice.owner == "settlement" and notice.sender_session_id is None and notice.sender_handle is None
     assert notice.body == (
-        f"Background subagent {T.child.handle} finished and will do no further work unless you send it more."
-        "\n\ndone: 3 bugs"
+        f"Background subagent {T.child.handle} (session {T.child.session_id}) finished and will do no further "
+        "work unless you send it more.\n\ndone: 3 bugs"
     )
     parent = fold((registered(T.root), *settlement.parent_events))
     assert parent.pending_agent == 0 and parent.pair_inflight == {} and parent.pending_all == 1

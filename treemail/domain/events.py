@@ -18,6 +18,8 @@ Mode = Literal["steer", "queue"]
 # of the host's own producers that inject mail.
 # "settlement" and "returned" are notices treemail itself writes: never an agent's words.
 OwnerKind = Literal["agent", "plugin", "delegation", "goal", "settlement", "returned"]
+# The stop reasons treemail words a notice for; a host may report any other (bounded, ``limits``): it is
+# stored as reported and worded generically.
 StopReason = Literal["completed", "aborted", "max_tokens", "refusal", "error"]
 
 
@@ -133,8 +135,8 @@ class SessionRunStarted(Event):
 
 class SessionRunFinished(Event):
     run_id: str
-    # Why the run ended, as the host reports it; "aborted" answers an interrupt.
-    reason: StopReason = "completed"
+    # Why the run ended, as the host reports it (``StopReason`` or any other); "aborted" answers an interrupt.
+    reason: str = "completed"
 
 
 class SessionWakeRequested(Event):
@@ -166,6 +168,10 @@ class ProducerMessageReleased(MessageEvent):
     reason: str = ""
     # Due again from then (backoff); 0: at once.
     retry_at: float = 0.0
+    # How the release changes the message's attempt count: +1 for a woken run that ended without claiming it
+    # (no claim counted that attempt), -1 for the host's release at a step boundary (not a failure: the
+    # claim's count is given back), 0 for a claim that failed (the claim counted it).
+    attempts_change: int = 0
 
 
 class ProducerMessageConsumed(MessageEvent):
@@ -322,7 +328,7 @@ class PeerGrantSet(Event):
 class SessionClosing(Event):
     """The send-versus-dispose cutoff: from here on sends to and from the session are refused."""
 
-    stop_reason: StopReason | None = None
+    stop_reason: str | None = None
     closing_text: str | None = None
 
 
@@ -334,7 +340,7 @@ class SessionSettled(Event):
     """The session's run ended for good, or it was disposed; and what treemail told its parent about it."""
 
     run_id: str | None = None
-    stop_reason: StopReason
+    stop_reason: str
     closing_text: str | None = None
     disposed: bool = False
     # not_announced, parent_unavailable, injected, queued or steered (the notice's gates, in order).

@@ -83,7 +83,8 @@ def mail_senders(_command, mail: Mapping[str, MailItem], _history=()) -> set[str
 
 
 def sources(recipient_id: str, recipient_status: str, events: list[ev.Event], version: int,
-            senders: Mapping[str, Sender | None]) -> list[Source]:
+            senders: Mapping[str, Sender | None], elsewhere: Mapping[str, list[ev.Event]] | None = None
+            ) -> list[Source]:
     """Each sender's records of ``events`` (``source_events``), on the stream the decision read it at.
 
     ``senders``: every sender the decision looked up; None for one whose stream the same atomic step cannot
@@ -92,7 +93,11 @@ def sources(recipient_id: str, recipient_status: str, events: list[ev.Event], ve
     a record to drop quietly.
     """
     out: list[Source] = []
-    for sender_id, records in source_events(recipient_id, recipient_status, events, version).items():
+    writes = source_events(recipient_id, recipient_status, events, version)
+    # Other events the decision writes there (a settlement notice to a parent), after the records.
+    for session_id, more in (elsewhere or {}).items():
+        writes[session_id] = [*writes.get(session_id, []), *more]
+    for sender_id, records in writes.items():
         if sender_id not in senders:
             raise AssertionError(f"the decision implies records for sender {sender_id} it did not read")
         sender = senders[sender_id]

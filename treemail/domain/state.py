@@ -70,6 +70,11 @@ class SessionState:
     disposal: str | None = None
     drained_by: frozenset[str] = frozenset()
     announced: bool = False
+    # The run that finished last (a repeated finish of it is harmless), and what was settled last: that run's
+    # id, or "disposed" (a settlement is written once, however often a finish or a disposal is repeated).
+    last_run: str | None = None
+    settled: str = ""
+    settled_notice: str = ""
 
     def to_json(self) -> str:
         """Only the fields that differ from a new session's (``from_json`` fills in the rest, as it does
@@ -231,7 +236,7 @@ def evolve(state: SessionState, event: ev.Event) -> SessionState:
             if state.current_run != run_id:
                 return replace(state, run_hops=hops)
             # A session whose run ended is idle until its host says it finished or a new run starts.
-            return replace(state, status="idle", current_run=None, run_hops=hops)
+            return replace(state, status="idle", current_run=None, run_hops=hops, last_run=run_id)
         case ev.ProducerMessageConsumed():
             return _drain(replace(state, run_hops=_observe(state, event)), event)
         case ev.ProducerMessageDiscarded():
@@ -256,12 +261,19 @@ def evolve(state: SessionState, event: ev.Event) -> SessionState:
             return replace(state, disposal="closing")
         case ev.SessionClosed():
             return replace(state, disposal="closed")
+        case ev.SessionSettled():
+            return replace(state, settled=settlement_key(event.run_id, event.disposed), settled_notice=event.notice)
         case ev.SessionDrainStarted(by=by):
             return replace(state, drained_by=state.drained_by | {by})
         case ev.SessionDrainLifted(by=by):
             return replace(state, drained_by=state.drained_by - {by})
         case _:
             return state
+
+
+def settlement_key(run_id: str | None, disposed: bool) -> str:
+    """What one settlement settles: a run's end, or the disposal."""
+    return "disposed" if disposed else run_id or ""
 
 
 def fold(events, state: SessionState = INITIAL) -> SessionState:
@@ -318,7 +330,8 @@ def _attempt(item: MailItem, event: ev.MessageEvent) -> MailItem:
         case ev.ProducerMessageClaimed():
             return replace(item, attempts=item.attempts + 1, claimed_at=event.at, retry_at=0.0)
         case ev.ProducerMessageReleased():
-            return replace(item, retry_at=event.retry_at, reason=event.reason or "released")
+            return replace(item, retry_at=event.retry_at, reason=event.reason or "released",
+                           attempts=max(0, item.attempts + event.attempts_change))
         case ev.ProducerMessageParked():
             return replace(item, state="parked", reason=event.reason)
         case ev.ProducerMessageRetried():

@@ -13,6 +13,7 @@ from .. import notices
 from ..commands import CloseSession, DisposeSession, DrainSession, LiftDrain, ReturnMail
 from ..errors import LifecycleError
 from .lifecycle import Given, in_order, message_event, require_registered
+from .settlement import owed, settle_with
 from .wake import with_wake
 
 RETURNED_PRODUCER = "returned:treemail"
@@ -90,6 +91,9 @@ def decide_close(command: CloseSession, given: Given) -> list[ev.Event]:
         for item in pending
     ]
     events.append(ev.SessionClosed(at=given.now))
+    if command.settle is not None and owed(state, None, True):
+        settled, _ = settle_with(command.settle, given.session_id, state, given.senders, None, True, given.now)
+        events.append(settled)
     return events
 
 
