@@ -227,7 +227,8 @@ async def test_settlement_gates_in_their_order(stack):
     [notice] = [d for d in await stack.claim(root.session_id, "run-root") if d.owner == "settlement"]
     assert notice.text == (
         '<treemail_notice kind="subagent_settled">\n'
-        f"Background subagent {a.handle} finished and will do no further work unless you send it more.\n\n"
+        f"Background subagent {a.handle} (session {a.session_id}) finished and will do no further work unless you "
+        "send it more.\n\n"
         "3 bugs found\n</treemail_notice>"
     )
     assert notice.sender_session_id is None

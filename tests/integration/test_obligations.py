@@ -85,16 +85,21 @@ async def test_a_claim_never_acknowledged_is_released_after_the_timeout_and_deli
         assert (await host.obligations.inspect(sent["message_id"]))["status"] == "processed"
 
 
-async def test_a_message_released_eight_times_is_parked_inspectable_and_retry_brings_it_back(redis_url, calls):
+async def test_a_message_failed_eight_times_is_parked_inspectable_and_retry_brings_it_back(redis_url, calls):
     async with running_stack(redis_url, backoff_initial_s=0, backoff_max_s=0) as host:
         root, [child] = await family(host)
         await host.start_run(child.session_id, "run-1")
         sent = await host.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "fragile"})
         message_id = sent["message_id"]
-        for _ in range(8):
+        # A release at a step boundary is not a failure: it never spends the budget.
+        for _ in range(3):
             [delivery] = await host.claim(child.session_id, "run-1")
             await host.release(child.session_id, delivery.message_id)
-        assert await host.claim(child.session_id, "run-1") == []
+        for attempt in range(8):  # each run claims it and ends without acknowledging it
+            [delivery] = await host.claim(child.session_id, f"run-{attempt + 1}")
+            await host.finish_run(child.session_id, f"run-{attempt + 1}")
+            await host.start_run(child.session_id, f"run-{attempt + 2}")
+        assert await host.claim(child.session_id, "run-9") == []
         status = await host.obligations.inspect(message_id, caller_session_id=root.session_id)
         assert (status["status"], status["reason"], status["attempts"]) == ("parked", "max_attempts", 8)
         assert status["receipt"]["recipient_session_id"] == child.session_id
@@ -102,7 +107,7 @@ async def test_a_message_released_eight_times_is_parked_inspectable_and_retry_br
         assert code(await host.obligations.retry(message_id, caller_session_id=child.session_id)) == "permission_denied"
         renewed = await host.obligations.retry(message_id, caller_session_id=root.session_id)
         assert (renewed["status"], renewed["attempts"], renewed["reason"]) == ("accepted", 0, "retried")
-        [back] = await host.claim(child.session_id, "run-1")
+        [back] = await host.claim(child.session_id, "run-9")
         assert back.message_id == message_id
         # Not parked any more: nothing to retry. Processed: it can never be rewound.
         assert code(await host.obligations.retry(message_id)) == "retry_message:not_parked"

@@ -116,6 +116,8 @@ class FinishRun:
     reason: str = "completed"
     # Given: the run's turn is over and the parent is told (once, however often the finish is repeated).
     settle: Settle | None = None
+    # The host restarted and this run did not survive it (``reconcile``): its mail is due again at once.
+    interrupted: bool = False
 
 
 @dataclass(frozen=True)

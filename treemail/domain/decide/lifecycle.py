@@ -195,8 +195,9 @@ def decide_finish_run(command: FinishRun, given: Given) -> list[ev.Event]:
     released = []
     for item in in_order(given.mail):
         if item.state == "claimed" and item.run_id == run_id:
-            released.append(fail_attempt(item, RUN_FINISHED, given.config, given.now))
-        elif unclaimed_at_finish(item, run_id, given.now):
+            released.append(fail_attempt(item, RUN_FINISHED, given.config, given.now,
+                                         backoff=not command.interrupted))
+        elif unclaimed_at_finish(item, run_id, given.now) and not command.interrupted:
             released.append(fail_attempt(item, WAKE_UNCLAIMED, given.config, given.now, counted=False))
     finished = ev.SessionRunFinished(at=given.now, run_id=run_id, reason=command.reason)
     return settled_with(command, given, with_wake(state, [*released, finished], given.now, given.mail))

@@ -37,12 +37,13 @@ def past_deadline(item: MailItem, policy: MessagingConfig, now: float) -> bool:
 
 
 def fail_attempt(item: MailItem, reason: str, policy: MessagingConfig, now: float,
-                 counted: bool = True) -> ev.MessageEvent:
+                 counted: bool = True, backoff: bool = True) -> ev.MessageEvent:
     """An attempt that did not end in consumption: released with a backoff, or parked once the budget is spent.
 
     ``counted``: a claim already counted the attempt; otherwise (a run that ended without claiming the
     message) the release counts it, so a provider that never claims spends the budget as surely as one
-    that claims and fails.
+    that claims and fails. ``backoff=False``: the run was cut short by its host's restart, not failed by
+    its mail; the attempt counts and the message is due at once.
     """
     attempts = item.attempts if counted else item.attempts + 1
     if attempts >= policy.max_attempts:
@@ -50,7 +51,8 @@ def fail_attempt(item: MailItem, reason: str, policy: MessagingConfig, now: floa
     if past_deadline(item, policy, now):
         return step_event(ev.ProducerMessageParked, item, item.run_id, now, reason=DEADLINE)
     return step_event(ev.ProducerMessageReleased, item, item.run_id, now, reason=reason,
-                      retry_at=now + backoff_delay(policy, attempts), attempts_change=0 if counted else 1)
+                      retry_at=now + backoff_delay(policy, attempts) if backoff else 0.0,
+                      attempts_change=0 if counted else 1)
 
 
 def release_at_boundary(item: MailItem, now: float) -> ev.MessageEvent:
