@@ -24,7 +24,7 @@ from treemail.adapters import tracing
 from treemail.adapters.config import Config, load_config
 from treemail.adapters.connection import connect
 from treemail.domain import commands as c
-from treemail.domain import ids
+from treemail.domain import ids, limits
 from treemail.domain.commands import SendContext
 from treemail.domain.errors import LifecycleError, Rejected
 
@@ -276,8 +276,8 @@ class Treemail:
         sent from, by default the sender's open run (exact live sender: only a
         session's open run may send; with none open it is ``sender_not_live``).
         """
-        if idempotency_key is not None and not (isinstance(idempotency_key, str) and 0 < len(idempotency_key) <= 200):
-            raise ValueError("idempotency_key must be a non-empty string of at most 200 characters")
+        # Kept as the tool call id ("key:<key>"), within its limit.
+        limits.require_text("idempotency_key", idempotency_key, limits.MAX_IDEMPOTENCY_KEY_BYTES, optional=True)
         call = f"key:{idempotency_key}" if idempotency_key is not None else f"host:{ids.uuid7()}"
         if run_id is None:
             store = self._services.store

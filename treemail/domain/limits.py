@@ -13,6 +13,8 @@ from collections.abc import Mapping
 
 # Run ids, tool call ids, idempotency keys, message and request ids a caller names.
 MAX_ID_BYTES = 256
+# A host's own idempotency key for a programmatic send (``tm.send``): kept as its tool call id, "key:<key>".
+MAX_IDEMPOTENCY_KEY_BYTES = 200
 # Agent types (a handle is "<agent_type>_<8 hex>"), peer names and principals, stop reasons, owners.
 MAX_NAME_BYTES = 64
 # A session's description, shown to its tree's peers.
@@ -61,3 +63,42 @@ def require_name(name: str, value, *, optional: bool = False) -> str | None:
 def require_ids(values: Mapping[str, object]) -> None:
     for name, value in values.items():
         require_id(name, value)
+
+
+# A reason a host gives for discarding a message, or a model for an interrupt: kept with the event.
+MAX_REASON_BYTES = 1024
+# Message rules: each pattern, and how many a session's document may carry.
+MAX_RULES = 64
+
+# The limit of each command field a caller names, by field name; nested commands are checked field by field.
+FIELD_LIMITS: dict[str, int] = {
+    **dict.fromkeys(("session_id", "root_session_id", "parent_session_id", "source_session_id", "run_id",
+                     "tool_call_id", "message_id", "notice_id", "request_id", "command_id", "reply_to",
+                     "in_reply_to", "by", "handle", "recipient_handle", "child_handle", "source"), MAX_ID_BYTES),
+    **dict.fromkeys(("agent_type", "name", "principal", "stop_reason", "peer", "owner"), MAX_NAME_BYTES),
+    "description": MAX_DESCRIPTION_BYTES,
+    "closing_text": MAX_CLOSING_TEXT_BYTES,
+    "reason": MAX_REASON_BYTES,
+    # A peer route's input schema (JSON), shown to the senders it admits.
+    "input_schema": 16384,
+}
+
+
+def check_command(command) -> None:
+    """Every identifier-like field of ``command`` (and of the commands and contexts it carries) within its
+    limit, and its rules within theirs; ``IdentifierError`` names the first that is not. Bodies are the
+    guards' (``max_body_bytes``), never checked here."""
+    for name, value in vars(command).items():
+        if isinstance(value, str):
+            limit = FIELD_LIMITS.get(name)
+            if limit is not None and byte_length(value) > limit:
+                raise IdentifierError(TOO_LONG, f"{name} is {byte_length(value)} bytes; the limit is {limit} bytes")
+        elif name in ("rules", "interrupt_rules") and isinstance(value, (list, tuple)):
+            if len(value) > MAX_RULES:
+                raise IdentifierError(TOO_LONG, f"{name}: {len(value)} rules; the limit is {MAX_RULES}")
+            for rule in value:
+                for part in rule:
+                    if isinstance(part, str) and byte_length(part) > MAX_ID_BYTES:
+                        raise IdentifierError(TOO_LONG, f"{name}: a pattern is over {MAX_ID_BYTES} bytes")
+        elif hasattr(value, "__dataclass_fields__"):
+            check_command(value)
