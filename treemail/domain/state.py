@@ -75,6 +75,8 @@ class SessionState:
     last_run: str | None = None
     settled: str = ""
     settled_notice: str = ""
+    # Its run was aborted (an interrupt): its mail waits, unwoken, until a new message or run (or a retry) comes.
+    abort_hold: bool = False
 
     def to_json(self) -> str:
         """Only the fields that differ from a new session's (``from_json`` fills in the rest, as it does
@@ -209,7 +211,7 @@ def evolve(state: SessionState, event: ev.Event) -> SessionState:
               | ev.ProducerMessageRestored(owner=owner, sender_session_id=sender)):
             # Settlement notices: a session ever sent mail is "announced" (it owes its parent a settlement notice).
             # One copy of the state for all of it: this case runs for every message sent.
-            changes = {"pending_all": state.pending_all + 1, "announced": True}
+            changes = {"pending_all": state.pending_all + 1, "announced": True, "abort_hold": False}
             producer_id = getattr(event, "producer_id", None)  # a restored message names none
             if producer_id in state.producers:
                 changes["producers"] = _recent(state.producers, producer_id)
@@ -228,7 +230,7 @@ def evolve(state: SessionState, event: ev.Event) -> SessionState:
         case ev.SessionStatusChanged(status=status):
             return replace(state, status=status)
         case ev.SessionRunStarted(run_id=run_id):
-            return replace(state, status="running", current_run=run_id, wake_pending=False)
+            return replace(state, status="running", current_run=run_id, wake_pending=False, abort_hold=False)
         case ev.SessionWakeRequested():
             return replace(state, wake_pending=True, wake_requested_at=event.at)
         case ev.SessionRunFinished(run_id=run_id):
@@ -236,7 +238,8 @@ def evolve(state: SessionState, event: ev.Event) -> SessionState:
             if state.current_run != run_id:
                 return replace(state, run_hops=hops)
             # A session whose run ended is idle until its host says it finished or a new run starts.
-            return replace(state, status="idle", current_run=None, run_hops=hops, last_run=run_id)
+            return replace(state, status="idle", current_run=None, run_hops=hops, last_run=run_id,
+                           abort_hold=event.reason == "aborted")
         case ev.ProducerMessageConsumed():
             return _drain(replace(state, run_hops=_observe(state, event)), event)
         case ev.ProducerMessageDiscarded():
@@ -261,6 +264,8 @@ def evolve(state: SessionState, event: ev.Event) -> SessionState:
             return replace(state, disposal="closing")
         case ev.SessionClosed():
             return replace(state, disposal="closed")
+        case ev.ProducerMessageRetried() if state.abort_hold:
+            return replace(state, abort_hold=False)  # an explicit retry is a reason to run again
         case ev.SessionSettled():
             return replace(state, settled=settlement_key(event.run_id, event.disposed), settled_notice=event.notice)
         case ev.SessionDrainStarted(by=by):

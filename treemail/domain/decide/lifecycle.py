@@ -192,12 +192,14 @@ def decide_finish_run(command: FinishRun, given: Given) -> list[ev.Event]:
         # A repeated finish (the host retried, or died before it heard the answer): only what is still owed.
         return settled_with(command, given, [])
     require_current_run(state, run_id)
+    # Cut short by its host's restart or by an abort: not its mail's failure. Claims are due again at once,
+    # and mail it never took is not counted against.
+    cut_short = command.interrupted or command.reason == "aborted"
     released = []
     for item in in_order(given.mail):
         if item.state == "claimed" and item.run_id == run_id:
-            released.append(fail_attempt(item, RUN_FINISHED, given.config, given.now,
-                                         backoff=not command.interrupted))
-        elif unclaimed_at_finish(item, run_id, given.now) and not command.interrupted:
+            released.append(fail_attempt(item, RUN_FINISHED, given.config, given.now, backoff=not cut_short))
+        elif unclaimed_at_finish(item, run_id, given.now) and not cut_short:
             released.append(fail_attempt(item, WAKE_UNCLAIMED, given.config, given.now, counted=False))
     finished = ev.SessionRunFinished(at=given.now, run_id=run_id, reason=command.reason)
     return settled_with(command, given, with_wake(state, [*released, finished], given.now, given.mail))
