@@ -238,8 +238,12 @@ def evolve(state: SessionState, event: ev.Event) -> SessionState:
             if state.current_run != run_id:
                 return replace(state, run_hops=hops)
             # A session whose run ended is idle until its host says it finished or a new run starts.
+            aborted = event.reason == "aborted"
+            if aborted and not state.continuable:
+                # A one-shot child's abort ends it for good: it is never resumed the way a continuable one is.
+                return replace(state, status="finished", current_run=None, run_hops=hops, last_run=run_id)
             return replace(state, status="idle", current_run=None, run_hops=hops, last_run=run_id,
-                           abort_hold=event.reason == "aborted")
+                           abort_hold=aborted)
         case ev.ProducerMessageConsumed():
             return _drain(replace(state, run_hops=_observe(state, event)), event)
         case ev.ProducerMessageDiscarded():
