@@ -120,6 +120,9 @@ class ProducerMessageAccepted(Event):
     # message. ``proof``: the keyed source proof over all of it (``domain/proof.py``).
     return_address: str | None = Field(default_factory=_implied_return_address, description=IMPLIED_RETURN)
     principal: str | None = None
+    # Sent while its recipient was being disposed (a continuable one): it waits for the disposal to settle and is
+    # delivered to the recipient's next incarnation, never returned with the mail the disposal cut off.
+    next_incarnation: bool = False
     peer: str | None = None
     in_reply_to: str | None = None
     reply: bool = False
@@ -348,6 +351,11 @@ class SessionSettled(Event):
     message_id: str | None = None
 
 
+class SessionResumed(Event):
+    """Cold resume: a disposed continuable session takes mail again, as its next incarnation (a message sent to
+    it, or one that waited for its disposal to settle)."""
+
+
 class SessionDrainStarted(Event):
     """New sends from or to this session are refused; ``by`` is the session whose subtree is draining."""
 
@@ -403,6 +411,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         SessionClosing,
         SessionClosed,
         SessionSettled,
+        SessionResumed,
         SessionDrainStarted,
         SessionDrainLifted,
         # Tools installed one by one.

@@ -22,6 +22,8 @@ from .frozen import replace
 from . import peers as peer_state
 
 PENDING_STATES = ("accepted", "admitted", "claimed", "released")
+# The reason an item shows while it waits for its recipient's disposal to settle (``next_incarnation``).
+NEXT_INCARNATION = "next_incarnation"
 MAX_PRODUCERS = 64
 
 
@@ -268,6 +270,10 @@ def evolve(state: SessionState, event: ev.Event) -> SessionState:
             return replace(state, disposal="closing")
         case ev.SessionClosed():
             return replace(state, disposal="closed")
+        case ev.SessionResumed():
+            # A new incarnation: open again, idle, and its own end is settled anew.
+            return replace(state, disposal=None, status="idle", current_run=None, settled="", settled_notice="",
+                           abort_hold=False)
         case ev.ProducerMessageRetried() if state.abort_hold:
             return replace(state, abort_hold=False)  # an explicit retry is a reason to run again
         case ev.SessionSettled():
@@ -306,6 +312,7 @@ def evolve_mail(mail: dict[str, MailItem], event: ev.Event, seq: int) -> dict[st
                 seq=seq,
                 since=event.at,
                 trace=event.traceparent or "",
+                reason=NEXT_INCARNATION if event.next_incarnation else "",
             )
         case ev.ProducerMessageAdmitted() | ev.ProducerMessageClaimed() | ev.ProducerMessageReleased():
             item = mail.get(event.message_id)

@@ -17,6 +17,7 @@ from ..domain.decide.lifecycle import Given
 from ..domain.errors import LifecycleError
 from ..domain.handlers import HANDLERS
 from ..domain.records import SessionRecord
+from ..domain.state import NEXT_INCARNATION
 from .appendonce import append_once, notice_digest
 from .clock import SYSTEM_CLOCK, Clock
 from .sessions import SessionService
@@ -81,8 +82,9 @@ class DisposalService:
     async def _return_pending(self, record: SessionRecord, stop_reason: str | None, skip) -> dict[str, str]:
         """Hand every pending agent message back to its sender as a notice; message id -> discard reason."""
         mail = await self.store.load_mail(record)
-        items = sorted((m for m in mail.values() if m.owner == "agent" and m.message_id not in skip),
-                       key=lambda m: m.seq)
+        # Mail sent while it closed waits for its next incarnation: it is not the disposal's to return.
+        items = sorted((m for m in mail.values() if m.owner == "agent" and m.message_id not in skip
+                        and m.reason != NEXT_INCARNATION), key=lambda m: m.seq)
         if not items:
             return {}
         bodies = await self.store.read_at(record, [m.seq for m in items])

@@ -62,7 +62,7 @@ def parent_notice(child_id: str, child_handle: str | None, child_state: SessionS
         ev.ProducerMessageAccepted(
             at=now, message_id=notice_id, producer_id=SETTLEMENT_PRODUCER, owner="settlement",
             body=notices.settlement_text(child_handle or child_id, stop_reason, closing_text, disposed,
-                                         session_id=child_id),
+                                         session_id=child_id, resumable=child_state.continuable),
             mode="queue" if delivery == "queued" else "steer",
         )
     )
