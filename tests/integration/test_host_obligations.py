@@ -135,3 +135,45 @@ async def test_a_release_at_a_step_boundary_is_due_at_the_next_one_and_spends_no
             await host.release(child.session_id, delivery.message_id)
         status = await host.obligations.inspect(sent["message_id"])
         assert (status["status"], status["attempts"], status["reason"]) == ("accepted", 0, "released")
+
+
+# ---- send versus dispose ---------------------------------------------------------------------------------------
+
+
+async def test_a_send_that_loses_the_race_with_a_disposal_lands_on_the_childs_next_incarnation(redis_url):
+    from treemail.domain import commands as c
+
+    async with running_stack(redis_url) as host:
+        root, child = await tree(host)
+        await host.start_run(child.session_id, "run-1")
+        unread = await send(host, root, "run-root", "c1", child.handle, "before the cutoff")
+        await adapters(host).sessions.execute(c.DisposeSession(child.session_id, "aborted"))  # the cutoff is open
+        late = await send(host, root, "run-root", "c2", child.handle, "lost the race")
+        assert "message_id" in late, late  # not recipient_closing: it waits for the disposal to settle
+        disposed = await host.disposal.dispose(child.session_id, "aborted")
+        assert list(disposed.returned) == [unread["message_id"]]  # the mail the cutoff cut off goes back
+        # Settled: the late message starts the child's next incarnation.
+        [wake] = [w for w in await host.wakes("runner", block_ms=2000) if w.session_id == child.session_id]
+        assert await host.wake_run(wake, "run-2")
+        [delivery] = await host.claim(child.session_id, "run-2")
+        assert delivery.message_id == late["message_id"]
+        history = [type(e).__name__ for _, e in await host.history(child.session_id)]
+        assert history.index("SessionClosed") < history.index("SessionResumed")
+
+
+async def test_a_send_to_a_disposed_continuable_child_resumes_it_and_a_one_shot_one_refuses(redis_url):
+    async with running_stack(redis_url) as host:
+        root, child = await tree(host)
+        once = await host.register_child(root.session_id, "once", "runs once", rules=RULES, status="idle",
+                                         continuable=False)
+        for session in (child, once):
+            await host.disposal.dispose(session.session_id)
+        resumed = await send(host, root, "run-root", "c1", child.handle, "one more thing")
+        assert "message_id" in resumed, resumed
+        [wake] = [w for w in await host.wakes("runner", block_ms=2000) if w.session_id == child.session_id]
+        assert await host.wake_run(wake, "run-2")
+        assert [d.message_id for d in await host.claim(child.session_id, "run-2")] == [resumed["message_id"]]
+        refused = await send(host, root, "run-root", "c2", once.handle, "one more thing")
+        assert refused["error"]["code"] == "send_message:recipient_closing"
+        # The resumed incarnation is settled on its own: a second disposal tells the parent again.
+        assert (await host.disposal.dispose(child.session_id, "completed", "done")).settlement == "steered"
