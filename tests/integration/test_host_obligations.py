@@ -1,7 +1,7 @@
 """What survives a failing host, through the real stack: wakes without a claim as failed attempts, settlement
 notices once, whatever the stop reason, the announced gate, interrupts and releases (host API -> workers -> Lua)."""
 
-from treemail.adapters import keys
+from treemail.adapters import keys, metrics
 from treemail.domain import events as ev
 from treemail.host import SendContext
 
@@ -39,7 +39,14 @@ async def test_a_woken_run_that_ends_without_a_claim_is_counted_backed_off_and_s
         sent = await send(host, root, "run-root", "c1", child.handle, "the task")
         [wake] = [w for w in await host.wakes("runner", block_ms=2000) if w.session_id == child.session_id]
         assert await host.wake_run(wake, "run-1")
+
+        def failed() -> float:
+            return metrics.HOST_REGISTRY.get_sample_value(
+                "treemail_failed_delivery_attempts_total", {"reason": "wake_unclaimed", "outcome": "released"}) or 0
+
+        before = failed()
         await host.finish_run(child.session_id, "run-1")  # the provider failed before the first request
+        assert failed() == before + 1
         status = await host.obligations.inspect(sent["message_id"])
         assert (status["status"], status["attempts"], status["reason"]) == ("accepted", 1, "wake_unclaimed")
         assert status["next_attempt_at"] > 0

@@ -150,8 +150,8 @@ for _action in ("released", "parked", "woken"):
 # run whose provider failed): counted in the host process that finishes the run, by what became of the mail.
 FAILED_ATTEMPTS = Counter(
     "treemail_failed_delivery_attempts",
-    "Runs' failed delivery attempts: reason run_finished (claimed, never acknowledged) or wake_unclaimed "
-    "(never claimed); outcome released (backing off) or parked",
+    "Failed delivery attempts at the end of a run: released (backing off) with reason run_finished (claimed, "
+    "never acknowledged) or wake_unclaimed (never claimed), or parked with reason max_attempts or deadline",
     ["reason", "outcome"], registry=HOST_REGISTRY,
 )
 

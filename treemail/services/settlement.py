@@ -48,7 +48,7 @@ def observe_attempts(events: list[ev.Event]) -> None:
     """Failed delivery attempts a finish decided, in the host's registry."""
     for event in events:
         if isinstance(event, ev.ProducerMessageParked) and event.reason:
-            metrics.FAILED_ATTEMPTS.labels("run_end", "parked").inc()
+            metrics.FAILED_ATTEMPTS.labels(event.reason, "parked").inc()
         elif isinstance(event, ev.ProducerMessageReleased) and event.reason in (RUN_FINISHED, WAKE_UNCLAIMED):
             metrics.FAILED_ATTEMPTS.labels(event.reason, "released").inc()
 
