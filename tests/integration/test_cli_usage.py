@@ -186,7 +186,9 @@ def test_a_cluster_without_cluster_true_is_one_line_saying_to_set_it():
 
 async def test_operators_drain_and_dispose_by_handle_and_sends_are_refused_after(stack, redis_url, calls):
     root = await stack.register_root("planner", "plans", rules={"child": "allow"})
-    child = await stack.register_child(root.session_id, "explore", "reads", rules={"parent": "allow"})
+    # One-shot: once disposed, no next incarnation takes a send (a continuable child is resumed by it).
+    child = await stack.register_child(root.session_id, "explore", "reads", rules={"parent": "allow"},
+                                       continuable=False)
     await stack.start_run(root.session_id, "run-1")
 
     drained = cli(redis_url, "drain", child.handle)

@@ -1,11 +1,15 @@
 """What survives a failing host, through the real stack: wakes without a claim as failed attempts, settlement
 notices once, whatever the stop reason, the announced gate, interrupts and releases (host API -> workers -> Lua)."""
 
+import pytest
+
 from treemail.adapters import keys, metrics
 from treemail.domain import events as ev
 from treemail.host import SendContext
 
 from .conftest import adapters, running_stack
+
+pytestmark = pytest.mark.cluster
 
 RULES = {"*": "allow"}
 # The root may also interrupt its children (interrupt_agent).
