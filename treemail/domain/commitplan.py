@@ -20,7 +20,7 @@ from .decide.lifecycle import claimable
 from .messaging import MessagingConfig
 from .outbound import Source, index_entries
 from .records import SessionRecord
-from .state import Applied, MailItem, SessionState, apply, fold
+from .state import Applied, MailItem, SessionState, apply
 
 
 @dataclass(frozen=True)
