@@ -129,6 +129,11 @@ def report(results: dict, env: dict, sizes: Sizes, quick: bool, wall: float) -> 
              f"{pace['host_cpu_us_per_send']:.0f} us vs {rt['host_cpu_us_per_send']:.0f} us; answers per pop "
              f"{pace['answers_per_listener_wakeup']:.1f} vs {rt['answers_per_listener_wakeup']:.1f}", ""),
         ]
+    wake = results.get("wake_latency")
+    if wake is not None:
+        rows.append(("wake latency p99, commit to trigger", f"{wake['p99_ms']:.2f} ms",
+                     f"p50 {wake['p50_ms']:.2f} ms over {wake['wakes']:,} wakes at {wake['rate']}/s (a host runner's "
+                     "blocking read)", ""))
     rows += [
         (f"send p50, {hist['events']:,}-event recipient", f"{hist['big_p50_ms']:.2f} ms", f"p99 {hist['big_p99_ms']:.2f} ms, {hist['events']:,} events", ""),
         ("send p50, fresh recipient", f"{hist['fresh_p50_ms']:.2f} ms", f"p99 {hist['fresh_p99_ms']:.2f} ms", ""),

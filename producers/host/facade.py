@@ -24,7 +24,7 @@ from treemail.adapters import tracing
 from treemail.adapters.config import Config, load_config
 from treemail.adapters.connection import connect
 from treemail.domain import commands as c
-from treemail.domain import ids
+from treemail.domain import ids, limits
 from treemail.domain.commands import SendContext
 from treemail.domain.errors import LifecycleError, Rejected
 from treemail.services.clock import SYSTEM_CLOCK, Clock
@@ -35,7 +35,7 @@ from ..tools.table import Handlers
 from . import wiring
 from .approvals import ApprovalWait
 from .delivery import Deliveries
-from .disposal import Disposal, Disposed, check_stop_reason
+from .disposal import Disposal, Disposed, check_closing_text, check_stop_reason
 from .history import History
 from .interrupts import Interrupt, Interrupts
 from .obligations import Obligations
@@ -175,10 +175,8 @@ class Treemail:
         returns None.
         """
         check_stop_reason(reason)
-        await self._services.sessions.execute(c.FinishRun(session_id, run_id, reason or "completed"))
-        if reason is None:
-            return None
-        return await self._services.settlement.settle(session_id, run_id, reason, closing_text)
+        check_closing_text(closing_text)
+        return await self._services.settlement.finish(session_id, run_id, reason, closing_text)
 
     async def wakes(self, consumer: str, count: int = 10, block_ms: int = 1000) -> list[Wake]:
         """Wake triggers for this host runner (one consumer group shared by all runners)."""
@@ -302,8 +300,8 @@ class Treemail:
         sent from, by default the sender's open run (exact live sender: only a
         session's open run may send; with none open it is ``sender_not_live``).
         """
-        if idempotency_key is not None and not (isinstance(idempotency_key, str) and 0 < len(idempotency_key) <= 200):
-            raise ValueError("idempotency_key must be a non-empty string of at most 200 characters")
+        # Kept as the tool call id ("key:<key>"), within its limit.
+        limits.require_text("idempotency_key", idempotency_key, limits.MAX_IDEMPOTENCY_KEY_BYTES, optional=True)
         call = f"key:{idempotency_key}" if idempotency_key is not None else f"host:{ids.uuid7()}"
         if run_id is None:
             store = self._services.store

@@ -206,7 +206,8 @@ class Obligations:
                     state = (await self._store.load(record)).state
                     run = state.current_run
                     if run is not None:
-                        finished += await self._sessions.execute(c.FinishRun(session_id, run), record)
+                        finished += await self._sessions.execute(c.FinishRun(session_id, run, interrupted=True),
+                                                                 record)
                         finished += await self._sessions.execute(c.ChangeStatus(session_id, "idle"), record)
                     if state.disposal == "closing":
                         await self._disposal.complete_interrupted(session_id)

@@ -54,7 +54,7 @@ def build(redis: aioredis.Redis, listener: aioredis.Redis, config: Config, clock
     """``clock``: what every service decides by (``treemail.testing`` passes one it can move forward)."""
     store = EventStore(redis, config.service)
     sessions = SessionService(store, config, clock)
-    settlement = SettlementService(store, sessions, clock)
+    settlement = SettlementService(sessions)
     # Loaded once: a bad key file fails at connect, not at the first delivery.
     keyring = load_keyring(config.proof)
     return Services(

@@ -37,11 +37,12 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
-from mcp_types.jsonrpc import INVALID_PARAMS
+from mcp_types.jsonrpc import INVALID_PARAMS, INVALID_REQUEST
 
 from treemail.adapters.config import Config
 from treemail.adapters.tokens import TokenBinding
-from treemail.domain import ids
+from treemail.domain import ids, limits
+from treemail.domain.errors import UnknownSessionError
 
 from ..host.facade import Treemail
 
@@ -57,21 +58,52 @@ def tool_call_id(params: types.CallToolRequestParams) -> str:
     return given if isinstance(given, str) and given else f"mcp-{ids.uuid7()}"
 
 
+def refusal(code: str, message: str) -> types.CallToolResult:
+    error = {"error": {"code": code, "message": message}}
+    return types.CallToolResult(content=[types.TextContent(text=f"{code}: {message}")], structured_content=error,
+                                is_error=True)
+
+
+@contextlib.asynccontextmanager
+async def bound_session():
+    """A token (or a stdio server) bound to a session that no longer exists: one clear JSON-RPC error on each
+    request, never an internal error with a traceback in the log."""
+    try:
+        yield
+    except UnknownSessionError:
+        raise MCPError(INVALID_REQUEST, "the session this connection is bound to no longer exists") from None
+
+
 def build_server(host: Treemail, resolve: Resolve) -> Server:
     """A low-level MCP server whose every handler first asks ``resolve`` who is calling."""
 
     async def list_tools(ctx, params) -> types.ListToolsResult:
         binding = await resolve(ctx)
+        try:
+            definitions = await host.tools.definitions(binding.session_id)
+        except UnknownSessionError:
+            # A session that no longer exists has no tools. Not an error here: the SDK lists the tools itself
+            # before each call (to check its parameters) and logs a listing that fails with a traceback; the
+            # call is what answers, with one clear error.
+            definitions = []
         return types.ListToolsResult(tools=[
             types.Tool(name=d["name"], description=d["description"], input_schema=d["input_schema"])
-            for d in await host.tools.definitions(binding.session_id)
+            for d in definitions
         ])
 
     async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
         binding = await resolve(ctx)
+        async with bound_session():
+            return await call_bound(binding, params)
+
+    async def call_bound(binding: TokenBinding, params: types.CallToolRequestParams) -> types.CallToolResult:
         if await host.tools.definition(binding.session_id, params.name) is None:
             raise MCPError(INVALID_PARAMS, f"Unknown tool: {params.name}")
-        context = await host.tools.bound_context(binding, tool_call_id(params))
+        try:
+            # The client's tool call id ends up in the recipient's stream: bounded like every identifier.
+            context = await host.tools.bound_context(binding, tool_call_id(params))
+        except limits.IdentifierError as error:
+            return refusal(error.code, f"_meta {TOOL_CALL_META}: {error.message}")
         result = await host.tools.call(context, params.name, params.arguments or {})
         return types.CallToolResult(
             content=[types.TextContent(text=host.tools.result_text(params.name, result))],
@@ -96,6 +128,7 @@ def package_version() -> str:
 
 async def serve_stdio(config: Config, url: str, session_id: str, run_id: str | None = None) -> None:
     """Serve the session's tools on stdin/stdout until the client closes them."""
+    limits.require_id("run_id", run_id, optional=True)
     host = await Treemail.connect(config, url)
     try:
         await host.tools.definitions(session_id)  # an unknown session fails here, before any client speaks

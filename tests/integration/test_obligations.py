@@ -58,22 +58,25 @@ async def test_a_claim_never_acknowledged_is_released_after_the_timeout_and_deli
         assert (await host.obligations.inspect(sent["message_id"]))["status"] == "processed"
 
 
-async def test_a_message_released_eight_times_is_parked_inspectable_and_retry_brings_it_back(redis_url, calls):
+async def test_a_message_failed_eight_times_is_parked_inspectable_and_retry_brings_it_back(redis_url, calls):
     async with timed_stack(redis_url) as env:  # backoff 1 s doubling to 60 s, 8 attempts
         host = env.tm
         root, [child] = await family(host)
         await host.start_run(child.session_id, "run-1")
         sent = await host.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "fragile"})
         message_id = sent["message_id"]
-        for attempt in range(1, 9):
+        # A release at a step boundary is not a failure: it never spends the budget, and the host's reason
+        # is the latest one.
+        for step in range(3):
             [delivery] = await host.claim(child.session_id, "run-1")
-            await host.release(child.session_id, delivery.message_id, reason=f"model error {attempt}")
-            if attempt < 8:
-                # The host's reason is the latest one, and the message waits out its backoff before the next.
-                assert (await host.obligations.inspect(message_id))["reason"] == f"model error {attempt}"
-                assert await host.claim(child.session_id, "run-1") == []
-                env.clock.advance(60)
-        assert await host.claim(child.session_id, "run-1") == []
+            await host.release(child.session_id, delivery.message_id, reason=f"step {step} cut short")
+            assert (await host.obligations.inspect(message_id))["reason"] == f"step {step} cut short"
+        for attempt in range(8):  # each run claims it and ends without acknowledging it
+            [delivery] = await host.claim(child.session_id, f"run-{attempt + 1}")
+            await host.finish_run(child.session_id, f"run-{attempt + 1}")
+            await host.start_run(child.session_id, f"run-{attempt + 2}")
+            env.clock.advance(60)  # past its backoff
+        assert await host.claim(child.session_id, "run-9") == []
         status = await host.obligations.inspect(message_id, caller_session_id=root.session_id)
         assert (status["status"], status["reason"], status["attempts"]) == ("parked", "max_attempts", 8)
         assert status["receipt"]["recipient_session_id"] == child.session_id
@@ -81,7 +84,7 @@ async def test_a_message_released_eight_times_is_parked_inspectable_and_retry_br
         assert code(await host.obligations.retry(message_id, caller_session_id=child.session_id)) == "permission_denied"
         renewed = await host.obligations.retry(message_id, caller_session_id=root.session_id)
         assert (renewed["status"], renewed["attempts"], renewed["reason"]) == ("accepted", 0, "retried")
-        [back] = await host.claim(child.session_id, "run-1")
+        [back] = await host.claim(child.session_id, "run-9")
         assert back.message_id == message_id
         # Not parked any more: nothing to retry. Processed: it can never be rewound.
         assert code(await host.obligations.retry(message_id)) == "retry_message:not_parked"

@@ -210,6 +210,7 @@ def one_of_each_event_type() -> list[ev.Event]:
         # disposal, settlement notices, draining, installed tools
         ev.SessionClosing(stop_reason="aborted", closing_text="bye"),
         ev.SessionClosed(),
+        ev.SessionResumed(),
         ev.SessionSettled(run_id="r", stop_reason="completed", notice="queued", message_id="m"),
         ev.SessionDrainStarted(by="s1"),
         ev.SessionDrainLifted(by="s1"),

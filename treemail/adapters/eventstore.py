@@ -385,10 +385,17 @@ class EventStore:
             loaded = held[record.session_id]
             left = Loaded(source.state, loaded.version + len(source.events), os.urandom(8).hex())
             self.states.put(record.session_id, left)
-            key_list.extend(_commit_keys(partition, record.session_id, record.root_session_id)[:2])
+            own = _commit_keys(partition, record.session_id, record.root_session_id)
+            key_list.extend((own[0], own[1], own[2], own[11]))
             encoded = [part for event in source.events for part in ev.encode(event)]
+            changes = [part for message_id, item, where in source.mail
+                       for part in (message_id, item.to_json() if item else "", where)]
+            wakes = [wake_trigger(record, message_id, seq) for seq, message_id in source.wakes]
+            operation, when = source.due
             args.extend((f"{loaded.etag} {left.etag}", left.state.to_json(), record.session_id,
-                         len(source.events), *encoded, len(source.outbound) // 2, *source.outbound))
+                         len(source.events), *encoded, len(source.outbound) // 2, *source.outbound,
+                         len(changes) // 3, *changes, len(wakes), *wakes, operation,
+                         "" if when is None else repr(when)))
             after[record.session_id] = left
         return after
 

@@ -10,6 +10,8 @@ command table that routes them.
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
+from . import limits
+
 Status = Literal["queued", "running", "idle", "finished"]
 STATUSES = ("queued", "running", "idle", "finished")
 StopReason = Literal["completed", "aborted", "max_tokens", "refusal", "error"]
@@ -22,6 +24,13 @@ class SendContext:
     session_id: str
     run_id: str
     tool_call_id: str
+
+    def __post_init__(self) -> None:
+        # Each is kept in the recipient's stream with the message (``limits``): checked before anything is.
+        limits.require_id("session_id", self.session_id)
+        if self.run_id != "":  # a host send from a session with no open run: refused as sender_not_live
+            limits.require_id("run_id", self.run_id)
+        limits.require_id("tool_call_id", self.tool_call_id)
 
 
 @dataclass(frozen=True)
@@ -83,10 +92,32 @@ class StartRun:
 
 
 @dataclass(frozen=True)
+class Settle:
+    """The settlement a finish or a disposal earns, decided in the same atomic step: the child's
+    ``SessionSettled`` and its parent's notice (parent and child share a partition).
+
+    ``stop_reason``: whatever the host reported (a known one is worded for it, any other generically).
+    ``notice_id``: the notice's message id, chosen before the decision so that a retried step writes
+    the same one. ``parent_session_id`` and ``child_handle`` come from the child's record."""
+
+    stop_reason: str
+    closing_text: str | None
+    notice_id: str
+    parent_session_id: str | None
+    child_handle: str | None
+    # The parent's state could not be read (a corrupt snapshot): the child's end stands, nobody is told.
+    parent_unreadable: bool = False
+
+
+@dataclass(frozen=True)
 class FinishRun:
     session_id: str
     run_id: str
-    reason: StopReason = "completed"
+    reason: str = "completed"
+    # Given: the run's turn is over and the parent is told (once, however often the finish is repeated).
+    settle: Settle | None = None
+    # The host restarted and this run did not survive it (``reconcile``): its mail is due again at once.
+    interrupted: bool = False
 
 
 @dataclass(frozen=True)
@@ -296,7 +327,7 @@ class DisposeSession:
     """Open the send-versus-dispose cutoff (closing); ``CloseSession`` completes the disposal."""
 
     session_id: str
-    stop_reason: StopReason | None = None
+    stop_reason: str | None = None
     closing_text: str | None = None
 
 
@@ -310,6 +341,8 @@ class CloseSession:
 
     session_id: str
     returned: tuple[tuple[str, str], ...] = ()
+    # Given (the disposal had a stop reason): the parent's settlement notice, written with the close.
+    settle: Settle | None = None
 
 
 @dataclass(frozen=True)
@@ -321,7 +354,7 @@ class ReturnMail:
     notice_id: str
     recipient_handle: str
     body: str
-    stop_reason: StopReason | None = None
+    stop_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -330,7 +363,7 @@ class SettleSession:
 
     session_id: str
     run_id: str | None
-    stop_reason: StopReason
+    stop_reason: str
     closing_text: str | None
     disposed: bool
     notice_id: str

@@ -18,6 +18,8 @@ Mode = Literal["steer", "queue"]
 # of the host's own producers that inject mail.
 # "settlement" and "returned" are notices treemail itself writes: never an agent's words.
 OwnerKind = Literal["agent", "plugin", "delegation", "goal", "settlement", "returned"]
+# The stop reasons treemail words a notice for; a host may report any other (bounded, ``limits``): it is
+# stored as reported and worded generically.
 StopReason = Literal["completed", "aborted", "max_tokens", "refusal", "error"]
 
 
@@ -118,6 +120,9 @@ class ProducerMessageAccepted(Event):
     # message. ``proof``: the keyed source proof over all of it (``domain/proof.py``).
     return_address: str | None = Field(default_factory=_implied_return_address, description=IMPLIED_RETURN)
     principal: str | None = None
+    # Sent while its recipient was being disposed (a continuable one): it waits for the disposal to settle and is
+    # delivered to the recipient's next incarnation, never returned with the mail the disposal cut off.
+    next_incarnation: bool = False
     peer: str | None = None
     in_reply_to: str | None = None
     reply: bool = False
@@ -133,8 +138,8 @@ class SessionRunStarted(Event):
 
 class SessionRunFinished(Event):
     run_id: str
-    # Why the run ended, as the host reports it; "aborted" answers an interrupt.
-    reason: StopReason = "completed"
+    # Why the run ended, as the host reports it (``StopReason`` or any other); "aborted" answers an interrupt.
+    reason: str = "completed"
 
 
 class SessionWakeRequested(Event):
@@ -171,6 +176,10 @@ class ProducerMessageReleased(MessageEvent):
     # The host's own words for why its attempt failed (``release(..., reason=)``): one line, bounded
     # (``MAX_RELEASE_DETAIL``); empty for treemail's own releases. What ``inspect`` shows as the reason.
     detail: str = ""
+    # How the release changes the message's attempt count: +1 for a woken run that ended without claiming it
+    # (no claim counted that attempt), -1 for the host's release at a step boundary (not a failure: the
+    # claim's count is given back), 0 for a claim that failed (the claim counted it).
+    attempts_change: int = 0
 
 
 class ProducerMessageConsumed(MessageEvent):
@@ -378,7 +387,7 @@ class PeerDeliveryRetried(Event):
 class SessionClosing(Event):
     """The send-versus-dispose cutoff: from here on sends to and from the session are refused."""
 
-    stop_reason: StopReason | None = None
+    stop_reason: str | None = None
     closing_text: str | None = None
 
 
@@ -390,12 +399,17 @@ class SessionSettled(Event):
     """The session's run ended for good, or it was disposed; and what treemail told its parent about it."""
 
     run_id: str | None = None
-    stop_reason: StopReason
+    stop_reason: str
     closing_text: str | None = None
     disposed: bool = False
     # not_announced, parent_unavailable, injected, queued or steered (the notice's gates, in order).
     notice: str
     message_id: str | None = None
+
+
+class SessionResumed(Event):
+    """Cold resume: a disposed continuable session takes mail again, as its next incarnation (a message sent to
+    it, or one that waited for its disposal to settle)."""
 
 
 class SessionDrainStarted(Event):
@@ -459,6 +473,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         SessionClosing,
         SessionClosed,
         SessionSettled,
+        SessionResumed,
         SessionDrainStarted,
         SessionDrainLifted,
         # Tools installed one by one.

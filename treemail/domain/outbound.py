@@ -95,7 +95,8 @@ def peer_mail(mail: Mapping[str, MailItem]) -> frozenset[str]:
 
 
 def sources(recipient_id: str, recipient_status: str, events: list[ev.Event], version: int,
-            senders: Mapping[str, Sender | None], peer_ids: Collection[str] = ()) -> list[Source]:
+            senders: Mapping[str, Sender | None], peer_ids: Collection[str] = (),
+            elsewhere: Mapping[str, list[ev.Event]] | None = None) -> list[Source]:
     """Each sender's records of ``events`` (``source_events``), on the stream the decision read it at.
 
     ``senders``: every sender the decision looked up; None for one whose stream the same atomic step cannot
@@ -105,7 +106,11 @@ def sources(recipient_id: str, recipient_status: str, events: list[ev.Event], ve
     a record to drop quietly.
     """
     out: list[Source] = []
-    for sender_id, records in source_events(recipient_id, recipient_status, events, version, peer_ids).items():
+    writes = source_events(recipient_id, recipient_status, events, version, peer_ids)
+    # Other events the decision writes there (a settlement notice to a parent), after the records.
+    for session_id, more in (elsewhere or {}).items():
+        writes[session_id] = [*writes.get(session_id, []), *more]
+    for sender_id, records in writes.items():
         if sender_id not in senders:
             raise AssertionError(f"the decision implies records for sender {sender_id} it did not read")
         sender = senders[sender_id]

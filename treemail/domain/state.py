@@ -23,6 +23,8 @@ from . import outbox as peer_outbox
 from . import peers as peer_state
 
 PENDING_STATES = ("accepted", "admitted", "claimed", "released")
+# The reason an item shows while it waits for its recipient's disposal to settle (``next_incarnation``).
+NEXT_INCARNATION = "next_incarnation"
 MAX_PRODUCERS = 64
 
 
@@ -73,6 +75,13 @@ class SessionState:
     disposal: str | None = None
     drained_by: frozenset[str] = frozenset()
     announced: bool = False
+    # The run that finished last (a repeated finish of it is harmless), and what was settled last: that run's
+    # id, or "disposed" (a settlement is written once, however often a finish or a disposal is repeated).
+    last_run: str | None = None
+    settled: str = ""
+    settled_notice: str = ""
+    # Its run was aborted (an interrupt): its mail waits, unwoken, until a new message or run (or a retry) comes.
+    abort_hold: bool = False
 
     def to_json(self) -> str:
         """Only the fields that differ from a new session's (``from_json`` fills in the rest, as it does
@@ -218,7 +227,7 @@ def _evolve_common(state: SessionState, event: ev.Event) -> SessionState:
               | ev.ProducerMessageRestored(owner=owner, sender_session_id=sender)):
             # Settlement notices: a session ever sent mail is "announced" (it owes its parent a settlement notice).
             # One copy of the state for all of it: this case runs for every message sent.
-            changes = {"pending_all": state.pending_all + 1, "announced": True}
+            changes = {"pending_all": state.pending_all + 1, "announced": True, "abort_hold": False}
             producer_id = getattr(event, "producer_id", None)  # a restored message names none
             if producer_id in state.producers:
                 changes["producers"] = _recent(state.producers, producer_id)
@@ -237,7 +246,7 @@ def _evolve_common(state: SessionState, event: ev.Event) -> SessionState:
         case ev.SessionStatusChanged(status=status):
             return replace(state, status=status)
         case ev.SessionRunStarted(run_id=run_id):
-            return replace(state, status="running", current_run=run_id, wake_pending=False)
+            return replace(state, status="running", current_run=run_id, wake_pending=False, abort_hold=False)
         case ev.SessionWakeRequested():
             return replace(state, wake_pending=True, wake_requested_at=event.at)
         case ev.SessionRunFinished(run_id=run_id):
@@ -245,7 +254,12 @@ def _evolve_common(state: SessionState, event: ev.Event) -> SessionState:
             if state.current_run != run_id:
                 return replace(state, run_hops=hops)
             # A session whose run ended is idle until its host says it finished or a new run starts.
-            return replace(state, status="idle", current_run=None, run_hops=hops)
+            aborted = event.reason == "aborted"
+            if aborted and not state.continuable:
+                # A one-shot child's abort ends it for good: it is never resumed the way a continuable one is.
+                return replace(state, status="finished", current_run=None, run_hops=hops, last_run=run_id)
+            return replace(state, status="idle", current_run=None, run_hops=hops, last_run=run_id,
+                           abort_hold=aborted)
         case ev.ProducerMessageConsumed():
             return _drain(replace(state, run_hops=_observe(state, event)), event)
         case ev.ProducerMessageDiscarded():
@@ -270,6 +284,14 @@ def _evolve_common(state: SessionState, event: ev.Event) -> SessionState:
             return replace(state, disposal="closing")
         case ev.SessionClosed():
             return replace(state, disposal="closed")
+        case ev.SessionResumed():
+            # A new incarnation: open again, idle, and its own end is settled anew.
+            return replace(state, disposal=None, status="idle", current_run=None, settled="", settled_notice="",
+                           abort_hold=False)
+        case ev.ProducerMessageRetried() if state.abort_hold:
+            return replace(state, abort_hold=False)  # an explicit retry is a reason to run again
+        case ev.SessionSettled():
+            return replace(state, settled=settlement_key(event.run_id, event.disposed), settled_notice=event.notice)
         case ev.SessionDrainStarted(by=by):
             return replace(state, drained_by=state.drained_by | {by})
         case ev.SessionDrainLifted(by=by):
@@ -299,6 +321,11 @@ def _evolve_outbox(state: SessionState, event: ev.Event) -> SessionState:
     return _evolve_common(state, event)
 
 
+def settlement_key(run_id: str | None, disposed: bool) -> str:
+    """What one settlement settles: a run's end, or the disposal."""
+    return "disposed" if disposed else run_id or ""
+
+
 def fold(events, state: SessionState = INITIAL) -> SessionState:
     for event in events:
         state = evolve(state, event)
@@ -321,6 +348,7 @@ def evolve_mail(mail: dict[str, MailItem], event: ev.Event, seq: int) -> dict[st
                 since=event.at,
                 trace=event.traceparent or "",
                 peer=event.principal is not None,
+                reason=NEXT_INCARNATION if event.next_incarnation else "",
             )
         case ev.ProducerMessageAdmitted() | ev.ProducerMessageClaimed() | ev.ProducerMessageReleased():
             item = mail.get(event.message_id)
@@ -354,7 +382,8 @@ def _attempt(item: MailItem, event: ev.MessageEvent) -> MailItem:
         case ev.ProducerMessageClaimed():
             return replace(item, attempts=item.attempts + 1, claimed_at=event.at, retry_at=0.0)
         case ev.ProducerMessageReleased():
-            return replace(item, retry_at=event.retry_at, reason=event.detail or event.reason or "released")
+            return replace(item, retry_at=event.retry_at, reason=event.detail or event.reason or "released",
+                           attempts=max(0, item.attempts + event.attempts_change))
         case ev.ProducerMessageParked():
             return replace(item, state="parked", reason=event.reason)
         case ev.ProducerMessageRetried():

@@ -29,7 +29,8 @@ from ..messaging import MessagingConfig
 from ..outbound import Sender
 from ..state import MailItem, SessionState
 from .guards import require_body
-from .obligations import RELEASED, RUN_FINISHED, fail_attempt
+from .obligations import RUN_FINISHED, WAKE_UNCLAIMED, fail_attempt, release_at_boundary, unclaimed_at_finish
+from .settlement import owed, settle_with
 from .wake import decide_reconcile_wake, with_wake
 
 
@@ -185,7 +186,7 @@ def decide_release(command: ReleaseMail, given: Given) -> list[ev.Event]:
     require_release_reason(command.reason)
     item = require_mail(given.mail, command.message_id)
     require_claimed(item)
-    return [fail_attempt(item, RELEASED, given.config, given.now, detail=command.reason)]
+    return [release_at_boundary(item, given.now, detail=command.reason)]
 
 
 def decide_discard(command: DiscardMail, given: Given) -> list[ev.Event]:
@@ -195,17 +196,37 @@ def decide_discard(command: DiscardMail, given: Given) -> list[ev.Event]:
 
 
 def decide_finish_run(command: FinishRun, given: Given) -> list[ev.Event]:
-    """A run ends: mail it claimed but never acknowledged is released, so it is due again."""
+    """A run ends: each message due in it and not consumed is a failed attempt (counted, backed off 1-60 s,
+    parked once the budget is spent), whether the run claimed it and never acknowledged it or never
+    claimed it at all (a woken run whose provider failed before its first request): a session is never
+    woken again and again for mail no run takes."""
     state, run_id = given.state, command.run_id
     require_registered(state)
+    if state.current_run != run_id and state.last_run == run_id:
+        # A repeated finish (the host retried, or died before it heard the answer): only what is still owed.
+        return settled_with(command, given, [])
     require_current_run(state, run_id)
-    released = [
-        fail_attempt(item, RUN_FINISHED, given.config, given.now, backoff=False)
-        for item in in_order(given.mail)
-        if item.state == "claimed" and item.run_id == run_id
-    ]
+    # Cut short by its host's restart or by an abort: not its mail's failure. Claims are due again at once,
+    # and mail it never took is not counted against.
+    cut_short = command.interrupted or command.reason == "aborted"
+    released = []
+    for item in in_order(given.mail):
+        if item.state == "claimed" and item.run_id == run_id:
+            released.append(fail_attempt(item, RUN_FINISHED, given.config, given.now, backoff=not cut_short))
+        elif unclaimed_at_finish(item, run_id, given.now) and not cut_short:
+            released.append(fail_attempt(item, WAKE_UNCLAIMED, given.config, given.now, counted=False))
     finished = ev.SessionRunFinished(at=given.now, run_id=run_id, reason=command.reason)
-    return with_wake(state, [*released, finished], given.now, given.mail)
+    return settled_with(command, given, with_wake(state, [*released, finished], given.now, given.mail))
+
+
+def settled_with(command: FinishRun, given: Given, events: list[ev.Event]) -> list[ev.Event]:
+    """``events``, and the child's ``SessionSettled`` when the finish settles a run not settled yet (its
+    parent's notice is written in the same step: ``settlement.settlement_elsewhere``)."""
+    if command.settle is None or not owed(given.state, command.run_id, False):
+        return events
+    settled, _ = settle_with(command.settle, given.session_id, given.state, given.senders, command.run_id, False,
+                             given.now)
+    return [*events, settled]
 
 
 def decide_inject(command: InjectMail, given: Given) -> list[ev.Event]:
