@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from treemail.adapters import tracing
 from treemail.domain import events as ev
 
-from .conftest import live, timed_stack
+from .conftest import live, running_stack, timed_stack
 
 
 def test_tracing_is_off_unless_an_exporter_is_named():
