@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test soak test-unit test-integration test-slow test-cluster cluster bench ab install clean prometheus
+.PHONY: docs run test soak test-unit test-integration test-slow test-cluster cluster bench ab install clean prometheus chromium screenshot
 
 # pip's own progress, not --quiet: a first install takes a minute or two and must not look hung.
 # setuptools says "Editable installation ... Please be careful" on every editable install; it is
@@ -26,16 +26,20 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/treemail demo
 
-## test: the whole suite, slow fault tests included, on one Valkey; then every decision and
-## delivery path again on a 3-master Valkey Cluster. Starts its own servers. The 200,000-send
-## soak (several minutes) runs with `make soak`, not here.
-test: $(STAMP) prometheus
+## test: the docs site built strictly, then the whole suite (the docs' examples among it), slow fault
+## tests included, on one Valkey; then every decision and delivery path again on a 3-master Valkey
+## Cluster. Starts its own servers. The 200,000-send soak (several minutes) runs with `make soak`.
+test: $(STAMP) prometheus chromium docs
 	$(BIN)/pytest -q -m "not soak"
 	TREEMAIL_TEST_BACKEND=cluster $(BIN)/pytest -q -m cluster tests/integration
 
 ## soak: 200,000 sends through real workers; reports memory per retained message
 soak: $(STAMP)
 	$(BIN)/pytest -q -s -m soak tests/faults
+
+## docs: mkdocs with the material theme; NO_MKDOCS_2_WARNING quiets the theme's notice about its successor
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
 
 test-cluster: $(STAMP)
 	TREEMAIL_TEST_BACKEND=cluster $(BIN)/pytest -q -m cluster tests/integration
@@ -63,6 +67,31 @@ prometheus: $(STAMP)
 	fi; \
 	echo "make: $$reason: the Prometheus test will be skipped"; \
 	echo "$$reason" > $(PROM_SKIP)
+
+## chromium: Debian's chromium and chromium-driver for tests/integration/test_timeline_ui.py (the
+## `treemail ui` page in a real headless browser). Like prometheus: installs only as root; otherwise
+## (or offline) it says why, writes the reason for the test's skip message to $(CHROMIUM_SKIP) and
+## lets `make test` go on.
+CHROMIUM_SKIP := $(VENV)/chromium-unavailable
+chromium: $(STAMP)
+	@rm -f $(CHROMIUM_SKIP)
+	@if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then \
+		exit 0; \
+	elif [ "$$(id -u)" != 0 ]; then \
+		reason="chromium/chromedriver are not installed and installing Debian's chromium and chromium-driver needs root"; \
+	elif ! command -v apt-get >/dev/null 2>&1; then \
+		reason="chromium/chromedriver are not installed and there is no apt-get to install them"; \
+	elif ! (apt-get update && apt-get install -y --no-install-recommends chromium chromium-driver); then \
+		reason="installing Debian's chromium and chromium-driver failed (offline?)"; \
+	else \
+		exit 0; \
+	fi; \
+	echo "make: $$reason: the browser test of treemail ui will be skipped"; \
+	echo "$$reason" > $(CHROMIUM_SKIP)
+
+## screenshot: the browser test again, saving the page as docs/images/timeline-ui.png
+screenshot: $(STAMP) chromium
+	TREEMAIL_UPDATE_SCREENSHOT=1 $(BIN)/pytest -q tests/integration/test_timeline_ui.py
 
 test-unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit

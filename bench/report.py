@@ -74,6 +74,21 @@ def mcp_rows(m: dict) -> list[tuple[str, str, str, str]]:
     ]
 
 
+def profile_rows(one: dict, dur: dict, rep: dict, sizes: Sizes) -> list[tuple[str, str, str, str]]:
+    """The durability profiles side by side: the first row's backlog under durable and replicated, each
+    over fast (the first row's rate)."""
+    ratio_dur, ratio_rep = dur["rate"] / one["rate"], rep["rate"] / one["rate"]
+    return [
+        ("treemail, 1 worker, durable profile", f"{dur['rate']:,.0f} commands/s",
+         f"{sizes.commands:,} sends in {dur['seconds']:.2f} s, outcomes {dur['outcomes']}", ""),
+        ("durable / fast", f"{ratio_dur:.2f}", "target >= 0.6", verdict(ratio_dur >= 0.6)),
+        ("treemail, 1 worker, replicated profile", f"{rep['rate']:,.0f} commands/s",
+         f"{sizes.commands:,} sends in {rep['seconds']:.2f} s, outcomes {rep['outcomes']}", ""),
+        ("replicated / fast", f"{ratio_rep:.2f}",
+         "WAIT for 1 replica on this machine; a network between them adds its round trip per batch", ""),
+    ]
+
+
 def report(results: dict, env: dict, sizes: Sizes, quick: bool, wall: float) -> str:
     one, two, rawr = results["one"], results["two"], results["raw"]
     lat, hist, low = results["latency"], results["history"], results["latency_low"]
@@ -89,12 +104,9 @@ def report(results: dict, env: dict, sizes: Sizes, quick: bool, wall: float) -> 
         rows.append((f"{who} CPU per decision, treemail / raw", f"{mine / base:.2f}",
                      f"{mine:.0f} us vs {base:.0f} us, target <= {target:g}", verdict(mine / base <= target)))
     rows += floor_rows(results["floor"], rawr, one, sizes)
-    dur, mem = results["durable"], results["memory"]
-    ratio_dur = dur["rate"] / one["rate"]
+    mem = results["memory"]
+    rows += profile_rows(one, results["durable"], results["replicated"], sizes)
     rows += [
-        ("treemail, 1 worker, durable profile", f"{dur['rate']:,.0f} commands/s",
-         f"{sizes.commands:,} sends in {dur['seconds']:.2f} s, outcomes {dur['outcomes']}", ""),
-        ("durable / fast", f"{ratio_dur:.2f}", "target >= 0.6", verdict(ratio_dur >= 0.6)),
         (f"memory per accepted {mem['body_bytes']}-byte message", f"{mem['bytes_per_message']:,.0f} bytes",
          f"{mem['accepted']:,} sends, used_memory delta", ""),
         ("bare XADD of the same body", f"{mem['bare_xadd_bytes']:,.0f} bytes", "", ""),
@@ -134,6 +146,11 @@ def report(results: dict, env: dict, sizes: Sizes, quick: bool, wall: float) -> 
              f"{pace['host_cpu_us_per_send']:.0f} us vs {rt['host_cpu_us_per_send']:.0f} us; answers per pop "
              f"{pace['answers_per_listener_wakeup']:.1f} vs {rt['answers_per_listener_wakeup']:.1f}", ""),
         ]
+    wake = results.get("wake_latency")
+    if wake is not None:
+        rows.append(("wake latency p99, commit to trigger", f"{wake['p99_ms']:.2f} ms",
+                     f"p50 {wake['p50_ms']:.2f} ms over {wake['wakes']:,} wakes at {wake['rate']}/s (a host runner's "
+                     "blocking read)", ""))
     rows += [
         (f"send p50, {hist['events']:,}-event recipient", f"{hist['big_p50_ms']:.2f} ms", f"p99 {hist['big_p99_ms']:.2f} ms, {hist['events']:,} events", ""),
         ("send p50, fresh recipient", f"{hist['fresh_p50_ms']:.2f} ms", f"p99 {hist['fresh_p99_ms']:.2f} ms", ""),
@@ -239,6 +256,9 @@ timed span, divided by the commands. Latencies are a host's `send_message` call 
   (`stream-node-max-bytes`): 100 messages per recipient fill them, the quick run's 10 do not and read low.
 - **durable profile**: the first row's backlog on a Valkey of its own with AOF, the worker with
   `TREEMAIL_SERVICE_PROFILE=durable` (WAITAOF before success); `durable / fast` is its rate over the first row's.
+- **replicated profile**: the first row's backlog on a Valkey of its own with one replica on this machine, the worker
+  with `TREEMAIL_SERVICE_PROFILE=replicated` (WAIT for `min_replicas = 1` after each batch's appends, before any
+  answer); `replicated / fast` is its rate over the first row's.
 - **memory per accepted message**: one worker; 20 roots of 5 children, one warm-up send per pair (a pair's first
   message also registers its producer), then {sizes.memory_sends:,} sends of a {results['memory']['body_bytes']}-byte body through
   the host, 50 in flight; next to {sizes.memory_sends:,} bare `XADD`s of the body on the same server. Every key's exact

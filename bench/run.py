@@ -10,6 +10,7 @@ Phases (the Valkey is flushed between the throughput phases):
   2b. the records' floor: the raw loop plus the records treemail keeps per send and its answer, deciding nothing
   3. two worker processes on the same backlog
   3b-3d. the durable profile; memory per accepted message vs a bare XADD; what is left after 1,000,000 sends
+  3e. the replicated profile: phase 1 on a Valkey with one replica, WAIT before every answer
   4. host round-trip latency at a steady send rate, one worker running
      (each rate also through a bare XADD + BLMPOP round trip to an echo consumer: host CPU per send)
   5. send latency to a recipient whose stream holds ~1M events vs a fresh one
@@ -41,7 +42,7 @@ from treemail.host import SendContext, Treemail
 from treemail.domain import events as ev
 from treemail.domain.state import evolve
 
-from . import floor, latency, mcp, memory, million, population, raw, replay, scale
+from . import floor, latency, mcp, memory, million, population, raw, replay, scale, wakes
 from .report import ROOT, report, write_markdown
 from .sizes import FULL, QUICK, Sizes
 from .common import (Server, open_server, server_of, busy_seconds, cpu_seconds, Workers, bench_config, flush, machine, percentile, prefill_commands, count_replies,
@@ -336,6 +337,36 @@ def run_durable_phase(sizes: Sizes) -> dict:
         server.cleanup()
 
 
+def run_replicated_phase(sizes: Sizes) -> dict:
+    """Phase 1 again on a Valkey with one replica, workers in the replicated profile (WAIT before success)."""
+    from treemail.adapters.replication import online_replicas
+
+    primary = LocalValkey()
+    replica = None
+    try:
+        primary.start()
+        replica = LocalValkey(config={"replicaof": f"127.0.0.1 {primary.port}"}).start()
+        deadline = time.monotonic() + 30
+        while online_replicas(asyncio.run(_replication(primary.url))) < 1:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the replica never came in sync")
+            time.sleep(0.1)
+        return asyncio.run(phase_workers(primary.url, sizes, 1, {"TREEMAIL_SERVICE_PROFILE": "replicated"},
+                                         primary.pid))
+    finally:
+        if replica is not None:
+            replica.cleanup()
+        primary.cleanup()
+
+
+async def _replication(url: str) -> dict:
+    r = aioredis.Redis.from_url(url)
+    try:
+        return await r.info("replication")
+    finally:
+        await r.aclose()
+
+
 async def valkey_version(url: str) -> str:
     r = aioredis.Redis.from_url(url)
     try:
@@ -349,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench.run")
     parser.add_argument("--quick", action="store_true", help="shrink every phase for a smoke run")
     parser.add_argument("--no-write", action="store_true", help="print only, leave BENCHMARKS.md alone")
-    parser.add_argument("--only", default="", help="comma-separated phases (one,raw,floor,durable,memory,two,latency,latency_low,history,sessions,"
+    parser.add_argument("--only", default="", help="comma-separated phases (one,raw,floor,durable,replicated,memory,two,latency,latency_low,wake_latency,history,sessions,"
                         "replay,scale_single,routing,scale_cluster,mcp); implies --no-write")
     args = parser.parse_args(argv)
     only = [p for p in args.only.split(",") if p]
@@ -373,6 +404,8 @@ def main(argv: list[str] | None = None) -> int:
              lambda: asyncio.run(phase_floor(url, sizes))),
             ("durable", "phase 3b: one worker, durable profile (AOF + WAITAOF), on its own Valkey",
              lambda: run_durable_phase(sizes)),
+            ("replicated", "phase 3e: one worker, replicated profile (WAIT for 1 replica), on its own Valkey and replica",
+             lambda: run_replicated_phase(sizes)),
             ("memory", "phase 3c: memory per accepted message vs a bare XADD",
              lambda: asyncio.run(memory.phase_memory(url, sizes.memory_sends, log))),
             ("million", f"phase 3d: {sizes.million_sends:,} sends through one worker: what is left",
@@ -385,6 +418,8 @@ def main(argv: list[str] | None = None) -> int:
             ("latency_low", "phase 4b: the same at a quarter of the rate",
              lambda: asyncio.run(latency.phase_latency(url, sizes.latency_rate // 4, sizes.latency_seconds,
                                                        sizes.latency_rounds, log))),
+            ("wake_latency", "phase 4c: wake latency, commit to trigger",
+             lambda: asyncio.run(wakes.phase_wake_latency(url, sizes.wake_sends, log))),
             ("history", "phase 5: decision latency on a long stream", lambda: asyncio.run(phase_history(url, sizes))),
             ("sessions", f"phase 5b: {sizes.sessions:,} sessions on one Valkey: memory per session, decision latency "
                          "vs a fresh server", lambda: asyncio.run(population.phase_sessions(url, sizes.sessions,

@@ -39,6 +39,7 @@ import time
 
 from faststream.redis import RedisBroker, RedisClusterBroker
 from faststream.redis.subscriber.usecases import stream_subscriber
+from redis.exceptions import ClusterDownError, MovedError, ReadOnlyError, RedisClusterException, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.exceptions import ResponseError as RedisResponseError
@@ -49,10 +50,12 @@ from treemail.adapters.config import Config
 from treemail.adapters.connection import REPLY_TIMEOUT_S, connect, redact, require_durable_server
 from treemail.adapters.eventstore import EventStore
 from treemail.adapters.proofkeys import load_keyring
+from treemail.adapters.replication import NotReplicated, not_replicated_result, require_replicated_server
 from treemail.adapters.retention import trim_handled
 from treemail.adapters.health import UNREACHABLE, Health, OutageLog, watch
 from treemail.adapters.members import Membership
 from treemail.domain.commands import SendMessage
+from treemail.services.clock import SYSTEM_CLOCK, Clock
 from treemail.services.sends import SendService
 
 from . import decisionspans
@@ -64,6 +67,12 @@ from .stats import live_readers, record_batch, refresh_stats, server_unreachable
 from .commandsubscribers import CommandSubscribers
 
 log = logging.getLogger("treemail.worker")
+
+# The server, not a command: every command of the batch would fail alone as well. A cluster failing over
+# answers these until its replica is promoted and the client's slot map follows; the batch stays pending
+# and is decided again, rather than each command being tried alone and counted towards its dead letter.
+SERVER_FAILURES = (RedisConnectionError, RedisTimeoutError, ClusterDownError, TryAgainError, MovedError,
+                   ReadOnlyError, RedisClusterException)
 
 # FastStream sleeps this long after a failed read (5 s by default): every send
 # made during that time waits, long after the server is back. A worker should
@@ -86,9 +95,12 @@ class Worker:
         consumer: str | None = None,
         metrics_port: int | None = None,
         metrics_port_is_default: bool = False,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        """``metrics_port``: None serves no metrics, 0 a free port (``self.metrics_port`` after start)."""
+        """``metrics_port``: None serves no metrics, 0 a free port (``self.metrics_port`` after start).
+        ``clock``: what its decisions are dated by (``treemail.testing`` passes one it can move forward)."""
         self.config = config
+        self.clock = clock
         self.url = url
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
         broker_class = RedisClusterBroker if config.service.cluster else RedisBroker
@@ -153,8 +165,8 @@ class Worker:
             await self._dead_letter(stream, unreadable)
         try:
             await self.decide_commands([command for _, command in parsed], (stream, [i for i, _ in parsed]))
-        except (RedisConnectionError, RedisTimeoutError):
-            raise  # the server, not a command: every command would fail alone as well
+        except SERVER_FAILURES:
+            raise
         except Exception:  # noqa: BLE001 - one failing command must not hold its batch back until reclaim
             log.warning("a batch of %d failed; deciding its commands one by one", len(parsed), exc_info=True)
             if await self._decide_alone(stream, parsed):
@@ -177,6 +189,15 @@ class Worker:
                 await self._decide_and_answer(commands, acknowledge)
         except TimeoutError:
             raise RedisTimeoutError(f"no answer from the server within {self.step_deadline_s:g} s") from None
+        except NotReplicated as unconfirmed:
+            # Written, not confirmed on enough replicas: every command of the batch is answered that its
+            # outcome is unknown (a retry of the same call resolves it from its idempotency record), and
+            # acknowledged: deciding it again here would only wait for the same replicas again.
+            log.warning("a batch of %d was not confirmed by its replicas: %s", len(commands), unconfirmed)
+            answer = not_replicated_result(unconfirmed)
+            entries = acknowledge[1] if acknowledge is not None else [None] * len(commands)
+            await self._answer(list(zip(commands, entries)), {c.command_id: answer for c in commands},
+                               acknowledge[0] if acknowledge is not None else None)
 
     @property
     def step_deadline_s(self) -> float:
@@ -441,10 +462,12 @@ class Worker:
         self.redis = await connect(self.url, self.config.service, per_reply_timeout=False)
         if self.config.service.profile == "durable":
             await require_durable_server(self.redis, self.config.service.cluster)
+        elif self.config.service.profile == "replicated":
+            await require_replicated_server(self.redis, self.config.service)
         store = EventStore(self.redis, self.config.service)
         await store.ensure_command_group(self.config.service.command_streams)
         await store.load_scripts()
-        self.decider = SendService(store, self.config.messaging, load_keyring(self.config.proof))
+        self.decider = SendService(store, self.config.messaging, load_keyring(self.config.proof), clock=self.clock)
         if self.metrics_port is not None:
             self._metrics_server = metrics.start_server(
                 self.metrics_port, f"worker {self.consumer}", metrics.WORKER_REGISTRY, self.health,

@@ -123,6 +123,26 @@ def document(config: Config | None = None) -> dict:
             message["correlationId"] = {"location": location}
         else:
             message.pop("correlationId", None)  # FastStream's default points at a header treemail never sets
+    return _with_message_names(doc)
+
+
+# FastStream keys each message `<channel>:<Kind>Message`; the spec's keys are `[\w.-]+`, and validators skip
+# a key outside the pattern instead of checking the message, so each message gets a name of that form.
+MESSAGE_NAMES = {"commands": "Command", "replies": "Reply", "wakes": "WakeTrigger"}
+
+
+def _with_message_names(doc: dict) -> dict:
+    messages = doc["components"]["messages"]
+    renamed: dict[str, str] = {}
+    for key in list(messages):
+        name = MESSAGE_NAMES[key.split(":")[0]]
+        renamed[key] = name
+        messages[name] = {**messages.pop(key), "name": name, "title": name}
+    for channel in doc["channels"].values():
+        channel["messages"] = {renamed[ref["$ref"].rsplit("/", 1)[1]]: {"$ref": f"#/components/messages/"
+                               f"{renamed[ref['$ref'].rsplit('/', 1)[1]]}"} for ref in channel["messages"].values()}
+    for channel_name, operation in doc["operations"].items():
+        operation["messages"] = [{"$ref": f"#/channels/{channel_name}/messages/{MESSAGE_NAMES[channel_name]}"}]
     return doc
 
 

@@ -10,7 +10,11 @@ lost) is asked to wake. At start it sweeps every session with pending mail,
 which is what ``tm.obligations.reconcile`` does; then, every ``interval_s``, it
 takes the sessions whose time has come from each partition's due index.
 
-It acts only through ``KeepObligations``, decided by a pure function and
+It is also a peer driver (``services.peerdelivery``): it admits pending
+peer intents to their destinations, with attempts, backoff and parking, and
+brings receipts and settlements back to their sources.
+
+It acts only through ``KeepObligations`` (and the peer driver's commands), decided by a pure function and
 appended under the session's etag, so pumps scale like workers: run one for
 availability, two or more for speed; none ever doubles a release, a park or
 a wake. Its lag (how long the oldest due obligation waited for a pass) is
@@ -32,7 +36,10 @@ from treemail.adapters.connection import connect
 from treemail.adapters.eventstore import EventStore
 from treemail.adapters.health import UNREACHABLE, Health, OutageLog
 from treemail.adapters.lifecycle import serve_until_signalled
+from treemail.adapters.proofkeys import load_keyring
+from treemail.services.clock import SYSTEM_CLOCK, Clock
 from treemail.services.obligations import ObligationService
+from treemail.services.peerdelivery import PeerDriver
 from treemail.services.sessions import SessionService
 
 log = logging.getLogger("treemail.pump")
@@ -41,11 +48,15 @@ DEFAULT_METRICS_PORT = 9466
 
 
 class Pump:
-    def __init__(self, store: EventStore, config: Config, interval_s: float = 1.0) -> None:
+    def __init__(self, store: EventStore, config: Config, interval_s: float = 1.0,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        """``clock``: what its decisions and the due index are read by (``treemail.testing`` moves one)."""
         self.store = store
         self.config = config
         self.interval_s = interval_s
-        self.service = ObligationService(SessionService(store, config))
+        self.service = ObligationService(SessionService(store, config, clock), clock)
+        # Peer mail as an outbox: the pump is also a peer driver (admission attempts, status back).
+        self.peer_driver = PeerDriver(store, SessionService(store, config, clock), load_keyring(config.proof), clock)
         self.passes = 0
         self.swept = False
         self.health = Health()
@@ -60,11 +71,13 @@ class Pump:
         await self.store.load_scripts()
         swept = await self.service.sweep()
         log.info("pump swept %d sessions with pending mail; %d events", swept.sessions, len(swept.events))
+        await self.peer_driver.sweep()
         self.swept = True
         return swept.sessions
 
     async def step(self) -> int:
         done = await self.service.step()
+        await self.peer_driver.step()
         self.passes += 1
         return len(done.events)
 
@@ -104,7 +117,8 @@ def main() -> None:
     logging.basicConfig(level=os.environ.get("TREEMAIL_LOG", "WARNING"), format="%(asctime)s %(name)s %(message)s")
     config = load_config()
     if not config.service.redis_url:
-        raise SystemExit("treemail pump: error: no server: set REDIS_URL (or [service] redis_url in TREEMAIL_CONFIG)")
+        raise SystemExit("treemail pump: error: no server: set REDIS_URL (or [service] redis_url in TREEMAIL_CONFIG); "
+                         "`treemail server` starts a local Valkey and prints the URL")
     port = int(os.environ.get("TREEMAIL_PUMP_METRICS_PORT", str(DEFAULT_METRICS_PORT)))
     interval = float(os.environ.get("TREEMAIL_PUMP_INTERVAL_S", "1.0"))
     asyncio.run(serve_pump(config, config.service.redis_url, port, interval))

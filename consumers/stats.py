@@ -69,7 +69,13 @@ async def refresh_stats(redis, config: ServiceConfig) -> None:
 
 
 def server_unreachable(config: ServiceConfig) -> None:
-    """No worker can read while the server is gone: the live-worker gauge must say so, not keep its last value."""
+    """No worker can read while the server is gone: the live-worker gauge must say so, not keep its last value.
+
+    The backlog and pending counts live on the server, so nobody knows them now: they are removed (absent
+    from the scrape, so a panel shows a gap and ``absent()`` can alert) rather than kept at a value, 0 or
+    the last, that would claim the queue is known. The next refresh that reaches the server sets them again."""
     for index in range(config.command_streams):
         metrics.WORKER_CONSUMERS.labels(keys.command_stream(index)).set(0)
     metrics.WORKERS_LIVE.set(0)
+    metrics.COMMAND_BACKLOG.clear()
+    metrics.COMMAND_PENDING.clear()

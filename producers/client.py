@@ -164,7 +164,7 @@ class CommandClient:
     def _deliver(self, raw: bytes) -> None:
         """Hand one answer to its send. Anything else in the list is skipped: the listener must outlive it.
 
-        Whoever can write to the server can write here (see the README's trust
+        Whoever can write to the server can write here (see the docs' trust
         boundary); a stray entry must not stop the answers behind it.
         """
         try:

@@ -15,6 +15,8 @@ def history_row(seq: int, event: ev.Event) -> str:
             return f"{seq:>6} {name:<26} {event.message_id} from={sender}{via} mode={event.mode} body={event.body!r}"
         case ev.MessageEvent():
             run = f" run={event.run_id}" if event.run_id else ""
+            # The engine's step and the tokens the message cost, when the host reported them.
+            run += "".join(f" {k}={v}" for k in ("step", "tokens") if (v := getattr(event, k, None)) is not None)
             return f"{seq:>6} {name:<26} {event.message_id}{run}"
         case ev.SessionRegistered():
             return f"{seq:>6} {name:<26} {event.handle or event.session_id} status={event.status}"

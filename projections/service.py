@@ -10,12 +10,15 @@ loop ticks.
 """
 
 import asyncio
+import contextlib
 import logging
+import os
+import socket
 import time
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_fixed
 
-from treemail.adapters import metrics
+from treemail.adapters import keys, members, metrics
 from treemail.adapters.config import Config
 from treemail.adapters.connection import connect
 from treemail.adapters.eventstore import EventStore
@@ -28,6 +31,10 @@ from .views import PROJECTIONS
 log = logging.getLogger("treemail.projections")
 
 REPORT_EVERY_S = 5.0
+# A running projection worker says so this often in ``keys.projection_members``; `replay` takes one silent
+# for PRESENCE_MS as stopped. Its in-memory views and checkpoints would overwrite a rebuild, hence the warning.
+PRESENCE_EVERY_S = 1.0
+PRESENCE_MS = 5_000
 RETRY_AFTER_S = 0.5
 
 
@@ -40,6 +47,8 @@ class ProjectionService:
         self.runner: ProjectionRunner | None = None
         self.stopping = asyncio.Event()
         self._reported = 0.0
+        self._announced = 0.0
+        self.name = f"{socket.gethostname()}-{os.getpid()}"
 
     async def probe(self) -> str | None:
         await self.redis.ping()
@@ -53,6 +62,9 @@ class ProjectionService:
             await runner.start()
             self.runner = runner
         await self.runner.step()
+        if time.monotonic() - self._announced > PRESENCE_EVERY_S:
+            await members.announce(self.redis, keys.projection_members(), self.name, PRESENCE_MS)
+            self._announced = time.monotonic()
         if time.monotonic() - self._reported > REPORT_EVERY_S:
             self.runner.report_views()
             self._reported = time.monotonic()
@@ -79,8 +91,10 @@ class ProjectionService:
             try:
                 await retrying(self._step)
             except Exception:  # noqa: BLE001 - the step that failed as the stop came; nothing to retry for
-                return
+                break
             self.outages.ok("projection step")
+        with contextlib.suppress(Exception):  # a server already gone: the entry ages out by itself
+            await members.announce(self.redis, keys.projection_members(), self.name, PRESENCE_MS, leaving=True)
 
 
 async def serve(config: Config, url: str, metrics_port: int | None = None) -> None:

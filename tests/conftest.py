@@ -28,3 +28,19 @@ def valkey():
     server.start()
     yield server
     server.cleanup()
+
+
+@pytest.fixture
+def cluster_with_replicas():
+    """Starts fresh 3-primary, 3-replica clusters (``start(durable=False)``) whose replica takes over a
+    primary silent for 1 s (cluster-node-timeout): for a test that kills or pauses their nodes. Every
+    one started is removed at the end."""
+    started = []
+
+    def start(durable: bool = False) -> LocalValkeyCluster:
+        started.append(LocalValkeyCluster(replicas=1, node_timeout_ms=1000, durable=durable))
+        return started[-1].start()
+
+    yield start
+    for cluster in started:
+        cluster.cleanup()

@@ -64,9 +64,10 @@ class Deliveries:
         self._keyring = keyring
         self._discard = discard
 
-    async def claim(self, session_id: str, run_id: str, *, turn: bool = False) -> list[Delivery]:
+    async def claim(self, session_id: str, run_id: str, step: int | None = None, *,
+                    turn: bool = False) -> list[Delivery]:
         """``turn``: a new turn of a run that lasts (an MCP-only agent's mail check): queued mail is due too."""
-        command = c.ClaimTurn(session_id, run_id) if turn else c.ClaimMail(session_id, run_id)
+        command = c.ClaimTurn(session_id, run_id) if turn else c.ClaimMail(session_id, run_id, step)
         claimed = await self._sessions.execute(command)
         if not claimed:
             return []
@@ -79,7 +80,7 @@ class Deliveries:
         for event in accepted.values():
             if isinstance(event, ev.ProducerMessageAccepted):
                 with tracing.span("treemail.claim", event.traceparent, message_id=event.message_id,
-                                  session_id=session_id, run_id=run_id):
+                                  session_id=session_id, run_id=run_id, step=step):
                     pass
         overlay = (await self._store.load(record)).state.rules_overlay
         reply_hint = tool.tool_definition(record.rules, record.send_message_tool, overlay=overlay) is not None

@@ -6,16 +6,11 @@ is closed. A drain refuses new sends (``send_message:draining``) while
 accepted mail is still delivered.
 """
 
-from treemail.domain.commands import STOP_REASONS
 from treemail.services.disposal import Disposed, DisposalService
 from treemail.services.drains import DrainService
+from treemail.services.settlement import check_closing_text, check_stop_reason
 
-__all__ = ["Disposal", "Disposed", "check_stop_reason"]
-
-
-def check_stop_reason(reason: str | None) -> None:
-    if reason is not None and reason not in STOP_REASONS:
-        raise ValueError(f"reason must be one of {', '.join(STOP_REASONS)}, got {reason!r}")
+__all__ = ["Disposal", "Disposed", "check_closing_text", "check_stop_reason"]
 
 
 class Disposal:
@@ -28,6 +23,7 @@ class Disposal:
         senders as notices, closed; then, with a stop ``reason``, the parent's settlement notice.
         Safe to call again to complete a disposal that was interrupted."""
         check_stop_reason(reason)
+        check_closing_text(closing_text)
         return await self._disposal.dispose(session_id, reason, closing_text)
 
     async def drain(self, session_id: str | None = None) -> int:

@@ -24,9 +24,10 @@ from treemail.adapters import tracing
 from treemail.adapters.config import Config, load_config
 from treemail.adapters.connection import connect
 from treemail.domain import commands as c
-from treemail.domain import ids
+from treemail.domain import ids, limits
 from treemail.domain.commands import SendContext
 from treemail.domain.errors import LifecycleError, Rejected
+from treemail.services.clock import SYSTEM_CLOCK, Clock
 
 from ..tools import search as search_tool
 from ..tools import send_message as tool
@@ -35,7 +36,7 @@ from ..tools.table import Handlers
 from . import wiring
 from .approvals import ApprovalWait
 from .delivery import Deliveries
-from .disposal import Disposal, Disposed, check_stop_reason
+from .disposal import Disposal, Disposed, check_closing_text, check_stop_reason
 from .history import History
 from .interrupts import Interrupt, Interrupts
 from .mailbox import Mailbox
@@ -54,17 +55,25 @@ __all__ = [
 ]
 
 
+def _count(name: str, value: int | None) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    return value
+
+
 class Treemail:
-    def __init__(self, redis: aioredis.Redis, listener: aioredis.Redis, config: Config) -> None:
-        self._services = s = wiring.build(redis, listener, config)
+    def __init__(self, redis: aioredis.Redis, listener: aioredis.Redis, config: Config,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        self._services = s = wiring.build(redis, listener, config, clock)
         self._approval_wait = ApprovalWait(redis, config.service, s.commands)
         self._deliveries = Deliveries(config, s.store, s.sessions, s.peers, s.keyring, self.discard)
         self.history = History(redis, config.service, s.store, s.sessions, s.drains, lambda: s.commands.closing)
-        self.peers = Peers(s.store, s.sessions, s.peers)
+        self.peers = Peers(s.store, s.sessions, s.peers, s.peer_driver)
         self.interrupts = Interrupts(s.sessions, s.store, s.interrupts, s.interrupt_reader, self.finish_run)
         self.disposal = Disposal(s.disposal, s.drains)
         self.permissions = Permissions(redis, config, s.store, s.sessions)
-        self.obligations = Obligations(redis, config, s.store, s.sessions, s.wake_reader, s.obligations, s.disposal)
+        self.obligations = Obligations(redis, config, s.store, s.sessions, s.wake_reader, s.obligations, s.disposal,
+                                       clock, peers=s.peers, peer_driver=s.peer_driver)
         mailbox = Mailbox(s.listener, s.store, s.sessions, self._deliveries, config.messaging.attempt_timeout_s)
         self.tools = Tools(redis, config, s.store, s.sessions, mailbox, Handlers(
             send_message=self.send_message, interrupt_agent=self.interrupts.interrupt_agent,
@@ -84,7 +93,9 @@ class Treemail:
             limit=query.limit, own=True)}
 
     @classmethod
-    async def connect(cls, config: Config | None = None, url: str | None = None) -> "Treemail":
+    async def connect(cls, config: Config | None = None, url: str | None = None,
+                      clock: Clock = SYSTEM_CLOCK) -> "Treemail":
+        """``clock``: what the host's decisions are dated by; a test passes ``treemail.testing.TestClock``."""
         config = config or load_config()
         tracing.configure_from_env()
         url = url or config.service.redis_url
@@ -92,7 +103,7 @@ class Treemail:
             raise ValueError("no Redis URL: set REDIS_URL or [service] redis_url")
         redis = await connect(url, config.service)
         listener = await connect(url, config.service)
-        host = cls(redis, listener, config)
+        host = cls(redis, listener, config, clock)
         await host._services.store.ensure_command_group(config.service.command_streams)
         await host._services.store.ensure_wake_groups(config.service.partitions)
         return host
@@ -176,10 +187,8 @@ class Treemail:
         returns None.
         """
         check_stop_reason(reason)
-        await self._services.sessions.execute(c.FinishRun(session_id, run_id, reason or "completed"))
-        if reason is None:
-            return None
-        return await self._services.settlement.settle(session_id, run_id, reason, closing_text)
+        check_closing_text(closing_text)
+        return await self._services.settlement.finish(session_id, run_id, reason, closing_text)
 
     async def wakes(self, consumer: str, count: int = 10, block_ms: int = 1000) -> list[Wake]:
         """Wake triggers for this host runner (one consumer group shared by all runners)."""
@@ -204,19 +213,32 @@ class Treemail:
 
     # ---- delivery lifecycle ----------------------------------------------------------------------
 
-    async def claim(self, session_id: str, run_id: str) -> list[Delivery]:
-        """At a safe model-request boundary: the mail due in this run, claimed by it, in acceptance order."""
-        return await self._deliveries.claim(session_id, run_id)
+    async def claim(self, session_id: str, run_id: str, step: int | None = None) -> list[Delivery]:
+        """At a safe model-request boundary: the mail due in this run, claimed by it, in acceptance order.
 
-    async def consume(self, session_id: str, message_id: str) -> None:
-        """The model request that carried this claimed message succeeded."""
+        ``step``: the engine's number for this boundary (its model request) in the run; recorded with the
+        claim so the mailbox timeline says which step saw which message (``treemail timeline``).
+        """
+        return await self._deliveries.claim(session_id, run_id, _count("step", step))
+
+    async def consume(self, session_id: str, message_id: str, *, step: int | None = None,
+                      tokens: int | None = None) -> None:
+        """The model request that carried this claimed message succeeded.
+
+        ``step``: that request's step in the run; ``tokens``: what the delivered message cost in the
+        recipient's context. Both optional, recorded for the mailbox timeline.
+        """
+        command = c.ConsumeMail(session_id, message_id, _count("step", step), _count("tokens", tokens))
         async with self._delivery_span("consume", session_id, message_id):
-            await self._services.sessions.execute(c.ConsumeMail(session_id, message_id))
+            await self._services.sessions.execute(command)
 
-    async def release(self, session_id: str, message_id: str) -> None:
-        """The model request failed: a failed attempt; due again after a backoff, parked once the budget is spent."""
+    async def release(self, session_id: str, message_id: str, reason: str = "") -> None:
+        """The model request failed: a failed attempt; due again after a backoff, parked once the budget is spent.
+
+        ``reason``: why, in the host's words (one line, at most 200 characters; else ``lifecycle:invalid_reason``
+        and nothing stored); ``tm.obligations.inspect`` shows it as the message's latest reason."""
         async with self._delivery_span("release", session_id, message_id):
-            await self._services.sessions.execute(c.ReleaseMail(session_id, message_id))
+            await self._services.sessions.execute(c.ReleaseMail(session_id, message_id, reason))
 
     async def discard(self, session_id: str, message_id: str, reason: str = "") -> None:
         async with self._delivery_span("discard", session_id, message_id):
@@ -294,8 +316,8 @@ class Treemail:
         sent from, by default the sender's open run (exact live sender: only a
         session's open run may send; with none open it is ``sender_not_live``).
         """
-        if idempotency_key is not None and not (isinstance(idempotency_key, str) and 0 < len(idempotency_key) <= 200):
-            raise ValueError("idempotency_key must be a non-empty string of at most 200 characters")
+        # Kept as the tool call id ("key:<key>"), within its limit.
+        limits.require_text("idempotency_key", idempotency_key, limits.MAX_IDEMPOTENCY_KEY_BYTES, optional=True)
         call = f"key:{idempotency_key}" if idempotency_key is not None else f"host:{ids.uuid7()}"
         if run_id is None:
             store = self._services.store

@@ -12,7 +12,6 @@ so a model-facing tool can return it as is.
 """
 
 import json
-import time
 
 import redis.asyncio as aioredis
 
@@ -21,13 +20,17 @@ from treemail.adapters.config import Config
 from treemail.adapters.eventstore import EventStore
 from treemail.domain import commands as c
 from treemail.domain import events as ev
-from treemail.domain.errors import Code, LifecycleError
+from treemail.domain.errors import Code, LifecycleError, UnknownSessionError
+from treemail.domain import outbox
 from treemail.domain.outbound import may_inspect, status_of
 from treemail.domain.records import SessionRecord
 from treemail.domain.results import error_result
 from treemail.domain.state import MailItem
 from treemail.services.disposal import DisposalService
+from treemail.services.clock import SYSTEM_CLOCK, Clock
 from treemail.services.obligations import ObligationService
+from treemail.services.peerdelivery import PeerDriver
+from treemail.services.peers import PeerService
 from treemail.services.sessions import SessionService
 
 from ..tools.message import render
@@ -49,7 +52,10 @@ def settled(message_id: str) -> dict:
 
 class Obligations:
     def __init__(self, redis: aioredis.Redis, config: Config, store: EventStore, sessions: SessionService,
-                 wake_reader: WakeReader, sweeper: ObligationService, disposal: DisposalService) -> None:
+                 wake_reader: WakeReader, sweeper: ObligationService, disposal: DisposalService,
+                 clock: Clock = SYSTEM_CLOCK, *, peers: PeerService | None = None,
+                 peer_driver: PeerDriver | None = None) -> None:
+        self._clock = clock
         self._redis = redis
         self._config = config
         self._store = store
@@ -57,6 +63,8 @@ class Obligations:
         self._wake_reader = wake_reader
         self._sweeper = sweeper
         self._disposal = disposal
+        self._peers = peers
+        self._peer_driver = peer_driver
 
     async def ancestors(self, record: SessionRecord) -> list[str]:
         """The sessions ``record`` was delegated from, parent first."""
@@ -68,7 +76,15 @@ class Obligations:
             parent = found.parent_session_id if found is not None else None
         return out
 
-    async def _locate(self, message_id: str, caller: str | None):
+    async def _granted(self, sender: SessionRecord, destination: str, operation: str) -> bool:
+        if self._peers is None:
+            return False
+        try:
+            return (await self._peers.authorize(sender.session_id, destination, operation)).allowed
+        except (UnknownSessionError, ValueError):  # a destination gone grants nothing
+            return False
+
+    async def _locate(self, message_id: str, caller: str | None, operation: str = "read"):
         """(the index's find: sender and its records, recipient record, pending item) or an error dict."""
         if caller is not None:
             record = await self._store.directory.get(caller)
@@ -87,7 +103,15 @@ class Obligations:
             return error_result(Code.PERMISSION_DENIED.value,
                                 "permission denied: only the sender, the sessions it was delegated from and the host "
                                 "may inspect or retry a message")
-        recipient = await self._store.directory.get(found.sent.recipient_session_id)
+        destination = _destination(found.sent)
+        if caller is not None and _is_peer(found.sent) and not await self._granted(sender, destination, operation):
+            # Peer mail: the destination decides what its sources may read or control there, deny by default.
+            return error_result(Code.PEER_NOT_GRANTED.value,
+                                f"permission denied: the sender holds no `{operation}` grant for this message's peer")
+        if isinstance(found.sent, ev.PeerIntentStored):
+            row = (await self._store.load(sender)).state.outbox.get(message_id)
+            return found, None, row
+        recipient = await self._store.directory.get(destination)
         item = None
         if found.settled is None and isinstance(found.sent, ev.MessageSent) and recipient is not None:
             item = (await self._store.load_mail_items(recipient, [message_id])).get(message_id)
@@ -104,15 +128,29 @@ class Obligations:
         if isinstance(located, dict):
             return located
         found, _, item = located
-        return status_of(message_id, found.sender_id, found.sent, found.settled, item, self._config.messaging,
-                         time.time())
+        if isinstance(found.sent, ev.PeerIntentStored):
+            if found.settled is not None:  # discarded by the host before any admission
+                settled_record = found.settled
+                return {"message_id": message_id, "sender_session_id": found.sender_id,
+                        "recipient_session_id": found.sent.destination_session_id, "peer": found.sent.peer,
+                        "status": "processed", "reason": settled_record.reason or None,
+                        "settlement": {"outcome": settled_record.outcome, "reason": settled_record.reason,
+                                       "at": settled_record.at}}
+            if item is None:
+                return unknown(message_id)
+            return outbox.status_of(item, found.sender_id, self._config.messaging, self._clock.now())
+        status = status_of(message_id, found.sender_id, found.sent, found.settled, item, self._config.messaging,
+                           self._clock.now())
+        return {**status, "peer": found.sent.peer} if found.sent.peer else status
 
     async def retry(self, message_id: str, caller_session_id: str | None = None) -> dict:
         """Renew a parked message's retry budget; ``retry_message:settled`` for a processed or refused one."""
-        located = await self._locate(message_id, caller_session_id)
+        located = await self._locate(message_id, caller_session_id, "control")
         if isinstance(located, dict):
             return located
         found, recipient, item = located
+        if isinstance(found.sent, ev.PeerIntentStored):
+            return await self._retry_peer(message_id, found, caller_session_id)
         if found.settled is not None or isinstance(found.sent, ev.MessageRefused):
             return settled(message_id)
         if item is None or item.state != "parked":
@@ -127,6 +165,18 @@ class Obligations:
             if error.code == "lifecycle:unknown_message":
                 return settled(message_id)  # discarded meanwhile
             return error_result(Code.NOT_PARKED.value, error.message)
+        return await self.inspect(message_id, caller_session_id)
+
+    async def _retry_peer(self, message_id: str, found, caller_session_id: str | None) -> dict:
+        """A parked peer delivery gets a new budget on its source, and is due at once."""
+        sender = await self._sessions.record(found.sender_id)
+        try:
+            await self._sessions.execute(c.RetryPeerDelivery(sender.session_id, message_id), sender)
+        except LifecycleError as error:
+            code = Code.SETTLED.value if error.code == Code.SETTLED.value else Code.NOT_PARKED.value
+            return error_result(code, error.message)
+        if self._peer_driver is not None:
+            await self._peer_driver.due.touch(sender, self._peer_driver.clock.now())
         return await self.inspect(message_id, caller_session_id)
 
     async def pending_mail(self, session_id: str) -> list[MailItem]:
@@ -147,7 +197,7 @@ class Obligations:
         host did not live to complete after its cutoff is completed (disposal
         cutoff: nothing the closing session held is left behind).
         """
-        started = time.time()
+        started = self._clock.now()
         finished: list[ev.Event] = []
         if interrupted_runs:
             for p in range(self._config.service.partitions):
@@ -156,12 +206,21 @@ class Obligations:
                     state = (await self._store.load(record)).state
                     run = state.current_run
                     if run is not None:
-                        finished += await self._sessions.execute(c.FinishRun(session_id, run), record)
+                        finished += await self._sessions.execute(c.FinishRun(session_id, run, interrupted=True),
+                                                                 record)
                         finished += await self._sessions.execute(c.ChangeStatus(session_id, "idle"), record)
                     if state.disposal == "closing":
                         await self._disposal.complete_interrupted(session_id)
         woken = sum(isinstance(e, ev.SessionWakeRequested) for e in finished)
         return woken + (await self._sweeper.sweep(stale_before=started)).wakes
+
+
+def _is_peer(sent) -> bool:
+    return isinstance(sent, ev.PeerIntentStored) or bool(getattr(sent, "peer", ""))
+
+
+def _destination(sent) -> str:
+    return sent.destination_session_id if isinstance(sent, ev.PeerIntentStored) else sent.recipient_session_id
 
 
 # ---- for `treemail inspect` and `treemail retry` (the host's view: no caller) -------------------------

@@ -21,6 +21,7 @@ from treemail.domain import peers
 from treemail.domain.commands import SendContext, SendToPeer
 from treemail.domain.errors import Code, Rejected, UnknownSessionError
 from treemail.domain.results import error_result
+from treemail.services.peerdelivery import PeerDriver
 from treemail.services.peers import PeerService
 from treemail.services.sessions import SessionService
 
@@ -29,10 +30,12 @@ from ..tools.answering import answered
 
 
 class Peers:
-    def __init__(self, store: EventStore, sessions: SessionService, service: PeerService) -> None:
+    def __init__(self, store: EventStore, sessions: SessionService, service: PeerService,
+                 driver: PeerDriver | None = None) -> None:
         self._store = store
         self._sessions = sessions
         self._service = service
+        self._driver = driver
 
     # ---- the host's routes and grants -------------------------------------------------------------------
 
@@ -88,7 +91,10 @@ class Peers:
         return peer_tools.inbox_definition(peers.receives((await self._store.load(record)).state.peers))
 
     async def send(self, context: SendContext, arguments) -> dict:
-        """``{"message_id", "peer", "mode"}`` (and ``recipient_state`` with a read grant), or an error."""
+        """``{"message_id", "peer", "mode", "status": "pending"}`` once the intent is stored, or an error.
+
+        ``status`` is the delivery's when it was stored; ``tm.obligations.inspect(message_id)`` reads it later
+        (accepted with the destination's receipt, processed, refused, parked)."""
         return await self._peer_call(context, arguments, peer_tools.parse_send)
 
     async def reply(self, context: SendContext, arguments) -> dict:
@@ -96,22 +102,50 @@ class Peers:
         return await self._peer_call(context, arguments, peer_tools.parse_reply)
 
     async def _peer_call(self, context: SendContext, arguments, parse) -> dict:
-        return await answered(lambda: self._service.send(SendToPeer(context, parse(arguments))),
-                              Code.PEER_ENGINE_SHUTDOWN)
+        result = await answered(lambda: self._service.send(SendToPeer(context, parse(arguments))),
+                                Code.PEER_ENGINE_SHUTDOWN)
+        if self._driver is not None and self._service.config.peer_admit_inline and result.get("status") == "pending":
+            await self.deliver(context.session_id, result["message_id"])
+        return result
+
+    async def discard(self, source_session_id: str, message_id: str, reason: str = "") -> None:
+        """Give up on a parked peer delivery of ``source_session_id``: it becomes processed (discarded, with
+        ``reason``) and frees its capacity. LifecycleError (``retry_message:not_parked``/``:settled``) for one
+        that is not parked."""
+        await self._driver.discard(await self._sessions.record(source_session_id), message_id, reason)
+
+    async def deliver(self, source_session_id: str, message_id: str | None = None) -> None:
+        """Drive the source's peer deliveries now, as the pump would (``message_id``: only that one): the
+        host makes each send's first admission attempt itself. A failure here is the pump's to retry."""
+        try:
+            await self._driver.drive(await self._sessions.record(source_session_id), only=message_id)
+        except (RedisError, UnknownSessionError):
+            pass
 
     async def inbox(self, context: SendContext, arguments=None) -> dict:
-        """The calling session's latest peer mail with its provenance, newest first."""
+        """The calling session's latest peer mail with its provenance, newest first: only from senders it holds
+        a ``read`` grant on, a page at a time (``next_cursor`` when more remain)."""
         try:
-            limit = peer_tools.parse_inbox(arguments)
-            entries, back = await self._service.inbox(await self._sessions.record(context.session_id))
+            limit, cursor = peer_tools.parse_inbox(arguments)
+            record = await self._sessions.record(context.session_id)
+            entries, back = await self._service.inbox(record)
+            readable = await self._service.readable(record, {e.sender_session_id for e in entries})
         except Rejected as rejection:
             return error_result(rejection.code.value, rejection.message)
         except UnknownSessionError:
             return error_result(Code.UNKNOWN_SESSION.value, "the calling session is not registered with treemail")
         except RedisError as error:
             return error_result(Code.PEER_ENGINE_SHUTDOWN.value, f"the inbox could not be read ({type(error).__name__})")
+        shown = [e for e in entries if e.sender_session_id in readable]
+        if cursor is not None:
+            after = next((i for i, e in enumerate(shown) if e.message_id == cursor), None)
+            if after is None:
+                return error_result(Code.PEER_INVALID_ARGUMENTS.value,
+                                    "`cursor` is not a cursor of your inbox; call peer_inbox without it to start over")
+            shown = shown[after + 1:]
+        page = shown[:limit]
         return {"messages": [{
             "message_id": e.message_id, "sender": e.sender_handle, "sender_session_id": e.sender_session_id,
             "principal": e.principal, "at": datetime.fromtimestamp(e.at, timezone.utc).isoformat(timespec="seconds"),
             "in_reply_to": e.in_reply_to, "reply_peer": back.get(e.sender_session_id),
-        } for e in entries[:limit]]}
+        } for e in page], "next_cursor": page[-1].message_id if len(shown) > limit else None}

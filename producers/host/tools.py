@@ -14,6 +14,7 @@ from treemail.adapters.config import Config
 from treemail.adapters.eventstore import EventStore
 from treemail.adapters.tokens import TokenBinding
 from treemail.domain import commands as c
+from treemail.domain import limits
 from treemail.domain.commands import SendContext
 from treemail.domain.records import SessionRecord
 from treemail.services.sessions import SessionService
@@ -90,6 +91,7 @@ class Tools:
 
     async def mint_token(self, session_id: str, run_id: str | None = None, ttl_s: int | None = None) -> str:
         """A bearer token binding an MCP connection to this session (and run, else its current one)."""
+        limits.require_id("run_id", run_id, optional=True)
         await self._sessions.record(session_id)
         return await tokens.mint(self._redis, session_id, run_id, ttl_s)
 

@@ -14,8 +14,10 @@ from treemail.adapters.proofkeys import load_keyring
 from treemail.domain.proof import Keyring
 from treemail.services.disposal import DisposalService
 from treemail.services.drains import DrainService
+from treemail.services.clock import SYSTEM_CLOCK, Clock
 from treemail.services.interrupts import InterruptService
 from treemail.services.obligations import ObligationService
+from treemail.services.peerdelivery import PeerDriver
 from treemail.services.peers import PeerService
 from treemail.services.sessions import SessionService
 from treemail.services.settlement import SettlementService
@@ -43,12 +45,16 @@ class Services:
     drains: DrainService
     keyring: Keyring | None
     peers: PeerService
+    # Peer mail as an outbox: the host's driver makes each peer send's first admission attempt.
+    peer_driver: PeerDriver
+    clock: Clock
 
 
-def build(redis: aioredis.Redis, listener: aioredis.Redis, config: Config) -> Services:
+def build(redis: aioredis.Redis, listener: aioredis.Redis, config: Config, clock: Clock = SYSTEM_CLOCK) -> Services:
+    """``clock``: what every service decides by (``treemail.testing`` passes one it can move forward)."""
     store = EventStore(redis, config.service)
-    sessions = SessionService(store, config)
-    settlement = SettlementService(store, sessions)
+    sessions = SessionService(store, config, clock)
+    settlement = SettlementService(sessions)
     # Loaded once: a bad key file fails at connect, not at the first delivery.
     keyring = load_keyring(config.proof)
     return Services(
@@ -56,11 +62,13 @@ def build(redis: aioredis.Redis, listener: aioredis.Redis, config: Config) -> Se
         commands=CommandClient(redis, listener, config.service, store.directory),
         wake_reader=WakeReader(redis, config.service),
         interrupt_reader=interrupt_reader(redis, config.service),
-        interrupts=InterruptService(store),
-        obligations=ObligationService(sessions),
+        interrupts=InterruptService(store, clock),
+        obligations=ObligationService(sessions, clock),
         settlement=settlement,
-        disposal=DisposalService(store, sessions, settlement),
+        disposal=DisposalService(store, sessions, settlement, clock),
         drains=DrainService(store, sessions),
         keyring=keyring,
-        peers=PeerService(store, sessions, config.messaging, keyring),
+        peers=PeerService(store, sessions, config.messaging, keyring, clock),
+        peer_driver=PeerDriver(store, sessions, keyring, clock),
+        clock=clock,
     )

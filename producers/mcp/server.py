@@ -29,6 +29,7 @@ with the stable code. A tool the session does not have is an unknown tool
 
 import asyncio
 import contextlib
+import importlib.metadata
 import json
 import signal
 from collections.abc import Awaitable, Callable
@@ -40,12 +41,12 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
 from mcp.shared.exceptions import MCPError
-from mcp_types.jsonrpc import INVALID_PARAMS
+from mcp_types.jsonrpc import INVALID_PARAMS, INVALID_REQUEST
 
 from treemail.adapters.config import Config
 from treemail.adapters.tokens import TokenBinding
-from treemail.domain import ids
-from treemail.domain.protocol import PROTOCOL_VERSION
+from treemail.domain import ids, limits
+from treemail.domain.errors import UnknownSessionError
 
 from ..host.facade import Treemail
 from ..tools import receiving
@@ -75,6 +76,22 @@ def tool_call_id(params: types.CallToolRequestParams) -> str:
     return given if isinstance(given, str) and given else f"mcp-{ids.uuid7()}"
 
 
+def refusal(code: str, message: str) -> types.CallToolResult:
+    error = {"error": {"code": code, "message": message}}
+    return types.CallToolResult(content=[types.TextContent(text=f"{code}: {message}")], structured_content=error,
+                                is_error=True)
+
+
+@contextlib.asynccontextmanager
+async def bound_session():
+    """A token (or a stdio server) bound to a session that no longer exists: one clear JSON-RPC error on each
+    request, never an internal error with a traceback in the log."""
+    try:
+        yield
+    except UnknownSessionError:
+        raise MCPError(INVALID_REQUEST, "the session this connection is bound to no longer exists") from None
+
+
 def _tool(definition: dict) -> types.Tool:
     return types.Tool(name=definition["name"], description=definition["description"],
                       input_schema=definition["input_schema"])
@@ -95,7 +112,14 @@ def build_server(host: Treemail, resolve: Resolve, connection_of: ConnectionOf =
 
     async def list_tools(ctx, params) -> types.ListToolsResult:
         binding = await resolve(ctx)
-        tools = [_tool(d) for d in await host.tools.definitions(binding.session_id)]
+        try:
+            definitions = await host.tools.definitions(binding.session_id)
+        except UnknownSessionError:
+            # A session that no longer exists has no tools. Not an error here: the SDK lists the tools itself
+            # before each call (to check its parameters) and logs a listing that fails with a traceback; the
+            # call is what answers, with one clear error.
+            definitions = []
+        tools = [_tool(d) for d in definitions]
         if await connection_of(ctx) is not None:
             tools += [_tool(receiving.DEFINITIONS[name]) for name in receiving.NAMES]
         if noop:
@@ -106,6 +130,14 @@ def build_server(host: Treemail, resolve: Resolve, connection_of: ConnectionOf =
         binding = await resolve(ctx)
         if noop and params.name == NOOP["name"]:
             return types.CallToolResult(content=[types.TextContent(text="")], structured_content={})
+        async with bound_session():
+            try:
+                return await call_bound(ctx, binding, params)
+            except limits.IdentifierError as error:
+                # The client's tool call id ends up in the recipient's stream: bounded like every identifier.
+                return refusal(error.code, f"_meta {TOOL_CALL_META}: {error.message}")
+
+    async def call_bound(ctx, binding: TokenBinding, params: types.CallToolRequestParams) -> types.CallToolResult:
         connection = await connection_of(ctx)
         if connection is not None and params.name in receiving.NAMES:
             result = await connection.receive(params.name, params.arguments or {})
@@ -185,13 +217,14 @@ def build_server(host: Treemail, resolve: Resolve, connection_of: ConnectionOf =
             if watcher is not None:
                 watcher.cancel()
 
+    # The package's version, as every MCP server reports its own; the protocol number is in the instructions.
     # No tool of ours declares an `Mcp-Param-*` header, so there is never a header to validate: without this
     # the 2026-07-28 HTTP path ran the whole tools/list handler (the session read, every definition built)
     # before each call that has arguments, a second read of the session per send.
     def no_header_params(_name: str) -> None:
         return None
 
-    return Server(NAME, version=f"protocol {PROTOCOL_VERSION}", instructions=instructions,
+    return Server(NAME, version=package_version(), instructions=instructions,
                   get_tool_input_schema=no_header_params, on_list_tools=list_tools,
                   on_call_tool=call_tool, on_list_resources=list_resources, on_read_resource=read_resource,
                   on_subscribe_resource=subscribe, on_unsubscribe_resource=unsubscribe,
@@ -201,6 +234,13 @@ def build_server(host: Treemail, resolve: Resolve, connection_of: ConnectionOf =
 # ---- stdio: one session per process ------------------------------------------------------------
 
 
+def package_version() -> str:
+    try:
+        return importlib.metadata.version("treemail")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree never installed
+        return "0+unknown"
+
+
 async def serve_stdio(config: Config, url: str, session_id: str, run_id: str | None = None,
                       receive: bool = False) -> None:
     """Serve the session's tools on stdin/stdout until the client closes them.
@@ -208,6 +248,7 @@ async def serve_stdio(config: Config, url: str, session_id: str, run_id: str | N
     ``receive``: this process is the agent (no engine runs the session): the
     session runs while it is connected and receives mail (``connection.py``).
     """
+    limits.require_id("run_id", run_id, optional=True)
     host = await Treemail.connect(config, url)
     connection = None
     try:
@@ -276,14 +317,23 @@ def http_app(host: Treemail, bind_host: str = "127.0.0.1", port: int = 8765, noo
     )
 
 
-async def serve_http(config: Config, url: str, host: str = "127.0.0.1", port: int = 8765) -> None:
-    """Serve streamable HTTP on ``http://host:port/mcp`` until SIGINT or SIGTERM."""
+async def serve_http(config: Config, url: str, host: str = "127.0.0.1", port: int = 8765, say=None) -> None:
+    """Serve streamable HTTP on ``http://host:port/mcp`` until SIGINT or SIGTERM.
+
+    ``say`` is told the address once the port is bound (port 0: the one the system chose), so whoever
+    started it knows where to point a client."""
     import uvicorn
 
     api = await Treemail.connect(config, url)
     try:
         server = uvicorn.Server(uvicorn.Config(http_app(api, host, port), host=host, port=port, log_level="warning"))
         task = asyncio.create_task(server.serve())
+        while not server.started and not task.done():
+            await asyncio.sleep(0.02)
+        if server.started and say is not None:
+            bound = server.servers[0].sockets[0].getsockname()[1]
+            say(f"MCP over streamable HTTP on http://{host}:{bound}/mcp; each request needs "
+                "Authorization: Bearer <a token from `treemail mcp-token SESSION`>")
         stopping = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -9,7 +9,7 @@ run and tool call, comes from the host.
 from collections.abc import Mapping
 from typing import Any
 
-from treemail.domain import actions
+from treemail.domain import actions, limits
 from treemail.domain.commands import InterruptArguments
 from treemail.domain.errors import Code, Rejected
 
@@ -17,7 +17,7 @@ from . import arguments
 
 TOOL_NAME = "interrupt_agent"
 ALLOWED = ("to", "reason")
-MAX_REASON_BYTES = 1024
+MAX_REASON_BYTES = limits.MAX_REASON_BYTES
 
 DESCRIPTION = (
     "Interrupt the current run of a direct neighbour: your direct child, or your direct parent when you are a "

@@ -19,10 +19,11 @@ from treemail.domain.results import error_result
 
 DESCRIPTIONS = {
     "inspect_message": (
-        "See what became of a message you sent: `accepted` (stored for its recipient; with how many delivery "
+        "See what became of a message you sent: `pending` (a peer message stored and not yet admitted by its "
+        "peer; with its attempts), `accepted` (stored for its recipient; with how many delivery "
         "attempts failed and why), `processed` (the recipient consumed it, or it was discarded and why), "
         "`parked` (delivery stopped after repeated failures or its deadline; retry_message can restart it) or "
-        "`refused`. Give the `message_id` that send_message returned. Accepted does not mean read."
+        "`refused`. Give the `message_id` that send_message (or send_to_peer) returned. Accepted does not mean read."
     ),
     "retry_message": (
         "Restart delivery of a parked message you sent (inspect_message says `parked`). A processed or "

@@ -31,18 +31,20 @@ SEND_DESCRIPTION = (
     "listed below; no other agent can be reached this way. `mode` is `steer` (default: the message joins the "
     "peer's current work at its next step) or `queue` (it becomes the peer's next turn). `in_reply_to` may carry "
     "a message id for correlation only; to answer a message you received, use reply_to_peer. Success means the "
-    "message is durably accepted, not that it was read; answers arrive as new messages, so never poll."
+    "message is stored for delivery (`status: pending`), not that it arrived or was read; treemail delivers it "
+    "to the peer and retries if needed. Answers arrive as new messages, so never poll."
 )
 REPLY_DESCRIPTION = (
     "Reply to a message another agent sent you over a peer route. `message_id` is that message's id, as your "
     "peer_inbox (or the message's envelope) shows it, and `peer` the name of your route to its sender, which "
     "must be the agent that sent it. Receiving a message does not by itself let you answer it: only the peers "
-    "listed below can be replied to."
+    "listed below can be replied to, and only about a message they sent you."
 )
 INBOX_DESCRIPTION = (
-    "List the latest messages other agents sent you over peer routes, newest first: each with its message_id, "
-    "its sender, the principal it was delivered as, when it arrived, and `reply_peer`, the peer name to answer "
-    "it with reply_to_peer (null when you have no route back to that sender)."
+    "List the latest messages other agents sent you over peer routes, newest first, from the peers you may read: "
+    "each with its message_id, its sender, the principal it was delivered as, when it arrived, and `reply_peer`, "
+    "the peer name to answer it with reply_to_peer (null when you have no route back to that sender). When "
+    "`next_cursor` is not null, pass it as `cursor` to read the next page."
 )
 
 
@@ -92,7 +94,8 @@ def send_definition(views) -> dict | None:
 
 
 def reply_definition(views) -> dict | None:
-    sendable = [v for v in views if v.allows("send")]
+    """reply_to_peer over any route back (a reply is authorized by the message it answers, not by a send grant)."""
+    sendable = list(views)
     if not sendable:
         return None
     return {
@@ -122,7 +125,8 @@ def inbox_definition(receives: bool) -> dict | None:
         "description": INBOX_DESCRIPTION,
         "input_schema": {
             "type": "object",
-            "properties": {"limit": {"type": "integer", "minimum": 1, "maximum": INBOX_LIMIT, "default": 10}},
+            "properties": {"limit": {"type": "integer", "minimum": 1, "maximum": INBOX_LIMIT, "default": 10},
+                           "cursor": {"type": "string", "description": "The `next_cursor` of the previous page."}},
             "additionalProperties": False,
         },
     }
@@ -200,9 +204,10 @@ def parse_reply(raw: Any) -> PeerSendArguments:
                              reply=True)
 
 
-def parse_inbox(raw: Any) -> int:
-    raw = _object(raw if raw not in (None, "") else {}, ["limit"])
+def parse_inbox(raw: Any) -> tuple[int, str | None]:
+    """(limit, cursor): the page size and where the previous page ended (None: the newest first)."""
+    raw = _object(raw if raw not in (None, "") else {}, ["limit", "cursor"])
     limit = raw.get("limit", 10)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= INBOX_LIMIT:
         raise _invalid(f"`limit` must be an integer from 1 to {INBOX_LIMIT}")
-    return limit
+    return limit, _reference(raw, "cursor", False)

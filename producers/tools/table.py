@@ -37,13 +37,6 @@ def error_text(result: dict) -> str:
     return f"{result['error']['code']}: {result['error']['message']}"
 
 
-def send_message_text(result: dict) -> str:
-    return (
-        f"message {result['message_id']} accepted ({result['mode']}); recipient is {result['recipient_state']}. "
-        "Replies arrive as new messages."
-    )
-
-
 @dataclass(frozen=True)
 class SessionView:
     """What a tool's definition depends on: the session's record, its state, the deployment's config."""
@@ -116,7 +109,8 @@ TOOLS: dict[str, ModelTool] = {
             threads=view.config.messaging.threads,
         )),
         call=lambda handlers, context, arguments: handlers.send_message(context, arguments),
-        text=send_message_text,
+        # The one wording of a send_message result (``send_message.result_text``), whoever renders it.
+        text=tool.result_text,
     ),
     # interrupt_agent: the second control tool, where an `interrupt` rule allows it
     interrupt_tool.TOOL_NAME: ModelTool(

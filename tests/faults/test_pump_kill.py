@@ -41,6 +41,10 @@ def check_journey(message_id: str, steps: list[ev.Event]) -> str:
             case ev.ProducerMessageClaimed():
                 assert not open_claim, f"{message_id} claimed twice without an end between"
                 open_claim = True
+            case ev.ProducerMessageReleased(reason="wake_unclaimed"):
+                # A run the message was due in ended without claiming it: a failed attempt with no claim.
+                assert not open_claim, f"{message_id}: unclaimed while claimed"
+                ends.append("ProducerMessageReleased")
             case ev.ProducerMessageReleased() | ev.ProducerMessageConsumed():
                 assert open_claim, f"{message_id}: {type(step).__name__} without a claim (doubled)"
                 open_claim = False

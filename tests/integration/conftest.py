@@ -115,6 +115,22 @@ async def running_stack(url: str, workers: int = 1, profile: str = "fast", confi
             await worker.stop()
 
 
+@contextlib.asynccontextmanager
+async def timed_stack(url: str, **messaging):
+    """``treemail.testing.TestStack`` on the tests' server (one Valkey or the cluster): a worker, a host and a
+    pump on one clock that moves only at ``env.advance``; ``adapters(env.tm)`` beside it."""
+    from treemail.testing import TestStack
+
+    config = make_config(url, **messaging)
+    async with TestStack.start(config=config, url=url) as env:
+        async with server_of(url, config) as server:
+            _SERVERS[id(env.tm)] = server
+            try:
+                yield env
+            finally:
+                del _SERVERS[id(env.tm)]
+
+
 @pytest.fixture
 async def stack(redis_url):
     async with running_stack(redis_url) as host:

@@ -46,7 +46,7 @@ def test_redact_hides_only_the_password():
 
 @pytest.mark.skipif(CLUSTER, reason="ACL users are per node; the single-server case shows the rule")
 async def test_an_acl_user_limited_to_treemail_keys_runs_the_durable_stack_without_config_rights(redis_url, calls):
-    """The README's ACL: `~tm:* +@all -@dangerous` (no CONFIG, no INFO, no other keys)."""
+    """The ACL docs/operations.md gives: `~tm:* +@all -@dangerous` (no CONFIG, no INFO, no other keys)."""
     admin = aioredis.Redis.from_url(redis_url)
     await admin.execute_command("ACL", "SETUSER", "treemail-test", "reset", "on", f">{SECRET}", "~tm:*",
                                 "+@all", "-@dangerous")

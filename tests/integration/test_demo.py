@@ -13,6 +13,9 @@ def test_demo_runs_the_scripted_tree_and_stops_cleanly():
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "started embedded Valkey" in out
+    # It says what differs from a default install: nothing kept, and the hop guard it turned on.
+    assert "nothing is kept across a restart" in out
+    assert "max_hops = 4" in out and "say 0" in out
     assert "accepted, recipient running" in out
     assert "accepted, recipient waking_finished" in out
     assert "starts a new run with its mail as input" in out
@@ -120,7 +123,8 @@ def test_the_demo_ends_with_what_to_try_next_and_those_commands_work():
         url = re.search(r"export REDIS_URL=(\S+)", out).group(1)
         commands = re.findall(r"^  (\S*treemail [^#\n]*?)\s+#", out, re.M)
         assert [c.split("treemail ", 1)[1].split()[0] for c in commands] == [
-            "trees", "history", "tail", "approvals", "approvals"]
+            "trees", "history", "tail", "timeline", "ui", "approvals", "approvals"]
+        assert re.search(r"treemail ui\s+#.*http://127\.0\.0\.1:8780/", out)  # the page's address
         env = {**os.environ, "REDIS_URL": url}
         env.pop("TREEMAIL_CONFIG", None)
 
@@ -135,8 +139,10 @@ def test_the_demo_ends_with_what_to_try_next_and_those_commands_work():
         assert re.search(r"\s4\s", run(commands[0])), run(commands[0])
         history = run(commands[1])
         assert "ProducerMessageAccepted" in history and '{"' not in history  # friendly rows, no raw JSON
-        assert "writer_" in run(commands[3])
-        assert "approved" in run(commands[4])
+        timeline = run(commands[3])
+        assert "mailbox" in timeline and "consumed" in timeline and "steps" in timeline
+        assert "writer_" in run(commands[5])
+        assert "approved" in run(commands[6])
         # The waiting send goes through once a person approves it, and the demo says so.
         while "accepted" not in (line := process.stdout.readline()):
             assert line, "the demo did not report the approved send"

@@ -465,6 +465,24 @@ def test_dashboard_panels_show_zero_where_zero_is_meant():
     assert not unlabelled, unlabelled
 
 
+def test_the_dashboard_shows_the_delivery_pump_with_the_metrics_it_exports():
+    from prometheus_client.parser import text_string_to_metric_families
+    from prometheus_client import generate_latest
+
+    from treemail.adapters import metrics
+
+    dashboard = json.loads((DEPLOY / "grafana" / "treemail-dashboard.json").read_text(encoding="utf-8"))
+    exprs = [t["expr"] for p in dashboard["panels"] if "pump" in p["title"].lower() for t in p["targets"]]
+    exported = {s.name for f in text_string_to_metric_families(generate_latest(metrics.PUMP_REGISTRY).decode())
+                for s in f.samples}
+    used = {name for expr in exprs for name in re.findall(r"treemail_\w+", expr)}
+    assert {"treemail_pump_lag_seconds", "treemail_obligations_total"} <= used
+    assert used <= exported, used - exported
+    jobs = {job["job_name"] for job in yaml.safe_load((DEPLOY / "compose" / "prometheus.yml").read_text())[
+        "scrape_configs"]}
+    assert any(f'job="{job}"' in expr for expr in exprs for job in jobs if "pump" in job)
+
+
 def test_deploy_readme_knows_the_cluster_client():
     text = (DEPLOY / "README.md").read_text(encoding="utf-8")
     assert "single-node client" not in text

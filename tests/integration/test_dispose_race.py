@@ -34,7 +34,9 @@ async def race(url: str, kill: bool = False):
         try:
             root = await host.register_root("planner", "x", rules={"child": "allow"})
             await host.start_run(root.session_id, "run-root")
-            target = await host.register_child(root.session_id, "target", "disposed mid-race", status="running")
+            # One-shot: no next incarnation takes a send that loses the race (a continuable target's does).
+            target = await host.register_child(root.session_id, "target", "disposed mid-race", status="running",
+                                               continuable=False)
             await host.start_run(target.session_id, "run-t")
             peers = []
             for _ in range(SENDERS):

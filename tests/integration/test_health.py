@@ -94,10 +94,14 @@ def test_worker_readiness_follows_the_server_and_an_outage_is_a_few_lines_not_tr
         wait_until(lambda: samples(port).get(("treemail_worker_consumers", (("stream", keys.command_stream(0)),)))
                    == 0, 10, "live workers 0 during the outage")
         assert samples(port)[("treemail_workers_live", ())] == 0
+        # The backlog lives on the server: unknown now, so absent, never a reassuring 0.
+        backlog = ("treemail_command_backlog", (("stream", keys.command_stream(0)),))
+        assert backlog not in samples(port) and ("treemail_command_pending", backlog[1]) not in samples(port)
         time.sleep(8)  # a reclaim pass (every reclaim_idle_ms / 2) and stats refreshes fail meanwhile
 
         server.start()
         wait_until(lambda: get(port, "/readyz")[0] == 200, 15, "ready again, the group recreated")
+        wait_until(lambda: backlog in samples(port), 15, "the backlog known again")
     finally:
         err = stop(worker)
         server.cleanup()

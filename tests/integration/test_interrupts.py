@@ -89,15 +89,18 @@ async def test_interrupting_an_idle_session_is_a_no_op_and_a_session_without_rul
     assert invalid["error"]["code"] == "interrupt_agent:invalid_arguments"
 
 
-async def test_an_unknown_handle_lists_the_direct_neighbours(stack, calls):
+async def test_interrupting_an_unknown_handle_is_an_accepted_no_op_that_lists_the_direct_neighbours(stack, calls):
     root = await stack.register_root("planner", "plans", rules=RULES)
     child = await stack.register_child(root.session_id, "explore", "reads code", rules={"interrupt": "allow"})
     sibling = await stack.register_child(root.session_id, "review", "reviews")
     grandchild = await stack.register_child(child.session_id, "grep", "greps")
     await live(stack, child)
+    before = [len(await stack.history(s.session_id)) for s in (root, child, sibling, grandchild)]
     result = await stack.interrupts.interrupt_agent(calls.ctx(child.session_id), {"to": "nobody_00000000"})
-    assert result["error"]["code"] == "interrupt_agent:unknown_session"
-    listing = result["error"]["message"]
+    assert "error" not in result and result["result"] == "no_such_agent"
+    listing = result["message"]
+    assert listing.startswith("nothing was done")
+    assert [len(await stack.history(s.session_id)) for s in (root, child, sibling, grandchild)] == before
     assert root.handle in listing and grandchild.handle in listing and sibling.handle not in listing
 
 

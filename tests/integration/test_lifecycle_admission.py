@@ -22,13 +22,16 @@ def of_type(history, name):
     return [e for _, e in history if type(e).__name__ == name]
 
 
-async def family(host, *, parent_status="running"):
-    """root (running run-root unless told otherwise) with children a and b, each with its open run-1."""
+async def family(host, *, parent_status="running", continuable=True):
+    """root (running run-root unless told otherwise) with children a and b, each with its open run-1.
+    ``continuable=False``: one-shot children, which no send resumes once disposed (``recipient_closing``)."""
     root = await host.register_root("planner", "plans", rules={"*": "allow"}, status=parent_status)
     if parent_status == "running":
         await host.start_run(root.session_id, "run-root")
-    a = await host.register_child(root.session_id, "explore", "reads", rules=PEERS, status="running")
-    b = await host.register_child(root.session_id, "review", "reviews", rules=PEERS, status="running")
+    a = await host.register_child(root.session_id, "explore", "reads", rules=PEERS, status="running",
+                                  continuable=continuable)
+    b = await host.register_child(root.session_id, "review", "reviews", rules=PEERS, status="running",
+                                  continuable=continuable)
     for child in (a, b):
         await host.start_run(child.session_id, "run-1")
     return root, a, b
@@ -129,7 +132,7 @@ async def test_the_drain_is_checked_again_before_a_send_is_decided_again(stack):
 
 
 async def test_dispose_returns_unprocessed_mail_to_its_senders_and_refuses_sends_after_the_cutoff(stack):
-    root, a, b = await family(stack)
+    root, a, b = await family(stack, continuable=False)
     consumed = await send(stack, root, "run-root", "c1", a.handle, "read this")
     [d] = await stack.claim(a.session_id, "run-1")
     await stack.consume(a.session_id, d.message_id)
@@ -160,7 +163,7 @@ async def test_dispose_returns_unprocessed_mail_to_its_senders_and_refuses_sends
 
 
 async def test_a_tool_call_accepted_before_the_cutoff_and_retried_after_it_keeps_its_outcome(stack):
-    root, a, _ = await family(stack)
+    root, a, _ = await family(stack, continuable=False)
     first = await send(stack, root, "run-root", "c1", a.handle, "before")
     await stack.disposal.dispose(a.session_id)
     assert await send(stack, root, "run-root", "c1", a.handle, "before") == first
@@ -168,7 +171,7 @@ async def test_a_tool_call_accepted_before_the_cutoff_and_retried_after_it_keeps
 
 
 async def test_a_sender_being_disposed_is_refused_and_an_interrupted_disposal_completes(stack):
-    root, a, b = await family(stack)
+    root, a, b = await family(stack, continuable=False)
     await send(stack, b, "run-1", "c0", a.handle, "pending when a closes")
     # Only the first step, as if the host died right after the cutoff.
     await adapters(stack).sessions.execute(c.DisposeSession(a.session_id, "aborted"))
@@ -227,7 +230,8 @@ async def test_settlement_gates_in_their_order(stack):
     [notice] = [d for d in await stack.claim(root.session_id, "run-root") if d.owner == "settlement"]
     assert notice.text == (
         '<treemail_notice kind="subagent_settled">\n'
-        f"Background subagent {a.handle} finished and will do no further work unless you send it more.\n\n"
+        f"Background subagent {a.handle} (session {a.session_id}) finished and will do no further work unless you "
+        "send it more.\n\n"
         "3 bugs found\n</treemail_notice>"
     )
     assert notice.sender_session_id is None

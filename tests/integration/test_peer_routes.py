@@ -69,7 +69,7 @@ async def test_a_message_crosses_to_another_tree_over_a_route_with_its_principal
     await route(host, planner, advisor, "advisor", send=True, context=True, principal="acme/planning")
 
     result = await host.peers.send(calls.ctx(planner.session_id), {"peer": "advisor", "body": "review cache.py"})
-    assert set(result) == {"message_id", "peer", "mode"}, result  # no read grant: the target's state stays hidden
+    assert set(result) == {"message_id", "peer", "mode", "status"}, result  # no read grant: the target's state stays hidden
 
     [delivery] = await deliveries(host, advisor.session_id)
     assert (delivery.message_id, delivery.principal, delivery.verified) == (result["message_id"], "acme/planning",
@@ -110,20 +110,26 @@ async def test_receiving_grants_nothing_back_and_a_reply_needs_its_own_route_and
     sent = await host.peers.send(calls.ctx(planner.session_id), {"peer": "advisor", "body": "which cache?"})
     await host.start_run(advisor.session_id, "run-1")  # the advisor answers from its open run (exact live sender)
 
-    # The advisor received it: an inbox with provenance, and no way back.
+    # The advisor received it, and holds nothing back: not even its inbox shows the sender without `read`.
     assert await host.peers.inbox_tool_definition(advisor.session_id) is not None
     assert await host.peers.reply_tool_definition(advisor.session_id) is None
+    assert (await host.peers.inbox(calls.ctx(advisor.session_id), {}))["messages"] == []
+    for operation in ("context", "read", "send", "control"):
+        assert not (await host.peers.authorize(advisor.session_id, planner.session_id, operation)).allowed
+    await host.peers.set_grant(planner.session_id, source_session_id=advisor.session_id, read=True,
+                               principal="acme/advice")
     [entry] = (await host.peers.inbox(calls.ctx(advisor.session_id), {}))["messages"]
     assert (entry["message_id"], entry["sender_session_id"], entry["principal"], entry["reply_peer"]) == (
         sent["message_id"], planner.session_id, f"session:{planner.session_id}", None)
     reply = {"peer": "planner", "message_id": sent["message_id"], "body": "the LRU one"}
     assert (await host.peers.reply(calls.ctx(advisor.session_id), reply))["error"]["code"] == \
         "peer_message:unknown_peer"
-    for operation in ("context", "read", "send", "control"):
-        assert not (await host.peers.authorize(advisor.session_id, planner.session_id, operation)).allowed
 
-    # The host gives the advisor its own route and grant back; now only a real reference can be answered.
-    await route(host, advisor, planner, "planner", send=True, principal="acme/advice")
+    # The host gives the advisor a route back (no send grant): a reply is authorized by the message it answers,
+    # so only a real reference from that very peer can be answered.
+    await host.peers.register_route("planner", planner.session_id, source_session_id=advisor.session_id)
+    plain = await host.peers.send(calls.ctx(advisor.session_id), {"peer": "planner", "body": "unasked"})
+    assert plain["error"]["code"] == "peer_message:not_granted"
     forged = {**reply, "message_id": "0190a000-0000-7000-8000-00000000beef"}
     assert (await host.peers.reply(calls.ctx(advisor.session_id), forged))["error"]["code"] == \
         "peer_message:unknown_reference"
@@ -214,7 +220,10 @@ async def test_a_retried_peer_send_returns_the_first_outcome_even_after_its_rout
     await route(host, planner, advisor, "advisor", send=True, read=True)
     ctx = calls.ctx(planner.session_id)
     first = await host.peers.send(ctx, {"peer": "advisor", "body": "once"})
-    assert first["recipient_state"] == "queued"  # a read grant shows the target's state (idle: queued, woken)
+    assert first["status"] == "pending"
+    # A read grant shows the target's state in the delivery's status (idle: queued, woken).
+    status = await host.obligations.inspect(first["message_id"], planner.session_id)
+    assert (status["status"], status["receipt"]["recipient_state"]) == ("accepted", "queued")
     await host.peers.revoke_route("advisor", source_session_id=planner.session_id)
     assert await host.peers.send(ctx, {"peer": "advisor", "body": "once"}) == first
     conflict = await host.peers.send(ctx, {"peer": "advisor", "body": "other"})

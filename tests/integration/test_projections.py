@@ -169,6 +169,7 @@ async def test_replay_cli_rebuilds_every_projection(redis_url):
                               text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         assert "rebuilt inbox, pairs, trees, wakes over 16 partitions" in done.stdout
+        assert "warning" not in done.stderr  # no projection worker runs here
         # Not a terminal: plain progress lines ending at every session, never \r redraws.
         assert "\r" not in done.stderr
         assert re.search(r"^replay: (\d+)/\1 sessions, [\d,]+ events", done.stderr, re.M), done.stderr
@@ -178,6 +179,32 @@ async def test_replay_cli_rebuilds_every_projection(redis_url):
         trees = subprocess.run([sys.executable, "-m", "treemail", "trees"], env=env, capture_output=True,
                                text=True, timeout=60)
         assert trees.returncode == 0 and " 5 " in trees.stdout  # root + 4 children
+
+
+async def test_replay_warns_while_a_projection_worker_runs_and_not_after_it_stopped(redis_url):
+    from treemail.adapters import keys, members
+    from treemail.projections.service import PRESENCE_MS, ProjectionService
+
+    async with running_stack(redis_url) as host:
+        server = adapters(host)
+        service = ProjectionService(server.config, server.redis)
+        running = asyncio.create_task(service.run())
+        try:
+            for _ in range(100):
+                if await members.present(server.redis, keys.projection_members(), PRESENCE_MS):
+                    break
+                await asyncio.sleep(0.05)
+            env = {**os.environ, "REDIS_URL": redis_url, **backend_env()}
+            done = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "treemail", "replay"], env=env,
+                                           capture_output=True, text=True, timeout=120)
+            assert done.returncode == 0, done.stderr
+            [warning] = [line for line in done.stderr.splitlines() if "warning" in line]
+            assert "1 projection worker(s) running" in warning and service.name in warning, warning
+        finally:
+            service.stopping.set()
+            await running
+        # A stopped worker leaves the set at once: no stale warning afterwards.
+        assert await members.present(server.redis, keys.projection_members(), PRESENCE_MS) == []
 
 
 async def test_tail_live_rows_equal_rows_replayed_from_start(redis_url):

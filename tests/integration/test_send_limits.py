@@ -65,7 +65,7 @@ async def test_an_oversized_body_is_refused_before_anything_is_stored(stack, cal
 async def test_huge_arguments_come_back_as_bounded_errors(stack, calls):
     root = await stack.register_root("planner", "x", rules={"child": "allow"})
     for n in range(60):  # more peers than an error lists
-        await stack.register_child(root.session_id, "explore", "d" * 5000)
+        await stack.register_child(root.session_id, "explore", "d" * 4096)  # the longest description allowed
     await live(stack, root)
     huge_to = await stack.send_message(calls.ctx(root.session_id), {"to": "z" * 1_000_000, "body": "x"})
     assert code(huge_to) == "send_message:unknown_session"

@@ -90,3 +90,18 @@ def test_the_command_ends_when_its_valkey_dies():
     assert process.returncode == 1
     err = process.stderr.read()
     assert "Valkey on port" in err and "stopped" in err and "Traceback" not in err
+    # Its temporary directory is deleted on exit: the error names no file there, it quotes the log's end.
+    assert "its log is" not in err and "last lines of its log" in err, err
+    assert not any(os.path.exists(p) for p in re.findall(r"(/\S+valkey\.log)", err)), err
+
+
+def test_a_kept_server_that_dies_names_its_log_which_is_still_there(tmp_path):
+    process, url = start("--port", str(free_port()), "--dir", str(tmp_path / "data"))
+    client = redis.Redis.from_url(url)
+    pid = client.info("server")["process_id"]
+    client.close()
+    os.kill(pid, signal.SIGKILL)
+    process.wait(timeout=10)
+    err = process.stderr.read()
+    [path] = re.findall(r"its log is (\S+)", err)
+    assert os.path.exists(path), err

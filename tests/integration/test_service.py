@@ -57,6 +57,9 @@ def test_worker_cli_reports_unreachable_server_without_traceback():
     assert done.returncode == 2
     assert "cannot reach Redis/Valkey" in done.stderr
     assert "Traceback" not in done.stderr
+    # The advice is one a worker can follow: only `demo` starts a Valkey of its own, so no "unset REDIS_URL".
+    assert "unset REDIS_URL" not in done.stderr and "`treemail server`" in done.stderr, done.stderr
+    assert ".." not in done.stderr.replace("...", ""), done.stderr
 
 
 def test_cli_rejects_unknown_config_key(tmp_path):

@@ -1,8 +1,6 @@
 """OpenTelemetry: one message's journey (prepare, admit, claim, release by the pump, consume) is one
 trace, read back with the SDK's in-memory exporter; off by default."""
 
-import asyncio
-
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
@@ -11,9 +9,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from treemail.adapters import tracing
 from treemail.domain import events as ev
-from treemail.services.obligations import ObligationService
 
-from .conftest import adapters, live, running_stack
+from .conftest import live, running_stack, timed_stack
 
 
 def test_tracing_is_off_unless_an_exporter_is_named():
@@ -36,15 +33,15 @@ def exporter():
 
 
 async def test_one_message_is_one_trace_from_preparation_to_consumption(redis_url, calls, exporter):
-    async with running_stack(redis_url, attempt_timeout_s=0.2, backoff_initial_s=0, backoff_max_s=0) as host:
+    async with timed_stack(redis_url, backoff_initial_s=0, backoff_max_s=0) as env:
+        host = env.tm
         root = await host.register_root("planner", "x", rules={"child": "allow"})
         child = await host.register_child(root.session_id, "explore", "x", rules={"parent": "allow"}, status="running")
         await live(host, root, child)  # only a session's open run may send (exact live sender)
         exporter.clear()
         sent = await host.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "traced"})
         [delivery] = await host.claim(child.session_id, "run-1")
-        await asyncio.sleep(0.25)
-        await ObligationService(adapters(host).sessions).step()  # the claim timed out: the pump releases it
+        await env.advance(env.config.messaging.attempt_timeout_s)  # the claim timed out: the pump releases it
         [again] = await host.claim(child.session_id, "run-1")
         await host.consume(child.session_id, again.message_id)
         history = await host.history(child.session_id)
@@ -65,3 +62,21 @@ async def test_one_message_is_one_trace_from_preparation_to_consumption(redis_ur
     [accepted] = [e for _, e in history if isinstance(e, ev.ProducerMessageAccepted)]
     assert accepted.traceparent.split("-")[1] == format(prepare.context.trace_id, "032x")
     assert delivery.message_id == sent["message_id"]
+
+
+async def test_a_peer_send_and_each_of_its_admission_attempts_are_one_trace(redis_url, calls, exporter):
+    async with running_stack(redis_url) as host:  # the host makes the first attempt itself
+        planner = await host.register_root("planner", "x", rules={})
+        advisor = await host.register_root("advisor", "y", rules={}, status="idle")
+        await host.peers.register_route("advisor", advisor.session_id, source_session_id=planner.session_id)
+        await host.peers.set_grant(advisor.session_id, source_session_id=planner.session_id, send=True)
+        await live(host, planner)
+        exporter.clear()
+        sent = await host.peers.send(calls.ctx(planner.session_id), {"peer": "advisor", "body": "traced"})
+        [intent] = [e for _, e in await host.history(planner.session_id) if isinstance(e, ev.PeerIntentStored)]
+
+    spans = {s.name: s for s in exporter.get_finished_spans() if s.name.startswith("treemail.peer.")}
+    prepare, admit = spans["treemail.peer.prepare"], spans["treemail.peer.admit"]
+    assert admit.context.trace_id == prepare.context.trace_id and intent.traceparent
+    assert admit.attributes["treemail.message_id"] == sent["message_id"]
+    assert (admit.attributes["treemail.attempt"], admit.attributes["treemail.outcome"]) == (1, "accepted")

@@ -202,8 +202,8 @@ def test_a_notice_is_treemails_words_never_credited_to_the_child_and_never_count
     [notice] = of(settlement.parent_events, ev.ProducerMessageAccepted)
     assert notice.owner == "settlement" and notice.sender_session_id is None and notice.sender_handle is None
     assert notice.body == (
-        f"Background subagent {T.child.handle} finished and will do no further work unless you send it more."
-        "\n\ndone: 3 bugs"
+        f"Background subagent {T.child.handle} (session {T.child.session_id}) finished and will do no further "
+        "work unless you send it more.\n\ndone: 3 bugs"
     )
     parent = fold((registered(T.root), *settlement.parent_events))
     assert parent.pending_agent == 0 and parent.pair_inflight == {} and parent.pending_all == 1
@@ -279,3 +279,53 @@ def test_return_guidance_names_the_parent_and_the_tool_in_treemails_arguments():
 ], ids=["no rules: no tool", "tool withheld", "parent denied"])
 def test_no_return_guidance_for_a_child_that_cannot_message_its_parent(record):
     assert notices.return_guidance_for(record, T.root) is None
+
+
+# ---- a settlement decided with the finish or close that earns it ---------------------------------------
+
+
+def settling_finish(h: History, parent: History, run_id="run-1", reason="completed"):
+    from treemail.domain.commands import Settle
+    from treemail.domain.decide.lifecycle import Given
+    from treemail.domain.handlers import decide_command
+    from treemail.domain.messaging import MessagingConfig
+    from treemail.domain.outbound import Sender
+
+    settle = Settle(reason, "done: 3 bugs", "n-1", T.root.session_id, T.child.handle)
+    given = Given(h.state, h.mail, MessagingConfig(), 5.0, session_id=T.child.session_id, version=len(h.events),
+                  senders={T.root.session_id: Sender(T.root, parent.state, 7)})
+    return decide_command(FinishRun(T.child.session_id, run_id, reason, settle), given)
+
+
+def test_a_settling_finish_writes_the_childs_record_and_the_parents_notice_in_one_decision_once():
+    h = child(accepted("m-0", T.root), run_started("run-1"))
+    parent = History(registered(T.root, status="idle"))
+    decision = settling_finish(h, parent, reason="context_window_exceeded")
+    [settled] = [e for e in decision.events if isinstance(e, ev.SessionSettled)]
+    assert (settled.notice, settled.message_id, settled.stop_reason) == ("queued", "n-1", "context_window_exceeded")
+    [source] = decision.sources
+    assert source.record == T.root and source.version == 7
+    [notice] = [e for e in source.events if isinstance(e, ev.ProducerMessageAccepted)]
+    assert notice.message_id == "n-1" and notice.owner == "settlement" and T.child.session_id in notice.body
+    assert notice.body.startswith(f"Background subagent {T.child.handle} (session {T.child.session_id}) stopped ")
+    assert isinstance(source.events[-1], ev.SessionWakeRequested)  # the idle parent is woken for it
+    # Repeated (the host died before it heard the answer): nothing more, on either stream.
+    h.then(decision.events)
+    again = settling_finish(h, parent, reason="context_window_exceeded")
+    assert again.events == [] and again.sources == []
+
+
+def test_a_repeated_close_settles_nothing_twice():
+    from treemail.domain.commands import Settle
+    from treemail.domain.outbound import Sender
+
+    h = child(accepted("m-0", T.root), closing())
+    parent = History(registered(T.root))
+    settle = Settle("aborted", None, "n-1", T.root.session_id, T.child.handle)
+    given = given_lifecycle(h)
+    given = type(given)(**{**given.__dict__, "senders": {T.root.session_id: Sender(T.root, parent.state, 3)},
+                           "session_id": T.child.session_id})
+    events = decide_close(CloseSession(T.child.session_id, (("m-0", "returned"),), settle), given)
+    assert [type(e).__name__ for e in events][-2:] == ["SessionClosed", "SessionSettled"]
+    h.then(events)
+    assert decide_close(CloseSession(T.child.session_id, (), settle), given_lifecycle(h)) == []

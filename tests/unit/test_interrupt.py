@@ -107,12 +107,13 @@ def test_only_a_direct_neighbour_can_be_interrupted_whatever_the_rules_say():
     )
 
 
-def test_unknown_and_self_targets_have_their_own_codes():
+def test_interrupting_an_unknown_agent_is_an_accepted_no_op_and_self_has_its_own_code():
     t = family()
-    assert code_of(decide(t.root, NoSuchSession("0190a000-0000-7000-8000-00000000beef"))) is \
-        Code.INTERRUPT_UNKNOWN_SESSION
+    gone = decide(t.root, NoSuchSession("0190a000-0000-7000-8000-00000000beef"))
+    assert isinstance(gone, Accepted) and gone.events == [] and gone.result["result"] == "no_such_agent"
     listed = decide(t.root, NoSuchHandle("nobody_00000000", []))
-    assert code_of(listed) is Code.INTERRUPT_UNKNOWN_SESSION and "direct neighbours" in listed.message
+    assert isinstance(listed, Accepted) and listed.events == []
+    assert "nothing was done" in listed.result["message"] and "direct neighbours" in listed.result["message"]
     assert code_of(decide(t.root, found(t.root, registered(t.root), run_started()))) is Code.INTERRUPT_SELF
 
 

@@ -120,16 +120,21 @@ def test_steer_mail_joins_the_current_run_but_queue_mail_waits_for_the_next():
     assert ids(h.then(decide_claim(ClaimMail("s", "run-2"), Given(h.state, h.mail, config()))), ev.ProducerMessageClaimed) == ["m-queue"]
 
 
-def test_released_mail_is_due_again_once_its_backoff_is_over():
+def test_released_mail_is_due_at_the_next_boundary_and_failed_mail_once_its_backoff_is_over():
     h = session()
     h.then(decide_start_run(StartRun("s", "run-1"), Given(h.state, h.mail, config())))
     h.then([accepted("m-1", T.root)])
     h.then(decide_claim(ClaimMail("s", "run-1"), Given(h.state, h.mail, config(), now=100.0)))
     h.then(decide_release(ReleaseMail("s", "m-1"), Given(h.state, h.mail, config(), now=100.0)))
+    # A release at a step boundary is not a failure: due at the very next boundary.
+    assert ids(h.then(decide_claim(ClaimMail("s", "run-1"), Given(h.state, h.mail, config(), now=100.0))),
+               ev.ProducerMessageClaimed) == ["m-1"]
+    h.then(decide_finish_run(FinishRun("s", "run-1"), Given(h.state, h.mail, config(), now=100.0)))
+    h.then(decide_start_run(StartRun("s", "run-2"), Given(h.state, h.mail, config(), now=100.0)))
 
     # Backoff: the first failed attempt waits backoff_initial_s (1 s) before it is due again.
-    assert decide_claim(ClaimMail("s", "run-1"), Given(h.state, h.mail, config(), now=100.5)) == []
-    assert ids(decide_claim(ClaimMail("s", "run-1"), Given(h.state, h.mail, config(), now=101.0)),
+    assert decide_claim(ClaimMail("s", "run-2"), Given(h.state, h.mail, config(), now=100.5)) == []
+    assert ids(decide_claim(ClaimMail("s", "run-2"), Given(h.state, h.mail, config(), now=101.0)),
                ev.ProducerMessageClaimed) == ["m-1"]
 
 
@@ -178,6 +183,27 @@ def test_release_keeps_the_slots(claimed_mail):
     h.then(decide_release(ReleaseMail("s", "m-1"), Given(h.state, h.mail, config())))
     assert h.mail["m-1"].state == "released"
     assert h.state.pending_agent == 1 and h.state.pair_inflight == {T.root.session_id: 1}
+
+
+def test_a_release_records_the_hosts_reason_as_the_latest_reason(claimed_mail):
+    h = claimed_mail
+    [released] = h.then(decide_release(ReleaseMail("s", "m-1", "rate_limited: 429"), Given(h.state, h.mail, config())))
+    assert (released.reason, released.detail) == ("released", "rate_limited: 429")
+    assert h.mail["m-1"].reason == "rate_limited: 429"
+
+
+def test_a_release_without_a_reason_keeps_treemails_own_code(claimed_mail):
+    h = claimed_mail
+    [released] = h.then(decide_release(ReleaseMail("s", "m-1"), Given(h.state, h.mail, config())))
+    assert released.detail == "" and h.mail["m-1"].reason == "released"
+
+
+@pytest.mark.parametrize("reason", ["x" * 201, "two\nlines", "tab\there"])
+def test_a_release_reason_longer_than_its_bound_or_not_one_line_is_refused(claimed_mail, reason):
+    h = claimed_mail
+    given = Given(h.state, h.mail, config())
+    assert lifecycle_code(lambda: decide_release(ReleaseMail("s", "m-1", reason), given)) == "lifecycle:invalid_reason"
+    assert decide_release(ReleaseMail("s", "m-1", "x" * 200), given)  # the bound itself passes
 
 
 @pytest.mark.parametrize("decide", [
@@ -235,11 +261,10 @@ def test_finish_run_releases_mail_that_run_claimed_but_never_acknowledged():
     events = h.then(decide_finish_run(FinishRun("s", "run-1"), Given(h.state, h.mail, config())))
 
     assert ids(events, ev.ProducerMessageReleased) == ["m-1", "m-3"]
-    assert events[-2] == ev.SessionRunFinished(run_id="run-1")
-    # The session is idle with released mail due: it must be woken to deliver it.
-    assert isinstance(events[-1], ev.SessionWakeRequested)
-    assert h.state.current_run is None and h.state.status == "idle" and h.state.wake_pending
-    assert {m.state for m in h.mail.values()} == {"released"}
+    assert events[-1] == ev.SessionRunFinished(run_id="run-1")
+    # A failed attempt: due again after its backoff (the pump wakes the session then), not at once.
+    assert h.state.current_run is None and h.state.status == "idle" and not h.state.wake_pending
+    assert {(m.state, m.retry_at) for m in h.mail.values()} == {("released", 1.0)}
 
 
 def test_finish_run_of_a_run_that_is_not_current_is_refused():
@@ -253,10 +278,11 @@ def test_released_mail_from_a_finished_run_is_admitted_to_the_next():
     h.then(decide_claim(ClaimMail("s", "run-1"), Given(h.state, h.mail, config())))
     h.then(decide_finish_run(FinishRun("s", "run-1"), Given(h.state, h.mail, config())))
 
-    events = h.then(decide_start_run(StartRun("s", "run-2"), Given(h.state, h.mail, config())))
+    events = h.then(decide_start_run(StartRun("s", "run-2"), Given(h.state, h.mail, config(), now=1.0)))
 
     assert ids(events, ev.ProducerMessageAdmitted) == ["m-1"]
-    assert ids(decide_claim(ClaimMail("s", "run-2"), Given(h.state, h.mail, config())), ev.ProducerMessageClaimed) == ["m-1"]
+    assert ids(decide_claim(ClaimMail("s", "run-2"), Given(h.state, h.mail, config(), now=1.0)),
+               ev.ProducerMessageClaimed) == ["m-1"]
 
 
 # ---- status and inject -----------------------------------------------------------------------

@@ -36,6 +36,16 @@ def claim_and_release(h: History, now: float) -> list[ev.Event]:
     return h.then(decide_release(ReleaseMail("s", "m-1"), at(h, now)))
 
 
+def claim_and_fail(h: History, now: float) -> list[ev.Event]:
+    """The open run claims the message and ends without acknowledging it; the next run starts at once."""
+    run = h.state.current_run
+    h.then(decide_claim(ClaimMail("s", run), at(h, now)))
+    failed = [e for e in h.then(decide_finish_run(FinishRun("s", run), at(h, now)))
+              if isinstance(e, ev.MessageEvent)]
+    h.then(decide_start_run(StartRun("s", f"{run}+"), at(h, now)))
+    return failed
+
+
 def sent_at(t: float, message_id: str = "m-1", **kw) -> ev.ProducerMessageAccepted:
     return accepted(message_id, T.root, **kw).model_copy(update={"at": t})
 
@@ -48,47 +58,87 @@ def test_backoff_doubles_from_one_second_and_stops_at_sixty():
     assert backoff_delay(config(backoff_initial_s=0.1, backoff_max_s=0.3), 3) == 0.3
 
 
-def test_each_claim_is_an_attempt_and_a_release_waits_its_backoff():
+def test_each_failed_attempt_waits_its_backoff():
     h = running(sent_at(100.0))
-    [released] = claim_and_release(h, now=100.0)
-    assert (released.reason, released.retry_at) == ("released", 101.0)
+    [released] = claim_and_fail(h, now=100.0)
+    assert (released.reason, released.retry_at) == ("run_finished", 101.0)
     assert h.mail["m-1"].attempts == 1
-    assert decide_claim(ClaimMail("s", "run-1"), at(h, 100.9)) == []
-    [second] = claim_and_release(h, now=101.0)
+    assert decide_claim(ClaimMail("s", "run-1+"), at(h, 100.9)) == []
+    [second] = claim_and_fail(h, now=101.0)
     assert (second.retry_at, h.mail["m-1"].attempts) == (103.0, 2)
+
+
+def test_a_release_at_a_step_boundary_is_not_a_failure_due_at_the_next_boundary_and_never_parks():
+    h = running(sent_at(0.0))
+    for _ in range(20):
+        [released] = claim_and_release(h, now=5.0)
+        assert (type(released), released.reason, released.retry_at) == (ev.ProducerMessageReleased, "released", 0.0)
+    # Each claim counted an attempt and each release gave it back.
+    assert h.mail["m-1"].attempts == 0 and h.mail["m-1"].state == "released"
 
 
 def test_the_eighth_failed_attempt_parks_the_message_with_its_reason():
     h = running(sent_at(0.0))
     now = 0.0
     for attempt in range(1, 8):
-        [event] = claim_and_release(h, now)
+        [event] = claim_and_fail(h, now)
         assert isinstance(event, ev.ProducerMessageReleased), attempt
         now = event.retry_at
-    [parked] = claim_and_release(h, now)
+    [parked] = claim_and_fail(h, now)
     assert isinstance(parked, ev.ProducerMessageParked) and parked.reason == "max_attempts"
     assert h.mail["m-1"].state == "parked" and h.mail["m-1"].attempts == 8
     # Parked mail is still pending (it holds its inbox slot) but is never claimed or admitted again.
     assert h.state.pending_agent == 1
-    assert decide_claim(ClaimMail("s", "run-1"), at(h, now + 1000)) == []
+    assert decide_claim(ClaimMail("s", h.state.current_run), at(h, now + 1000)) == []
 
 
 def test_max_attempts_is_configuration():
     h = running(sent_at(0.0))
     cfg = config(max_attempts=1)
     h.then(decide_claim(ClaimMail("s", "run-1"), at(h, 0.0, cfg)))
-    [parked] = decide_release(ReleaseMail("s", "m-1"), at(h, 0.0, cfg))
+    [parked] = [e for e in decide_finish_run(FinishRun("s", "run-1"), at(h, 0.0, cfg))
+                if isinstance(e, ev.MessageEvent)]
     assert parked.reason == "max_attempts"
 
 
-def test_a_run_ending_with_an_open_claim_counts_the_attempt_but_makes_it_due_at_once():
+def test_a_run_ending_with_an_open_claim_is_a_failed_attempt_and_backs_off():
     h = running(sent_at(0.0))
     h.then(decide_claim(ClaimMail("s", "run-1"), at(h, 5.0)))
     events = h.then(decide_finish_run(FinishRun("s", "run-1"), at(h, 6.0)))
     [released] = [e for e in events if isinstance(e, ev.ProducerMessageReleased)]
-    assert (released.reason, released.retry_at) == ("run_finished", 0.0)
+    assert (released.reason, released.retry_at) == ("run_finished", 7.0)
     assert h.mail["m-1"].attempts == 1
-    assert any(isinstance(e, ev.SessionWakeRequested) for e in events)  # due now: the next run takes it
+    # Not woken at once: the pump wakes it when the backoff ends (a run that claims once is not woken 8 times in 10 s).
+    assert not any(isinstance(e, ev.SessionWakeRequested) for e in events)
+
+
+def test_a_woken_run_that_ends_without_claiming_is_a_failed_attempt_counted_backed_off_then_parked():
+    h = asleep_with_mail()
+    now, retry_ats = 0.0, []
+    for attempt in range(1, 9):
+        h.then(decide_start_run(StartRun("s", f"run-{attempt}"), at(h, now)))  # the provider fails: no claim
+        events = h.then(decide_finish_run(FinishRun("s", f"run-{attempt}", "error"), at(h, now)))
+        assert not any(isinstance(e, ev.SessionWakeRequested) for e in events), attempt
+        [failed] = [e for e in events if isinstance(e, ev.MessageEvent)]
+        if attempt < 8:
+            assert (type(failed), failed.reason) == (ev.ProducerMessageReleased, "wake_unclaimed")
+            assert h.mail["m-1"].attempts == attempt
+            retry_ats.append(failed.retry_at - now)
+            assert decide_keep(KeepObligations("s"), at(h, failed.retry_at - 0.01)) == []
+            now = failed.retry_at
+            assert kinds(h.then(decide_keep(KeepObligations("s"), at(h, now)))) == ["SessionWakeRequested"]
+    assert retry_ats == [1, 2, 4, 8, 16, 32, 60]
+    assert (type(failed), failed.reason, h.mail["m-1"].state) == (ev.ProducerMessageParked, "max_attempts", "parked")
+    assert decide_keep(KeepObligations("s"), at(h, now + 1e6)) == []
+
+
+def test_new_mail_wakes_a_session_whose_other_mail_is_backing_off():
+    h = asleep_with_mail()
+    h.then(decide_start_run(StartRun("s", "run-1"), at(h, 0.0)))
+    h.then(decide_finish_run(FinishRun("s", "run-1"), at(h, 0.0)))  # backing off until 1.0
+    from treemail.domain.decide.wake import with_wake
+    events = with_wake(h.state, [sent_at(0.5, "m-2")], 0.5, h.mail)
+    assert kinds(events) == ["ProducerMessageAccepted", "SessionWakeRequested"]
 
 
 # ---- the attempt timeout (the pump's decision) --------------------------------------------------
@@ -126,7 +176,7 @@ def test_a_claimed_message_past_its_deadline_is_left_to_its_attempt_and_parked_w
     h = running(sent_at(1.0))
     h.then(decide_claim(ClaimMail("s", "run-1"), at(h, 86390.0)))
     assert decide_keep(KeepObligations("s"), at(h, 86410.0)) == []
-    [parked] = decide_release(ReleaseMail("s", "m-1"), at(h, 86410.0))
+    [parked] = [e for e in decide_finish_run(FinishRun("s", "run-1"), at(h, 86410.0)) if isinstance(e, ev.MessageEvent)]
     assert isinstance(parked, ev.ProducerMessageParked) and parked.reason == "deadline"
 
 
@@ -139,11 +189,11 @@ def asleep_with_mail(*extra) -> History:
 
 def test_a_run_that_ends_with_only_backing_off_mail_is_not_woken_until_the_backoff_ends():
     h = running(sent_at(0.0))
-    claim_and_release(h, now=10.0)  # due again at 11
-    events = h.then(decide_finish_run(FinishRun("s", "run-1"), at(h, 10.5)))
+    claim_and_release(h, now=10.0)  # due at the next boundary; the run ends before it takes it again
+    events = h.then(decide_finish_run(FinishRun("s", "run-1"), at(h, 10.5)))  # a failed attempt: due at 11.5
     assert not any(isinstance(e, ev.SessionWakeRequested) for e in events)
-    assert decide_keep(KeepObligations("s"), at(h, 10.9)) == []
-    assert kinds(decide_keep(KeepObligations("s"), at(h, 11.0))) == ["SessionWakeRequested"]
+    assert decide_keep(KeepObligations("s"), at(h, 11.4)) == []
+    assert kinds(decide_keep(KeepObligations("s"), at(h, 11.5))) == ["SessionWakeRequested"]
 
 
 def test_a_wake_nobody_answered_within_an_attempt_timeout_is_requested_again_once():
@@ -201,8 +251,8 @@ def test_next_check_is_the_claim_expiry_the_deadline_or_the_end_of_a_sleeping_se
     assert next_check(h.state, h.mail.values(), CFG, 200.0) == 230.0
     h.then(decide_release(ReleaseMail("s", "m-1"), at(h, 200.0)))  # running: its next claim takes it
     assert next_check(h.state, h.mail.values(), CFG, 200.0) == 100.0 + 86400
-    h.then(decide_finish_run(FinishRun("s", "run-1"), at(h, 200.5)))  # asleep: the pump wakes it at 201
-    assert next_check(h.state, h.mail.values(), CFG, 200.5) == 201.0
+    h.then(decide_finish_run(FinishRun("s", "run-1"), at(h, 200.5)))  # asleep: the pump wakes it at 201.5
+    assert next_check(h.state, h.mail.values(), CFG, 200.5) == 201.5
     assert next_check(History(registered(T.child)).state, [], CFG, 0.0) is None
 
 
@@ -264,11 +314,11 @@ def status(sent_events, item=None, now=0.0) -> dict:
 def test_inspect_shows_the_receipt_attempts_parking_settlement_and_refusal():
     sent = ev.MessageSent(at=1.0, message_id="m-1", recipient_session_id="r", position=7, recipient_state="queued")
     h = running(sent_at(1.0))
-    claim_and_release(h, now=2.0)
+    claim_and_fail(h, now=2.0)
     accepted_status = status([sent], h.mail["m-1"], now=2.5)
     assert accepted_status["status"] == "accepted" and accepted_status["receipt"]["position"] == 7
     assert (accepted_status["attempts"], accepted_status["reason"], accepted_status["next_attempt_at"]) == (
-        1, "released", 3.0)
+        1, "run_finished", 3.0)
     parked = parked_history().mail["m-1"]
     assert (status([sent], parked)["status"], status([sent], parked)["reason"]) == ("parked", "max_attempts")
     settled = ev.MessageSettled(message_id="m-1", recipient_session_id="r", outcome="discarded", reason="stale")

@@ -15,7 +15,7 @@ from treemail.domain.commands import (
     SendToPeer,
     SetPeerGrant,
 )
-from treemail.domain.decide import routes
+from treemail.domain.decide import peerdelivery, routes
 from treemail.domain.decide.guards import Found
 from treemail.domain.decide.send import Accepted, Refused, SendGiven
 from treemail.domain.errors import Code
@@ -66,14 +66,37 @@ def code_of(decision) -> Code:
 # ---- routes ------------------------------------------------------------------------------------------------
 
 
-def test_a_send_over_a_granted_route_is_accepted_with_its_principal_and_the_senders_return_address():
-    decision = decide(PLANNER, target(ADVISOR, route(), grant(send=True, principal="acme/planning")))
+def admit(sender, found, intent, cfg=None):
+    """The admission attempt of a stored intent, on the destination as ``found`` holds it."""
+    return peerdelivery.decide_admission(peerdelivery.AdmissionGiven(
+        intent=intent, sender=sender, sender_state=st.fold([registered(sender)]), target=found,
+        config=cfg or config(), now=6.0, target_version=4,
+    ))
+
+
+def test_a_send_over_a_granted_route_is_stored_on_the_source_as_a_pending_intent_with_its_principal():
+    found = target(ADVISOR, route(), grant(send=True, principal="acme/planning"))
+    decision = decide(PLANNER, found)
     assert isinstance(decision, Accepted)
-    [registered_producer, message] = decision.events
+    [intent] = decision.events
+    assert isinstance(intent, ev.PeerIntentStored)
+    assert (intent.message_id, intent.destination_session_id, intent.principal, intent.peer) == (
+        "m-1", ADVISOR.session_id, "acme/planning", "advisor")
+    assert decision.result == {"message_id": "m-1", "peer": "advisor", "mode": "steer", "status": "pending"}
+
+
+def test_its_admission_accepts_it_on_the_destination_under_the_same_identity_principal_and_return_address():
+    found = target(ADVISOR, route(), grant(send=True, principal="acme/planning"))
+    [intent] = decide(PLANNER, found).events
+    admitted = admit(PLANNER, found, intent)
+    assert isinstance(admitted, Accepted), admitted
+    [registered_producer, message, *_] = admitted.events
     assert isinstance(registered_producer, ev.ProducerRegistered)
-    assert (message.principal, message.peer, message.return_address, message.sender_session_id) == (
-        "acme/planning", "advisor", PLANNER.session_id, PLANNER.session_id)
-    assert decision.result == {"message_id": "m-1", "peer": "advisor", "mode": "steer"}
+    assert (message.message_id, message.principal, message.peer, message.return_address,
+            message.sender_session_id) == ("m-1", "acme/planning", "advisor", PLANNER.session_id, PLANNER.session_id)
+    # The receipt names the accepted event's position on the destination's stream (after the producer's).
+    assert admitted.result == {"message_id": "m-1", "position": 6, "recipient_state": "running"}
+    assert admitted.sources == []  # nothing of this step goes on the source's stream
 
 
 def test_without_a_route_or_with_a_route_under_another_name_the_peer_is_unknown():
@@ -118,19 +141,26 @@ def test_registering_the_same_route_or_grant_twice_appends_once_and_revoking_an_
     assert h.state.peers.routes == {} and "session:" + PLANNER.session_id in h.state.peers.grants
 
 
-def test_a_send_over_a_route_passes_the_same_inbox_window_and_hop_guards_as_tree_mail():
+def test_a_peer_intent_passes_the_hop_guard_and_its_admission_the_destinations_inbox_and_window_guards():
     base = (route(), grant(send=True))
+    [intent] = decide(PLANNER, target(ADVISOR, *base)).events
     full_inbox = [accepted(f"m{i}", OTHER_PLANNER) for i in range(2)]
-    assert code_of(decide(PLANNER, target(ADVISOR, *base, *full_inbox),
-                          cfg=config(max_pending_per_session=2))) is Code.INBOX_FULL
+    assert code_of(admit(PLANNER, target(ADVISOR, *base, *full_inbox), intent,
+                         cfg=config(max_pending_per_session=2))) is Code.INBOX_FULL
     window = [accepted(f"m{i}", PLANNER) for i in range(2)]
-    assert code_of(decide(PLANNER, target(ADVISOR, *base, *window), cfg=config(max_inflight_per_pair=2))) \
+    assert code_of(admit(PLANNER, target(ADVISOR, *base, *window), intent, cfg=config(max_inflight_per_pair=2))) \
         is Code.INFLIGHT_FULL
     relayed = (run_started("run-1"), accepted("in", OTHER_PLANNER, hop=2), claimed("in", OTHER_PLANNER, hop=2))
     refused = decide(PLANNER, target(ADVISOR, *base), sender_events=relayed, cfg=config(max_hops=2))
     assert code_of(refused) is Code.MAX_HOPS_EXCEEDED and refused.recorded
     assert code_of(decide(PLANNER, target(ADVISOR, *base), body="")) is Code.INVALID_BODY
     assert code_of(decide(PLANNER, target(ADVISOR, *base), cfg=config(enabled=False))) is Code.DISABLED
+
+
+def test_an_admission_after_the_route_or_the_grant_was_taken_back_is_refused_for_good():
+    [intent] = decide(PLANNER, target(ADVISOR, route(), grant(send=True))).events
+    assert code_of(admit(PLANNER, target(ADVISOR, grant(send=True)), intent)) is Code.PEER_UNKNOWN
+    assert code_of(admit(PLANNER, target(ADVISOR, route(), grant(send=False)), intent)) is Code.PEER_NOT_GRANTED
 
 
 # ---- grants, each on its own -------------------------------------------------------------------------------
@@ -165,10 +195,11 @@ def test_a_route_without_a_send_grant_is_refused_whatever_else_is_granted():
     assert code_of(decide(PLANNER, found)) is Code.PEER_NOT_GRANTED
 
 
-def test_only_a_read_grant_shows_the_recipients_state_in_the_result():
-    assert "recipient_state" not in decide(PLANNER, target(ADVISOR, route(), grant(send=True))).result
-    shown = decide(PLANNER, target(ADVISOR, route(), grant(send=True, read=True))).result
-    assert shown["recipient_state"] == "running"
+def test_a_send_answers_the_stored_status_never_the_recipients_state():
+    # The recipient's state is the destination's to show, later, to a source holding `read` (inspect).
+    for granted in (grant(send=True), grant(send=True, read=True)):
+        result = decide(PLANNER, target(ADVISOR, route(), granted)).result
+        assert result["status"] == "pending" and "recipient_state" not in result
 
 
 def test_receiving_a_message_grants_no_operation_back_to_its_sender():

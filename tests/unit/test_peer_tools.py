@@ -20,25 +20,28 @@ def view(name="advisor", schema=None, **operations) -> PeerView:
     return PeerView(name, ADVISOR, peers.Route("session", "s", name, "", schema), grant, "idle")
 
 
-def test_send_and_reply_are_unavailable_without_a_send_grant_and_the_inbox_without_anything_to_receive():
+def test_send_is_unavailable_without_a_send_grant_reply_without_a_route_and_the_inbox_without_anything_to_receive():
     for views in ([], [view()], [view(context=True, read=True, control=True)]):
         assert peer_tools.send_definition(views) is None
-        assert peer_tools.reply_definition(views) is None
+    # A reply is authorized by the message it answers: any route back offers it, no send grant needed.
+    assert peer_tools.reply_definition([]) is None
+    assert peer_tools.reply_definition([view()])["name"] == "reply_to_peer"
     assert peer_tools.inbox_definition(False) is None
     assert peer_tools.inbox_definition(True)["name"] == "peer_inbox"
 
 
-def test_each_tool_is_its_own_definition_and_lists_only_peers_the_session_may_send_to():
+def test_each_tool_is_its_own_definition_and_send_lists_only_peers_the_session_may_send_to():
     views = [view("advisor", send=True), view("critic", read=True)]
     send = peer_tools.send_definition(views)
     reply = peer_tools.reply_definition(views)
     assert (send["name"], reply["name"]) == ("send_to_peer", "reply_to_peer")
     assert send["input_schema"]["properties"]["peer"]["enum"] == ["advisor"]
+    assert reply["input_schema"]["properties"]["peer"]["enum"] == ["advisor", "critic"]
     assert reply["input_schema"]["required"] == ["peer", "message_id", "body"]
     for definition in (send, reply):
         assert definition["input_schema"]["additionalProperties"] is False
         assert not {"to", "principal", "return_address"} & set(definition["input_schema"]["properties"])
-        assert "critic" not in definition["description"]
+    assert "critic" not in send["description"]
 
 
 def test_only_a_context_grant_shows_the_peers_description_status_and_input_schema():
@@ -78,9 +81,10 @@ def test_a_reply_names_the_message_it_answers_and_is_marked_as_a_reply():
             peer_tools.parse_reply(raw)
 
 
-def test_the_inbox_takes_an_optional_bounded_limit():
-    assert peer_tools.parse_inbox(None) == 10 and peer_tools.parse_inbox({"limit": 3}) == 3
-    for raw in ({"limit": 0}, {"limit": peers.INBOX_LIMIT + 1}, {"limit": True}, {"since": 1}):
+def test_the_inbox_takes_an_optional_bounded_limit_and_a_cursor():
+    assert peer_tools.parse_inbox(None) == (10, None) and peer_tools.parse_inbox({"limit": 3}) == (3, None)
+    assert peer_tools.parse_inbox({"cursor": "m-9"}) == (10, "m-9")
+    for raw in ({"limit": 0}, {"limit": peers.INBOX_LIMIT + 1}, {"limit": True}, {"since": 1}, {"cursor": 3}):
         with pytest.raises(Rejected):
             peer_tools.parse_inbox(raw)
 

@@ -200,9 +200,17 @@ def one_of_each_event_type() -> list[ev.Event]:
         ev.PeerRouteRegistered(source_kind="session", source="s0", name="advisor"),
         ev.PeerRouteRevoked(source_kind="session", source="s0", name="advisor"),
         ev.PeerGrantSet(source_kind="agent_type", source="planner", send=True, principal="acme"),
+        # peer mail as an outbox
+        ev.PeerIntentStored(message_id="m", destination_session_id="s2", peer="advisor", principal="acme",
+                            body="hi", mode="steer"),
+        ev.PeerAttemptStarted(message_id="m", attempt=1),
+        ev.PeerAttemptFailed(message_id="m", attempt=1, reason="send_message:inbox_full", retry_at=2.0),
+        ev.PeerDeliveryParked(message_id="m", reason="attempts"),
+        ev.PeerDeliveryRetried(message_id="m"),
         # disposal, settlement notices, draining, installed tools
         ev.SessionClosing(stop_reason="aborted", closing_text="bye"),
         ev.SessionClosed(),
+        ev.SessionResumed(),
         ev.SessionSettled(run_id="r", stop_reason="completed", notice="queued", message_id="m"),
         ev.SessionDrainStarted(by="s1"),
         ev.SessionDrainLifted(by="s1"),

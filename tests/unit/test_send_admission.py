@@ -127,9 +127,22 @@ def test_a_lifted_drain_admits_again():
 
 
 @pytest.mark.parametrize("after", [(closing(),), (closing(), closed())], ids=["closing", "closed"])
-def test_a_send_after_the_recipients_cutoff_is_refused(after):
-    recipient = found(T.child, registered(T.child), *after)
+def test_a_send_after_a_one_shot_recipients_cutoff_is_refused(after):
+    recipient = found(T.child, registered_as(T.child, continuable=False), *after)
     assert refused_code(send(T.root, recipient)) is Code.RECIPIENT_CLOSING
+
+
+def test_a_send_to_a_continuable_recipient_being_disposed_waits_for_its_next_incarnation():
+    decision = send(T.root, found(T.child, registered(T.child), closing()))
+    [message] = [e for e in decision.events if isinstance(e, ev.ProducerMessageAccepted)]
+    assert message.next_incarnation and not any(isinstance(e, ev.SessionWakeRequested) for e in decision.events)
+
+
+def test_a_send_to_a_disposed_continuable_recipient_resumes_it_cold():
+    decision = send(T.root, found(T.child, registered(T.child, status="idle"), closing(), closed()))
+    kinds = [type(e) for e in decision.events]
+    assert kinds[0] is ev.SessionResumed and kinds[-1] is ev.SessionWakeRequested
+    assert not [e for e in decision.events if isinstance(e, ev.ProducerMessageAccepted)][0].next_incarnation
 
 
 def test_a_sender_being_disposed_is_refused_while_its_run_is_still_open():

@@ -129,6 +129,18 @@ def test_the_model_reads_code_colon_message_for_an_error_and_one_line_for_a_send
     assert "\n" not in text and "m-1" in text and "waking_finished" in text
 
 
+def test_a_send_message_result_has_one_wording_whoever_renders_it():
+    """The host's send_message_for_model, MCP (the table) and the exported result_text say the same words."""
+    from treemail.host import result_text
+    from treemail.producers.tools import send_message
+
+    for state in ("running", "queued", "waking_finished"):
+        for mode in ("steer", "queue"):
+            ok = {"message_id": "m-1", "mode": mode, "recipient_state": state}
+            assert tools.result_text("send_message", ok) == send_message.result_text(ok) == result_text(
+                "send_message", ok)
+
+
 def test_optional_tools_are_offered_only_once_installed_and_then_in_table_order():
     assert [t["name"] for t in installed()] == ["send_message"]
     chosen = installed(installed_tools=("retry_message", "inspect_message"))

@@ -16,7 +16,7 @@ import json
 import orjson
 
 from ..domain.protocol import PROTOCOL_VERSION
-from ..domain import blocks, compactjson, protocol
+from ..domain import blocks, compactjson, limits, protocol
 from ..domain.commands import SendArguments, SendContext, SendMessage
 
 MODES = ("steer", "queue")
@@ -125,7 +125,11 @@ def parse_command(data: str | bytes, *, check_version: bool = True) -> SendMessa
         raise invalid("`th` must be [in reply to, thread id]")
     sid, run, call = ctx
     to, body, mode = args[:3]
+    try:
+        context = SendContext(sid, run, call)
+    except limits.IdentifierError as error:
+        # A producer older than the limits (or not this one) sent it: refused like any malformed command.
+        raise invalid(error.message) from None
     return SendMessage(
-        command_id, SendContext(sid, run, call), SendArguments(to, body, mode, parsed_blocks, *thread), reply_to,
-        traceparent,
+        command_id, context, SendArguments(to, body, mode, parsed_blocks, *thread), reply_to, traceparent
     )

@@ -14,7 +14,7 @@
 --       7 partition wake stream, 8 partition sessions set, 9 partition feed,
 --       10 partition approvals hash, 11 tree grants set, 12 the session's due-mail hash (the items a claim
 --       may take; the pending-mail hash holds the rest), 13 partition due index, 14 partition outbound index,
---       then per companion its stream and its state hash
+--       then per companion its stream, its state hash, its pending-mail hash and its due-mail hash
 --       (all in one hash slot: the tree's partition tag)
 -- ARGV: 1 expected etag ('' for a new session) and new etag as "old new", 2 snapshot json,
 --       3 idempotency record ('' none), 4 its field (the tool call's digest),
@@ -29,6 +29,10 @@
 --       then the due index operation ('', 'set', 'lt', 'del') and score,
 --       then companion count, then per companion: etag "old new", snapshot json, session id,
 --       event count, (type, data) per event, outbound index count, (field, value) each,
+--       mail change count, (message id, item json, where) each, wake count, one trigger each,
+--       the due index operation and score (a notice on a parent's stream is mail like any other),
+--       then the session's own outbound index count, (field, value) each (its own records: a peer intent,
+--       and the receipt, refusal and settlement a peer driver records on it),
 --       then the answer to push once applied ('' none), its list's lifetime, the command group and the
 --       command's entry id to acknowledge,
 --       then whether the decision read the service as draining ('1', '0', or '' if it read nothing of it),
@@ -65,13 +69,16 @@ local companions = {}
 local c = companions_start()
 for n = 1, tonumber(ARGV[c]) do
   c = c + 1
-  local cstate = redis.call('HMGET', KEYS[14 + 2 * n], 'version', 'etag')
+  local cstate = redis.call('HMGET', KEYS[12 + 4 * n], 'version', 'etag')
   local cspace = string.find(ARGV[c], ' ', 1, true)
   if (cstate[2] or '') ~= string.sub(ARGV[c], 1, cspace - 1) then return {'conflict', tostring(current)} end
   companions[n] = {at = c, version = tonumber(cstate[1] or '0'), etag = string.sub(ARGV[c], cspace + 1)}
   c = c + 3
   c = c + 2 * tonumber(ARGV[c]) + 1
-  c = c + 2 * tonumber(ARGV[c])
+  c = c + 2 * tonumber(ARGV[c]) + 1
+  c = c + 3 * tonumber(ARGV[c]) + 1
+  -- past the wake triggers, onto the due score (the due operation comes before it)
+  c = c + tonumber(ARGV[c]) + 2
 end
 if ARGV[5] ~= '' then
   if ARGV[5] ~= '*' and redis.call('HSETNX', KEYS[5], ARGV[5], ARGV[6]) == 0 then return {'handle_taken', ''} end
@@ -158,16 +165,50 @@ for n, companion in ipairs(companions) do
   k = k + 4
   for _ = 1, ccount do
     cversion = cversion + 1
-    redis.call('XADD', KEYS[13 + 2 * n], cversion .. '-0', 'type', ARGV[k], 'data', ARGV[k + 1], 'v', protocol)
+    redis.call('XADD', KEYS[11 + 4 * n], cversion .. '-0', 'type', ARGV[k], 'data', ARGV[k + 1], 'v', protocol)
     redis.call('XADD', KEYS[9], 'MAXLEN', '~', feed_maxlen, '*',
       'session', csid, 'seq', cversion, 'type', ARGV[k], 'v', protocol)
     k = k + 2
   end
-  redis.call('HSET', KEYS[14 + 2 * n], 'version', cversion, 'snapshot', ARGV[companion.at + 1], 'etag', companion.etag)
+  redis.call('HSET', KEYS[12 + 4 * n], 'version', cversion, 'snapshot', ARGV[companion.at + 1], 'etag', companion.etag)
   for _ = 1, tonumber(ARGV[k]) do
     redis.call('HSET', KEYS[14], ARGV[k + 1], ARGV[k + 2])
     k = k + 2
   end
+  k = k + 1
+  -- A notice is new mail on the companion: one copy, in the hash it belongs in.
+  local cmail, cdue = KEYS[13 + 4 * n], KEYS[14 + 4 * n]
+  for _ = 1, tonumber(ARGV[k]) do
+    local message_id, item, where = ARGV[k + 1], ARGV[k + 2], ARGV[k + 3]
+    if item == '' then
+      redis.call('HDEL', cmail, message_id)
+      redis.call('HDEL', cdue, message_id)
+    elseif string.find(where, 'held', 1, true) then
+      redis.call('HSET', cmail, message_id, item)
+      if where == 'held' then redis.call('HDEL', cdue, message_id) end
+    else
+      redis.call('HSET', cdue, message_id, item)
+      if where == 'due' then redis.call('HDEL', cmail, message_id) end
+    end
+    k = k + 3
+  end
+  k = k + 1
+  for _ = 1, tonumber(ARGV[k]) do
+    redis.call('XADD', KEYS[7], '*', 'session', csid, 'data', ARGV[k + 1], 'v', protocol)
+    k = k + 1
+  end
+  local cdue_op, cdue_at = ARGV[k + 1], ARGV[k + 2]
+  if cdue_op == 'set' then
+    redis.call('ZADD', KEYS[13], cdue_at, csid)
+  elseif cdue_op == 'lt' then
+    redis.call('ZADD', KEYS[13], 'LT', cdue_at, csid)
+  elseif cdue_op == 'del' then
+    redis.call('ZREM', KEYS[13], csid)
+  end
+end
+local own = c + 1
+for n = 1, tonumber(ARGV[own]) do
+  redis.call('HSET', KEYS[14], ARGV[own + 2 * n - 1], ARGV[own + 2 * n])
 end
 if ARGV[3] ~= '' then redis.call('HSET', KEYS[4], ARGV[4], ARGV[3]) end
 -- The producer's answer and the command's acknowledgement, in the same step as the decision they report

@@ -45,7 +45,14 @@ class ServiceConfig(BaseModel):
     cluster: bool = False
     # "fast": success once the event is in the server's memory (and its AOF
     # buffer). "durable": success only after WAITAOF confirms the local fsync.
-    profile: Literal["fast", "durable"] = "fast"
+    # "replicated": success only after WAIT confirms the append on `min_replicas` replicas of the primary
+    # that took it, so a failover to one of them keeps it.
+    profile: Literal["fast", "durable", "replicated"] = "fast"
+    # The replicated profile: how many replicas must have an append before it succeeds, and how long
+    # to wait for them; past that the outcome is unknown (send_message:not_replicated) until a retry
+    # of the same call resolves it from its idempotency record.
+    min_replicas: int = Field(default=1, ge=1, le=16)
+    replica_timeout_ms: int = Field(default=2000, ge=10, le=60_000)
     # Hash-tag partitions of trees; fixed for the life of a deployment.
     partitions: int = Field(default=16, ge=1, le=16384)
     command_streams: int = Field(default=4, ge=1, le=1024)

@@ -136,8 +136,9 @@ async def connect(url: str, config: ServiceConfig, per_reply_timeout: bool = Tru
     except (RedisConnectionError, RedisTimeoutError, RedisClusterException, OSError) as exc:
         await client.aclose()
         raise RedisUnavailable(scrub(
-            f"cannot reach Redis/Valkey at {redact(url)} after {config.connect_attempts} attempts: {exc}. "
-            "Start the server, or unset REDIS_URL to let treemail start an embedded Valkey.", url
+            f"cannot reach Redis/Valkey at {redact(url)} after {config.connect_attempts} attempts: "
+            f"{str(exc).rstrip('. ')}. Start that server, or run `treemail server` for a local Valkey and set "
+            "REDIS_URL to the URL it prints", url
         )) from None
     return client
 

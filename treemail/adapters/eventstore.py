@@ -35,6 +35,7 @@ from . import keys
 from .config import ServiceConfig
 from .directory import Directory
 from .lanes import CommandBatch, Lanes, raise_refused
+from .replication import require_confirmed, run_waited, wait_command
 from .statecache import Loaded, StateCache
 
 COMMIT_LUA = resources.files(__package__).joinpath("commit.lua").read_text()
@@ -362,6 +363,7 @@ class EventStore:
             operation, "" if when is None else repr(when),
         ]
         after = self._sources(p, plan.sources, held or {}, key_list, args)
+        args.extend((len(plan.outbound) // 2, *plan.outbound))
         if reply is not None:
             key_list.extend((reply.reply_list, reply.stream))
             args.extend((reply.answer, keys.REPLY_TTL_S, keys.COMMAND_GROUP, reply.entry_id))
@@ -383,19 +385,27 @@ class EventStore:
             loaded = held[record.session_id]
             left = Loaded(source.state, loaded.version + len(source.events), os.urandom(8).hex())
             self.states.put(record.session_id, left)
-            key_list.extend(_commit_keys(partition, record.session_id, record.root_session_id)[:2])
+            own = _commit_keys(partition, record.session_id, record.root_session_id)
+            key_list.extend((own[0], own[1], own[2], own[11]))
             encoded = [part for event in source.events for part in ev.encode(event)]
+            changes = [part for message_id, item, where in source.mail
+                       for part in (message_id, item.to_json() if item else "", where)]
+            wakes = [wake_trigger(record, message_id, seq) for seq, message_id in source.wakes]
+            operation, when = source.due
             args.extend((f"{loaded.etag} {left.etag}", left.state.to_json(), record.session_id,
-                         len(source.events), *encoded, len(source.outbound) // 2, *source.outbound))
+                         len(source.events), *encoded, len(source.outbound) // 2, *source.outbound,
+                         len(changes) // 3, *changes, len(wakes), *wakes, operation,
+                         "" if when is None else repr(when)))
             after[record.session_id] = left
         return after
 
     @property
     def answers_in_commit(self) -> bool:
         """Whether an append may carry its command's answer (``Reply``). Not on a cluster: a reply list and
-        a command stream hash to slots of their own. Not under the durable profile: an answer waits for
-        the fsync (WAITAOF after the append), and one pushed by the append itself would not."""
-        return not self.config.cluster and self.config.profile != "durable"
+        a command stream hash to slots of their own. Not under the durable or replicated profile: an answer
+        waits for the fsync or the replicas (WAITAOF, WAIT after the append), and one pushed by the append
+        itself would not."""
+        return not self.config.cluster and self.config.profile == "fast"
 
     @functools.cached_property
     def commit_script(self) -> AsyncScript:
@@ -437,10 +447,12 @@ class EventStore:
         async for attempt in AsyncRetrying(retry=retry_if_exception_type(NoScriptError), stop=stop_after_attempt(2),
                                            before_sleep=self._scripts_lost, reraise=True):
             with attempt:
-                replies = await self._lanes.run(batch.commands)
+                replies = await self._waited_round_trip(batch.commands)
                 lost = next((r for r in replies if isinstance(r, NoScriptError)), None)
                 if lost is not None:
                     raise lost
+                if self.config.profile == "replicated" and not self.config.cluster:
+                    require_confirmed(replies.pop(), self.config)  # the WAIT ``add_durability_wait`` added
                 return raise_refused(replies)
         raise AssertionError("unreachable")
 
@@ -448,13 +460,26 @@ class EventStore:
         replies = await self.run_pipeline(lambda pipe: self.commit_call(prepared, pipe))
         return parse_append(replies[0])
 
-    def add_durability_wait(self, pipe) -> None:
-        """Under the durable profile, the pipeline ends with WAITAOF: success only after the local fsync.
+    async def _waited_round_trip(self, commands: list[tuple]) -> list:
+        """The replicated profile on a cluster: each primary's share with its own WAIT (``replication``)."""
+        if self.config.profile == "replicated" and self.config.cluster:
+            return await run_waited(self.redis, commands, self.config)
+        return await self._lanes.run(commands)
 
-        (A cluster's primaries fsync every write themselves, appendfsync always, checked at start.)
+    def add_durability_wait(self, pipe) -> None:
+        """Under the durable profile, the pipeline ends with WAITAOF: success only after the local fsync;
+        under the replicated profile, on one server, with WAIT on the same connection: success only after
+        ``min_replicas`` replicas have every write of the round trip.
+
+        (A cluster's primaries fsync every write themselves, appendfsync always, checked at start; there
+        the replicated profile's WAITs go out per primary, ``_waited_round_trip``.)
         """
-        if self.config.profile == "durable" and not self.config.cluster:
+        if self.config.cluster:
+            return
+        if self.config.profile == "durable":
             pipe.execute_command("WAITAOF", 1, 0, 0)
+        elif self.config.profile == "replicated":
+            pipe.execute_command(*wait_command(self.config))
 
     # ---- read --------------------------------------------------------------------------------
 

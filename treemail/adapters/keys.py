@@ -121,6 +121,12 @@ def command_shard(route_session_id: str, command_streams: int) -> int:
     return zlib.crc32(route_session_id.encode()) % command_streams
 
 
+def projection_members() -> str:
+    """Sorted set: each running projection worker (``<host>-<pid>``) -> when it last said so (server time,
+    ms). Read by ``replay``, which warns while one runs."""
+    return f"{PREFIX}:projectors"
+
+
 def worker_members() -> str:
     """Sorted set: each live worker (``"<command_streams> <consumer name>"``, ``members.entry``) -> when it
     last said so (server time, ms). The workers share the command streams out among its members
@@ -158,6 +164,11 @@ def access_token(digest: str) -> str:
 # the route itself is an event on the target's stream, checked under its etag by every send.
 def peer_routes(source_kind: str, source: str) -> str:
     return f"{PREFIX}:peers:{source_kind}:{source}"
+
+
+def peer_due(partition: int) -> str:
+    """Sorted set: source session id -> when a peer driver must next look at its outbox (peer mail as an outbox)."""
+    return f"{PREFIX}:{tag(partition)}:peerdue"
 
 
 def peer_intent(partition: int, key_digest: str) -> str:

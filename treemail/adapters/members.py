@@ -67,3 +67,16 @@ class Membership:
         raw = await self._script(keys=[keys.worker_members()],
                                  args=[entry(self.me), self.timeout_ms, "1" if leaving else "0"])
         return [parse(item) for item in raw]
+
+
+async def announce(redis, key: str, member: str, timeout_ms: int, leaving: bool = False) -> None:
+    """A process other than a worker saying it is alive in the presence set ``key`` (or leaving it)."""
+    await redis.eval(HEARTBEAT_LUA, 1, key, member, timeout_ms, "1" if leaving else "0")
+
+
+async def present(redis, key: str, timeout_ms: int) -> list[str]:
+    """Who said they were alive in ``key`` within ``timeout_ms``, read without changing the set."""
+    seconds, micros = await redis.time()
+    now_ms = seconds * 1000 + micros // 1000
+    return [m.decode() if isinstance(m, bytes) else m
+            for m in await redis.zrangebyscore(key, now_ms - timeout_ms, "+inf")]

@@ -146,6 +146,14 @@ OBLIGATIONS = Counter(
 )
 for _action in ("released", "parked", "woken"):
     OBLIGATIONS.labels(_action)
+# A run that ended with mail due in it unconsumed (claimed and not acknowledged, or never claimed: a woken
+# run whose provider failed): counted in the host process that finishes the run, by what became of the mail.
+FAILED_ATTEMPTS = Counter(
+    "treemail_failed_delivery_attempts",
+    "Failed delivery attempts at the end of a run: released (backing off) with reason run_finished (claimed, "
+    "never acknowledged) or wake_unclaimed (never claimed), or parked with reason max_attempts or deadline",
+    ["reason", "outcome"], registry=HOST_REGISTRY,
+)
 
 
 def known_projections(names: list[str]) -> None:

@@ -20,7 +20,8 @@ from .eventstore import decode_entry
 class Found(NamedTuple):
     sender_id: str
     partition: int
-    sent: ev.MessageSent | ev.MessageRefused
+    # A peer delivery not yet admitted is found by its intent (its status is the source's outbox row).
+    sent: ev.MessageSent | ev.MessageRefused | ev.PeerIntentStored
     settled: ev.MessageSettled | None
 
 
@@ -42,7 +43,7 @@ async def find(redis: Redis, message_id: str, partitions: list[int]) -> Found | 
             for at in positions:
                 pipe.xrange(stream, min=f"{at}-0", max=f"{at}-0")
             records = [decode_entry(entries[0][1]) if entries else None for entries in await pipe.execute()]
-        if not isinstance(records[0], ev.MessageSent | ev.MessageRefused):
+        if not isinstance(records[0], ev.MessageSent | ev.MessageRefused | ev.PeerIntentStored):
             return None  # its stream no longer holds it (or a newer protocol wrote it): nothing to show
         # A settlement older than the sender's latest record of the message was undone: a revert of the
         # recipient restored the message and wrote the record again (``ProducerMessageRestored``).

@@ -10,6 +10,8 @@ command table that routes them.
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
+from . import limits
+
 Status = Literal["queued", "running", "idle", "finished"]
 STATUSES = ("queued", "running", "idle", "finished")
 StopReason = Literal["completed", "aborted", "max_tokens", "refusal", "error"]
@@ -22,6 +24,13 @@ class SendContext:
     session_id: str
     run_id: str
     tool_call_id: str
+
+    def __post_init__(self) -> None:
+        # Each is kept in the recipient's stream with the message (``limits``): checked before anything is.
+        limits.require_id("session_id", self.session_id)
+        if self.run_id != "":  # a host send from a session with no open run: refused as sender_not_live
+            limits.require_id("run_id", self.run_id)
+        limits.require_id("tool_call_id", self.tool_call_id)
 
 
 @dataclass(frozen=True)
@@ -87,16 +96,40 @@ class StartRun:
 
 
 @dataclass(frozen=True)
+class Settle:
+    """The settlement a finish or a disposal earns, decided in the same atomic step: the child's
+    ``SessionSettled`` and its parent's notice (parent and child share a partition).
+
+    ``stop_reason``: whatever the host reported (a known one is worded for it, any other generically).
+    ``notice_id``: the notice's message id, chosen before the decision so that a retried step writes
+    the same one. ``parent_session_id`` and ``child_handle`` come from the child's record."""
+
+    stop_reason: str
+    closing_text: str | None
+    notice_id: str
+    parent_session_id: str | None
+    child_handle: str | None
+    # The parent's state could not be read (a corrupt snapshot): the child's end stands, nobody is told.
+    parent_unreadable: bool = False
+
+
+@dataclass(frozen=True)
 class FinishRun:
     session_id: str
     run_id: str
-    reason: StopReason = "completed"
+    reason: str = "completed"
+    # Given: the run's turn is over and the parent is told (once, however often the finish is repeated).
+    settle: Settle | None = None
+    # The host restarted and this run did not survive it (``reconcile``): its mail is due again at once.
+    interrupted: bool = False
 
 
 @dataclass(frozen=True)
 class ClaimMail:
     session_id: str
     run_id: str
+    # The engine's step boundary (its model request) the claim is made at; None: not reported.
+    step: int | None = None
 
 
 @dataclass(frozen=True)
@@ -111,12 +144,18 @@ class ClaimTurn:
 class ConsumeMail:
     session_id: str
     message_id: str
+    # The step whose model request carried the message, and the tokens it took in the recipient's context.
+    step: int | None = None
+    tokens: int | None = None
 
 
 @dataclass(frozen=True)
 class ReleaseMail:
     session_id: str
     message_id: str
+    # Why the host's attempt failed, in its words ("rate_limited", "model error 529"): one printable line
+    # of at most ``MAX_RELEASE_DETAIL`` characters; recorded on the release, shown by ``inspect``.
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -244,10 +283,12 @@ class PeerSendArguments:
 
 @dataclass(frozen=True)
 class SendToPeer:
-    """Decided in the host process (``services.peers``) on the target's stream, by the send's own guards."""
+    """Decided in the host process (``services.peers``): stored on the sender's stream as an intent."""
 
     context: SendContext
     arguments: PeerSendArguments
+    # W3C trace context of the send's preparation: every admission attempt is a span of the same trace.
+    traceparent: str = ""
 
     @property
     def session_id(self) -> str:
@@ -298,7 +339,7 @@ class DisposeSession:
     """Open the send-versus-dispose cutoff (closing); ``CloseSession`` completes the disposal."""
 
     session_id: str
-    stop_reason: StopReason | None = None
+    stop_reason: str | None = None
     closing_text: str | None = None
 
 
@@ -312,6 +353,8 @@ class CloseSession:
 
     session_id: str
     returned: tuple[tuple[str, str], ...] = ()
+    # Given (the disposal had a stop reason): the parent's settlement notice, written with the close.
+    settle: Settle | None = None
 
 
 @dataclass(frozen=True)
@@ -323,7 +366,7 @@ class ReturnMail:
     notice_id: str
     recipient_handle: str
     body: str
-    stop_reason: StopReason | None = None
+    stop_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -332,7 +375,7 @@ class SettleSession:
 
     session_id: str
     run_id: str | None
-    stop_reason: StopReason
+    stop_reason: str
     closing_text: str | None
     disposed: bool
     notice_id: str
@@ -354,6 +397,58 @@ class LiftDrain:
 
 
 
+# Peer mail as an outbox: what a driver (the pump, or the host's first attempt) decides on the source.
+@dataclass(frozen=True)
+class DrivePeerDelivery:
+    """Advance one delivery as the policy says at ``now``: start the next admission attempt, fail an attempt
+    that timed out, or park it (attempts spent, deadline passed). ``attempt``: the attempt a driver means to
+    start; another driver that started it first leaves nothing to do."""
+
+    session_id: str
+    message_id: str
+
+
+@dataclass(frozen=True)
+class RecordPeerAdmission:
+    """The destination's answer to admission attempt ``attempt``: ``accepted`` (with its receipt),
+    ``refused`` (definite, ``code``) or ``failed`` (may pass later, ``code``)."""
+
+    session_id: str
+    message_id: str
+    attempt: int
+    outcome: Literal["accepted", "refused", "failed"]
+    code: str = ""
+    position: int = 0
+    recipient_state: str = ""
+
+
+@dataclass(frozen=True)
+class SettlePeerDelivery:
+    """The destination consumed or discarded the message: the delivery is processed, its capacity released."""
+
+    session_id: str
+    message_id: str
+    outcome: Literal["consumed", "discarded"]
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class DiscardPeerDelivery:
+    """The host gives up on a parked delivery: it is processed (discarded, with ``reason``), its capacity freed."""
+
+    session_id: str
+    message_id: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class RetryPeerDelivery:
+    """Renew a parked delivery's budget (after the ``control`` grant, or by the host)."""
+
+    session_id: str
+    message_id: str
+
+
 # Tools installed one by one: the model-facing tools beyond send_message and interrupt_agent
 # (which the rules govern) are offered to a session only once its host installs them.
 INSTALLABLE_TOOLS = ("inspect_message", "retry_message", "send_to_peer", "reply_to_peer", "peer_inbox", "search_mail")
@@ -372,4 +467,5 @@ SessionCommand = (
     | InjectMail | RequestWake | ResolveApproval | RevertSession | ForkSession | OverlayMessageRules
     | KeepObligations | RetryMail | RegisterPeerRoute | RevokePeerRoute | SetPeerGrant | InstallTools
     | DisposeSession | CloseSession | ReturnMail | SettleSession | DrainSession | LiftDrain
+    | DrivePeerDelivery | RecordPeerAdmission | SettlePeerDelivery | RetryPeerDelivery | DiscardPeerDelivery
 )

@@ -20,7 +20,7 @@ from .decide.lifecycle import claimable
 from .messaging import MessagingConfig
 from .outbound import Source, index_entries
 from .records import SessionRecord
-from .state import Applied, MailItem, SessionState, apply, fold
+from .state import Applied, MailItem, SessionState, apply
 
 
 @dataclass(frozen=True)
@@ -34,13 +34,18 @@ class Idempotency:
 
 @dataclass(frozen=True)
 class SourceWrite:
-    """What the step writes on a sender's stream: its records, the state they leave, its outbound entries."""
+    """What the step writes on another stream of the partition: a sender's records (the state they leave, its
+    outbound entries), or a notice to a parent (its mail item, wake and due entry, as any accepted mail)."""
 
     record: SessionRecord
     events: list[ev.Event]
     state: SessionState
     # (field, value) pairs of the partition's outbound index.
     outbound: list[str]
+    # As ``CommitPlan``'s: the items, the (position, message id) of each wake, the due index change.
+    mail: list[tuple[str, MailItem | None, str]] = field(default_factory=list)
+    wakes: list[tuple[int, str | None]] = field(default_factory=list)
+    due: tuple[str, float | None] = ("", None)
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,9 @@ class CommitPlan:
     # Whether the decision found the whole service draining (None: it did not look); the step applies only
     # if the partition's copy of the flag still says the same.
     read_draining: bool | None = None
+    # (field, value) pairs of the partition's outbound index that the session's own events write (a peer
+    # intent, and the receipt, refusal and settlement a peer driver records on its source).
+    outbound: list[str] = field(default_factory=list)
 
 
 def placement(item: MailItem, new: bool) -> str:
@@ -81,10 +89,17 @@ def due_change(applied: Applied, mail: dict[str, MailItem] | None, policy: Messa
     return ("", None) if when is None else ("lt", when)
 
 
-def source_write(source: Source) -> SourceWrite:
-    """A sender's records are folded into its state alone: they change none of its mail or wakes."""
-    return SourceWrite(source.record, source.events, fold(source.events, source.state),
-                       index_entries(source.record.session_id, source.events, source.version + 1))
+def source_write(source: Source, policy: MessagingConfig | None = None, now: float = 0.0) -> SourceWrite:
+    """A sender's records change only its state; a notice written with them (a settlement notice, decided in
+    the same step as the child's finish or disposal) is new mail there, kept like any other."""
+    outbound = index_entries(source.record.session_id, source.events, source.version + 1)
+    applied = apply(source.state, {}, source.events, source.version)
+    if not applied.mail_changes and not applied.wakes:
+        return SourceWrite(source.record, source.events, applied.state, outbound)
+    mail = [(message_id, item, placement(item, True) if item else "")
+            for message_id, item in applied.mail_changes.items()]
+    return SourceWrite(source.record, source.events, applied.state, outbound, mail, applied.wakes,
+                       due_change(applied, None, policy, now))
 
 
 def plan_commit(
@@ -115,5 +130,6 @@ def plan_commit(
                for message_id, item in applied.mail_changes.items()]
     return CommitPlan(
         record, events, applied, changes, due_change(applied, mail if mail_complete else None, policy, now),
-        [source_write(s) for s in sources], idempotency, read_draining,
+        [source_write(s, policy, now) for s in sources], idempotency, read_draining,
+        index_entries(record.session_id, events, version + 1),
     )

@@ -52,6 +52,9 @@ class Code(str, Enum):
     PEER_FOREIGN_REFERENCE = "peer_message:reference_not_from_peer"
     PEER_IDEMPOTENCY_CONFLICT = "peer_message:idempotency_conflict"
     PEER_ENGINE_SHUTDOWN = "peer_message:engine_shutdown"
+    # Peer mail as an outbox: the source's delivery rows are bounded (pending ones, accepted ones awaiting
+    # their settlement, each on its own), and a delivery retried or inspected must be one the caller may see.
+    PEER_OUTBOX_FULL = "peer_message:outbox_full"
     # Under attack and under faults: a send waiting on a person has its own deadline.
     APPROVAL_TIMEOUT = "send_message:approval_timeout"
     # Who may send, and sends that race the end of a session.
@@ -62,6 +65,8 @@ class Code(str, Enum):
     PARENT_UNAVAILABLE = "send_message:parent_unavailable"
     NOT_RESUMABLE = "send_message:not_resumable"
     INTERRUPT_SENDER_NOT_LIVE = "interrupt_agent:sender_not_live"
+    # The replicated profile: the append was made but its replicas did not confirm it in time.
+    NOT_REPLICATED = "send_message:not_replicated"
 
 
 MAX_MESSAGE_CHARS = 8192

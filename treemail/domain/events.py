@@ -18,6 +18,8 @@ Mode = Literal["steer", "queue"]
 # of the host's own producers that inject mail.
 # "settlement" and "returned" are notices treemail itself writes: never an agent's words.
 OwnerKind = Literal["agent", "plugin", "delegation", "goal", "settlement", "returned"]
+# The stop reasons treemail words a notice for; a host may report any other (bounded, ``limits``): it is
+# stored as reported and worded generically.
 StopReason = Literal["completed", "aborted", "max_tokens", "refusal", "error"]
 
 
@@ -118,6 +120,9 @@ class ProducerMessageAccepted(Event):
     # message. ``proof``: the keyed source proof over all of it (``domain/proof.py``).
     return_address: str | None = Field(default_factory=_implied_return_address, description=IMPLIED_RETURN)
     principal: str | None = None
+    # Sent while its recipient was being disposed (a continuable one): it waits for the disposal to settle and is
+    # delivered to the recipient's next incarnation, never returned with the mail the disposal cut off.
+    next_incarnation: bool = False
     peer: str | None = None
     in_reply_to: str | None = None
     reply: bool = False
@@ -141,8 +146,8 @@ class SessionRunStarted(Event):
 
 class SessionRunFinished(Event):
     run_id: str
-    # Why the run ended, as the host reports it; "aborted" answers an interrupt.
-    reason: StopReason = "completed"
+    # Why the run ended, as the host reports it (``StopReason`` or any other); "aborted" answers an interrupt.
+    reason: str = "completed"
 
 
 class SessionWakeRequested(Event):
@@ -166,7 +171,9 @@ class ProducerMessageAdmitted(MessageEvent):
 
 
 class ProducerMessageClaimed(MessageEvent):
-    pass
+    # The engine's step boundary the claim was made at (its model request), when the host reported it:
+    # with the run it says exactly which step of which run saw the message (the mailbox timeline).
+    step: int | None = None
 
 
 class ProducerMessageReleased(MessageEvent):
@@ -174,10 +181,20 @@ class ProducerMessageReleased(MessageEvent):
     reason: str = ""
     # Due again from then (backoff); 0: at once.
     retry_at: float = 0.0
+    # The host's own words for why its attempt failed (``release(..., reason=)``): one line, bounded
+    # (``MAX_RELEASE_DETAIL``); empty for treemail's own releases. What ``inspect`` shows as the reason.
+    detail: str = ""
+    # How the release changes the message's attempt count: +1 for a woken run that ended without claiming it
+    # (no claim counted that attempt), -1 for the host's release at a step boundary (not a failure: the
+    # claim's count is given back), 0 for a claim that failed (the claim counted it).
+    attempts_change: int = 0
 
 
 class ProducerMessageConsumed(MessageEvent):
-    pass
+    # The step whose model request carried the message, and the tokens it cost in the recipient's
+    # context, when the host reported them.
+    step: int | None = None
+    tokens: int | None = None
 
 
 class ProducerMessageDiscarded(MessageEvent):
@@ -277,6 +294,8 @@ class MessageSent(Event):
     # The destination's receipt: the accepted event's position on its stream, and its state then.
     position: int
     recipient_state: str
+    # The route name of peer mail (its receipt came back from another slot); "" for tree mail.
+    peer: str = ""
 
 
 class MessageSettled(Event):
@@ -290,6 +309,8 @@ class MessageRefused(Event):
     message_id: str
     recipient_session_id: str
     code: str
+    # The route name of a peer delivery the destination refused for good; "" for tree mail.
+    peer: str = ""
 
 
 # Peer routes and grants, on the target session's stream. A send over a route is
@@ -326,11 +347,55 @@ class PeerGrantSet(Event):
     principal: str
 
 
+# Peer mail as an outbox, on the source's stream: the intent, each admission attempt a driver makes
+# on the destination, parking and renewal. Its receipt, refusal and settlement come back as
+# MessageSent / MessageRefused / MessageSettled, the records tree mail writes.
+class PeerIntentStored(Event):
+    """A send over a peer route is stored on its source; ``message_id`` is also its admission identity."""
+
+    message_id: str
+    destination_session_id: str
+    peer: str
+    principal: str
+    body: str
+    mode: Mode
+    agent_hop: int = 0
+    run_id: str | None = None
+    tool_call_id: str | None = None
+    in_reply_to: str | None = None
+    reply: bool = False
+    traceparent: str | None = None
+    # The protocol of the treemail that stored it: only a driver at least as new admits it.
+    protocol: int = 4
+
+
+class PeerAttemptStarted(Event):
+    message_id: str
+    attempt: int
+
+
+class PeerAttemptFailed(Event):
+    message_id: str
+    attempt: int
+    # A bounded code (the destination's transient refusal, ``attempt_timeout``), never raw text.
+    reason: str
+    retry_at: float = 0.0
+
+
+class PeerDeliveryParked(Event):
+    message_id: str
+    reason: str
+
+
+class PeerDeliveryRetried(Event):
+    message_id: str
+
+
 # Disposal, settlement notices, draining.
 class SessionClosing(Event):
     """The send-versus-dispose cutoff: from here on sends to and from the session are refused."""
 
-    stop_reason: StopReason | None = None
+    stop_reason: str | None = None
     closing_text: str | None = None
 
 
@@ -342,12 +407,17 @@ class SessionSettled(Event):
     """The session's run ended for good, or it was disposed; and what treemail told its parent about it."""
 
     run_id: str | None = None
-    stop_reason: StopReason
+    stop_reason: str
     closing_text: str | None = None
     disposed: bool = False
     # not_announced, parent_unavailable, injected, queued or steered (the notice's gates, in order).
     notice: str
     message_id: str | None = None
+
+
+class SessionResumed(Event):
+    """Cold resume: a disposed continuable session takes mail again, as its next incarnation (a message sent to
+    it, or one that waited for its disposal to settle)."""
 
 
 class SessionDrainStarted(Event):
@@ -401,10 +471,17 @@ EVENT_TYPES: dict[str, type[Event]] = {
         PeerRouteRegistered,
         PeerRouteRevoked,
         PeerGrantSet,
+        # Peer mail as an outbox.
+        PeerIntentStored,
+        PeerAttemptStarted,
+        PeerAttemptFailed,
+        PeerDeliveryParked,
+        PeerDeliveryRetried,
         # Disposal, settlement notices, draining.
         SessionClosing,
         SessionClosed,
         SessionSettled,
+        SessionResumed,
         SessionDrainStarted,
         SessionDrainLifted,
         # Tools installed one by one.

@@ -10,13 +10,16 @@ What each operation lets a source do to its target:
 
 - ``context``: learn about it: the target's description, status and input
   schema appear in the source's peer tools;
-- ``read``: read the state of what it sent there (``recipient_state`` in
-  results, inspecting a message);
-- ``send``: send to it over a route, and reply to it;
-- ``control``: act on deliveries to it (retrying a parked message).
+- ``read``: inspect the status of what it sent there, and list that
+  target's messages in its own peer inbox;
+- ``send``: send to it over a route;
+- ``control``: act on deliveries to it (retrying a parked delivery).
 
-Receiving a message grants nothing back: the recipient needs its own route
-and its own grant, on the sender's stream, to send, read or control there.
+A reply is none of these: it is authorized by the message it answers (a
+route back, and a message in the replier's inbox whose recorded sender is
+that peer). Receiving a message grants nothing back: the recipient needs its
+own route, and its own grant on the sender's stream to send, read or control
+there.
 """
 
 from dataclasses import dataclass

@@ -37,6 +37,7 @@ from .decide.lifecycle import (
     decide_start_run,
     decide_status,
 )
+from .decide import peerdelivery
 from .decide.interrupt import decide_interrupt
 from .decide.rules import decide_overlay_rules
 from .decide.obligations import decide_keep, decide_retry
@@ -44,7 +45,12 @@ from .decide.tools import decide_install_tools
 from .decide.routes import decide_peer_send, decide_register_route, decide_revoke_route, decide_set_grant
 from .decide.send import decide_send
 from .decide.disposal import decide_close, decide_dispose, decide_drain, decide_lift_drain, decide_return_mail
-from .decide.settlement import decide_settle
+from .decide.settlement import decide_settle, settlement_elsewhere, settlement_parent
+
+
+def close_reads(command, mail, history=()) -> set[str]:
+    """A close settles its pending agent mail with each sender, and the disposal with the parent."""
+    return outbound.mail_senders(command, mail, history) | settlement_parent(command)
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,9 @@ class Handler:
     # The senders whose records the decision writes (``Given.senders``), from the command, the mail and the
     # history it read; None: none.
     reads_senders: Callable | None = None
+    # Events the decision writes on other streams it read (``reads_senders``) besides the senders' records:
+    # (command, given, its events) -> session id -> events. A settlement notice on the parent's stream.
+    elsewhere: Callable | None = None
 
 
 HANDLERS: dict[type, Handler] = {
@@ -65,7 +74,9 @@ HANDLERS: dict[type, Handler] = {
     # (not parked, not backing off).
     c.ChangeStatus: Handler(decide_status, reads_mail="all"),
     c.StartRun: Handler(decide_start_run, reads_mail="all"),
-    c.FinishRun: Handler(decide_finish_run, reads_mail="all"),
+    # A settling finish writes its parent's notice in the same step.
+    c.FinishRun: Handler(decide_finish_run, reads_mail="all", reads_senders=settlement_parent,
+                         elsewhere=settlement_elsewhere),
     c.ClaimMail: Handler(decide_claim, reads_mail="due"),
     # Queued mail is not in the due index (it waits for a new run), so a turn reads all pending mail.
     c.ClaimTurn: Handler(decide_claim_turn, reads_mail="all"),
@@ -94,12 +105,20 @@ HANDLERS: dict[type, Handler] = {
     c.RevokePeerRoute: Handler(decide_revoke_route),
     c.SetPeerGrant: Handler(decide_set_grant),
     c.SendToPeer: Handler(decide_peer_send),
+    # Peer mail as an outbox: a driver's steps on the source's stream (the admission itself is decided by
+    # ``services.peerdelivery`` on the destination's, with ``peerdelivery.decide_admission``).
+    c.DrivePeerDelivery: Handler(peerdelivery.decide_drive),
+    c.RecordPeerAdmission: Handler(peerdelivery.decide_record_admission),
+    c.SettlePeerDelivery: Handler(peerdelivery.decide_settle_peer),
+    c.RetryPeerDelivery: Handler(peerdelivery.decide_retry_peer),
+    c.DiscardPeerDelivery: Handler(peerdelivery.decide_discard_peer),
     # Disposal, settlement notices, draining. SettleSession is decided on
     # the child and its parent together (``SettlementGiven``), by ``services.settlement``.
     c.DisposeSession: Handler(decide_dispose, reads_mail="all"),
     c.ReturnMail: Handler(decide_return_mail),
     # Closing sets every pending message aside: each agent message's sender records its settlement.
-    c.CloseSession: Handler(decide_close, reads_mail="all", reads_senders=outbound.mail_senders),
+    c.CloseSession: Handler(decide_close, reads_mail="all", reads_senders=close_reads,
+                            elsewhere=settlement_elsewhere),
     c.SettleSession: Handler(decide_settle),
     c.DrainSession: Handler(decide_drain),
     c.LiftDrain: Handler(decide_lift_drain),
@@ -118,6 +137,8 @@ class Decision:
 
 def decide_command(command: c.SessionCommand, given: Given) -> Decision:
     """Decide ``command`` with its row of the table; the senders' records come from the same events."""
-    events = HANDLERS[type(command)].decide(command, given)
+    handler = HANDLERS[type(command)]
+    events = handler.decide(command, given)
+    elsewhere = handler.elsewhere(command, given, events) if handler.elsewhere else {}
     return Decision(events, outbound.sources(given.session_id, given.state.status, events, given.version,
-                                             given.senders))
+                                             given.senders, outbound.peer_mail(given.mail), elsewhere))

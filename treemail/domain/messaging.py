@@ -38,3 +38,10 @@ class MessagingConfig(BaseModel):
     delivery_deadline_s: float = Field(default=86400.0, gt=0)
     # Unsettled send intents of one source session across all its recipients.
     max_outstanding_per_source: int = Field(default=256, ge=1, le=1000)
+    # Peer mail as an outbox: the source's delivery rows, bounded each on its own: pending (stored or parked,
+    # not yet admitted) and retained (admitted, awaiting the destination's settlement).
+    max_pending_peer_deliveries: int = Field(default=256, ge=1, le=1000)
+    max_retained_peer_deliveries: int = Field(default=256, ge=1, le=1000)
+    # The host makes the first admission attempt of a peer send itself, before answering the model (the
+    # pump makes the others); off leaves every attempt to the pump.
+    peer_admit_inline: bool = True

@@ -39,20 +39,33 @@ _ENDED = {
 NO_CLOSING_TEXT = "It left no closing message."
 
 
-def summary_line(handle: str, stop_reason: str, disposed: bool = False) -> str:
-    ended = _ENDED.get(stop_reason, f"stopped ({stop_reason})")
+# Any other stop reason a host reports: worded generically, never refused (it is the host's word, bounded).
+ENDED_OTHERWISE = "stopped"
+
+
+def summary_line(handle: str, stop_reason: str, disposed: bool = False, session_id: str | None = None,
+                 resumable: bool = False) -> str:
+    ended = _ENDED.get(stop_reason, ENDED_OTHERWISE)
+    # The handle is what the parent addresses; the session id is what a host's logs and tools show.
+    who = f"{handle} (session {session_id})" if session_id and session_id != handle else handle
+    if disposed and resumable:
+        # A continuable child is resumed by the next message sent to it (cold resume).
+        return (f"Background subagent {who} {ended} and was disposed: it will do no further work unless you "
+                "send it more, which starts it again.")
     if disposed:
         # A disposed session is never resumed (no cold resume after disposal): mail to it is refused.
         return (
-            f"Background subagent {handle} {ended} and was disposed: it will do no further work "
+            f"Background subagent {who} {ended} and was disposed: it will do no further work "
             "and cannot receive messages."
         )
-    return f"Background subagent {handle} {ended} and will do no further work unless you send it more."
+    return f"Background subagent {who} {ended} and will do no further work unless you send it more."
 
 
-def settlement_text(handle: str, stop_reason: str, closing_text: str | None, disposed: bool = False) -> str:
+def settlement_text(handle: str, stop_reason: str, closing_text: str | None, disposed: bool = False,
+                    session_id: str | None = None, resumable: bool = False) -> str:
+    """The summary line, then the child's closing message block (its last words, as the host gave them)."""
     closing = closing_text if closing_text and closing_text.strip() else NO_CLOSING_TEXT
-    return f"{summary_line(handle, stop_reason, disposed)}\n\n{closing}"
+    return f"{summary_line(handle, stop_reason, disposed, session_id, resumable)}\n\n{closing}"
 
 
 def returned_text(recipient_handle: str, body: str, stop_reason: str | None) -> str:

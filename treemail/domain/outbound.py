@@ -9,7 +9,7 @@ the recipient's events that imply them, so the two streams never disagree.
 """
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from . import events as ev
@@ -32,13 +32,19 @@ def bounded(text: str | None) -> str:
     return text if len(text) <= REASON_LIMIT else text[: REASON_LIMIT - 1] + "…"
 
 
-def source_events(recipient_id: str, recipient_status: str, events: list[ev.Event], version: int
-                  ) -> dict[str, list[ev.Event]]:
-    """sender session id -> the records the recipient's ``events`` (appended after ``version``) imply."""
+def source_events(recipient_id: str, recipient_status: str, events: list[ev.Event], version: int,
+                  peer_mail: Collection[str] = ()) -> dict[str, list[ev.Event]]:
+    """sender session id -> the records the recipient's ``events`` (appended after ``version``) imply.
+
+    Peer mail implies none (``peer_mail``: the ids of the peer messages the decision read): its sender's
+    records come back through a driver (``outbox.py``), even when sender and recipient share a slot, so
+    the sender's count never drops twice for one message."""
     out: dict[str, list[ev.Event]] = {}
     for seq, event in enumerate(events, start=version + 1):
         sender = getattr(event, "sender_session_id", None)
         if getattr(event, "owner", None) != "agent" or sender is None:
+            continue
+        if getattr(event, "principal", None) is not None or getattr(event, "message_id", None) in peer_mail:
             continue
         match event:
             case ev.ProducerMessageAccepted():
@@ -79,20 +85,32 @@ class Source(Sender):
 
 def mail_senders(_command, mail: Mapping[str, MailItem], _history=()) -> set[str]:
     """The senders of the agent mail a decision read: a settlement of any of it is recorded on their streams."""
-    return {item.sender_session_id for item in mail.values() if item.owner == "agent" and item.sender_session_id}
+    return {item.sender_session_id for item in mail.values()
+            if item.owner == "agent" and item.sender_session_id and not item.peer}
+
+
+def peer_mail(mail: Mapping[str, MailItem]) -> frozenset[str]:
+    """The ids of the peer messages among ``mail``: their settlements go back through a driver."""
+    return frozenset(message_id for message_id, item in mail.items() if item.peer)
 
 
 def sources(recipient_id: str, recipient_status: str, events: list[ev.Event], version: int,
-            senders: Mapping[str, Sender | None]) -> list[Source]:
+            senders: Mapping[str, Sender | None], peer_ids: Collection[str] = (),
+            elsewhere: Mapping[str, list[ev.Event]] | None = None) -> list[Source]:
     """Each sender's records of ``events`` (``source_events``), on the stream the decision read it at.
 
     ``senders``: every sender the decision looked up; None for one whose stream the same atomic step cannot
-    write (gone, or in another partition: peer mail, not counted against the per-source capacity). A record
+    write (gone, or in another partition). Peer mail implies no record here at all (``peer_ids``): a driver
+    brings its settlement back to its sender (``outbox.py``), which counts it until then. A record
     for a sender the decision never looked up is a command that did not declare the senders it reads, never
     a record to drop quietly.
     """
     out: list[Source] = []
-    for sender_id, records in source_events(recipient_id, recipient_status, events, version).items():
+    writes = source_events(recipient_id, recipient_status, events, version, peer_ids)
+    # Other events the decision writes there (a settlement notice to a parent), after the records.
+    for session_id, more in (elsewhere or {}).items():
+        writes[session_id] = [*writes.get(session_id, []), *more]
+    for sender_id, records in writes.items():
         if sender_id not in senders:
             raise AssertionError(f"the decision implies records for sender {sender_id} it did not read")
         sender = senders[sender_id]
@@ -111,7 +129,7 @@ def index_entries(sender_id: str, events: list[ev.Event], first_position: int) -
     pairs: list[str] = []
     for position, event in enumerate(events, start=first_position):
         match event:
-            case ev.MessageSent() | ev.MessageRefused():
+            case ev.MessageSent() | ev.MessageRefused() | ev.PeerIntentStored():
                 pairs.extend((event.message_id, f"{sender_id} {position}"))
             case ev.MessageSettled():
                 pairs.extend((f"{event.message_id}:settled", f"{sender_id} {position}"))

@@ -19,9 +19,12 @@ import orjson
 from . import compactjson
 from . import events as ev
 from .frozen import replace
+from . import outbox as peer_outbox
 from . import peers as peer_state
 
 PENDING_STATES = ("accepted", "admitted", "claimed", "released")
+# The reason an item shows while it waits for its recipient's disposal to settle (``next_incarnation``).
+NEXT_INCARNATION = "next_incarnation"
 MAX_PRODUCERS = 64
 
 
@@ -64,12 +67,21 @@ class SessionState:
     wake_requested_at: float = 0.0
     # Peer routes and grants leading to this session, and its peer inbox (``peers.py``).
     peers: peer_state.PeerState = peer_state.EMPTY
+    # Peer mail as an outbox: this source's peer deliveries not yet processed or refused (``outbox.py``).
+    outbox: dict[str, peer_outbox.Row] = field(default_factory=dict)
     # Whether the host can run it again (never woken if not), its disposal
     # (None, "closing", "closed"), the sessions whose drain covers it, and whether it was ever sent mail.
     continuable: bool = True
     disposal: str | None = None
     drained_by: frozenset[str] = frozenset()
     announced: bool = False
+    # The run that finished last (a repeated finish of it is harmless), and what was settled last: that run's
+    # id, or "disposed" (a settlement is written once, however often a finish or a disposal is repeated).
+    last_run: str | None = None
+    settled: str = ""
+    settled_notice: str = ""
+    # Its run was aborted (an interrupt): its mail waits, unwoken, until a new message or run (or a retry) comes.
+    abort_hold: bool = False
 
     def to_json(self) -> str:
         """Only the fields that differ from a new session's (``from_json`` fills in the rest, as it does
@@ -93,6 +105,7 @@ class SessionState:
         data["installed_tools"] = tuple(data.get("installed_tools", ()))
         data["peers"] = peer_state.PeerState.from_obj(data["peers"]) if "peers" in data else peer_state.EMPTY
         data["drained_by"] = frozenset(data.get("drained_by", ()))
+        data["outbox"] = {row[0]: peer_outbox.Row.from_list(row) for row in data.get("outbox", ())}
         # A snapshot written by a newer version may carry fields this one does not know.
         return cls(**{k: v for k, v in data.items() if k in _STATE_FIELDS})
 
@@ -108,6 +121,7 @@ _SNAPSHOT_FORM = {
     "installed_tools": list,
     "peers": lambda peers: peers.to_obj(),
     "drained_by": sorted,
+    "outbox": lambda rows: [row.to_list() for row in rows.values()],
 }
 
 
@@ -132,13 +146,16 @@ class MailItem:
     retry_at: float = 0.0
     reason: str = ""
     trace: str = ""
+    # Peer mail: its sender is in another slot and learns of its settlement from a driver (``outbox.py``),
+    # never from this session's step.
+    peer: bool = False
 
     def to_json(self) -> str:
         """Kept under its message id (the mail hash's field), so the id is not written again; the
         position comes first, and the fields still at their default at the end are left out (an item
         is written on every send and kept until it is processed)."""
         fields = [self.seq, self.owner, self.sender_session_id, self.agent_hop, self.mode, self.state,
-                  self.run_id, self.attempts, self.since, self.claimed_at, self.retry_at, self.reason, self.trace]
+                  self.run_id, self.attempts, self.since, self.claimed_at, self.retry_at, self.reason, self.trace, self.peer]
         while len(fields) > _ITEM_REQUIRED and fields[-1] == _ITEM_DEFAULTS[len(fields) - 1]:
             fields.pop()
         return compactjson.dumps(fields)
@@ -156,7 +173,7 @@ class MailItem:
 # The compact item's order after its position: owner .. run_id are always written; attempts .. trace
 # are dropped from the end while they hold these defaults.
 _ITEM_REQUIRED = 7
-_ITEM_DEFAULTS = (None,) * _ITEM_REQUIRED + (0, 0.0, 0.0, 0.0, "", "")
+_ITEM_DEFAULTS = (None,) * _ITEM_REQUIRED + (0, 0.0, 0.0, 0.0, "", "", False)
 
 
 def _recent(producers: tuple[str, ...], producer_id: str) -> tuple[str, ...]:
@@ -197,6 +214,12 @@ def evolve(state: SessionState, event: ev.Event) -> SessionState:
         peers = peer_state.evolve(state.peers, event)
         if peers is not state.peers:
             state = replace(state, peers=peers)
+    if state.outbox or type(event) in peer_outbox.FOLDED:
+        return _evolve_outbox(state, event)
+    return _evolve_common(state, event)
+
+
+def _evolve_common(state: SessionState, event: ev.Event) -> SessionState:
     # A match tries its cases in order: the events every send folds come first (each case passed costs an
     # isinstance check, and the sender's MessageSent was fifteenth).
     match event:
@@ -204,7 +227,7 @@ def evolve(state: SessionState, event: ev.Event) -> SessionState:
               | ev.ProducerMessageRestored(owner=owner, sender_session_id=sender)):
             # Settlement notices: a session ever sent mail is "announced" (it owes its parent a settlement notice).
             # One copy of the state for all of it: this case runs for every message sent.
-            changes = {"pending_all": state.pending_all + 1, "announced": True}
+            changes = {"pending_all": state.pending_all + 1, "announced": True, "abort_hold": False}
             producer_id = getattr(event, "producer_id", None)  # a restored message names none
             if producer_id in state.producers:
                 changes["producers"] = _recent(state.producers, producer_id)
@@ -223,7 +246,7 @@ def evolve(state: SessionState, event: ev.Event) -> SessionState:
         case ev.SessionStatusChanged(status=status):
             return replace(state, status=status)
         case ev.SessionRunStarted(run_id=run_id):
-            return replace(state, status="running", current_run=run_id, wake_pending=False)
+            return replace(state, status="running", current_run=run_id, wake_pending=False, abort_hold=False)
         case ev.SessionWakeRequested():
             return replace(state, wake_pending=True, wake_requested_at=event.at)
         case ev.SessionRunFinished(run_id=run_id):
@@ -231,7 +254,12 @@ def evolve(state: SessionState, event: ev.Event) -> SessionState:
             if state.current_run != run_id:
                 return replace(state, run_hops=hops)
             # A session whose run ended is idle until its host says it finished or a new run starts.
-            return replace(state, status="idle", current_run=None, run_hops=hops)
+            aborted = event.reason == "aborted"
+            if aborted and not state.continuable:
+                # A one-shot child's abort ends it for good: it is never resumed the way a continuable one is.
+                return replace(state, status="finished", current_run=None, run_hops=hops, last_run=run_id)
+            return replace(state, status="idle", current_run=None, run_hops=hops, last_run=run_id,
+                           abort_hold=aborted)
         case ev.ProducerMessageConsumed():
             return _drain(replace(state, run_hops=_observe(state, event)), event)
         case ev.ProducerMessageDiscarded():
@@ -256,12 +284,46 @@ def evolve(state: SessionState, event: ev.Event) -> SessionState:
             return replace(state, disposal="closing")
         case ev.SessionClosed():
             return replace(state, disposal="closed")
+        case ev.SessionResumed():
+            # A new incarnation: open again, idle, and its own end is settled anew.
+            return replace(state, disposal=None, status="idle", current_run=None, settled="", settled_notice="",
+                           abort_hold=False)
+        case ev.ProducerMessageRetried() if state.abort_hold:
+            return replace(state, abort_hold=False)  # an explicit retry is a reason to run again
+        case ev.SessionSettled():
+            return replace(state, settled=settlement_key(event.run_id, event.disposed), settled_notice=event.notice)
         case ev.SessionDrainStarted(by=by):
             return replace(state, drained_by=state.drained_by | {by})
         case ev.SessionDrainLifted(by=by):
             return replace(state, drained_by=state.drained_by - {by})
         case _:
             return state
+
+
+def _evolve_outbox(state: SessionState, event: ev.Event) -> SessionState:
+    """Peer mail as an outbox: an intent counts against the per-source capacity from the moment it is stored
+    (with the tree mail the source sent) until it is processed, refused or discarded. Its receipt does not
+    count it again; every other event goes on to the common cases."""
+    rows = state.outbox
+    match event:
+        case ev.PeerIntentStored():
+            return replace(state, outbox=peer_outbox.evolve(rows, event), outstanding=state.outstanding + 1)
+        case ev.PeerAttemptStarted() | ev.PeerAttemptFailed() | ev.PeerDeliveryParked() | ev.PeerDeliveryRetried():
+            return replace(state, outbox=peer_outbox.evolve(rows, event))
+        case ev.MessageSent() if event.message_id in rows:
+            return replace(state, outbox=peer_outbox.accepted(rows, event))
+        case ev.MessageRefused() if event.message_id in rows:
+            return replace(state, outbox=peer_outbox.without(rows, event.message_id),
+                           outstanding=max(0, state.outstanding - 1))
+        case ev.MessageSettled() if event.message_id in rows:
+            return replace(state, outbox=peer_outbox.without(rows, event.message_id),
+                           outstanding=max(0, state.outstanding - 1))
+    return _evolve_common(state, event)
+
+
+def settlement_key(run_id: str | None, disposed: bool) -> str:
+    """What one settlement settles: a run's end, or the disposal."""
+    return "disposed" if disposed else run_id or ""
 
 
 def fold(events, state: SessionState = INITIAL) -> SessionState:
@@ -285,6 +347,8 @@ def evolve_mail(mail: dict[str, MailItem], event: ev.Event, seq: int) -> dict[st
                 seq=seq,
                 since=event.at,
                 trace=event.traceparent or "",
+                peer=event.principal is not None,
+                reason=NEXT_INCARNATION if event.next_incarnation else "",
             )
         case ev.ProducerMessageAdmitted() | ev.ProducerMessageClaimed() | ev.ProducerMessageReleased():
             item = mail.get(event.message_id)
@@ -318,7 +382,8 @@ def _attempt(item: MailItem, event: ev.MessageEvent) -> MailItem:
         case ev.ProducerMessageClaimed():
             return replace(item, attempts=item.attempts + 1, claimed_at=event.at, retry_at=0.0)
         case ev.ProducerMessageReleased():
-            return replace(item, retry_at=event.retry_at, reason=event.reason or "released")
+            return replace(item, retry_at=event.retry_at, reason=event.detail or event.reason or "released",
+                           attempts=max(0, item.attempts + event.attempts_change))
         case ev.ProducerMessageParked():
             return replace(item, state="parked", reason=event.reason)
         case ev.ProducerMessageRetried():

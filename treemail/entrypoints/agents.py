@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .clicommon import ConfigOpt, SessionArg, config_of, run_with_host, session_id, url_of
+from .clicommon import ConfigOpt, SessionArg, config_of, run_with_host, session_id, url_of, with_host
 
 
 class ToolFormat(str, enum.Enum):
@@ -23,7 +23,7 @@ class ToolFormat(str, enum.Enum):
 
 def mcp(
     ctx: typer.Context,
-    session: Annotated[Optional[str], typer.Option(help="stdio: the agent session this server acts for")] = None,
+    session: Annotated[Optional[str], typer.Option(help="stdio: the agent session this server acts for (id or handle)")] = None,
     run: Annotated[Optional[str], typer.Option(
         help="stdio: the run it acts for (default: the session's open run at each call)")] = None,
     http: Annotated[bool, typer.Option(
@@ -43,11 +43,18 @@ def mcp(
     if http and receive:
         raise ValueError("--receive is for stdio: an HTTP server has no connection whose life could be a session's")
     if http:
-        asyncio.run(serve_http(cfg, url_of(cfg), host, port))
+        # stderr: a supervisor's log shows where it listens, and stdout stays free.
+        asyncio.run(serve_http(cfg, url_of(cfg), host, port, say=lambda line: print(line, file=sys.stderr)))
     elif not session:
         raise ValueError("mcp needs --session SESSION (stdio) or --http")
     else:
-        asyncio.run(serve_stdio(cfg, url_of(cfg), session, run, receive))
+        # A handle as every other command takes it, resolved before the client speaks: an unknown one is
+        # one line on stderr, not a closed connection.
+        async def resolve(_host, server):
+            return await session_id(server, session)
+
+        resolved = asyncio.run(with_host(cfg, resolve))
+        asyncio.run(serve_stdio(cfg, url_of(cfg), resolved, run, receive))
 
 
 def mcp_token(

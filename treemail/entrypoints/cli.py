@@ -21,7 +21,7 @@ from treemail.host import __version__
 from treemail.adapters.config import load_config
 from treemail.domain.errors import ConfigError, LifecycleError, RedisUnavailable, UnknownSessionError
 
-from . import agents, logs, operations
+from . import agents, logs, operations, timeline_commands
 from .clicommon import ConfigOpt, JsonOpt, SessionArg
 from .clicommon import config_of as _config
 from .clicommon import run_with_host as _run
@@ -135,11 +135,14 @@ def server(
 def cluster(
     masters: Annotated[int, typer.Option(min=1, max=16, help="cluster primaries")] = 3,
     workers: Annotated[int, typer.Option(min=0, max=64, help="worker processes to start")] = 3,
+    replicas: Annotated[int, typer.Option(min=0, max=4, help=(
+        "replicas per primary; with any, a failed primary is replaced by its replica and the workers run the "
+        "replicated profile (unless TREEMAIL_SERVICE_PROFILE says otherwise)"))] = 0,
 ) -> None:
     """A local Valkey Cluster with workers and a projection worker, until Ctrl-C."""
     from .demo import run_cluster
 
-    run_cluster(masters=masters, workers=workers)
+    run_cluster(masters=masters, workers=workers, replicas=replicas)
 
 
 # -- looking at a running system ------------------------------------------------------------
@@ -152,8 +155,16 @@ def replay(ctx: typer.Context, config: ConfigOpt = None) -> None:
 
     from .output import progress
 
+    from treemail.adapters import keys, members
+    from treemail.projections.service import PRESENCE_MS
+
     async def action(host, server):
         partitions = list(range(server.config.service.partitions))
+        running = await members.present(server.redis, keys.projection_members(), PRESENCE_MS)
+        if running:
+            print(f"treemail: warning: {len(running)} projection worker(s) running ({', '.join(running)}): "
+                  "they keep views and checkpoints in memory and would write them over this rebuild; "
+                  "restart them once it is done (or stop them first)", file=sys.stderr)
         with progress("replay") as show:
             views = await rebuild(server.store, partitions, progress=show)
         names = sorted({name for name, _ in views})
@@ -377,6 +388,7 @@ def _preview(text: str, limit: int = 60) -> str:
 
 agents.register(app)
 operations.register(app)
+timeline_commands.register(app)
 
 
 # -- errors --------------------------------------------------------------------------------

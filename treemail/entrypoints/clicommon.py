@@ -30,7 +30,8 @@ def config_of(ctx: typer.Context, config: Path | None):
 def url_of(config) -> str:
     url = config.service.redis_url
     if not url:
-        raise ConfigError("no server: set REDIS_URL (or [service] redis_url in TREEMAIL_CONFIG)")
+        raise ConfigError("no server: set REDIS_URL (or [service] redis_url in TREEMAIL_CONFIG); `treemail server` "
+                          "starts a local Valkey and prints the URL")
     return url
 
 

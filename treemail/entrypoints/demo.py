@@ -30,6 +30,7 @@ from treemail.adapters.embedded import LocalValkey, LocalValkeyCluster, free_por
 from treemail.host import Treemail
 
 from .demo_script import Story, play, say
+from .timeline_commands import DEFAULT_UI_PORT
 from .scenarios import ScenarioFailed
 
 DEMO_MAX_HOPS = "4"
@@ -118,6 +119,8 @@ def _next_steps(url: str, story: Story, pool: Pool, cluster: bool, once: bool) -
         (f"{tm} trees", "one row per tree, from the projection worker"),
         (f"{tm} history {story.handles['explore']}", "every event of a session, by handle or id"),
         (f"{tm} tail {story.handles['root']} --from-start", "its mail so far, then live (Ctrl-C ends it)"),
+        (f"{tm} timeline {story.handles['explore']}", "its mailbox through time: what each step of each run saw"),
+        (f"{tm} ui", f"the same in a browser, live: http://127.0.0.1:{DEFAULT_UI_PORT}/"),
         (f"{tm} approvals list", "the writer's send, waiting for a person"),
         (f"{tm} approvals approve {story.approval_id}", "let it through (--tree: for the whole tree)"),
     ]
@@ -187,7 +190,8 @@ def run_demo(config: Config, workers: int = 2, once: bool = False, config_path: 
     if not url:
         server = LocalValkey(durable=config.service.profile == "durable").start()
         url = server.url
-        say(f"started embedded Valkey at {url}")
+        say(f"started embedded Valkey at {url}; its data is deleted when the demo stops (nothing is kept "
+            "across a restart: `treemail server --dir DIR` keeps it)")
     else:
         say(f"using the server at {re.sub(r'//[^@/]*@', '//***@', url)}")
     extra, hop_guard = _hop_guard_env(config)
@@ -198,6 +202,10 @@ def run_demo(config: Config, workers: int = 2, once: bool = False, config_path: 
     try:
         with stack(env, "treemail-demo-", workers, server) as pool:
             say(f"started {workers} worker processes and a projection worker")
+            if extra:
+                say(f"the demo's workers run with max_hops = {DEMO_MAX_HOPS} (the default, and `treemail config "
+                    "show`, say 0: off) so scenario 5 can show the hop guard stop a storm; "
+                    "TREEMAIL_MESSAGING_MAX_HOPS overrides it")
             try:
                 asyncio.run(_main(config, url, pool, hop_guard, once))
             except ScenarioFailed as failure:
@@ -210,11 +218,18 @@ def run_demo(config: Config, workers: int = 2, once: bool = False, config_path: 
         say("stopped")
 
 
-def run_cluster(masters: int = 3, workers: int = 3) -> None:
-    """`treemail cluster` (`make cluster`): a local Valkey Cluster with workers and a projection worker."""
-    cluster = LocalValkeyCluster(masters=masters).start()
-    say(f"started a {masters}-master Valkey Cluster: " + ", ".join(f"127.0.0.1:{n.port}" for n in cluster.nodes))
+def run_cluster(masters: int = 3, workers: int = 3, replicas: int = 0) -> None:
+    """`treemail cluster` (`make cluster`): a local Valkey Cluster with workers and a projection worker.
+    With ``replicas``, each primary has that many replicas and the workers wait for one of them
+    (the replicated profile) unless the environment names another profile."""
+    cluster = LocalValkeyCluster(masters=masters, replicas=replicas).start()
+    primaries = ", ".join(f"127.0.0.1:{n.port}" for n in cluster.nodes[:masters])
+    say(f"started a {masters}-master Valkey Cluster: {primaries}")
     env = {**os.environ, "REDIS_URL": cluster.url, "TREEMAIL_SERVICE_CLUSTER": "true"}
+    if replicas:
+        say(f"  with {replicas} replica(s) each: " + ", ".join(f"127.0.0.1:{n.port}" for n in cluster.nodes[masters:]))
+        env.setdefault("TREEMAIL_SERVICE_PROFILE", "replicated")
+        say(f"  workers run profile = {env['TREEMAIL_SERVICE_PROFILE']}")
     try:
         with stack(env, "treemail-cluster-", workers, cluster) as pool:
             say(f"started {workers} workers and 1 projection worker (logs: {pool.log_dir}); use it with:")

@@ -41,6 +41,7 @@ class ScriptedEngine:
         self.host = host
         self.calls = 0
         self.runs: dict[str, str] = {}
+        self.steps: dict[str, int] = {}
 
     def ctx(self, session) -> SendContext:
         self.calls += 1
@@ -65,12 +66,18 @@ class ScriptedEngine:
         return result
 
     async def boundary(self, session) -> int:
-        """A safe model-request boundary: claim, show, consume. Returns how many messages it saw."""
-        deliveries = await self.host.claim(session.session_id, self.runs[session.session_id])
+        """A safe model-request boundary: claim, show, consume. Returns how many messages it saw.
+
+        Each boundary is the run's next step, reported with the claim and the consume (the mailbox
+        timeline shows what each step saw); tokens are the toy engine's estimate, four characters each."""
+        run_id = self.runs[session.session_id]
+        self.steps[run_id] = step = self.steps.get(run_id, 0) + 1
+        deliveries = await self.host.claim(session.session_id, run_id, step=step)
         for delivery in deliveries:
             say(f"  [{session.handle} sees at its next model request]")
             say("    " + delivery.text.replace("\n", "\n    "))
-            await self.host.consume(session.session_id, delivery.message_id)
+            await self.host.consume(session.session_id, delivery.message_id, step=step,
+                                    tokens=len(delivery.text) // 4)
         return len(deliveries)
 
     async def serve_one_wake(self, by_id: dict) -> bool:

@@ -18,8 +18,9 @@ async def demo_settlement(host: Treemail, say: Callable[[str], None] = print, fi
     root = await host.register_root("lead", "coordinates the audit", rules={"child": "allow"})
     worker = await host.register_child(root.session_id, "audit", "audits one module", rules={"parent": "allow"},
                                        status="running")
+    # One-shot: once disposed, no next incarnation takes mail (a continuable child is resumed by it).
     helper = await host.register_child(root.session_id, "notes", "keeps notes", rules={"parent": "allow"},
-                                       status="running")
+                                       status="running", continuable=False)
     await host.start_run(root.session_id, "run-lead")
     for child in (worker, helper):
         await host.start_run(child.session_id, "run-1")

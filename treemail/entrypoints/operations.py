@@ -101,7 +101,8 @@ def dispose(
     ctx: typer.Context,
     session: SessionArg,
     stop_reason: Annotated[Optional[str], typer.Option(
-        help="completed, aborted, max_tokens, refusal or error: the parent gets a settlement notice")] = None,
+        help="completed, aborted, max_tokens, refusal, error, or any other (at most 64 bytes): the parent gets "
+             "a settlement notice")] = None,
     closing_text: Annotated[Optional[str], typer.Option(help="the child's closing message, for the notice")] = None,
     config: ConfigOpt = None,
 ) -> None:

@@ -66,6 +66,23 @@ def run_server(port: int = 0, durable: bool = False, directory: Path | None = No
         server.cleanup()
 
 
+# What of a dead server's log is worth a person's attention: its last lines say why it stopped.
+LOG_TAIL_LINES = 5
+
+
+def _log_of(server: LocalValkey) -> str:
+    """Where to read why it stopped. A kept directory outlives the command, so its log is named; a temporary
+    one is deleted on exit, so naming it would point at nothing: its last lines are quoted instead."""
+    if server.keep:
+        return f"its log is {server.log_path}"
+    try:
+        lines = server.log_path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+    except OSError:
+        return "its log was in a temporary directory, deleted on exit"
+    tail = " | ".join(line.strip() for line in lines if line.strip())
+    return f"the last lines of its log (deleted with its temporary directory): {tail or '(empty)'}"
+
+
 def _wait(server: LocalValkey, stop: dict, say) -> int:
     misses = ticks = 0
     while stop["signal"] is None:
@@ -76,8 +93,7 @@ def _wait(server: LocalValkey, stop: dict, say) -> int:
         # Twice in a row: one PING lost to a busy server is not a death.
         misses = 0 if server.is_running() else misses + 1
         if misses >= 2:
-            print(f"treemail: error: Valkey on port {server.port} stopped; its log is {server.log_path}",
-                  file=sys.stderr)
+            print(f"treemail: error: Valkey on port {server.port} stopped; {_log_of(server)}", file=sys.stderr)
             return 1
     server.stop(timeout=30)
     say("stopped")

@@ -11,12 +11,13 @@ from dataclasses import dataclass
 from ..adapters.eventstore import EventStore
 from ..domain import events as ev
 from ..domain import ids
-from ..domain.commands import CloseSession, DisposeSession, ReturnMail
+from ..domain.commands import DisposeSession, ReturnMail
 from ..domain.decide.disposal import returned_reason
 from ..domain.decide.lifecycle import Given
 from ..domain.errors import LifecycleError
 from ..domain.handlers import HANDLERS
 from ..domain.records import SessionRecord
+from ..domain.state import NEXT_INCARNATION
 from .appendonce import append_once, notice_digest
 from .clock import SYSTEM_CLOCK, Clock
 from .sessions import SessionService
@@ -54,16 +55,19 @@ class DisposalService:
         for _ in range(RETURN_PASSES):
             returned.update(await self._return_pending(record, stop_reason, skip=returned))
             try:
-                await self.sessions.execute(CloseSession(session_id, tuple(returned.items())), record)
+                # The close settles the disposal with the parent in the same step (exactly once).
+                events, settled = await self.settlement.close(record, tuple(returned.items()), stop_reason,
+                                                              closing_text)
                 break
             except LifecycleError as error:
                 if error.code != "lifecycle:unreturned_mail":
                     raise
         else:
             raise LifecycleError("lifecycle:contention", f"session {session_id} kept receiving agent mail while closing")
-        settled = None
-        if stop_reason is not None:
-            settled = await self.settlement.settle(session_id, None, stop_reason, closing_text, disposed=True)
+        if stop_reason is not None and not events:
+            # Closed already (a repeated disposal): what the disposal told the parent then.
+            state = (await self.store.load(record)).state
+            settled = state.settled_notice if state.settled == "disposed" else None
         return Disposed(returned, settled)
 
     async def complete_interrupted(self, session_id: str) -> Disposed | None:
@@ -78,8 +82,9 @@ class DisposalService:
     async def _return_pending(self, record: SessionRecord, stop_reason: str | None, skip) -> dict[str, str]:
         """Hand every pending agent message back to its sender as a notice; message id -> discard reason."""
         mail = await self.store.load_mail(record)
-        items = sorted((m for m in mail.values() if m.owner == "agent" and m.message_id not in skip),
-                       key=lambda m: m.seq)
+        # Mail sent while it closed waits for its next incarnation: it is not the disposal's to return.
+        items = sorted((m for m in mail.values() if m.owner == "agent" and m.message_id not in skip
+                        and m.reason != NEXT_INCARNATION), key=lambda m: m.seq)
         if not items:
             return {}
         bodies = await self.store.read_at(record, [m.seq for m in items])

@@ -48,7 +48,8 @@ class InterruptService:
             decision = decide_interrupt(command, interrupt.InterruptGiven(
                 sender, sender_state, target, new_id=ids.uuid7(), now=self.clock.now(), recorded=recorded,
             ))
-            if not isinstance(decision, Accepted):
+            if not isinstance(decision, Accepted) or not isinstance(target, Found):
+                # A refusal, or an accepted no-op on an agent that does not exist: nothing to append anywhere.
                 return outcome_of(decision)
             answer = await append_keyed(
                 self.store, interrupt.INTERRUPTS, arguments, interrupt.key_digest(context), target.record,

@@ -22,9 +22,8 @@ async def load_senders(store: EventStore, record: SessionRecord, sender_ids: Ite
     if not sender_ids:
         return {}, {}
     found = await store.directory.many(sender_ids)
-    # Tree mail never leaves a tree, so its sender shares the recipient's partition and slot. A sender in
-    # another partition wrote over a peer route: one atomic step cannot reach its slot, and peer mail is
-    # not counted against the per-source capacity (README, "Peer routes").
+    # Tree mail never leaves a tree, so its sender shares the recipient's partition and slot. Peer mail
+    # settles on its sender through a driver (``services.peerdelivery``), never in this step.
     reachable = [r for r in found.values() if r is not None and r.partition == record.partition]
     held = await store.load_many(reachable) if reachable else {}
     senders: dict[str, Sender | None] = dict.fromkeys(sender_ids)

@@ -1,25 +1,20 @@
-"""Peer routes in the host process: register routes and grants, decide sends and replies over them.
+"""Peer routes in the host process: register routes and grants, store sends and replies over them.
 
-A peer send touches one session, the target, which may live in another tree
-and so in another partition. It is decided here, as an interrupt is: load
-the sender and the target, decide with the command table (the send's own
-guards), sign, and commit on the target's stream with the same atomic step,
-expected etag and idempotency record as tree mail. That step writes only
-keys of the target's partition (its stream, state, mail, wake stream, feed,
-and the tool call's idempotency record), so it is one hash slot on a
-cluster whichever tree the sender is in. What is read from the sender's side
-(its registration, hops, inbox references) is not part of the step; none of
-it can be taken back once written, so reading it just before is as good.
-
-A little over the house's 200 lines: the peer send's load, decide, append and retry stay in one
-place, like ``sends.py`` for tree mail.
+A peer send crosses slots (its target may be in another tree, so another
+partition), so it is never one atomic step. It is decided here on the
+sender's state and what the target holds, and stored as an intent on the
+sender's own stream (``PeerIntentStored``), under the sender's etag, with
+the tool call's idempotency record: the exact live sender, its capacity
+(tree mail and peer intents together) and its outbox bounds are checked in
+that step. A driver (``peerdelivery``) then admits it to the target.
 """
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from ..adapters import keys
+from ..adapters import keys, tracing
 from ..adapters.eventstore import EventStore
+from ..adapters.peerdue import PeerDue
 from ..adapters.peerindex import PeerIndex
 from ..domain import grants, ids, peerinput, peers, proof
 from ..domain.commands import RegisterPeerRoute, RevokePeerRoute, SendToPeer, SetPeerGrant
@@ -72,6 +67,7 @@ class PeerService:
         self.keyring = keyring
         self.clock = clock
         self.index = PeerIndex(store.redis)
+        self.due = PeerDue(store.redis)
 
     # ---- the host's registrations ----------------------------------------------------------------
 
@@ -160,29 +156,42 @@ class PeerService:
         return grants.authorize(state.peers, source.agent_type, source.session_id, operation)
 
     async def inbox(self, record: SessionRecord) -> tuple[list[peers.InboxEntry], dict[str, str]]:
-        """The session's peer inbox, newest first, and sender session -> the peer name it can reply to it by."""
+        """The session's peer inbox, newest first, and sender session -> the peer name it can reply to it by
+        (any route back: a reply is authorized on its own, by the message it answers, not by a send grant)."""
         state = (await self.store.load(record)).state
-        back = {v.target.session_id: v.name for v in await self.views(record) if v.allows("send")}
+        back = {v.target.session_id: v.name for v in await self.views(record)}
         return list(reversed(state.peers.inbox)), back
+
+    async def readable(self, record: SessionRecord, senders: set[str]) -> set[str]:
+        """The senders among ``senders`` on which this session holds a ``read`` grant (its inbox shows theirs)."""
+        found = [r for r in (await self.store.directory.many(sorted(senders))).values() if r is not None]
+        loaded = await self.store.load_many(found)
+        return {r.session_id for r in found
+                if grants.authorize(loaded[r.session_id].state.peers, record.agent_type, record.session_id,
+                                    "read").allowed}
 
     # ---- a send or a reply ------------------------------------------------------------------------------
 
     async def send(self, command: SendToPeer) -> dict:
-        """The outcome the model is answered: ``{"ok": result}`` or ``{"error": ...}``; durable on return."""
+        """The outcome the model is answered: ``{"ok": result}`` (the intent, ``status: pending``) or
+        ``{"error": ...}``; durable on return. The intent is one commit on the sender's own stream."""
+        with tracing.span("treemail.peer.prepare", None, session_id=command.context.session_id,
+                          peer=command.arguments.peer):
+            current = tracing.traceparent()
+            return await self._store_intent(replace(command, traceparent=current) if current else command)
+
+    async def _store_intent(self, command: SendToPeer) -> dict:
         context, arguments = command.context, command.arguments
         sender = await self.store.directory.get(context.session_id)
         digest = idempotency.key_digest(context)  # the tool call, exactly as tree mail keys it
         if sender is not None:
-            recorded = await self._recorded(sender, digest)
+            recorded = await self.store.recorded(sender, digest) or await self._recorded_before(sender, digest)
             if recorded is not None:
                 # A retried tool call is answered first, whatever changed since (a route revoked or moved).
                 return routes.replayed_outcome(recorded, arguments)
         target_id = await self.index.resolve(sender, arguments.peer) if sender is not None else None
         target_record = await self.store.directory.get(target_id) if target_id else None
-        if target_record is not None:
-            # Kept as long as the records it points to (no expiry): a retry must always find its first outcome.
-            await self.store.redis.set(keys.peer_intent(sender.partition, digest), target_id, nx=True)
-        async for _ in contention.rounds(target_id or arguments.peer):
+        async for _ in contention.rounds(context.session_id):
             present = [r for r in (sender, target_record) if r is not None]
             loaded = await self.store.load_many(present)
             if target_record is not None:
@@ -199,23 +208,23 @@ class PeerService:
             decision = decide_peer_send(command, given)
             if isinstance(decision, Refused) and not decision.recorded:
                 return outcome_of(decision)
+            if not isinstance(decision, Refused):
+                # Before the commit and after it: a driver that finds the outbox empty meanwhile cannot
+                # take the source out of the index for good (``peerdue``).
+                await self.due.touch(sender, given.now)
             answer = await append_keyed(
-                self.store, routes.PEER_SENDS, arguments, digest, target_record, loaded[target_record.session_id],
+                self.store, routes.PEER_SENDS, arguments, digest, sender, loaded[sender.session_id],
                 decision, policy=self.config, now=given.now, read_draining=draining,
             )
             if answer is not None:
+                if "ok" in answer:
+                    await self.due.touch(sender, given.now)
                 return answer
 
-    async def _recorded(self, sender: SessionRecord, digest: str) -> list | dict | None:
-        """The outcome this tool call already has, wherever its first attempt went.
-
-        The record is written in the target's partition by the commit; the
-        sender's partition keeps which target that was (written before the
-        commit), so a retry finds it even once the route no longer leads there.
-        """
+    async def _recorded_before(self, sender: SessionRecord, digest: str) -> list | dict | None:
+        """A tool call a release before the outbox decided: its record is with the target it was committed on."""
         first = await self.store.redis.get(keys.peer_intent(sender.partition, digest))
         target = await self.store.directory.get(first.decode()) if first else None
         if target is None:
             return None
-        # The commit keeps the record with the session it appended to: the target's.
         return await self.store.recorded(target, digest)

@@ -11,7 +11,7 @@ from ..adapters import keys
 from ..adapters.config import Config
 from ..adapters.eventstore import EventStore
 from ..domain import events as ev
-from ..domain import actions, ids
+from ..domain import actions, ids, limits
 from ..domain.commands import STATUSES, ForkSession, RegisterSession, SessionCommand
 from ..domain.commitplan import plan_commit
 from ..domain.decide.lifecycle import Given
@@ -46,6 +46,8 @@ class SessionService:
         under the same etag check as any append.
         """
         handler = HANDLERS[type(command)]
+        # Before anything is read or stored: no caller can grow a stream with an unbounded identifier.
+        limits.check_command(command)
         record = record or await self.record(command.session_id)
         async for _ in contention.rounds(command.session_id):
             loaded = await self.store.load(record)
@@ -124,6 +126,7 @@ class SessionService:
     async def _register(self, origin: RegisterSession, with_handle: bool, command_for) -> SessionRecord:
         if origin.status not in STATUSES:
             raise ValueError(f"status must be queued, running, idle or finished, got {origin.status!r}")
+        limits.check_command(origin)  # before the directory entry: a refused registration stores nothing
         partition = keys.partition_of(origin.root_session_id, self.config.service.partitions)
         # A session without a handle cannot collide with another: one attempt.
         for _ in range(HANDLE_ATTEMPTS if with_handle else 1):

@@ -18,8 +18,9 @@ def asleep(state: SessionState) -> bool:
 
 def wakeable(state: SessionState) -> bool:
     """Asleep, and a wake may start a run: never a session that is not continuable or is being disposed
-    (disposal cutoff), whose mail waits for its disposal to return it."""
-    return asleep(state) and state.continuable and state.disposal is None
+    (disposal cutoff), whose mail waits for its disposal to return it, nor one whose run was just aborted:
+    the abort itself wakes nobody, its mail waits for the next message to wake it."""
+    return asleep(state) and state.continuable and state.disposal is None and not state.abort_hold
 
 
 def deliverable(item: MailItem, now: float) -> bool:

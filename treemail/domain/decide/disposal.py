@@ -12,7 +12,9 @@ from .. import events as ev
 from .. import notices
 from ..commands import CloseSession, DisposeSession, DrainSession, LiftDrain, ReturnMail
 from ..errors import LifecycleError
+from ..state import NEXT_INCARNATION
 from .lifecycle import Given, in_order, message_event, require_registered
+from .settlement import owed, settle_with
 from .wake import with_wake
 
 RETURNED_PRODUCER = "returned:treemail"
@@ -72,7 +74,9 @@ def decide_close(command: CloseSession, given: Given) -> list[ev.Event]:
     if state.disposal is None:
         raise LifecycleError("lifecycle:not_closing", "dispose the session before closing it")
     returned = dict(command.returned)
-    pending = in_order(given.mail)
+    # Mail sent while it closed waits for the next incarnation: never returned, never set aside.
+    waiting = [m for m in in_order(given.mail) if m.reason == NEXT_INCARNATION]
+    pending = [m for m in in_order(given.mail) if m.reason != NEXT_INCARNATION]
     unreturned = [m.message_id for m in pending if m.owner == "agent" and m.message_id not in returned]
     if unreturned:
         raise LifecycleError(
@@ -90,6 +94,13 @@ def decide_close(command: CloseSession, given: Given) -> list[ev.Event]:
         for item in pending
     ]
     events.append(ev.SessionClosed(at=given.now))
+    if command.settle is not None and owed(state, None, True):
+        settled, _ = settle_with(command.settle, given.session_id, state, given.senders, None, True, given.now)
+        events.append(settled)
+    if waiting:
+        # The disposal has settled: the mail that waited for it starts the next incarnation (cold resume).
+        events.append(ev.SessionResumed(at=given.now))
+        return with_wake(state, events, given.now, given.mail)
     return events
 
 

@@ -67,11 +67,15 @@ def require_parent_available(sender: SessionRecord, target: Target) -> None:
         raise Rejected(Code.PARENT_UNAVAILABLE, f"your direct parent is not live; {NOT_DELIVERED}")
 
 
-def require_recipient_admitting(found: Found) -> None:
+def require_recipient_admitting(found: Found, next_incarnation: bool = False) -> None:
+    """``next_incarnation``: a tree send, which a continuable recipient being (or done being) disposed takes
+    into its next incarnation; mail over a peer route is refused past the cutoff all the same."""
     state, handle = found.state, found.record.address
     if state.drained_by:
         raise Rejected(Code.DRAINING, f"{handle}'s part of the agent tree is draining; {NOT_DELIVERED}")
-    if state.disposal is not None:
+    if state.disposal is not None and not (next_incarnation and state.continuable):
+        # Only a send that no next incarnation can take is refused: a continuable recipient's mail waits for the
+        # disposal to settle (``next_incarnation``) or resumes it (cold resume).
         raise Rejected(
             Code.RECIPIENT_CLOSING, f"{handle} is being disposed and takes no new messages; {NOT_DELIVERED}"
         )

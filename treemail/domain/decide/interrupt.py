@@ -73,7 +73,15 @@ def decide_interrupt(command: InterruptAgent, given: InterruptGiven) -> Interrup
         require_live_caller(given.sender_state, command.context.run_id)
         if not actions.interrupt_visible(sender.interrupt_rules):
             raise Rejected(Code.INTERRUPT_PERMISSION_DENIED, "permission denied: this agent has no interrupt_agent tool")
-        found = require_target(sender, given.target)
+        try:
+            found = require_target(sender, given.target)
+        except Rejected as unknown:
+            if unknown.code != Code.INTERRUPT_UNKNOWN_SESSION:
+                raise
+            # Interrupting an agent that does not exist (or no longer does) stops nothing that runs: an
+            # accepted no-op, which still tells the model whom it could have meant.
+            return Accepted([], {"result": "no_such_agent", "agent": None,
+                                 "message": f"nothing was done: {unknown.message}"})
         routing.require_direct(sender, found.record, routing.INTERRUPT)
         label = permissions.relationship(sender.origin, found.record.origin)
         if permissions.evaluate(sender.interrupt_rules, label) != "allow":

@@ -30,7 +30,8 @@ from ..messaging import MessagingConfig
 from ..outbound import Sender
 from ..state import MailItem, SessionState
 from .guards import require_body
-from .obligations import RELEASED, RUN_FINISHED, fail_attempt
+from .obligations import RUN_FINISHED, WAKE_UNCLAIMED, fail_attempt, release_at_boundary, unclaimed_at_finish
+from .settlement import owed, settle_with
 from .wake import decide_reconcile_wake, with_wake
 
 
@@ -158,7 +159,8 @@ def decide_claim(command: ClaimMail, given: Given) -> list[ev.Event]:
         return []
     # A failed attempt's message waits out its backoff (mail as an obligation).
     due = [m for m in in_order(given.mail) if due_in_run(m, command.run_id) and m.retry_at <= given.now]
-    return [message_event(ev.ProducerMessageClaimed, item, command.run_id, given.now) for item in due]
+    step = {} if command.step is None else {"step": command.step}
+    return [message_event(ev.ProducerMessageClaimed, item, command.run_id, given.now, **step) for item in due]
 
 
 def due_at_turn(item: MailItem, run_id: str) -> bool:
@@ -179,14 +181,27 @@ def decide_consume(command: ConsumeMail, given: Given) -> list[ev.Event]:
     require_registered(given.state)
     item = require_mail(given.mail, command.message_id)
     require_claimed(item)
-    return [message_event(ev.ProducerMessageConsumed, item, item.run_id, given.now)]
+    reported = {k: v for k, v in (("step", command.step), ("tokens", command.tokens)) if v is not None}
+    return [message_event(ev.ProducerMessageConsumed, item, item.run_id, given.now, **reported)]
+
+
+# A release's reason is the host's diagnostic, stored on the stream and shown by inspect: one line, short,
+# so a stack trace or a model's whole error body never lands in every replay.
+MAX_RELEASE_DETAIL = 200
+
+
+def require_release_reason(reason: str) -> None:
+    if len(reason) > MAX_RELEASE_DETAIL or not reason.isprintable():
+        raise LifecycleError("lifecycle:invalid_reason", f"a release reason is one printable line of at most "
+                             f"{MAX_RELEASE_DETAIL} characters, got {len(reason)} characters")
 
 
 def decide_release(command: ReleaseMail, given: Given) -> list[ev.Event]:
     require_registered(given.state)
+    require_release_reason(command.reason)
     item = require_mail(given.mail, command.message_id)
     require_claimed(item)
-    return [fail_attempt(item, RELEASED, given.config, given.now)]
+    return [release_at_boundary(item, given.now, detail=command.reason)]
 
 
 def decide_discard(command: DiscardMail, given: Given) -> list[ev.Event]:
@@ -196,17 +211,37 @@ def decide_discard(command: DiscardMail, given: Given) -> list[ev.Event]:
 
 
 def decide_finish_run(command: FinishRun, given: Given) -> list[ev.Event]:
-    """A run ends: mail it claimed but never acknowledged is released, so it is due again."""
+    """A run ends: each message due in it and not consumed is a failed attempt (counted, backed off 1-60 s,
+    parked once the budget is spent), whether the run claimed it and never acknowledged it or never
+    claimed it at all (a woken run whose provider failed before its first request): a session is never
+    woken again and again for mail no run takes."""
     state, run_id = given.state, command.run_id
     require_registered(state)
+    if state.current_run != run_id and state.last_run == run_id:
+        # A repeated finish (the host retried, or died before it heard the answer): only what is still owed.
+        return settled_with(command, given, [])
     require_current_run(state, run_id)
-    released = [
-        fail_attempt(item, RUN_FINISHED, given.config, given.now, backoff=False)
-        for item in in_order(given.mail)
-        if item.state == "claimed" and item.run_id == run_id
-    ]
+    # Cut short by its host's restart or by an abort: not its mail's failure. Claims are due again at once,
+    # and mail it never took is not counted against.
+    cut_short = command.interrupted or command.reason == "aborted"
+    released = []
+    for item in in_order(given.mail):
+        if item.state == "claimed" and item.run_id == run_id:
+            released.append(fail_attempt(item, RUN_FINISHED, given.config, given.now, backoff=not cut_short))
+        elif unclaimed_at_finish(item, run_id, given.now) and not cut_short:
+            released.append(fail_attempt(item, WAKE_UNCLAIMED, given.config, given.now, counted=False))
     finished = ev.SessionRunFinished(at=given.now, run_id=run_id, reason=command.reason)
-    return with_wake(state, [*released, finished], given.now, given.mail)
+    return settled_with(command, given, with_wake(state, [*released, finished], given.now, given.mail))
+
+
+def settled_with(command: FinishRun, given: Given, events: list[ev.Event]) -> list[ev.Event]:
+    """``events``, and the child's ``SessionSettled`` when the finish settles a run not settled yet (its
+    parent's notice is written in the same step: ``settlement.settlement_elsewhere``)."""
+    if command.settle is None or not owed(given.state, command.run_id, False):
+        return events
+    settled, _ = settle_with(command.settle, given.session_id, given.state, given.senders, command.run_id, False,
+                             given.now)
+    return [*events, settled]
 
 
 def decide_inject(command: InjectMail, given: Given) -> list[ev.Event]:

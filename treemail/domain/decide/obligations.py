@@ -18,6 +18,8 @@ from .wake import mail_after, with_wake
 RELEASED = "released"
 ATTEMPT_TIMEOUT = "attempt_timeout"
 RUN_FINISHED = "run_finished"
+# A woken run (or any run the message was due in) ended without claiming it: a failed delivery attempt.
+WAKE_UNCLAIMED = "wake_unclaimed"
 MAX_ATTEMPTS = "max_attempts"
 DEADLINE = "deadline"
 
@@ -35,18 +37,38 @@ def past_deadline(item: MailItem, policy: MessagingConfig, now: float) -> bool:
 
 
 def fail_attempt(item: MailItem, reason: str, policy: MessagingConfig, now: float,
-                 backoff: bool = True) -> ev.MessageEvent:
-    """A claim that did not end in consumption: released with a backoff, or parked once the budget is spent.
+                 counted: bool = True, backoff: bool = True, detail: str = "") -> ev.MessageEvent:
+    """An attempt that did not end in consumption: released with a backoff, or parked once the budget is spent.
 
-    ``backoff=False`` for a run that ended with the claim open: the message
-    is due at once in the next run (the attempt still counts).
+    ``counted``: a claim already counted the attempt; otherwise (a run that ended without claiming the
+    message) the release counts it, so a provider that never claims spends the budget as surely as one
+    that claims and fails. ``backoff=False``: the run was cut short by its host's restart, not failed by
+    its mail; the attempt counts and the message is due at once.
     """
-    if item.attempts >= policy.max_attempts:
+    attempts = item.attempts if counted else item.attempts + 1
+    if attempts >= policy.max_attempts:
         return step_event(ev.ProducerMessageParked, item, item.run_id, now, reason=MAX_ATTEMPTS)
     if past_deadline(item, policy, now):
         return step_event(ev.ProducerMessageParked, item, item.run_id, now, reason=DEADLINE)
-    retry_at = now + backoff_delay(policy, item.attempts) if backoff else 0.0
-    return step_event(ev.ProducerMessageReleased, item, item.run_id, now, reason=reason, retry_at=retry_at)
+    return step_event(ev.ProducerMessageReleased, item, item.run_id, now, reason=reason,
+                      retry_at=now + backoff_delay(policy, attempts) if backoff else 0.0,
+                      attempts_change=0 if counted else 1, detail=detail)
+
+
+def release_at_boundary(item: MailItem, now: float, detail: str = "") -> ev.MessageEvent:
+    """The host hands a claimed message back at a step boundary: not a failure. Due at the next boundary,
+    no backoff, and the claim's attempt is given back; ``detail`` is the host's own reason, if it gave one."""
+    return step_event(ev.ProducerMessageReleased, item, item.run_id, now, reason=RELEASED,
+                      attempts_change=-1 if item.attempts > 0 else 0, detail=detail)
+
+
+def unclaimed_at_finish(item: MailItem, run_id: str, now: float) -> bool:
+    """Due in the run that just ended and never claimed in it: the run was an attempt that failed.
+
+    Admitted to the run as its input, or released in it and not taken again; mail still backing off
+    was not due, and mail that arrived for a later turn was never the run's to take.
+    """
+    return item.run_id == run_id and item.state in ("admitted", "released") and item.retry_at <= now
 
 
 def decide_keep(command: KeepObligations, given) -> list[ev.Event]:

@@ -1,15 +1,15 @@
 """Peer routes: registering routes and grants, and deciding a send or a reply over one.
 
-A send over a route is decided like tree mail, by the send's own pieces:
-the same sender check (the exact live sender, drains and disposal
-included), switch, body limit, hop, inbox and pair-window guards
-(``send.admit``), the same accepted event (``send.accept``), the same commit
-and the same idempotency key (the tool call). Only authorization differs:
-instead of tree scope and relationship rules, the target must hold a route
-from this sender under the peer name the model gave, and a ``send`` grant for
-it, whose principal is recorded on the message. Routes and grants deny by
-default. A reply additionally names one of the replier's actual inbound
-references, whose sender must be the peer it replies to.
+A send over a route is an intent stored on the sender's own stream
+(``decide_peer_send``): the same sender check as tree mail (the exact live
+sender, drains and disposal included), switch, body limit, hop and the
+per-source capacity, with the tool call as idempotency key. Authorization
+differs from tree mail: the target must hold a route from this sender under
+the peer name the model gave, and a ``send`` grant for it, whose principal
+is recorded on the message; routes and grants deny by default. A reply is
+authorized on its own: it names one of the replier's actual inbound
+references, whose recorded sender must be the peer it replies to. A driver
+then admits the intent to the target (``peerdelivery``).
 """
 
 import json
@@ -20,7 +20,7 @@ from .. import digests, grants, peerinput, peers
 from ..commands import PeerSendArguments, RegisterPeerRoute, RevokePeerRoute, SendToPeer, SetPeerGrant
 from ..errors import Code, Rejected
 from ..records import SessionRecord
-from . import endings, guards, idempotency, send
+from . import endings, guards, idempotency
 from .guards import Found
 from .lifecycle import Given, require_registered
 from .send import Accepted, Refused, SendDecision, SendGiven
@@ -85,7 +85,8 @@ def require_peer(sender: SessionRecord, target, name: str) -> tuple[Found, peers
     raise Rejected(Code.PEER_UNKNOWN, f"you have no peer named `{name}`; your peers: {listing}")
 
 
-def require_reference(sender_peers: peers.PeerState, reference: str | None, target: SessionRecord, name: str) -> None:
+def require_reference(sender_peers: peers.PeerState, reference: str | None, target: SessionRecord, name: str
+                      ) -> peers.InboxEntry:
     """A reply answers a message the replier really received, and from the very peer it replies to."""
     entry = peers.inbound(sender_peers, reference) if reference else None
     if entry is None:
@@ -99,9 +100,16 @@ def require_reference(sender_peers: peers.PeerState, reference: str | None, targ
             Code.PEER_FOREIGN_REFERENCE,
             f"message {reference} was not sent by peer `{name}`; reply to it over the route to its sender",
         )
+    return entry
 
 
 def decide_peer_send(command: SendToPeer, given: SendGiven) -> SendDecision:
+    """The intent, on the source's stream: it is pending from here, and a driver admits it to the destination.
+
+    The sender alone is checked exactly (its live run, drains, disposal, its capacity, its outbox, its inbox
+    for a reply), for the step is committed on its own stream under its etag. What the destination holds
+    (the route, the grant, the input schema, its disposal) is read just before and refused early, and
+    checked again by every admission attempt, on the destination's stream, under its etag."""
     arguments, config = command.arguments, given.config
     try:
         sender = guards.require_sender(given.sender, given.sender_state)
@@ -110,24 +118,48 @@ def decide_peer_send(command: SendToPeer, given: SendGiven) -> SendDecision:
         guards.require_body(arguments.body, config.max_body_bytes)
         found, route = require_peer(sender, given.target, arguments.peer)
         endings.require_recipient_admitting(found)
-        principal = grants.require(found.state.peers, sender.agent_type, sender.session_id, "send", arguments.peer)
         if arguments.reply:
+            # A reply is its own decision: the recorded sender of a message the replier really received
+            # must be the peer it answers; no send grant is asked, and none is conferred by it.
             require_reference(given.sender_state.peers, arguments.in_reply_to, found.record, arguments.peer)
+            granted = grants.grant_for(found.state.peers, sender.agent_type, sender.session_id)
+            principal = granted.principal if granted is not None else peers.source_key("session", sender.session_id)
+        else:
+            principal = grants.require(found.state.peers, sender.agent_type, sender.session_id, "send",
+                                       arguments.peer)
         peerinput.require_input(route.input_schema, arguments.body, arguments.peer)
-        hop = send.admit(given, sender, found, command.context.run_id)
+        hop = guards.sending_hop(given.sender_state, command.context.run_id)
+        guards.require_hops(hop, config)
+        guards.require_source_capacity(given.sender_state, config)
+        require_outbox_room(given.sender_state, config)
     except Rejected as rejection:
         return Refused(rejection.code, rejection.message)
-    accepted = send.accept(
-        command, given, sender, found, hop,
-        principal=principal, peer=arguments.peer, in_reply_to=arguments.in_reply_to, reply=arguments.reply,
+    intent = ev.PeerIntentStored(
+        at=given.now, message_id=given.new_id, destination_session_id=found.record.session_id,
+        peer=arguments.peer, principal=principal, body=arguments.body, mode=arguments.mode, agent_hop=hop,
+        run_id=command.context.run_id, tool_call_id=command.context.tool_call_id,
+        in_reply_to=arguments.in_reply_to, reply=arguments.reply,
+        traceparent=getattr(command, "traceparent", "") or None,
     )
-    result = {"message_id": given.new_id, "peer": arguments.peer, "mode": arguments.mode}
+    result = {"message_id": given.new_id, "peer": arguments.peer, "mode": arguments.mode, "status": "pending"}
     if arguments.reply:
         result["in_reply_to"] = arguments.in_reply_to
-    if grants.authorize(found.state.peers, sender.agent_type, sender.session_id, "read").allowed:
-        # The recipient's state is the target's to show: only a `read` grant reveals it.
-        result["recipient_state"] = accepted.result["recipient_state"]
-    return Accepted(accepted.events, result)
+    return Accepted([intent], result)
+
+
+def require_outbox_room(state, config) -> None:
+    """The source's delivery rows are bounded each on its own: pending (not yet admitted) and retained
+    (admitted, awaiting their settlement)."""
+    rows = state.outbox.values()
+    retained = sum(row.status == "accepted" for row in rows)
+    if len(state.outbox) - retained >= config.max_pending_peer_deliveries:
+        raise Rejected(Code.PEER_OUTBOX_FULL, f"you already have {len(state.outbox) - retained} peer messages "
+                       f"waiting to be delivered (limit {config.max_pending_peer_deliveries}); wait for them or "
+                       "inspect them before sending more")
+    if retained >= config.max_retained_peer_deliveries:
+        raise Rejected(Code.PEER_OUTBOX_FULL, f"you already have {retained} delivered peer messages their "
+                       f"recipients have not processed (limit {config.max_retained_peer_deliveries}); wait for "
+                       "them before sending more")
 
 
 # ---- idempotency: the tool call, as for tree mail -------------------------------------------------

@@ -138,7 +138,7 @@ def decide_send(command: SendMessage, given: SendGiven) -> SendDecision:
         content.require_content(arguments, config)
         endings.require_parent_available(sender, given.target)
         found = guards.require_recipient(sender, given.target, lambda peer: _may_address(sender, overlay, peer))
-        endings.require_recipient_admitting(found)
+        endings.require_recipient_admitting(found, next_incarnation=True)
         routing.require_route(config.routing, sender, found.record)
         found = content.require_image_capable(sender, given.target, arguments)
         label = permissions.relationship(sender.origin, found.record.origin)
@@ -219,6 +219,9 @@ def accept(command, given: SendGiven, sender: SessionRecord, found: Found, hop: 
     """The accepted message on the recipient's stream; ``provenance``: a peer route's principal, name, reference."""
     producer_id = ev.agent_producer_id(sender.session_id)
     events: list[ev.Event] = []
+    disposal = found.state.disposal
+    if disposal == "closed":
+        events.append(ev.SessionResumed(at=given.now))  # cold resume: the message starts its next incarnation
     if producer_id not in found.state.producers:
         events.append(
             ev.ProducerRegistered(
@@ -241,6 +244,7 @@ def accept(command, given: SendGiven, sender: SessionRecord, found: Found, hop: 
             blocks=blocks.to_json(command.arguments.blocks) if command.arguments.blocks else None,
             traceparent=getattr(command, "traceparent", "") or None,
             return_address=sender.session_id,
+            next_incarnation=disposal == "closing",
             **{**thread(command.arguments), **provenance},
         )
     )

@@ -1,0 +1,104 @@
+"""What `treemail timeline` and `treemail ui` read: the sessions and their delegation trees, the histories
+a timeline or a causal chain folds (``timeline.py``), and the obligations still open. Reads only.
+
+Sessions are found from each partition's session set and the directory, not from a projection view, so
+the page shows a tree as soon as its root registers, whether or not a projection worker runs.
+"""
+
+from treemail.adapters import keys
+from treemail.adapters.eventstore import EventStore
+from treemail.domain.errors import UnknownSessionError
+
+from . import timeline as tl
+
+# A page over more sessions than this shows the first ones, by id (a UI, not a report).
+MAX_SESSIONS = 2000
+
+
+async def sessions(store: EventStore, partitions: int) -> list[dict]:
+    """Every session: origin, status, position and open mail, sorted by id (time-ordered ids: oldest first)."""
+    ids: list[str] = []
+    for partition in range(partitions):
+        ids.extend(m.decode() for m in await store.redis.smembers(keys.partition_sessions(partition)))
+    ids = sorted(ids)[:MAX_SESSIONS]
+    records = [r for r in (await store.directory.many(ids)).values() if r is not None]
+    loaded = await store.load_many(records)
+    rows = []
+    for record in records:
+        found = loaded.get(record.session_id)
+        state = found.state if found else None
+        rows.append({
+            "session_id": record.session_id, "handle": record.handle, "agent_type": record.agent_type,
+            "description": record.description, "root_session_id": record.root_session_id,
+            "parent_session_id": record.parent_session_id, "partition": record.partition,
+            "status": state.status if state else "unknown", "run_id": state.current_run if state else None,
+            "position": found.version if found else 0, "pending": state.pending_all if state else 0,
+            "disposal": state.disposal if state else None,
+        })
+    return sorted(rows, key=lambda r: r["session_id"])
+
+
+def trees(rows: list[dict]) -> list[dict]:
+    """The delegation trees: each root with its children nested, in registration order."""
+    by_parent: dict[str | None, list[dict]] = {}
+    for row in rows:
+        by_parent.setdefault(row["parent_session_id"], []).append(row)
+
+    def node(row: dict, depth: int = 0) -> dict:
+        children = by_parent.get(row["session_id"], []) if depth < 64 else []
+        return {**row, "children": [node(child, depth + 1) for child in children]}
+
+    # A session whose parent is not listed (past MAX_SESSIONS, or its record gone) stands as a root.
+    known = {row["session_id"] for row in rows}
+    return [node(row) for row in rows if row["parent_session_id"] not in known]
+
+
+async def history(store: EventStore, session_id: str) -> tl.History:
+    record = await store.directory.get(session_id)
+    if record is None:
+        raise UnknownSessionError(f"no session has id {session_id}")
+    return await store.read(record)
+
+
+async def histories_for(store: EventStore, session_id: str, *, whole_tree: bool = False) -> dict[str, tl.History]:
+    """The session's history and its fork sources' (a fork opens with what its source had seen); with
+    ``whole_tree``, every member of its tree and the senders its mail names (for a causal chain)."""
+    found: dict[str, tl.History] = {session_id: await history(store, session_id)}
+    wanted = [session_id]
+    if whole_tree:
+        record = await store.directory.get(session_id)
+        wanted += await store.directory.tree_members(record.partition, record.root_session_id)
+    for _ in range(16):  # the tree, then fork sources and the senders its mail names, a bounded walk
+        if not wanted:
+            break
+        for sid in wanted:
+            if sid not in found and await store.directory.get(sid) is not None:
+                found[sid] = await history(store, sid)
+        wanted = sorted(_named(found, whole_tree) - set(found))
+    return found
+
+
+def _named(found: dict[str, tl.History], senders: bool) -> set[str]:
+    named: set[str] = set()
+    for events in found.values():
+        for _, event in events:
+            source = getattr(event, "source_session_id", None)
+            if source and type(event).__name__ == "SessionForked":
+                named.add(source)
+            if senders and getattr(event, "sender_session_id", None):
+                named.add(event.sender_session_id)
+    return named
+
+
+async def obligations(store: EventStore, rows: list[dict]) -> list[dict]:
+    """Mail not yet processed, per session: pending (with its attempts so far), claimed or parked."""
+    out = []
+    records = [r for r in (await store.directory.many([row["session_id"] for row in rows])).values() if r]
+    for record in records:
+        for item in sorted((await store.load_mail(record)).values(), key=lambda m: m.seq):
+            out.append({
+                "session_id": record.session_id, "handle": record.handle, "message_id": item.message_id,
+                "owner": item.owner, "sender_session_id": item.sender_session_id, "state": item.state,
+                "attempts": item.attempts, "retry_at": item.retry_at, "reason": item.reason, "position": item.seq,
+            })
+    return out

@@ -1,0 +1,380 @@
+"""Mailbox time-travel: a session's mailbox at any position, which messages each step of each run consumed
+and sent, and a message's causal chain across sessions. Pure: it folds the histories the caller read.
+
+Everything comes from the session streams alone. A claim and a consume name their run and, when the
+engine reported it, its step (the model request at that boundary); a claim without a reported step is
+one step of its own: the claims one command appended together (consecutive positions). A consume
+without a step belongs to the step that claimed the message. A send is the session's own record of it
+(``MessageSent``), credited to the latest step of the run open when it was recorded.
+
+Revert and fork follow the session's log: a step or run with a claim, a consume or its start in a
+reverted range is marked with the revert's position (it happened, then the engine took it back; the
+restored mail is pending again); a fork's timeline opens with the source's steps up to the fork's
+position (what the forked agent had already seen), marked with the source's id, and an empty mailbox
+(the source's pending mail stays with the source).
+
+The causal chain of a message walks back from its sender's run: the messages that run had consumed
+before the send was recorded caused it, and so on up. The trace id is the OpenTelemetry trace the
+message was prepared under (shared by prepare, admit, claim and consume); every message under it is
+listed with the chain.
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+
+from treemail.domain import events as ev
+
+History = Sequence[tuple[int, ev.Event]]
+Histories = Mapping[str, History]
+
+# What a message is at a position: the mailbox's columns.
+STATES = ("pending", "claimed", "consumed", "returned", "parked", "discarded")
+_KIND = {
+    ev.ProducerMessageAdmitted: ("admitted", "pending"),
+    ev.ProducerMessageClaimed: ("claimed", "claimed"),
+    ev.ProducerMessageReleased: ("released", "pending"),
+    ev.ProducerMessageConsumed: ("consumed", "consumed"),
+    ev.ProducerMessageParked: ("parked", "parked"),
+    ev.ProducerMessageRetried: ("retried", "pending"),
+    ev.ProducerMessageRestored: ("restored", "pending"),
+}
+# How far a causal chain walks back (a loop between agents would otherwise never end).
+MAX_CHAIN = 64
+
+
+@dataclass
+class Transition:
+    position: int
+    at: float
+    kind: str
+    run_id: str | None = None
+    step: int | None = None
+    reason: str = ""
+    tokens: int | None = None
+
+
+@dataclass
+class Message:
+    message_id: str
+    session_id: str
+    owner: str
+    sender_session_id: str | None
+    sender_handle: str | None
+    mode: str
+    body: str
+    position: int
+    at: float
+    trace_id: str | None
+    state: str = "pending"
+    run_id: str | None = None
+    step: int | None = None
+    tokens: int | None = None
+    reason: str = ""
+    lifecycle: list[Transition] = field(default_factory=list)
+
+
+@dataclass
+class Step:
+    run_id: str
+    step: int
+    # False: the engine did not report a step number; this one counts the run's claims.
+    reported: bool
+    first: int
+    last: int
+    claimed: list[str] = field(default_factory=list)
+    consumed: list[str] = field(default_factory=list)
+    sent: list[str] = field(default_factory=list)
+    tokens: int = 0
+    reverted_by: int | None = None
+    inherited_from: str | None = None
+
+
+@dataclass
+class Run:
+    run_id: str
+    started: int | None
+    finished: int | None = None
+    reason: str | None = None
+    steps: list[Step] = field(default_factory=list)
+    reverted_by: int | None = None
+    inherited_from: str | None = None
+
+
+@dataclass
+class Timeline:
+    session_id: str
+    handle: str | None
+    at: int
+    last: int
+    messages: list[Message]
+    runs: list[Run]
+    # Sends recorded while no run was open (a host's own send).
+    sent_outside_runs: list[str] = field(default_factory=list)
+    reverts: list[dict] = field(default_factory=list)
+    fork: dict | None = None
+    # (position, event type, time) of every position: what a scrubber moves through.
+    positions: list[tuple[int, str, float]] = field(default_factory=list)
+
+    def mailbox(self) -> dict[str, list[Message]]:
+        by_state: dict[str, list[Message]] = {state: [] for state in STATES}
+        for message in self.messages:
+            by_state[message.state].append(message)
+        return by_state
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["mailbox"] = {state: [m.message_id for m in found] for state, found in self.mailbox().items()}
+        return data
+
+
+def trace_id(traceparent: str | None) -> str | None:
+    """The trace id of a W3C traceparent (``00-<trace id>-<span id>-<flags>``)."""
+    parts = (traceparent or "").split("-")
+    return parts[1] if len(parts) == 4 and len(parts[1]) == 32 else None
+
+
+def position_at_time(history: History, at: float) -> int:
+    """The last position appended at or before ``at`` (0: before the session's first event)."""
+    found = 0
+    for seq, event in history:
+        if event.at <= at:
+            found = seq
+    return found
+
+
+def _returned(reason: str) -> bool:
+    return "returned" in reason or reason.startswith("recipient disposed")
+
+
+class _Fold:
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.handle: str | None = None
+        self.messages: dict[str, Message] = {}
+        self.runs: dict[str, Run] = {}
+        self.current: str | None = None
+        self.latest_step: dict[str, Step] = {}
+        self.claim_step: dict[str, tuple[str, int]] = {}
+        self.previous: tuple[int, ev.Event] | None = None
+        self.outside: list[str] = []
+        self.reverts: list[dict] = []
+        self.fork: dict | None = None
+        self.positions: list[tuple[int, str, float]] = []
+
+    def run(self, run_id: str) -> Run:
+        if run_id not in self.runs:
+            self.runs[run_id] = Run(run_id, started=None)
+        return self.runs[run_id]
+
+    def step(self, run_id: str, number: int, reported: bool, seq: int) -> Step:
+        run = self.run(run_id)
+        for step in run.steps:
+            if step.step == number:
+                step.last = max(step.last, seq)
+                break
+        else:
+            step = Step(run_id, number, reported, first=seq, last=seq)
+            run.steps.append(step)
+        self.latest_step[run_id] = step
+        return step
+
+    def claimed(self, seq: int, event: ev.ProducerMessageClaimed) -> Step:
+        run_id = event.run_id or ""
+        if event.step is not None:
+            return self.step(run_id, event.step, True, seq)
+        prev = self.previous
+        same_claim = (prev is not None and prev[0] == seq - 1 and isinstance(prev[1], ev.ProducerMessageClaimed)
+                      and prev[1].run_id == event.run_id and prev[1].step is None)
+        steps = self.run(run_id).steps
+        if same_claim and steps:
+            return self.step(run_id, self.latest_step[run_id].step, False, seq)
+        return self.step(run_id, max((s.step for s in steps), default=0) + 1, False, seq)
+
+    def apply(self, seq: int, event: ev.Event) -> None:
+        self.positions.append((seq, type(event).__name__, event.at))
+        match event:
+            case ev.SessionRegistered():
+                self.handle = event.handle
+            case ev.SessionForked():
+                self.fork = {"source_session_id": event.source_session_id, "at_position": event.at_position}
+            case ev.SessionRunStarted():
+                run = self.run(event.run_id)
+                run.started = seq if run.started is None else run.started
+                self.current = event.run_id
+            case ev.SessionRunFinished():
+                run = self.run(event.run_id)
+                run.finished, run.reason = seq, event.reason
+                if self.current == event.run_id:
+                    self.current = None
+            case ev.SessionReverted():
+                self.revert(seq, event)
+            case ev.MessageSent():
+                self.sent(seq, event.message_id)
+            case ev.ProducerMessageAccepted():
+                self.messages[event.message_id] = Message(
+                    event.message_id, self.session_id, event.owner, event.sender_session_id, event.sender_handle,
+                    event.mode, event.body, seq, event.at, trace_id(event.traceparent),
+                    lifecycle=[Transition(seq, event.at, "accepted", event.run_id)],
+                )
+            case ev.ProducerMessageDiscarded():
+                self.transition(seq, event, "discarded", "returned" if _returned(event.reason) else "discarded")
+            case ev.MessageEvent() if type(event) in _KIND:
+                kind, state = _KIND[type(event)]
+                self.transition(seq, event, kind, state)
+            case _:
+                pass
+        self.previous = (seq, event)
+
+    def transition(self, seq: int, event: ev.MessageEvent, kind: str, state: str) -> None:
+        step_no = getattr(event, "step", None)
+        tokens = getattr(event, "tokens", None)
+        if isinstance(event, ev.ProducerMessageClaimed):
+            step = self.claimed(seq, event)
+            step.claimed.append(event.message_id)
+            step_no = step.step
+            self.claim_step[event.message_id] = (step.run_id, step.step)
+        elif isinstance(event, ev.ProducerMessageConsumed):
+            run_id, claimed_in = self.claim_step.get(event.message_id, (event.run_id or "", None))
+            run_id = event.run_id or run_id
+            number = step_no if step_no is not None else claimed_in
+            if number is None:
+                number = self.latest_step[run_id].step if run_id in self.latest_step else 1
+            step = self.step(run_id, number, step_no is not None, seq)
+            step.consumed.append(event.message_id)
+            step.tokens += tokens or 0
+            step_no = number
+        message = self.messages.get(event.message_id)
+        if message is None:
+            return
+        reason = getattr(event, "reason", "") or ""
+        message.lifecycle.append(Transition(seq, event.at, kind, event.run_id, step_no, reason, tokens))
+        message.state, message.reason = state, reason
+        if kind in ("claimed", "consumed"):
+            message.run_id, message.step = event.run_id, step_no
+            message.tokens = tokens if tokens is not None else message.tokens
+        elif state == "pending":
+            message.run_id, message.step = None, None
+
+    def sent(self, seq: int, message_id: str) -> None:
+        run_id = self.current
+        if run_id is None:
+            self.outside.append(message_id)
+            return
+        step = self.latest_step.get(run_id)
+        if step is None:
+            # Sent before the run's first boundary: its step 0.
+            step = self.step(run_id, 0, False, seq)
+        step.last = max(step.last, seq)
+        step.sent.append(message_id)
+
+    def revert(self, seq: int, event: ev.SessionReverted) -> None:
+        self.reverts.append({"position": seq, "to_position": event.to_position, "from_position": event.from_position})
+
+        def abandoned(position: int | None) -> bool:
+            return position is not None and event.to_position < position <= event.from_position
+
+        for run in self.runs.values():
+            if run.reverted_by is None and abandoned(run.started):
+                run.reverted_by = seq
+            for step in run.steps:
+                if step.reverted_by is None and (abandoned(step.first) or abandoned(step.last)):
+                    step.reverted_by = seq
+
+
+def timeline(session_id: str, histories: Histories, at: int | None = None) -> Timeline:
+    """The session's timeline as of position ``at`` (its last by default); a fork's source is read from
+    ``histories`` when it is there."""
+    history = histories.get(session_id, ())
+    last = history[-1][0] if history else 0
+    at = last if at is None else max(0, min(at, last))
+    fold = _Fold(session_id)
+    for seq, event in history:
+        if seq > at:
+            break
+        fold.apply(seq, event)
+    runs = list(fold.runs.values())
+    if fold.fork is not None and fold.fork["source_session_id"] in histories and \
+            fold.fork["source_session_id"] != session_id:
+        source = timeline(fold.fork["source_session_id"], histories, fold.fork["at_position"])
+        runs = [_inherited(run, source.session_id) for run in source.runs if run.reverted_by is None] + runs
+    return Timeline(session_id, fold.handle, at, last, list(fold.messages.values()), runs, fold.outside,
+                    fold.reverts, fold.fork, fold.positions)
+
+
+def _inherited(run: Run, source: str) -> Run:
+    steps = [Step(**{**asdict(s), "inherited_from": run.inherited_from or source}) for s in run.steps
+             if s.reverted_by is None]
+    return Run(run.run_id, run.started, run.finished, run.reason, steps, None, run.inherited_from or source)
+
+
+@dataclass
+class Link:
+    """One message of a causal chain, where it landed, and the messages that caused it."""
+
+    message: Message
+    sent_by_run: str | None
+    sent_at: int | None
+    caused_by: list[str] = field(default_factory=list)
+    # The handle of the session the message landed in.
+    handle: str | None = None
+
+
+def _where_accepted(histories: Histories) -> dict[str, str]:
+    return {event.message_id: session_id for session_id, history in histories.items()
+            for _, event in history if isinstance(event, ev.ProducerMessageAccepted)}
+
+
+def causal_chain(message_id: str, histories: Histories) -> dict:
+    """The message, the messages that caused it (walking back through the senders' runs) and every message
+    under its trace id; each with its whole lifecycle. ``{}`` when no history holds the message."""
+    accepted_in = _where_accepted(histories)
+    if message_id not in accepted_in:
+        return {}
+    timelines: dict[str, Timeline] = {}
+
+    def message(mid: str) -> Message:
+        session = accepted_in[mid]
+        if session not in timelines:
+            timelines[session] = timeline(session, histories)
+        return next(m for m in timelines[session].messages if m.message_id == mid)
+
+    links: list[Link] = []
+    queue, seen = [message_id], {message_id}
+    while queue and len(links) < MAX_CHAIN:
+        mid = queue.pop(0)
+        found = message(mid)
+        run_id, sent_at, causes = _causes(found, histories)
+        links.append(Link(found, run_id, sent_at, causes, timelines[found.session_id].handle))
+        for cause in causes:
+            if cause in accepted_in and cause not in seen:
+                seen.add(cause)
+                queue.append(cause)
+    root = links[0].message
+    same_trace = []
+    if root.trace_id:
+        same_trace = sorted(
+            (message(mid) for mid in accepted_in
+             if (m := message(mid)).trace_id == root.trace_id), key=lambda m: (m.at, m.position))
+    return {
+        "message_id": message_id,
+        "trace_id": root.trace_id,
+        "chain": [asdict(link) for link in links],
+        "trace": [asdict(m) for m in same_trace],
+        "handles": {sid: found.handle for sid, found in timelines.items()},
+    }
+
+
+def _causes(message: Message, histories: Histories) -> tuple[str | None, int | None, list[str]]:
+    """The sender's run, where the send was recorded on the sender's stream, and what that run had consumed
+    by then (in order)."""
+    sender = message.sender_session_id
+    run_id = message.lifecycle[0].run_id if message.lifecycle else None
+    history = histories.get(sender or "", ())
+    sent_at = next((seq for seq, e in history if isinstance(e, ev.MessageSent) and e.message_id == message.message_id),
+                   None)
+    if not history or run_id is None:
+        return run_id, sent_at, []
+    limit = sent_at if sent_at is not None else history[-1][0]
+    consumed = [e.message_id for seq, e in history
+                if seq < limit and isinstance(e, ev.ProducerMessageConsumed) and e.run_id == run_id]
+    return run_id, sent_at, consumed

@@ -1,0 +1,46 @@
+"""A host process that kills itself (SIGKILL, as kill -9) before its (N+1)th append: one finish_run or dispose.
+
+``python -m tests.faults.hostkill URL finish|dispose SESSION_ID RUN_ID N``. The appends are the points of the
+operation where a dying host could leave part of it done: each is one atomic step, so "before append N+1"
+covers every point between two steps, and N past the last append lets the operation complete.
+"""
+
+import asyncio
+import os
+import signal
+import sys
+
+from tests.integration.conftest import make_config
+from treemail.adapters.eventstore import EventStore
+from treemail.host import Treemail
+
+
+def die_before_append(after: int) -> None:
+    done = 0
+    original = EventStore.append
+
+    async def append(self, prepared):
+        nonlocal done
+        if done >= after:
+            os.kill(os.getpid(), signal.SIGKILL)
+        done += 1
+        return await original(self, prepared)
+
+    EventStore.append = append
+
+
+async def main(url: str, operation: str, session_id: str, run_id: str, after: int) -> None:
+    host = await Treemail.connect(make_config(url), url)
+    die_before_append(after)
+    try:
+        if operation == "finish":
+            await host.finish_run(session_id, run_id, "completed", "closing words")
+        else:
+            await host.disposal.dispose(session_id, "aborted", "stopped early")
+    finally:
+        await host.close()
+
+
+if __name__ == "__main__":
+    url, operation, session_id, run_id, after = sys.argv[1:]
+    asyncio.run(main(url, operation, session_id, run_id, int(after)))

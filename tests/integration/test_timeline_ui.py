@@ -1,0 +1,273 @@
+"""`treemail ui` in a real browser: Debian's chromium, headless, driven through chromedriver (selenium).
+
+The stack is the demo's (`treemail demo`, its Valkey, workers and projection worker), the page is a real
+`treemail ui` process, and what the page shows is checked against what the streams say. `make test`
+installs chromium and chromium-driver when run as root and online; without them this test skips, saying
+why. With TREEMAIL_UPDATE_SCREENSHOT=1 (`make screenshot`) it saves the page as the docs' screenshot.
+"""
+
+import asyncio
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from treemail.adapters.config import load_config
+from treemail.host import Treemail
+from treemail.projections import timeline as tl
+
+ROOT = Path(__file__).resolve().parents[2]
+# Written by `make chromium` when it could not install the packages.
+SKIP_REASON_FILE = ROOT / ".venv" / "chromium-unavailable"
+SCREENSHOT = ROOT / "docs" / "images" / "timeline-ui.png"
+FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1500,1100")
+
+
+def binary(name: str) -> str:
+    found = shutil.which(name) or (f"/usr/bin/{name}" if os.access(f"/usr/bin/{name}", os.X_OK) else None)
+    if found is None:
+        why = SKIP_REASON_FILE.read_text().strip() if SKIP_REASON_FILE.exists() else (
+            "install Debian's chromium and chromium-driver (`make chromium` as root)")
+        pytest.skip(f"{name} not found: {why}")
+    return found
+
+
+def start(args: list[str], env: dict, until: str, timeout: float = 90.0) -> tuple[subprocess.Popen, str]:
+    """A treemail process, and its output up to the line that says it is ready."""
+    process = subprocess.Popen([sys.executable, "-m", "treemail", *args], env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    out, deadline = "", time.monotonic() + timeout
+    while until not in out:
+        line = process.stdout.readline()
+        if not line or time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError(f"`treemail {' '.join(args)}` did not say {until!r}:\n{out}{line}")
+        out += line
+    return process, out
+
+
+def stop(process: subprocess.Popen) -> None:
+    process.send_signal(signal.SIGINT)
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+@pytest.fixture
+def demo_page():
+    """The demo's stack left running, a `treemail ui` over it, and the demo's transcript."""
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "TREEMAIL_UI_TOKEN")}
+    demo, transcript = start(["demo"], env, "stack is up")
+    try:
+        url = re.search(r"REDIS_URL=(\S+)", transcript).group(1)
+        ui, said = start(["ui", "--port", "0"], {**env, "REDIS_URL": url}, "treemail ui at")
+        try:
+            page = re.search(r"(http://127\.0\.0\.1:\d+/)", said).group(1)
+            yield url, page, transcript
+        finally:
+            stop(ui)
+    finally:
+        stop(demo)
+
+
+@pytest.fixture
+def browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary("chromium")
+    for flag in (*FLAGS, f"--user-data-dir={tempfile.mkdtemp(prefix='treemail-chromium-')}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(binary("chromedriver")), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def wait(driver, check, what: str, timeout: float = 20.0):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(lambda d: check(d), message=what)
+
+
+# The page re-renders whenever the stack appends an event: it is read and clicked in one script each time,
+# never through an element found earlier (stale by the next event).
+SHOWN = """
+const out = {};
+for (const column of document.querySelectorAll('#mailbox .column')) {
+  out[column.dataset.state] = [...column.querySelectorAll('.msg')].map((m) => m.dataset.messageId);
+}
+return out;
+"""
+
+
+def shown(driver) -> dict[str, list[str]]:
+    return driver.execute_script(SHOWN)
+
+
+def column(driver, state: str) -> list[str]:
+    return shown(driver).get(state, [])
+
+
+def text(driver, element_id: str) -> str:
+    return driver.execute_script("return document.getElementById(arguments[0]).innerText", element_id)
+
+
+def click(driver, selector: str) -> None:
+    driver.execute_script("document.querySelector(arguments[0]).click()", selector)
+
+
+def session_node(driver, handle: str) -> dict | None:
+    """The tree node of a handle: its session id and the handle of the node it is nested under."""
+    return driver.execute_script("""
+        const node = [...document.querySelectorAll('[data-session-id]')].find((n) => n.textContent.startsWith(arguments[0]));
+        if (!node) return null;
+        const parent = node.closest('ul').closest('li');
+        const above = parent ? parent.querySelector(':scope > [data-session-id]') : null;
+        return {id: node.dataset.sessionId, under: above ? above.textContent.split(' ')[0] : null};
+    """, handle)
+
+
+def expected(found: tl.Timeline) -> dict[str, list[str]]:
+    mailbox = found.to_json()["mailbox"]
+    return {**{s: mailbox[s] for s in ("pending", "claimed", "consumed", "parked")},
+            "returned": mailbox["returned"] + mailbox["discarded"]}
+
+
+async def with_host(url: str, action):
+    config = load_config(None)
+    config = config.model_copy(update={"service": config.service.model_copy(update={"redis_url": url})})
+    host = await Treemail.connect(config, url)
+    try:
+        return await action(host)
+    finally:
+        await host.close()
+
+
+def test_the_page_shows_the_demo_tree_scrubs_a_mailbox_back_and_follows_a_live_send(demo_page, browser):
+    url, page, transcript = demo_page
+    planner = re.search(r"tail (planner_[0-9a-f]{8})", transcript).group(1)
+    explore = re.search(r"history (explore_[0-9a-f]{8})", transcript).group(1)
+
+    browser.get(page)
+    # The demo's tree: the explorer nested under its planner.
+    wait(browser, lambda d: (session_node(d, explore) or {}).get("under") == planner, "the explorer under its planner")
+    explore_id = session_node(browser, explore)["id"]
+    click(browser, f'[data-session-id="{explore_id}"]')
+    wait(browser, lambda d: text(d, "session-title") == explore, "the explorer's mailbox")
+
+    # The stack may still be appending (the demo's last steps, a pump pass): each look compares the page with
+    # the streams as they are at that moment, and the last look's streams are the ones the rest reads.
+    latest: dict = {}
+
+    def matches_the_streams(driver) -> bool:
+        latest["history"] = asyncio.run(with_host(url, lambda host: host.history(explore_id)))
+        latest["now"] = tl.timeline(explore_id, {explore_id: latest["history"]})
+        return shown(driver) == expected(latest["now"])
+
+    wait(browser, matches_the_streams, "the mailbox now, as the streams say", timeout=60)
+    history, now = latest["history"], latest["now"]
+    # An earlier position: just after the planner's queued follow-up was accepted, before any run took it.
+    follow_up = next(m for m in now.messages if m.body.startswith("When you are done"))
+    assert follow_up.state == "consumed"
+    earlier = follow_up.position
+    then = tl.timeline(explore_id, {explore_id: history}, earlier)
+
+    browser.execute_script(
+        "const s = document.getElementById('scrubber'); s.value = arguments[0];"
+        "s.dispatchEvent(new Event('input', {bubbles: true}));", earlier)
+    wait(browser, lambda d: d.execute_script("return document.getElementById('position').dataset.at") == str(earlier),
+         "the scrubber moved back")
+    wait(browser, lambda d: shown(d) == expected(then), "the mailbox then, as the streams say")
+    assert follow_up.message_id in column(browser, "pending")
+    assert follow_up.message_id not in column(browser, "consumed")
+    assert f"position {earlier} of {now.last}" in text(browser, "position")
+
+    # Live: back to following, then a send from a new helper's run lands while the page is open (no reload).
+    click(browser, "#follow")
+    wait(browser, lambda d: shown(d) == expected(now), "following live again")
+
+    async def live_send(host):
+        helper = await host.register_child(explore_id, "helper", "runs the tests", rules={"parent": "allow"},
+                                           status="running")
+        await host.start_run(helper.session_id, "run-helper-1")
+        result = await host.send(helper.session_id, explore, "live: the patch passes its tests")
+        return helper, result
+
+    helper, result = asyncio.run(with_host(url, live_send))
+    assert "message_id" in result, result
+    sent = result["message_id"]
+    wait(browser, lambda d: sent in column(d, "pending") + column(d, "claimed"), "the live send on the page")
+    wait(browser, lambda d: (session_node(d, helper.handle) or {}).get("under") == explore, "the helper in the tree")
+    assert int(browser.execute_script("return document.getElementById('scrubber').max")) > now.last
+
+    # The message's lifecycle and causal chain.
+    click(browser, f'.msg[data-message-id="{sent}"]')
+    wait(browser, lambda d: "sent by run run-helper-1" in text(d, "message"), "the chain")
+    kinds = browser.execute_script("return [...document.querySelectorAll('#lifecycle tr[data-kind]')]"
+                                   ".map((r) => r.dataset.kind)")
+    assert kinds[0] == "accepted"
+
+    # A causal chain across sessions: the reviewer asked for the patch after it read the planner's introduction.
+    ask = next(m for m in now.messages if m.body.startswith("Send me the patch"))
+    click(browser, f'.msg[data-message-id="{ask.message_id}"]')
+    wait(browser, lambda d: "has a patch for you to review" in text(d, "message"), "the cause in another mailbox")
+    assert f"sent by run {ask.lifecycle[0].run_id}" in text(browser, "message")
+
+    browser.execute_script("window.scrollTo(0, 0)")
+    target = SCREENSHOT if os.environ.get("TREEMAIL_UPDATE_SCREENSHOT") else Path(tempfile.mkdtemp()) / "ui.png"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    assert browser.save_screenshot(str(target))
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_write_actions_need_the_operators_token_and_the_page_answers_only_loopback_names(demo_page):
+    import json
+    import urllib.error
+    import urllib.request
+
+    url, read_only, transcript = demo_page
+    approval = re.search(r"approvals approve (\S+)", transcript).group(1)
+
+    def call(page: str, path: str, token: str | None = None, method: str = "POST", host: str | None = None):
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        if host:
+            headers["Host"] = host
+        request = urllib.request.Request(page + path, method=method, data=b"" if method == "POST" else None,
+                                         headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as error:
+            return error.code, error.read()
+
+    status, body = call(read_only, f"api/approvals/{approval}/approve")
+    assert status == 403 and json.loads(body)["error"]["code"] == "ui:read_only"
+    assert call(read_only, "api/trees", method="GET")[1]["writable"] is False
+    assert call(read_only, "api/trees", method="GET", host="attacker.example")[0] == 400
+
+    env = {**{k: v for k, v in os.environ.items()}, "REDIS_URL": url, "TREEMAIL_UI_TOKEN": "s3cret-operator"}
+    ui, said = start(["ui", "--port", "0"], env, "treemail ui at")
+    try:
+        page = re.search(r"(http://127\.0\.0\.1:\d+/)", said).group(1)
+        status, body = call(page, f"api/approvals/{approval}/approve", token="wrong")
+        assert status == 401 and json.loads(body)["error"]["code"] == "ui:unauthorized"
+        waiting = [a["request_id"] for a in call(page, "api/trees", method="GET")[1]["approvals"]]
+        assert approval in waiting  # the refused call changed nothing
+        status, body = call(page, f"api/approvals/{approval}/approve", token="s3cret-operator")
+        assert status == 200 and body["request_id"] == approval
+        assert approval not in [a["request_id"] for a in call(page, "api/trees", method="GET")[1]["approvals"]]
+    finally:
+        stop(ui)

@@ -1,0 +1,204 @@
+"""`treemail timeline` (a session's mailbox through time, in the terminal) and `treemail ui` (the same in a
+browser). ``register(app)`` adds them; each wires ``projections.timeline`` and ``projections.mailboxes``.
+"""
+
+import datetime as dt
+import socket
+from typing import Annotated, Optional
+
+import typer
+
+from treemail.domain.errors import ConfigError
+
+from .clicommon import ConfigOpt, JsonOpt, SessionArg, config_of, run_with_host, session_id, url_of
+
+DEFAULT_UI_PORT = 8780
+
+AtOpt = Annotated[Optional[str], typer.Option(
+    "--at", metavar="POSITION|TIME", show_default=False,
+    help="the mailbox at this stream position (an integer) or time (ISO 8601, e.g. 2026-12-02T10:15:00Z; "
+    "UTC unless it says otherwise); default: now")]
+
+
+def parse_at(text: str | None, history) -> int | None:
+    """A position as given, or the last position appended at or before a time."""
+    from treemail.projections.timeline import position_at_time
+
+    if text is None:
+        return None
+    if text.strip().isdigit():
+        return int(text)
+    try:
+        when = dt.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(f"--at takes a position (an integer) or an ISO 8601 time such as 2026-12-02T10:15:00Z, "
+                         f"got {text!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return position_at_time(history, when.timestamp())
+
+
+def timeline(ctx: typer.Context, session: SessionArg, at: AtOpt = None, as_json: JsonOpt = False,
+             config: ConfigOpt = None) -> None:
+    """A session's mailbox at any point (pending, claimed, consumed, returned, parked) and, step by step,
+    what each run consumed and sent."""
+    import json
+
+    from treemail.projections import mailboxes
+    from treemail.projections import timeline as tl
+
+    async def action(host, server):
+        sid = await session_id(server, session)
+        histories = await mailboxes.histories_for(server.store, sid)
+        position = parse_at(at, histories[sid])
+        last = histories[sid][-1][0] if histories[sid] else 0
+        if position is not None and not 0 <= position <= last:
+            raise ValueError(f"position {position} is not in the session's history (0..{last})")
+        found = tl.timeline(sid, histories, position)
+        if as_json:
+            print(json.dumps(found.to_json(), ensure_ascii=False))
+        else:
+            print_timeline(found)
+
+    run_with_host(ctx, config, action)
+
+
+def _short(message_id: str) -> str:
+    return message_id[-8:]
+
+
+def _when(at: float) -> str:
+    return dt.datetime.fromtimestamp(at, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC") if at else "-"
+
+
+def _preview(text: str, limit: int = 48) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def print_timeline(found) -> None:
+    from rich import box
+    from rich.table import Table
+
+    from .output import console
+
+    out = console()
+    at_time = next((t for seq, _, t in reversed(found.positions) if seq <= found.at), 0.0)
+    name = found.handle or found.session_id
+    out.print(f"[bold]{name}[/] ({found.session_id}) at position {found.at} of {found.last}, {_when(at_time)}")
+    if found.fork:
+        out.print(f"forked from {found.fork['source_session_id']} at its position {found.fork['at_position']}")
+    for revert in found.reverts:
+        out.print(f"reverted at position {revert['position']}: positions {revert['to_position'] + 1}.."
+                  f"{revert['from_position']} abandoned")
+
+    mailbox = Table(title="mailbox", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for header in ("state", "message", "from", "mode", "run", "step", "position", "body"):
+        mailbox.add_column(header, overflow="fold")
+    for state, messages in found.mailbox().items():
+        for m in messages:
+            sender = m.sender_handle or m.sender_session_id or m.owner
+            reason = f" ({m.reason})" if m.reason and state in ("parked", "returned", "discarded") else ""
+            mailbox.add_row(state + reason, m.message_id, sender, m.mode, m.run_id or "",
+                            "" if m.step is None else str(m.step), str(m.position), _preview(m.body))
+    if not found.messages:
+        mailbox.add_row("(empty)", "", "", "", "", "", "", "")
+    out.print(mailbox)
+
+    steps = Table(title="steps (message ids end with)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for header in ("run", "step", "positions", "claimed", "consumed", "sent", "tokens", "note"):
+        steps.add_column(header, overflow="fold")
+    for run in found.runs:
+        ended = f", {run.reason}" if run.reason else (", open" if run.finished is None else "")
+        label = f"{run.run_id}{ended}"
+        if not run.steps:
+            steps.add_row(label, "", "", "", "", "", "", _note(run))
+        for step in run.steps:
+            steps.add_row(label, f"{step.step}{'' if step.reported else '*'}", f"{step.first}..{step.last}",
+                          " ".join(map(_short, step.claimed)), " ".join(map(_short, step.consumed)),
+                          " ".join(map(_short, step.sent)), str(step.tokens or ""), _note(step))
+            label = ""
+    if found.sent_outside_runs:
+        steps.add_row("(no run)", "", "", "", "", " ".join(map(_short, found.sent_outside_runs)), "", "")
+    out.print(steps)
+    if any(not s.reported for r in found.runs for s in r.steps):
+        out.print("* not reported by the host: counted one per claim (0: sent before the run's first claim)")
+
+
+def _note(item) -> str:
+    if item.inherited_from:
+        return f"inherited from {item.inherited_from}"
+    if item.reverted_by:
+        return f"reverted at {item.reverted_by}"
+    return ""
+
+
+def ui(
+    ctx: typer.Context,
+    host: Annotated[str, typer.Option(help="address to bind: loopback unless told otherwise")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="port (0: a free one)")] = DEFAULT_UI_PORT,
+    token: Annotated[Optional[str], typer.Option(
+        envvar="TREEMAIL_UI_TOKEN", show_default=False,
+        help="the operator's token: write actions (retry, approve, deny) need it; without one the page is "
+        "read-only")] = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Serve the mailbox time-travel page: delegation trees, each session's mailbox through time, a message's
+    lifecycle and causal chain, open obligations, live."""
+    import asyncio
+
+    import uvicorn
+
+    from .ui import LOOPBACK_HOSTS, Page, create_app
+
+    cfg = config_of(ctx, config)
+    url_of(cfg)  # no server configured: one line, before anything starts
+    access = "write actions need the operator's token" if token else "read-only (no TREEMAIL_UI_TOKEN)"
+
+    async def serve() -> bool:
+        page = Page(cfg, token or None)
+        await page.open()  # an unreachable server is one line, not a failed startup's traceback
+        app = create_app(cfg, loopback_only=host in LOOPBACK_HOSTS, page=page)
+        # Open event streams end within a second of Ctrl-C instead of holding the shutdown.
+        server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
+                                               timeout_graceful_shutdown=1))
+        try:
+            listening = _listen(host, port)
+            task = asyncio.create_task(server.serve(sockets=[listening]))
+            while not server.started and not task.done():
+                await asyncio.sleep(0.05)
+            if server.started:
+                address = listening.getsockname()
+                shown = f"[{address[0]}]" if ":" in address[0] else address[0]
+                print(f"treemail ui at http://{shown}:{address[1]}/ ({access}); Ctrl-C stops it", flush=True)
+            await task
+            return server.started
+        finally:
+            await page.close()
+
+    try:
+        started = asyncio.run(serve())
+    except KeyboardInterrupt:  # uvicorn stops on Ctrl-C, then raises it again: a clean stop
+        started = True
+    if not started:
+        raise typer.Exit(1)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The page's socket, bound here so a taken port is one line (uvicorn would exit from inside its task)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listening = socket.socket(family, socket.SOCK_STREAM)
+    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listening.bind((host.strip("[]"), port))
+    except OSError as error:
+        listening.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {error.strerror or error} "
+                          "(--port picks another port, 0 a free one)") from None
+    listening.listen(128)
+    return listening
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(timeline)
+    app.command()(ui)

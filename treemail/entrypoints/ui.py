@@ -1,0 +1,185 @@
+"""`treemail ui`: the mailbox time-travel page (starlette), over the host API and the server's streams.
+
+The page (``ui_static/``: one HTML file, one small script, one stylesheet, checked in, no build step) reads
+JSON from the routes below and follows the partition feeds over server-sent events while the stack runs.
+Reads are open to whoever reaches the address, which is loopback unless the operator binds it elsewhere;
+on loopback only requests naming a loopback host are answered, so a web page elsewhere cannot read it
+through a rebound DNS name. Write actions (retry a parked message, approve or deny a waiting send) need
+the operator's token as ``Authorization: Bearer <token>``: a header, which a page on another site cannot
+make a browser send, unlike a cookie. Without a token configured the page is read-only.
+"""
+
+import contextlib
+import hmac
+import json
+from importlib import resources
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from treemail.adapters.config import Config
+from treemail.adapters.connection import connect
+from treemail.adapters.eventstore import EventStore
+from treemail.domain.errors import LifecycleError, UnknownSessionError
+from treemail.host import Treemail
+from treemail.projections import mailboxes
+from treemail.projections import timeline as tl
+
+STATIC = {
+    "index.html": "text/html; charset=utf-8",
+    "app.js": "text/javascript; charset=utf-8",
+    "app.css": "text/css; charset=utf-8",
+}
+LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "::1", "[::1]"]
+
+
+def _static(name: str) -> bytes:
+    return resources.files(__package__).joinpath("ui_static", name).read_bytes()
+
+
+def _error(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+
+
+class Page:
+    """The routes, over one host connection and one adapter connection opened at startup."""
+
+    def __init__(self, config: Config, token: str | None) -> None:
+        self.config = config
+        self.token = token
+        self.host: Treemail | None = None
+        self.store: EventStore | None = None
+        self.closing = False
+
+    async def open(self) -> None:
+        """Connect (the server unreachable is an error here, before the page is served)."""
+        url = self.config.service.redis_url
+        self.host = await Treemail.connect(self.config, url)
+        self.store = EventStore(await connect(url, self.config.service), self.config.service)
+
+    async def close(self) -> None:
+        self.closing = True
+        if self.host is not None:
+            await self.host.close()
+            await self.store.redis.aclose()
+            self.host = None
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app):
+        if self.host is None:
+            await self.open()
+        try:
+            yield
+        finally:
+            await self.close()
+
+    # ---- reads --------------------------------------------------------------------------------------------
+
+    async def index(self, request: Request) -> Response:
+        return Response(_static("index.html"), media_type=STATIC["index.html"])
+
+    async def static(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in STATIC:
+            return _error(404, "ui:not_found", f"no file {name}")
+        return Response(_static(name), media_type=STATIC[name], headers={"Cache-Control": "no-cache"})
+
+    async def trees(self, request: Request) -> JSONResponse:
+        rows = await mailboxes.sessions(self.store, self.config.service.partitions)
+        return JSONResponse({
+            "trees": mailboxes.trees(rows), "obligations": await mailboxes.obligations(self.store, rows),
+            "approvals": await self.host.permissions.pending_approvals(), "writable": self.token is not None,
+        })
+
+    async def session_timeline(self, request: Request) -> JSONResponse:
+        sid = request.path_params["session_id"]
+        at = request.query_params.get("at")
+        if at is not None and not at.isdigit():
+            return _error(400, "ui:invalid_position", f"at must be a non-negative integer, got {at!r}")
+        try:
+            histories = await mailboxes.histories_for(self.store, sid)
+        except UnknownSessionError as error:
+            return _error(404, "ui:unknown_session", str(error))
+        return JSONResponse(tl.timeline(sid, histories, None if at is None else int(at)).to_json())
+
+    async def message_chain(self, request: Request) -> JSONResponse:
+        sid, mid = request.path_params["session_id"], request.path_params["message_id"]
+        try:
+            histories = await mailboxes.histories_for(self.store, sid, whole_tree=True)
+        except UnknownSessionError as error:
+            return _error(404, "ui:unknown_session", str(error))
+        chain = tl.causal_chain(mid, histories)
+        if not chain:
+            return _error(404, "ui:unknown_message", f"no message {mid} in the tree of session {sid}")
+        return JSONResponse(chain)
+
+    async def events(self, request: Request) -> StreamingResponse:
+        """Every event appended from now on, as server-sent events: the session and the event's type."""
+
+        async def stream():
+            yield ": following the partition feeds\n\n"
+            observed = self.host.history.subscribe(types=None, block_ms=1000)
+            async for position, session_id, event in observed:
+                if self.closing or await request.is_disconnected():
+                    return
+                data = {"session_id": session_id, "type": type(event).__name__, "feed_position": position}
+                yield f"data: {json.dumps(data)}\n\n"
+
+        return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+    # ---- writes: the operator's token ---------------------------------------------------------------------
+
+    def _refused(self, request: Request) -> JSONResponse | None:
+        if self.token is None:
+            return _error(403, "ui:read_only", "this page is read-only: start `treemail ui` with TREEMAIL_UI_TOKEN "
+                                               "to allow write actions")
+        given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+        if not hmac.compare_digest(given.encode(), self.token.encode()):
+            return _error(401, "ui:unauthorized", "write actions need the operator's token")
+        return None
+
+    async def retry(self, request: Request) -> JSONResponse:
+        if refused := self._refused(request):
+            return refused
+        result = await self.host.obligations.retry(request.path_params["message_id"])
+        return JSONResponse(result, status_code=409 if "error" in result else 200)
+
+    async def decide_approval(self, request: Request) -> JSONResponse:
+        if refused := self._refused(request):
+            return refused
+        request_id, verdict = request.path_params["request_id"], request.path_params["verdict"]
+        try:
+            if verdict == "approve":
+                result = await self.host.permissions.approve(request_id, scope="once")
+            elif verdict == "deny":
+                result = await self.host.permissions.deny(request_id)
+            else:
+                return _error(404, "ui:not_found", f"no action {verdict}")
+        except (LookupError, ValueError, LifecycleError) as error:
+            return _error(409, "ui:approval", str(error))
+        return JSONResponse(result)
+
+
+def create_app(config: Config, token: str | None = None, loopback_only: bool = True,
+               page: Page | None = None) -> Starlette:
+    """The page's app; ``page``: one already connected (``Page.open``), else it connects as it starts."""
+    page = page or Page(config, token)
+    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=LOOPBACK_HOSTS)] if loopback_only else []
+    return Starlette(
+        routes=[
+            Route("/", page.index),
+            Route("/static/{name}", page.static),
+            Route("/api/trees", page.trees),
+            Route("/api/sessions/{session_id}/timeline", page.session_timeline),
+            Route("/api/sessions/{session_id}/messages/{message_id}", page.message_chain),
+            Route("/api/events", page.events),
+            Route("/api/messages/{message_id}/retry", page.retry, methods=["POST"]),
+            Route("/api/approvals/{request_id}/{verdict}", page.decide_approval, methods=["POST"]),
+        ],
+        middleware=middleware, lifespan=page.lifespan,
+    )
+

@@ -1,0 +1,194 @@
+// treemail ui: the delegation trees, a session's mailbox at any position, a message's lifecycle and causal
+// chain, open obligations; live over server-sent events. Plain script, no build step, reads JSON only.
+"use strict";
+
+const STATES = ["pending", "claimed", "consumed", "returned", "parked"];
+const view = { session: null, at: null, follow: true, timeline: null, message: null, writable: false };
+const $ = (id) => document.getElementById(id);
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (key === "onclick") node.addEventListener("click", value);
+    else if (value !== null && value !== undefined) node.setAttribute(key, value);
+  }
+  for (const child of children.flat(Infinity)) node.append(child instanceof Node ? child : String(child ?? ""));
+  return node;
+}
+
+async function getJSON(url, options) {
+  const response = await fetch(url, options);
+  const data = await response.json();
+  if (!response.ok) throw new Error(data.error ? `${data.error.code}: ${data.error.message}` : response.statusText);
+  return data;
+}
+
+const short = (id) => (id || "").slice(-8);
+const when = (at) => (at ? new Date(at * 1000).toISOString().replace("T", " ").slice(0, 19) + " UTC" : "");
+
+// ---- trees, obligations, approvals ---------------------------------------------------------------------
+
+async function loadTrees() {
+  const data = await getJSON("/api/trees");
+  view.writable = data.writable;
+  $("access").textContent = data.writable ? "write actions need the operator's token" : "read-only";
+  $("token").hidden = !data.writable;
+  const node = (s) => el("li", {},
+    el("span", { class: "session" + (s.session_id === view.session ? " selected" : ""), "data-session-id": s.session_id,
+                 title: s.session_id, onclick: () => select(s.session_id) },
+       s.handle || s.session_id, " ", el("span", { class: "status" }, `${s.disposal || s.status}${s.pending ? ", " + s.pending + " pending" : ""}`)),
+    s.children.length ? el("ul", {}, s.children.map(node)) : "");
+  $("trees").replaceChildren(data.trees.length ? el("ul", {}, data.trees.map(node)) : el("p", { class: "dim" }, "no sessions yet"));
+  const open = data.obligations.filter((o) => o.state !== "consumed");
+  $("obligations").replaceChildren(open.length ? el("ul", { "data-count": open.length }, open.map((o) =>
+    el("li", { "data-message-id": o.message_id, "data-state": o.state },
+       el("a", { href: "#", onclick: (e) => { e.preventDefault(); select(o.session_id).then(() => showMessage(o.message_id)); } },
+          `${o.handle || short(o.session_id)} ${short(o.message_id)}`),
+       ` ${o.state}${o.attempts ? `, ${o.attempts} attempts` : ""}${o.reason ? ` (${o.reason})` : ""}`,
+       o.state === "parked" && view.writable ? el("button", { onclick: () => write(`/api/messages/${o.message_id}/retry`) }, "retry") : "")))
+    : el("p", { class: "dim" }, "none pending or parked"));
+  $("approvals").replaceChildren(data.approvals.length ? el("ul", {}, data.approvals.map((a) =>
+    el("li", { "data-request-id": a.request_id }, `${a.sender_handle} → ${a.recipient_handle} (${a.label}): `,
+       el("span", { class: "dim" }, a.body.slice(0, 60)),
+       view.writable ? [" ", el("button", { onclick: () => write(`/api/approvals/${a.request_id}/approve`) }, "approve"),
+                        el("button", { onclick: () => write(`/api/approvals/${a.request_id}/deny`) }, "deny")] : "")))
+    : el("p", { class: "dim" }, "none"));
+}
+
+async function write(url) {
+  try {
+    await getJSON(url, { method: "POST", headers: { Authorization: "Bearer " + $("token").value } });
+  } catch (error) {
+    alert(error.message);
+  }
+  await refresh();
+}
+
+// ---- a session's mailbox through time ------------------------------------------------------------------
+
+async function select(sessionId) {
+  if (view.session !== sessionId) Object.assign(view, { session: sessionId, follow: true, at: null, message: null });
+  await loadTimeline();
+  await loadTrees();
+}
+
+async function loadTimeline() {
+  if (!view.session) return;
+  const query = view.follow ? "" : `?at=${view.at}`;
+  const t = await getJSON(`/api/sessions/${view.session}/timeline${query}`);
+  view.timeline = t;
+  view.at = t.at;
+  renderTimeline(t);
+}
+
+function renderTimeline(t) {
+  $("session-title").textContent = `${t.handle || t.session_id}`;
+  $("session-title").title = t.session_id;
+  $("scrub").hidden = false;
+  const scrubber = $("scrubber");
+  scrubber.max = t.last;
+  scrubber.value = t.at;
+  const here = t.positions.filter((p) => p[0] <= t.at).pop();
+  $("position").textContent = `position ${t.at} of ${t.last}` + (here ? ` · ${here[1]} · ${when(here[2])}` : "");
+  $("position").dataset.at = t.at;
+  $("follow").disabled = view.follow;
+  $("follow").textContent = view.follow ? "following live" : "follow live";
+  const notes = [];
+  if (t.fork) notes.push(`forked from ${short(t.fork.source_session_id)} at its position ${t.fork.at_position}`);
+  for (const r of t.reverts) notes.push(`reverted at ${r.position}: ${r.to_position + 1}..${r.from_position} abandoned`);
+  $("notes").textContent = notes.join(" · ");
+  const byId = Object.fromEntries(t.messages.map((m) => [m.message_id, m]));
+  $("mailbox").replaceChildren(...STATES.map((state) => {
+    const ids = t.mailbox[state].concat(state === "returned" ? t.mailbox.discarded : []);
+    return el("div", { class: "column", "data-state": state }, el("h3", {}, `${state} (${ids.length})`),
+      ids.map((id) => {
+        const m = byId[id];
+        return el("div", { class: "msg", "data-message-id": id, title: id, onclick: () => showMessage(id) },
+          el("div", {}, el("span", { class: "from" }, m.sender_handle || m.owner), ` · ${m.mode}`,
+             m.step !== null ? ` · step ${m.step}` : ""),
+          el("div", { class: "body" }, m.body.length > 120 ? m.body.slice(0, 119) + "…" : m.body));
+      }));
+  }));
+  const rows = [];
+  for (const run of t.runs) {
+    for (const s of run.steps) {
+      const kind = s.inherited_from ? "inherited" : s.reverted_by ? "reverted" : "";
+      rows.push(el("tr", { class: kind, "data-run": s.run_id, "data-step": s.step },
+        el("td", {}, s.run_id), el("td", {}, s.step + (s.reported ? "" : "*")), el("td", {}, `${s.first}..${s.last}`),
+        el("td", {}, ids(s.claimed)), el("td", {}, ids(s.consumed)), el("td", {}, ids(s.sent)), el("td", {}, s.tokens || ""),
+        el("td", {}, s.inherited_from ? `inherited from ${short(s.inherited_from)}` : s.reverted_by ? `reverted at ${s.reverted_by}` : "")));
+    }
+  }
+  $("steps").tBodies[0].replaceChildren(...rows);
+  if (view.message) showMessage(view.message, false);
+}
+
+// Message ids in the steps table: the end of each id, a link to the message (sent ones lie in other mailboxes).
+const ids = (list) => list.map((id) => [el("a", { href: "#", title: id, "data-message-id": id,
+  onclick: (e) => { e.preventDefault(); showMessage(id); } }, short(id)), " "]);
+
+// ---- a message: lifecycle and causal chain -------------------------------------------------------------
+
+async function showMessage(messageId, scroll = true) {
+  view.message = messageId;
+  let chain;
+  try {
+    chain = await getJSON(`/api/sessions/${view.session}/messages/${messageId}`);
+  } catch (error) {
+    $("message").replaceChildren(el("p", { class: "error" }, error.message));
+    return;
+  }
+  const [first, ...causes] = chain.chain;
+  const m = first.message;
+  const lifecycle = el("table", { id: "lifecycle" }, el("tr", {}, el("th", {}, "position"), el("th", {}, "event"), el("th", {}, "run"), el("th", {}, "step, tokens, reason")),
+    m.lifecycle.map((t) => el("tr", { "data-kind": t.kind }, el("td", {}, t.position), el("td", {}, t.kind),
+      el("td", {}, t.run_id || ""), el("td", {}, [t.step !== null ? `step ${t.step}` : "", t.tokens ? ` ${t.tokens} tokens` : "", t.reason ? ` ${t.reason}` : ""].join("")))));
+  const link = (l) => el("li", {}, el("code", {}, short(l.message.message_id)), ` ${l.message.sender_handle || l.message.owner} → `,
+    el("span", {}, l.message.session_id === view.session ? "this session" : l.handle || short(l.message.session_id)),
+    `, ${l.message.state}: `, el("span", { class: "dim" }, l.message.body.slice(0, 80)));
+  $("message").replaceChildren(
+    el("p", {}, el("code", {}, m.message_id)),
+    el("p", {}, el("strong", {}, m.sender_handle || m.owner), ` (${m.mode}) is ${m.state}`),
+    el("p", { class: "body" }, m.body),
+    el("h3", {}, "Lifecycle"), lifecycle,
+    el("h3", {}, "Causal chain"),
+    first.sent_by_run ? el("p", { class: "dim" }, `sent by run ${first.sent_by_run}` + (first.sent_at ? ` at its sender's position ${first.sent_at}` : "")) : "",
+    causes.length ? el("ul", { class: "chain" }, causes.map(link)) : el("p", { class: "dim" }, "no earlier message caused it"),
+    el("h3", {}, "Trace " + (chain.trace_id || "(not traced)")),
+    chain.trace.length ? el("ul", { class: "chain" }, chain.trace.map((t) => link({ message: t, handle: chain.handles[t.session_id] }))) : "");
+  if (scroll) $("detail").scrollIntoView({ block: "nearest" });
+}
+
+// ---- live ----------------------------------------------------------------------------------------------
+
+let pending = null;
+async function refresh() {
+  pending = null;
+  try {
+    await loadTrees();
+    await loadTimeline();
+  } catch (error) {
+    console.error(error);
+  }
+}
+
+function follow() {
+  const source = new EventSource("/api/events");
+  source.onopen = () => { $("live").textContent = "live"; $("live").classList.add("on"); };
+  source.onerror = () => { $("live").textContent = "reconnecting…"; $("live").classList.remove("on"); };
+  source.onmessage = () => { if (!pending) pending = setTimeout(refresh, 250); };
+}
+
+$("scrubber").addEventListener("input", () => {
+  view.follow = false;
+  view.at = Number($("scrubber").value);
+  clearTimeout(view.scrubbing);
+  view.scrubbing = setTimeout(loadTimeline, 80);
+});
+$("follow").addEventListener("click", () => { view.follow = true; loadTimeline(); });
+
+loadTrees().then(() => {
+  const first = document.querySelector("[data-session-id]");
+  if (first && !view.session) select(first.dataset.sessionId);
+});
+follow();
