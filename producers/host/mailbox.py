@@ -14,6 +14,7 @@ import redis.asyncio as aioredis
 
 from treemail.adapters import keys
 from treemail.adapters.eventstore import EventStore
+from treemail.domain import commands as c
 from treemail.domain.decide.delivery import WAITING
 from treemail.services.sessions import SessionService
 
@@ -38,6 +39,12 @@ class Mailbox:
     async def current_run(self, session_id: str) -> str | None:
         """The session's open run, None when none is."""
         return (await self._store.load(await self._sessions.record(session_id))).state.current_run
+
+    async def end_connection(self, session_id: str, run_id: str) -> None:
+        """The connection that ran the session is gone (closed, or killed and taken over): its run ends as cut
+        short, not failed by its mail, so what it had claimed and not confirmed is due again at once, for the
+        next connection, with its attempt counted."""
+        await self._sessions.execute(c.FinishRun(session_id, run_id, interrupted=True))
 
     async def position(self, session_id: str) -> int:
         return (await self._store.load(await self._sessions.record(session_id))).version

@@ -75,7 +75,7 @@ class Connection:
             if current is not None:
                 # A connection that went away without closing (killed): its claims are released by this finish.
                 with contextlib.suppress(LifecycleError):
-                    await self.host.finish_run(self.session_id, current)
+                    await mailbox.end_connection(self.session_id, current)
             try:
                 await self.host.start_run(self.session_id, self.run_id)
                 return
@@ -91,7 +91,7 @@ class Connection:
             task.cancel()
         with contextlib.suppress(LifecycleError):
             # Releases what was claimed and never confirmed; the session is idle until it is connected again.
-            await self.host.finish_run(self.session_id, self.run_id)
+            await self.host.tools.mailbox.end_connection(self.session_id, self.run_id)
 
     # ---- step boundaries ----------------------------------------------------------------------------
 

@@ -10,7 +10,9 @@ without a word, so an indented fence fails here instead.
 
 import ast
 import inspect
+import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -42,7 +44,10 @@ def test_the_docs_have_examples_and_every_skipped_one_says_why():
 
 
 @pytest.mark.parametrize("page", [p for p in PAGES if examples(p)], ids=lambda p: p.name)
-async def test_every_example_on_the_page_runs(redis_url, page):
+async def test_every_example_on_the_page_runs(redis_url, page, monkeypatch):
+    # As for a reader who installed treemail: its command on the PATH, REDIS_URL naming the server.
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    monkeypatch.setenv("REDIS_URL", redis_url)
     async with timed_stack(redis_url) as env:
         namespace = {"__name__": f"docs.{page.stem}", "tm": env.tm, "env": env, "SendContext": SendContext}
         for index, source in enumerate(examples(page), start=1):
