@@ -222,3 +222,24 @@ async def live(host, *sessions, run_id: str = "run-1") -> None:
     """Open a run on each session: only a session's open run may send (exact live sender)."""
     for session in sessions:
         await host.start_run(session.session_id, run_id)
+
+
+@pytest.fixture(scope="module")
+def exporter():
+    """Spans kept in memory for a module's tests. The process's tracer provider can be set once: whichever
+    module sets it, every later module's exporter joins it."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from treemail.adapters import tracing
+
+    memory = InMemorySpanExporter()
+    if not tracing.enabled():
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(memory))
+        trace.set_tracer_provider(provider)
+    else:
+        trace.get_tracer_provider().add_span_processor(SimpleSpanProcessor(memory))
+    return memory

@@ -8,30 +8,12 @@ import subprocess
 import sys
 
 import pytest
-from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from treemail.adapters import tracing
 from treemail.domain import events as ev
 from treemail.projections import mailboxes
 from treemail.projections import timeline as tl
 
 from .conftest import Calls, adapters, live
-
-
-@pytest.fixture(scope="module")
-def exporter():
-    """The process's tracer provider can be set once: whichever module sets it, the exporter joins it."""
-    memory = InMemorySpanExporter()
-    if not tracing.enabled():
-        provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(memory))
-        trace.set_tracer_provider(provider)
-    else:
-        trace.get_tracer_provider().add_span_processor(SimpleSpanProcessor(memory))
-    return memory
 
 
 async def exchange(host, calls: Calls):

@@ -2,10 +2,6 @@
 trace, read back with the SDK's in-memory exporter; off by default."""
 
 import pytest
-from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from treemail.adapters import tracing
 from treemail.domain import events as ev
@@ -17,19 +13,6 @@ def test_tracing_is_off_unless_an_exporter_is_named():
     assert tracing.configure_from_env({}) is False
     assert tracing.configure_from_env({"OTEL_TRACES_EXPORTER": "none"}) is False
     assert tracing.configure_from_env({"OTEL_TRACES_EXPORTER": "console", "OTEL_SDK_DISABLED": "true"}) is False
-
-
-@pytest.fixture(scope="module")
-def exporter():
-    """The process's tracer provider can be set once: every test of this module shares the exporter."""
-    memory = InMemorySpanExporter()
-    if not tracing.enabled():
-        provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(memory))
-        trace.set_tracer_provider(provider)
-    else:
-        trace.get_tracer_provider().add_span_processor(SimpleSpanProcessor(memory))
-    return memory
 
 
 async def test_one_message_is_one_trace_from_preparation_to_consumption(redis_url, calls, exporter):
