@@ -17,7 +17,7 @@ from treemail.adapters import keys
 from treemail.adapters.config import ServiceConfig
 from treemail.host import Treemail
 
-from .common import bench_config, register_trees
+from .common import bench_config, register_trees, server_of
 
 
 async def fill(url: str, trees: int, children: int, events_per_session: int, fill_history) -> tuple[int, int]:
@@ -25,15 +25,17 @@ async def fill(url: str, trees: int, children: int, events_per_session: int, fil
     host = await Treemail.connect(bench_config(url), url)
     try:
         registered = await register_trees(host, trees, children)
-        total = 0
-        sessions = 0
-        for root, kids in registered:
-            for sid, sender in [(root, kids[0])] + [(k, root) for k in kids]:
-                total += await fill_history(host, sender, sid, events_per_session)
-                sessions += 1
-        return sessions, total
     finally:
         await host.close()
+    # The streams are filled through the server's adapters: the host API has no storage handle.
+    total = 0
+    sessions = 0
+    async with server_of(url) as server:
+        for root, kids in registered:
+            for sid, sender in [(root, kids[0])] + [(k, root) for k in kids]:
+                total += await fill_history(server, sender, sid, events_per_session)
+                sessions += 1
+    return sessions, total
 
 
 async def raw_loop(url: str, partitions: list[int]) -> tuple[float, int]:
