@@ -19,6 +19,7 @@ from treemail.services.obligations import ObligationService
 from treemail.services.sends import SendService
 from treemail.services.sessions import SessionService
 from treemail.services.settlement import SettlementService
+from treemail.testing import TestClock
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RULES = {"parent": "allow", "child": "allow"}
@@ -33,12 +34,12 @@ def run_host(url: str, operation: str, session_id: str, run_id: str, after: int)
 
 
 async def settlement_notices(host, parent_id: str, child_id: str) -> list[ev.ProducerMessageAccepted]:
-    return [e for _, e in await adapters(host).store.read(await host._services.sessions.record(parent_id))
+    return [e for _, e in await adapters(host).store.read(await adapters(host).sessions.record(parent_id))
             if isinstance(e, ev.ProducerMessageAccepted) and e.owner == "settlement" and child_id in e.body]
 
 
 async def settled(host, child_id: str) -> list[ev.SessionSettled]:
-    return [e for _, e in await adapters(host).store.read(await host._services.sessions.record(child_id))
+    return [e for _, e in await adapters(host).store.read(await adapters(host).sessions.record(child_id))
             if isinstance(e, ev.SessionSettled)]
 
 
@@ -98,20 +99,9 @@ async def test_kill_9_at_each_point_of_dispose_repeated_leaves_exactly_one_notic
                 assert len(await settlement_notices(host, root.session_id, child.session_id)) == 1, after
                 assert len(await settled(host, child.session_id)) == 1, after
                 returned = [e for _, e in await adapters(host).store.read(
-                    await host._services.sessions.record(root.session_id))
+                    await adapters(host).sessions.record(root.session_id))
                     if isinstance(e, ev.ProducerMessageAccepted) and e.owner == "returned" and child.handle in e.body]
                 assert len(returned) == 1, after
-
-
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.time = now
-
-    def now(self) -> float:
-        return self.time
-
-    def monotonic(self) -> float:
-        return self.time
 
 
 @pytest.mark.slow
@@ -124,8 +114,8 @@ async def test_a_provider_that_never_claims_stays_within_the_attempt_budget(redi
     store = EventStore(redis, config.service)
     await store.load_scripts()
     await store.ensure_wake_groups(config.service.partitions)
-    clock = Clock(1_700_000_000.0)
-    start = clock.time
+    clock = TestClock(1_700_000_000.0)
+    start = clock.now()
     sessions = SessionService(store, config, clock=clock)
     settlement = SettlementService(sessions)
     pump = ObligationService(sessions, clock)
@@ -144,15 +134,15 @@ async def test_a_provider_that_never_claims_stays_within_the_attempt_budget(redi
 
         async def run_for(seconds: float, step: float = 0.25) -> None:
             nonlocal runs
-            end = clock.time + seconds
-            while clock.time < end:
-                await pump.step(now=clock.time)
+            end = clock.now() + seconds
+            while clock.now() < end:
+                await pump.step(now=clock.now())
                 for wake in await reader.read("runner", 10, None):
                     runs += 1
                     await sessions.execute(StartRun(child.session_id, f"run-{runs}"))
                     await settlement.finish(child.session_id, f"run-{runs}", None, None)  # no claim: it failed
                     await reader.ack(wake)
-                clock.time += step
+                clock.advance(step)
 
         await run_for(60.0)
         # Attempts at 0, 1, 3, 7, 15 and 31 s (backoff 1, 2, 4, 8, 16, then 32 s to 63 s): 6 in 60 s, not thousands.
@@ -164,6 +154,6 @@ async def test_a_provider_that_never_claims_stays_within_the_attempt_budget(redi
         assert parked.reason == "max_attempts"
         assert sum(isinstance(e, ev.SessionWakeRequested) for e in history) <= 9
         assert len(history) < 60  # the stream stays small: one message cost a bounded number of events
-        assert clock.time - start >= 260
+        assert clock.now() - start >= 260
     finally:
         await redis.aclose()

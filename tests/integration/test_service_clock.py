@@ -10,6 +10,7 @@ from treemail.domain import events as ev
 from treemail.domain.commands import SendArguments, SendContext, SendMessage, StartRun
 from treemail.services.sends import SendService
 from treemail.services.sessions import SessionService
+from treemail.testing import TestClock
 
 from .conftest import make_config
 
@@ -18,25 +19,13 @@ pytestmark = pytest.mark.cluster
 NOW = 1_700_000_000.0
 
 
-class FixedClock:
-    """An engine's own clock, as its tests would pass one."""
-
-    def __init__(self, now: float) -> None:
-        self.time = now
-
-    def now(self) -> float:
-        return self.time
-
-    def monotonic(self) -> float:
-        return self.time
-
 
 async def test_the_clock_a_service_is_given_dates_every_event_it_appends_and_the_due_index(redis_url):
     config = make_config(redis_url)
     client = await connect(redis_url, config.service)
     store = EventStore(client, config.service)
     await store.load_scripts()
-    clock = FixedClock(NOW)
+    clock = TestClock(NOW)  # an engine's own clock, as its tests would pass one
     sessions = SessionService(store, config, clock=clock)
     sends = SendService(store, config.messaging, clock=clock)
     try:
@@ -45,7 +34,7 @@ async def test_the_clock_a_service_is_given_dates_every_event_it_appends_and_the
         child = await sessions.register(agent_type="explore", description="reads", rules={"*": "allow"},
                                         send_message_tool=True, status="idle", parent_session_id=root.session_id)
         await sessions.execute(StartRun(root.session_id, "run-1"))
-        clock.time = NOW + 5
+        clock.advance(5)
         command = SendMessage("cmd-1", SendContext(root.session_id, "run-1", "call-1"),
                               SendArguments(to=child.handle, body="hello"), "client-1")
         outcome = (await sends.decide([command])).outcomes["cmd-1"]
