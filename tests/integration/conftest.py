@@ -243,3 +243,15 @@ def exporter():
     else:
         trace.get_tracer_provider().add_span_processor(SimpleSpanProcessor(memory))
     return memory
+
+
+async def one_send(config: Config, url: str) -> dict:
+    """A planner's send to its new child through a host of its own: what a freshly started stack answers."""
+    host = await Treemail.connect(config, url)
+    try:
+        root = await host.register_root("planner", "x", rules={"child": "allow"})
+        child = await host.register_child(root.session_id, "explore", "x")
+        await host.start_run(root.session_id, "r")
+        return await host.send_message(SendContext(root.session_id, "r", "c"), {"to": child.handle, "body": "hi"})
+    finally:
+        await host.close()

@@ -72,7 +72,8 @@ def test_cluster_command_starts_a_working_cluster_stack_and_stops_it():
     import signal
 
     from treemail.adapters.config import Config, ServiceConfig
-    from treemail.host import SendContext, Treemail
+
+    from .conftest import one_send
 
     process = subprocess.Popen([sys.executable, "-m", "treemail", "cluster", "--workers", "2"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -84,18 +85,8 @@ def test_cluster_command_starts_a_working_cluster_stack_and_stops_it():
         ports = [int(p) for p in re.findall(r"127\.0\.0\.1:(\d+)", out.splitlines()[0])]
         assert len(ports) == 3
 
-        async def send():
-            config = Config(service=ServiceConfig(redis_url=url, cluster=True))
-            host = await Treemail.connect(config, url)
-            try:
-                root = await host.register_root("planner", "x", rules={"child": "allow"})
-                child = await host.register_child(root.session_id, "explore", "x")
-                await host.start_run(root.session_id, "r")
-                return await host.send_message(SendContext(root.session_id, "r", "c"), {"to": child.handle, "body": "hi"})
-            finally:
-                await host.close()
-
-        assert "message_id" in asyncio.run(send())
+        config = Config(service=ServiceConfig(redis_url=url, cluster=True))
+        assert "message_id" in asyncio.run(one_send(config, url))
     finally:
         process.send_signal(signal.SIGINT)
         stdout, stderr = process.communicate(timeout=60)

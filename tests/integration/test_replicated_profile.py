@@ -17,9 +17,7 @@ from treemail.domain import events as ev
 from treemail.domain.errors import RedisUnavailable
 from treemail.host import SendContext, Treemail
 
-from .conftest import server_of
-
-from .conftest import WORKER_TIMEOUT_MS
+from .conftest import WORKER_TIMEOUT_MS, one_send, server_of
 
 REPLICA_TIMEOUT_MS = 300
 
@@ -151,18 +149,8 @@ def test_cluster_command_with_replicas_starts_a_replicated_stack():
         assert "workers run profile = replicated" in out
         assert len(re.findall(r"127\.0\.0\.1:(\d+)", out.split("with 1 replica(s) each:")[1].splitlines()[0])) == 3
 
-        async def send():
-            config = Config(service=ServiceConfig(redis_url=url, cluster=True, profile="replicated"))
-            host = await Treemail.connect(config, url)
-            try:
-                root = await host.register_root("planner", "x", rules={"child": "allow"})
-                child = await host.register_child(root.session_id, "explore", "x")
-                await host.start_run(root.session_id, "r")
-                return await host.send_message(SendContext(root.session_id, "r", "c"), {"to": child.handle, "body": "hi"})
-            finally:
-                await host.close()
-
-        assert "message_id" in asyncio.run(send())
+        config = Config(service=ServiceConfig(redis_url=url, cluster=True, profile="replicated"))
+        assert "message_id" in asyncio.run(one_send(config, url))
     finally:
         process.send_signal(signal.SIGINT)
         stdout, stderr = process.communicate(timeout=60)
