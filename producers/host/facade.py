@@ -17,6 +17,7 @@ once from the services ``wiring.py`` builds: ``tm.history``, ``tm.peers``,
 """
 
 import contextlib
+import functools
 
 import redis.asyncio as aioredis
 
@@ -81,16 +82,8 @@ class Treemail:
             peer_inbox=self.peers.inbox, peer_send_definition=self.peers.send_tool_definition,
             peer_reply_definition=self.peers.reply_tool_definition,
             peer_inbox_definition=self.peers.inbox_tool_definition,
-            search_mail=self._search_mail,
+            search_mail=functools.partial(search_tool.call, self.history),
         ))
-
-    async def _search_mail(self, context: SendContext, arguments) -> dict:
-        query = search_tool.parse_arguments(arguments)
-        if isinstance(query, dict):
-            return query
-        return {"messages": await self.history.search(
-            context.session_id, text=query.text, sender=query.sender, since=query.since, until=query.until,
-            limit=query.limit, own=True)}
 
     @classmethod
     async def connect(cls, config: Config | None = None, url: str | None = None,

@@ -61,3 +61,13 @@ def result_text(result: dict) -> str:
     return "\n".join(
         f"[{row['message_id']}] from {row['from']} to {row['to']}: {row['body']}" for row in rows
     )
+
+
+async def call(history, context, arguments) -> dict:
+    """The tool's call through the host's history part: the caller's own mail only."""
+    query = parse_arguments(arguments)
+    if isinstance(query, dict):
+        return query
+    return {"messages": await history.search(
+        context.session_id, text=query.text, sender=query.sender, since=query.since, until=query.until,
+        limit=query.limit, own=True)}
