@@ -34,6 +34,17 @@ async def scrape(port: int) -> dict[tuple, float]:
     }
 
 
+async def settled_scrape(port: int, before: dict, name: str, expected: float, timeout_s: float = 5.0) -> dict:
+    """A scrape once ``name`` has grown by ``expected`` since ``before`` (or the last one at the deadline): a
+    worker counts a decision just after its answer left, which an append may have pushed already."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        after = await scrape(port)
+        if delta(before, after, name) >= expected or asyncio.get_running_loop().time() > deadline:
+            return after
+        await asyncio.sleep(0.05)
+
+
 def delta(before: dict, after: dict, name: str, **labels) -> float:
     key = (name, tuple(sorted(labels.items())))
     return after.get(key, 0.0) - before.get(key, 0.0)
@@ -70,7 +81,7 @@ async def test_sends_are_counted_by_outcome_with_latency_and_batch_size(redis_ur
             for i in range(3)
         ]
         unknown = await host.send_message(calls.ctx(root.session_id), {"to": "nobody_00000000", "body": "x"})
-        after = await scrape(worker.metrics_port)
+        after = await settled_scrape(worker.metrics_port, before, "treemail_decision_seconds_count", 4)
 
     assert ["message_id" in r for r in results] == [True, True, False]
     assert results[2]["error"]["code"] == "send_message:inbox_full"
