@@ -2,6 +2,7 @@
 replica that does not confirm in time gives a stable code, and the same tool call retried resolves it from
 its idempotency record, never by a second append."""
 
+import contextlib
 import time
 
 import pytest
@@ -15,9 +16,9 @@ from treemail.adapters.replication import NotReplicated, online_replicas
 from treemail.consumers.app import Worker
 from treemail.domain import events as ev
 from treemail.domain.errors import RedisUnavailable
-from treemail.host import SendContext, Treemail
+from treemail.host import SendContext
 
-from .conftest import WORKER_TIMEOUT_MS, one_send, server_of
+from .conftest import WORKER_TIMEOUT_MS, one_send, running_stack, server_of
 
 REPLICA_TIMEOUT_MS = 300
 
@@ -51,17 +52,22 @@ async def _replicas_connected(url: str, count: int) -> None:
         await client.aclose()
 
 
-async def test_replicated_profile_acknowledges_a_send_the_replica_already_has(primary_and_replica):
-    primary, replica = primary_and_replica
+@contextlib.asynccontextmanager
+async def replicated_family(primary):
+    """A worker and a host in the replicated profile on ``primary`` (its replica connected), a planner with
+    its run open and a child: what each test here sends between."""
     await _replicas_connected(primary.url, 1)
     config = replicated_config(primary.url)
-    worker = Worker(config, primary.url, consumer="replicated-worker")
-    await worker.start()
-    host = await Treemail.connect(config, primary.url)
-    try:
+    async with running_stack(primary.url, config=config) as host:
         root = await host.register_root("planner", "x", rules={"child": "allow"})
         child = await host.register_child(root.session_id, "explore", "x")
         await host.start_run(root.session_id, "run-1")
+        yield host, config, root, child
+
+
+async def test_replicated_profile_acknowledges_a_send_the_replica_already_has(primary_and_replica):
+    primary, replica = primary_and_replica
+    async with replicated_family(primary) as (host, config, root, child):
         result = await host.send_message(SendContext(root.session_id, "run-1", "c1"),
                                          {"to": child.handle, "body": "on two machines"})
         assert "message_id" in result, result
@@ -75,22 +81,11 @@ async def test_replicated_profile_acknowledges_a_send_the_replica_already_has(pr
             await on_replica.aclose()
         events = [decode_entry(fields) for _, fields in entries]
         assert [e.message_id for e in events if isinstance(e, ev.ProducerMessageAccepted)] == [result["message_id"]]
-    finally:
-        await host.close()
-        await worker.stop()
 
 
 async def test_a_replica_that_does_not_confirm_gives_not_replicated_and_the_retry_resolves_it(primary_and_replica):
     primary, replica = primary_and_replica
-    await _replicas_connected(primary.url, 1)
-    config = replicated_config(primary.url)
-    worker = Worker(config, primary.url, consumer="replicated-worker")
-    await worker.start()
-    host = await Treemail.connect(config, primary.url)
-    try:
-        root = await host.register_root("planner", "x", rules={"child": "allow"})
-        child = await host.register_child(root.session_id, "explore", "x")
-        await host.start_run(root.session_id, "run-1")
+    async with replicated_family(primary) as (host, config, root, child):
         replica.stop(kill=True)
         ctx = SendContext(root.session_id, "run-1", "while-the-replica-is-gone")
         started = time.monotonic()
@@ -111,9 +106,6 @@ async def test_a_replica_that_does_not_confirm_gives_not_replicated_and_the_retr
         accepted = [e for _, e in history if isinstance(e, ev.ProducerMessageAccepted) and e.owner == "agent"]
         # The first append was kept on the primary: the retry answered from its record, not a second append.
         assert [e.message_id for e in accepted] == [again["message_id"]]
-    finally:
-        await host.close()
-        await worker.stop()
 
 
 async def test_replicated_profile_refuses_a_server_without_replicas():
