@@ -46,6 +46,7 @@ from .observe import Observed, SubscriptionGap
 from .peers import Peers
 from .permissions import Permissions
 from .plugins import SendAttempt
+from .subtree import Subtree
 from .tools import Tools
 from .types import Delivery, Registration, ToolResult
 from .wakes import Wake
@@ -69,9 +70,11 @@ class Treemail:
         self._approval_wait = ApprovalWait(redis, config.service, s.commands)
         self._deliveries = Deliveries(config, s.store, s.sessions, s.peers, s.keyring, self.discard)
         self.history = History(redis, config.service, s.store, s.sessions, s.drains, lambda: s.commands.closing)
-        self.peers = Peers(s.store, s.sessions, s.peers, s.peer_driver)
+        # Whole subtrees: the broadcast reads as mail (``tm.peers``), the cascading stop as disposal.
+        subtree = Subtree(s.store, s.subtree, s.disposal, self.send_message, lambda: config.messaging.max_body_bytes)
+        self.peers = Peers(s.store, s.sessions, s.peers, s.peer_driver, subtree=subtree)
         self.interrupts = Interrupts(s.sessions, s.store, s.interrupts, s.interrupt_reader, self.finish_run)
-        self.disposal = Disposal(s.disposal, s.drains)
+        self.disposal = Disposal(s.disposal, s.drains, subtree=subtree)
         self.permissions = Permissions(redis, config, s.store, s.sessions)
         self.obligations = Obligations(redis, config, s.store, s.sessions, s.wake_reader, s.obligations, s.disposal,
                                        clock, peers=s.peers, peer_driver=s.peer_driver)
@@ -83,6 +86,7 @@ class Treemail:
             peer_reply_definition=self.peers.reply_tool_definition,
             peer_inbox_definition=self.peers.inbox_tool_definition,
             search_mail=functools.partial(search_tool.call, self.history),
+            message_subtree=subtree.message_subtree,
         ))
 
     @classmethod

@@ -1,4 +1,5 @@
-"""``tm.peers``: peer routes between sessions of any tree, their grants and the three peer tools.
+"""``tm.peers``: peer routes between sessions of any tree, their grants and the three peer tools; and a
+broadcast to every session below one in its own tree (``broadcast_subtree``).
 
     await tm.peers.register_route("advisor", advisor.session_id, source_session_id=planner.session_id,
                                   input_schema={...})
@@ -28,14 +29,27 @@ from treemail.services.sessions import SessionService
 from ..tools import peer as peer_tools
 from ..tools.answering import answered
 
+from .subtree import Subtree
+
 
 class Peers:
     def __init__(self, store: EventStore, sessions: SessionService, service: PeerService,
-                 driver: PeerDriver | None = None) -> None:
+                 driver: PeerDriver | None = None, subtree: Subtree | None = None) -> None:
         self._store = store
         self._sessions = sessions
         self._service = service
         self._driver = driver
+        self._subtree = subtree
+
+    # ---- whole subtrees: one message to every tree peer below a session ---------------------------------
+
+    async def broadcast_subtree(self, session_id: str, body: str, *, mode: str = "steer",
+                                idempotency_key: str | None = None, run_id: str | None = None) -> dict:
+        """Send ``body`` from this session's open run to every session below it (those the tree index knows
+        now), each copy an ordinary message under every guard; refusals are per recipient. The same
+        ``idempotency_key`` resumes an interrupted broadcast without a duplicate. See ``Subtree.broadcast``."""
+        return await self._subtree.broadcast(session_id, body, mode=mode, idempotency_key=idempotency_key,
+                                             run_id=run_id)
 
     # ---- the host's routes and grants -------------------------------------------------------------------
 

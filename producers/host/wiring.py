@@ -21,6 +21,7 @@ from treemail.services.peerdelivery import PeerDriver
 from treemail.services.peers import PeerService
 from treemail.services.sessions import SessionService
 from treemail.services.settlement import SettlementService
+from treemail.services.subtree import SubtreeService
 
 from ..client import CommandClient
 
@@ -48,6 +49,8 @@ class Services:
     # Peer mail as an outbox: the host's driver makes each peer send's first admission attempt.
     peer_driver: PeerDriver
     clock: Clock
+    # Whole subtrees: a broadcast's and a cascading stop's recorded steps.
+    subtree: SubtreeService
 
 
 def build(redis: aioredis.Redis, listener: aioredis.Redis, config: Config, clock: Clock = SYSTEM_CLOCK) -> Services:
@@ -57,6 +60,7 @@ def build(redis: aioredis.Redis, listener: aioredis.Redis, config: Config, clock
     settlement = SettlementService(sessions)
     # Loaded once: a bad key file fails at connect, not at the first delivery.
     keyring = load_keyring(config.proof)
+    disposal = DisposalService(store, sessions, settlement, clock)
     return Services(
         config=config, redis=redis, listener=listener, store=store, sessions=sessions,
         commands=CommandClient(redis, listener, config.service, store.directory),
@@ -65,10 +69,11 @@ def build(redis: aioredis.Redis, listener: aioredis.Redis, config: Config, clock
         interrupts=InterruptService(store, clock),
         obligations=ObligationService(sessions, clock),
         settlement=settlement,
-        disposal=DisposalService(store, sessions, settlement, clock),
+        disposal=disposal,
         drains=DrainService(store, sessions),
         keyring=keyring,
         peers=PeerService(store, sessions, config.messaging, keyring, clock),
         peer_driver=PeerDriver(store, sessions, keyring, clock),
         clock=clock,
+        subtree=SubtreeService(store, sessions, disposal, clock),
     )

@@ -31,6 +31,7 @@ from . import interrupt as interrupt_tool
 from . import message as message_tools
 from . import search as search_tool
 from . import send_message as tool
+from . import subtree as subtree_tool
 
 
 def error_text(result: dict) -> str:
@@ -65,6 +66,8 @@ class Handlers:
     peer_inbox_definition: Definition
     # search_mail: the session's own mail, by text, sender and time
     search_mail: Call
+    # Whole subtrees: one message to every descendant.
+    message_subtree: Call | None = None
 
 
 @dataclass(frozen=True)
@@ -150,6 +153,12 @@ TOOLS: dict[str, ModelTool] = {
         definition=_installed(search_tool.TOOL_NAME, lambda handlers, view: _static(search_tool.tool_definition())),
         call=lambda handlers, context, arguments: handlers.search_mail(context, arguments),
         text=search_tool.result_text,
+    ),
+    # ... and, installed, sends one message to every agent below it.
+    subtree_tool.TOOL_NAME: ModelTool(
+        definition=_installed(subtree_tool.TOOL_NAME, lambda handlers, view: _static(subtree_tool.tool_definition())),
+        call=lambda handlers, context, arguments: handlers.message_subtree(context, arguments),
+        text=subtree_tool.result_text,
     ),
 }
 

@@ -215,6 +215,10 @@ def one_of_each_event_type() -> list[ev.Event]:
         ev.SessionDrainStarted(by="s1"),
         ev.SessionDrainLifted(by="s1"),
         ev.ToolsInstalled(tools=["inspect_message"]),
+        # Whole subtrees.
+        ev.SubtreeBroadcastStarted(broadcast_id="b1", run_id="r1", body="hi", recipients=["s2"]),
+        ev.SubtreeBroadcastDelivered(broadcast_id="b1", accepted={"s2": "m1"}),
+        ev.SubtreeStopStarted(stop_id="x1", how="dispose", order=["s2", "s1"]),
     ]
 
 

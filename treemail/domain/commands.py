@@ -451,7 +451,9 @@ class RetryPeerDelivery:
 
 # Tools installed one by one: the model-facing tools beyond send_message and interrupt_agent
 # (which the rules govern) are offered to a session only once its host installs them.
-INSTALLABLE_TOOLS = ("inspect_message", "retry_message", "send_to_peer", "reply_to_peer", "peer_inbox", "search_mail")
+INSTALLABLE_TOOLS = ("inspect_message", "retry_message", "send_to_peer", "reply_to_peer", "peer_inbox", "search_mail",
+                     # whole subtrees: a broadcast to every descendant
+                     "message_subtree")
 
 
 @dataclass(frozen=True)
@@ -462,10 +464,58 @@ class InstallTools:
     tools: tuple[str, ...]
 
 
+# Whole subtrees: a broadcast to every descendant and a cascading stop, bottom-up.
+@dataclass(frozen=True)
+class BroadcastToSubtree:
+    """Record a broadcast from ``run_id`` of this session to ``recipients`` (its descendants, fixed now)."""
+
+    session_id: str
+    broadcast_id: str
+    run_id: str
+    body: str
+    mode: str
+    recipients: tuple[str, ...]
+    tool_call_id: str | None = None
+
+
+@dataclass(frozen=True)
+class RecordBroadcastDelivery:
+    """What became of each copy of a broadcast: recipient -> message id, recipient -> refusal code."""
+
+    session_id: str
+    broadcast_id: str
+    accepted: tuple[tuple[str, str], ...] = ()
+    refused: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class StopSubtree:
+    """Record a cascading stop of this session's subtree, in ``order`` (descendants before ancestors)."""
+
+    session_id: str
+    stop_id: str
+    how: str
+    order: tuple[str, ...]
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class InterruptRun:
+    """The host interrupts this session's open run (a cascading stop): no tool call, no permission rule."""
+
+    session_id: str
+    interrupt_id: str
+    by_session_id: str
+    by_handle: str = ""
+    reason: str = ""
+
+
 SessionCommand = (
     RegisterSession | ChangeStatus | StartRun | FinishRun | ClaimMail | ClaimTurn | ConsumeMail | ReleaseMail | DiscardMail
     | InjectMail | RequestWake | ResolveApproval | RevertSession | ForkSession | OverlayMessageRules
     | KeepObligations | RetryMail | RegisterPeerRoute | RevokePeerRoute | SetPeerGrant | InstallTools
     | DisposeSession | CloseSession | ReturnMail | SettleSession | DrainSession | LiftDrain
     | DrivePeerDelivery | RecordPeerAdmission | SettlePeerDelivery | RetryPeerDelivery | DiscardPeerDelivery
+    # Whole subtrees.
+    | BroadcastToSubtree | RecordBroadcastDelivery | StopSubtree | InterruptRun
 )

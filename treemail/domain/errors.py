@@ -67,6 +67,13 @@ class Code(str, Enum):
     INTERRUPT_SENDER_NOT_LIVE = "interrupt_agent:sender_not_live"
     # The replicated profile: the append was made but its replicas did not confirm it in time.
     NOT_REPLICATED = "send_message:not_replicated"
+    # Whole subtrees: the message_subtree tool (each copy's own refusal keeps its send_message code).
+    SUBTREE_INVALID_ARGUMENTS = "message_subtree:invalid_arguments"
+    SUBTREE_INVALID_BODY = "message_subtree:invalid_body"
+    SUBTREE_UNKNOWN_SESSION = "message_subtree:unknown_session"
+    SUBTREE_SENDER_NOT_LIVE = "message_subtree:sender_not_live"
+    SUBTREE_IDEMPOTENCY_CONFLICT = "message_subtree:idempotency_conflict"
+    SUBTREE_ENGINE_SHUTDOWN = "message_subtree:engine_shutdown"
 
 
 MAX_MESSAGE_CHARS = 8192

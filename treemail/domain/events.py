@@ -435,6 +435,38 @@ class ToolsInstalled(Event):
     tools: list[str]
 
 
+# Whole subtrees: a broadcast and a cascading stop, each recorded once on the stream of the session it
+# starts from, with the set of sessions it covers fixed at that moment.
+class SubtreeBroadcastStarted(Event):
+    """A broadcast from this session to its descendants (``recipients``, top-down): one ordinary message
+    each, sent under the idempotency key ``broadcast:<broadcast_id>:<recipient>`` from ``run_id``."""
+
+    broadcast_id: str
+    run_id: str
+    body: str
+    mode: Mode = "steer"
+    recipients: list[str] = Field(default_factory=list)
+    tool_call_id: str | None = None
+
+
+class SubtreeBroadcastDelivered(Event):
+    """What became of each copy: ``accepted`` recipient -> message id, ``refused`` recipient -> code."""
+
+    broadcast_id: str
+    accepted: dict[str, str] = Field(default_factory=dict)
+    refused: dict[str, str] = Field(default_factory=dict)
+
+
+class SubtreeStopStarted(Event):
+    """A cascading stop of this session's subtree: ``how`` (interrupt or dispose), in ``order`` (every
+    session after all of its descendants: deepest level first, this session last)."""
+
+    stop_id: str
+    how: Literal["interrupt", "dispose"]
+    order: list[str] = Field(default_factory=list)
+    reason: str | None = None
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.__name__: cls
     for cls in (
@@ -486,6 +518,10 @@ EVENT_TYPES: dict[str, type[Event]] = {
         SessionDrainLifted,
         # Tools installed one by one.
         ToolsInstalled,
+        # Whole subtrees: broadcast and cascading stop.
+        SubtreeBroadcastStarted,
+        SubtreeBroadcastDelivered,
+        SubtreeStopStarted,
     )
 }
 

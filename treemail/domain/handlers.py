@@ -46,6 +46,7 @@ from .decide.routes import decide_peer_send, decide_register_route, decide_revok
 from .decide.send import decide_send
 from .decide.disposal import decide_close, decide_dispose, decide_drain, decide_lift_drain, decide_return_mail
 from .decide.settlement import decide_settle, settlement_elsewhere, settlement_parent
+from .decide import subtree
 
 
 def close_reads(command, mail, history=()) -> set[str]:
@@ -124,6 +125,12 @@ HANDLERS: dict[type, Handler] = {
     c.LiftDrain: Handler(decide_lift_drain),
     # Tools installed one by one.
     c.InstallTools: Handler(decide_install_tools),
+    # Whole subtrees: each recorded once (under its own key) on the stream it starts from; the copies of a
+    # broadcast are ordinary sends, a cascading stop's steps are interrupts and disposals.
+    c.BroadcastToSubtree: Handler(subtree.decide_broadcast),
+    c.RecordBroadcastDelivery: Handler(subtree.decide_broadcast_delivery),
+    c.StopSubtree: Handler(subtree.decide_stop_subtree),
+    c.InterruptRun: Handler(subtree.decide_interrupt_run),
 }
 
 
