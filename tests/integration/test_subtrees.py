@@ -1,0 +1,169 @@
+"""Whole subtrees through the real stack: a broadcast to a 3-level tree with full inboxes (two workers), its
+resumption, and cascading stops bottom-up with their settlement notices in order."""
+
+import asyncio
+
+import pytest
+
+from treemail.domain import events as ev
+
+from .conftest import live, running_stack
+
+pytestmark = pytest.mark.cluster
+
+# Every relationship may be written to: grandchildren are "*" to their grandparent.
+RULES = {"message": {"*": "allow"}, "interrupt": {"child": "allow"}}
+
+
+async def three_levels(host):
+    """root -> a (-> a1, a2), b (-> b1)."""
+    root = await host.register_root("lead", "leads", rules=RULES)
+    a = await host.register_child(root.session_id, "planner", "plans", rules=RULES)
+    b = await host.register_child(root.session_id, "planner", "plans", rules=RULES)
+    a1 = await host.register_child(a.session_id, "worker", "works", rules=RULES)
+    a2 = await host.register_child(a.session_id, "worker", "works", rules=RULES)
+    b1 = await host.register_child(b.session_id, "worker", "works", rules=RULES)
+    return root, a, b, a1, a2, b1
+
+
+def by_id(*sessions):
+    """Siblings in the order a subtree lists them: by session id (time-ordered)."""
+    return sorted(sessions, key=lambda s: s.session_id)
+
+
+def ids_of(sessions):
+    return [s.session_id for s in sessions]
+
+
+async def of_type(host, session_id, cls, **match):
+    return [e for _, e in await host.history(session_id)
+            if isinstance(e, cls) and all(getattr(e, k) == v for k, v in match.items())]
+
+
+async def test_a_broadcast_reaches_every_descendant_once_with_refusals_per_recipient_and_resumes_without_duplicates(
+    redis_url,
+):
+    async with running_stack(redis_url, workers=2, max_pending_per_session=1) as tm:
+        root, a, b, a1, a2, b1 = await three_levels(tm)
+        await live(tm, root)
+        # a1 and b already hold as much agent mail as they may: their copies are refused.
+        for full in (a1, b):
+            assert "message_id" in await tm.send(root.session_id, full.handle, "earlier work")
+
+        result = await tm.peers.broadcast_subtree(root.session_id, "stop and report", idempotency_key="k1")
+        assert result["result"] == "broadcast" and result["recipients"] == 5
+        assert {r["session_id"]: r["code"] for r in result["refused"]} == {
+            a1.session_id: "send_message:inbox_full", b.session_id: "send_message:inbox_full"}
+        delivered = {d["session_id"]: d["message_id"] for d in result["delivered"]}
+        assert set(delivered) == {a.session_id, a2.session_id, b1.session_id}
+        assert result["message"].startswith("sent to 3 of 5 agents below you; refused: ")
+
+        async def copies(session):
+            return await of_type(tm, session.session_id, ev.ProducerMessageAccepted, body="stop and report")
+
+        for session in (a, a2, b1):
+            [copy] = await copies(session)
+            assert copy.message_id == delivered[session.session_id] and copy.sender_session_id == root.session_id
+        for session in (a1, b):
+            assert await copies(session) == []
+
+        # Resumed (a crash after some copies, or a retry): the same broadcast, the same recipients, no copy twice,
+        # and a session attached since gets nothing: the set was fixed when the broadcast was decided.
+        a3 = await tm.register_child(a.session_id, "worker", "works", rules=RULES)
+        again = await tm.peers.broadcast_subtree(root.session_id, "stop and report", idempotency_key="k1")
+        assert again["broadcast_id"] == result["broadcast_id"] and again["recipients"] == 5
+        assert {d["session_id"]: d["message_id"] for d in again["delivered"]} == delivered
+        for session in (a, a2, b1):
+            assert len(await copies(session)) == 1
+        assert await copies(a3) == []
+        conflict = await tm.peers.broadcast_subtree(root.session_id, "something else", idempotency_key="k1")
+        assert conflict["error"]["code"] == "message_subtree:idempotency_conflict"
+
+        [started] = await of_type(tm, root.session_id, ev.SubtreeBroadcastStarted)
+        assert started.broadcast_id == result["broadcast_id"]
+        # Top-down: the children, then each child's children.
+        level2 = by_id(a, b)
+        level3 = [c for p in level2 for c in (by_id(a1, a2) if p is a else [b1])]
+        assert started.recipients == ids_of(level2 + level3)
+        [record] = await of_type(tm, root.session_id, ev.SubtreeBroadcastDelivered)
+        assert record.accepted == delivered and record.refused == {
+            a1.session_id: "send_message:inbox_full", b.session_id: "send_message:inbox_full"}
+
+        # Each copy is an ordinary message: claimable by its recipient's run like any other.
+        await tm.start_run(a.session_id, "run-a")
+        claimed = await tm.claim(a.session_id, "run-a")
+        assert [d.message_id for d in claimed] == [delivered[a.session_id]]
+
+        # Not from a session with no open run: nothing is recorded, nothing sent.
+        refused = await tm.peers.broadcast_subtree(b.session_id, "hello")
+        assert refused["error"]["code"] == "message_subtree:sender_not_live"
+        assert await of_type(tm, b.session_id, ev.SubtreeBroadcastStarted) == []
+
+
+async def test_the_installed_tool_broadcasts_from_the_models_run(stack, calls):
+    root, a, b, a1, a2, b1 = await three_levels(stack)
+    await live(stack, root)
+    assert "message_subtree" not in [t["name"] for t in await stack.tools.definitions(root.session_id)]
+    await stack.tools.install(root.session_id, ["message_subtree"])
+    context = calls.ctx(root.session_id)
+    result = await stack.tools.call(context, "message_subtree", {"body": "new plan", "mode": "queue"})
+    assert result["recipients"] == 5 and len(result["delivered"]) == 5 and result["refused"] == []
+    retried = await stack.tools.call(context, "message_subtree", {"body": "new plan", "mode": "queue"})
+    assert retried["broadcast_id"] == result["broadcast_id"]
+    assert len(await of_type(stack, b1.session_id, ev.ProducerMessageAccepted, body="new plan")) == 1
+
+
+async def test_a_cascading_disposal_goes_bottom_up_with_each_parents_notices_leaves_first(stack):
+    root, a, b, a1, a2, b1 = await three_levels(stack)
+    a11 = await stack.register_child(a1.session_id, "worker", "works", rules=RULES)
+    await live(stack, root)
+    # Mail makes each session owe its parent a settlement notice when it ends.
+    await stack.peers.broadcast_subtree(root.session_id, "wrap up")
+
+    rows = await stack.disposal.stop_subtree(a.session_id, "dispose", reason="aborted")
+    first, second = by_id(a1, a2)
+    assert [r["session_id"] for r in rows] == ids_of([a11, first, second, a])
+    assert all(r["settlement"] is not None for r in rows)
+    [started] = await of_type(stack, a.session_id, ev.SubtreeStopStarted)
+    assert started.how == "dispose" and started.order == [r["session_id"] for r in rows]
+
+    async def notices(session):
+        return [e.body for e in await of_type(stack, session.session_id, ev.ProducerMessageAccepted, owner="settlement")]
+
+    # Each parent got its children's notices while it was still open, in the order they were stopped.
+    [from_a11] = await notices(a1)
+    assert a11.handle in from_a11
+    from_first, from_second = await notices(a)
+    assert first.handle in from_first and second.handle in from_second
+    [from_a] = await notices(root)
+    assert a.handle in from_a
+    for session in (a11, a1, a2, a):
+        assert await of_type(stack, session.session_id, ev.SessionClosed)
+    # Outside the subtree nothing was stopped.
+    for session in (root, b, b1):
+        assert await of_type(stack, session.session_id, ev.SessionClosing) == []
+
+
+async def test_a_cascading_interrupt_reaches_the_runners_bottom_up_and_leaves_idle_sessions(stack):
+    root, a, b, a1, a2, b1 = await three_levels(stack)
+    for session, run in ((a, "run-a"), (a1, "run-a1"), (b1, "run-b1")):
+        await stack.start_run(session.session_id, run)
+
+    rows = await stack.disposal.stop_subtree(root.session_id, "interrupt", reason="aborted", idempotency_key="s1")
+    level2 = by_id(a, b)
+    level3 = [c for p in level2 for c in (by_id(a1, a2) if p is a else [b1])]
+    order = level3 + level2 + [root]
+    assert [(r["session_id"], r["interrupted"]) for r in rows] == [
+        (s.session_id, s in (a, a1, b1)) for s in order]
+    triggers = []
+    for _ in range(20):
+        triggers += await stack.interrupts.read("runner-1", block_ms=100)
+        if len(triggers) >= 3:
+            break
+    assert [t.session_id for t in triggers] == ids_of(s for s in order if s in (a, a1, b1))
+    # Resumed with the same key: the order recorded first, no second interrupt.
+    await stack.disposal.stop_subtree(root.session_id, "interrupt", reason="aborted", idempotency_key="s1")
+    assert len(await of_type(stack, a1.session_id, ev.SessionInterruptRequested)) == 1
+    await asyncio.gather(*(stack.interrupts.abort_run(t) for t in triggers))
+    [finished] = await of_type(stack, a1.session_id, ev.SessionRunFinished)
+    assert finished.reason == "aborted"
