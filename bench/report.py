@@ -151,6 +151,11 @@ def report(results: dict, env: dict, sizes: Sizes, quick: bool, wall: float) -> 
         rows.append(("wake latency p99, commit to trigger", f"{wake['p99_ms']:.2f} ms",
                      f"p50 {wake['p50_ms']:.2f} ms over {wake['wakes']:,} wakes at {wake['rate']}/s (a host runner's "
                      "blocking read)", ""))
+    fan = results.get("fanout")
+    if fan is not None:
+        rows.append((f"broadcast fan-out p99, {fan['descendants']} descendants", f"{fan['p99_ms']:.1f} ms",
+                     f"p50 {fan['p50_ms']:.1f} ms, call to each copy claimable; the whole call p50 "
+                     f"{fan['call_p50_ms']:.1f} ms ({fan['rounds']} rounds, {fan['workers']} workers)", ""))
     rows += [
         (f"send p50, {hist['events']:,}-event recipient", f"{hist['big_p50_ms']:.2f} ms", f"p99 {hist['big_p99_ms']:.2f} ms, {hist['events']:,} events", ""),
         ("send p50, fresh recipient", f"{hist['fresh_p50_ms']:.2f} ms", f"p99 {hist['fresh_p99_ms']:.2f} ms", ""),

@@ -13,6 +13,7 @@ Phases (the Valkey is flushed between the throughput phases):
   3e. the replicated profile: phase 1 on a Valkey with one replica, WAIT before every answer
   4. host round-trip latency at a steady send rate, one worker running
      (each rate also through a bare XADD + BLMPOP round trip to an echo consumer: host CPU per send)
+  4d. subtree broadcast: from the call until each of 100 descendants' copies is claimable, two workers
   5. send latency to a recipient whose stream holds ~1M events vs a fresh one
   5b. 100,000 sessions registered on the Valkey: memory per session, send latency vs a fresh server's
   6. replay rate: projections.replay.rebuild(write=False, and write=True) vs raw XRANGE + json.loads, ~500k events
@@ -42,7 +43,7 @@ from treemail.host import SendContext, Treemail
 from treemail.domain import events as ev
 from treemail.domain.state import evolve
 
-from . import floor, latency, mcp, memory, million, population, raw, replay, scale, wakes
+from . import fanout, floor, latency, mcp, memory, million, population, raw, replay, scale, wakes
 from .report import ROOT, report, write_markdown
 from .sizes import FULL, QUICK, Sizes
 from .common import (Server, open_server, server_of, busy_seconds, cpu_seconds, Workers, bench_config, flush, machine, percentile, prefill_commands, count_replies,
@@ -380,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench.run")
     parser.add_argument("--quick", action="store_true", help="shrink every phase for a smoke run")
     parser.add_argument("--no-write", action="store_true", help="print only, leave BENCHMARKS.md alone")
-    parser.add_argument("--only", default="", help="comma-separated phases (one,raw,floor,durable,replicated,memory,two,latency,latency_low,wake_latency,history,sessions,"
+    parser.add_argument("--only", default="", help="comma-separated phases (one,raw,floor,durable,replicated,memory,two,latency,latency_low,wake_latency,fanout,history,sessions,"
                         "replay,scale_single,routing,scale_cluster,mcp); implies --no-write")
     args = parser.parse_args(argv)
     only = [p for p in args.only.split(",") if p]
@@ -420,6 +421,8 @@ def main(argv: list[str] | None = None) -> int:
                                                        sizes.latency_rounds, log))),
             ("wake_latency", "phase 4c: wake latency, commit to trigger",
              lambda: asyncio.run(wakes.phase_wake_latency(url, sizes.wake_sends, log))),
+            ("fanout", "phase 4d: subtree broadcast fan-out to 100 descendants, call to each copy claimable",
+             lambda: asyncio.run(fanout.phase_fanout(url, sizes.fanout_rounds, log))),
             ("history", "phase 5: decision latency on a long stream", lambda: asyncio.run(phase_history(url, sizes))),
             ("sessions", f"phase 5b: {sizes.sessions:,} sessions on one Valkey: memory per session, decision latency "
                          "vs a fresh server", lambda: asyncio.run(population.phase_sessions(url, sizes.sessions,
