@@ -46,11 +46,6 @@ class Subtree:
 
     # ---- broadcast ----------------------------------------------------------------------------------
 
-    def tool_definition(self) -> dict:
-        """The message_subtree tool; offered to a session's model once the host installs it
-        (``tm.tools.install(session_id, ["message_subtree"])``)."""
-        return subtree_tool.tool_definition()
-
     async def broadcast(self, session_id: str, body: str, *, mode: str = "steer", idempotency_key: str | None = None,
                         run_id: str | None = None) -> dict:
         """Send ``body`` from this session's open run (or ``run_id``) to every session below it.

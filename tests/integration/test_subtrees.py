@@ -112,6 +112,16 @@ async def test_the_installed_tool_broadcasts_from_the_models_run(stack, calls):
     assert retried["broadcast_id"] == result["broadcast_id"]
     assert len(await of_type(stack, b1.session_id, ev.ProducerMessageAccepted, body="new plan")) == 1
 
+    # Every copy is under the sender's rules: a lead that may write only to its children reaches no grandchild.
+    lead = await stack.register_root("lead", "leads", rules={"child": "allow"})
+    child = await stack.register_child(lead.session_id, "planner", "plans", rules=RULES)
+    grandchild = await stack.register_child(child.session_id, "worker", "works", rules=RULES)
+    await live(stack, lead)
+    result = await stack.peers.broadcast_subtree(lead.session_id, "only for children")
+    assert [d["session_id"] for d in result["delivered"]] == [child.session_id]
+    assert [(r["session_id"], r["code"]) for r in result["refused"]] == [(grandchild.session_id, "permission_denied")]
+    assert await of_type(stack, grandchild.session_id, ev.ProducerMessageAccepted) == []
+
 
 async def test_a_cascading_disposal_goes_bottom_up_with_each_parents_notices_leaves_first(stack):
     root, a, b, a1, a2, b1 = await three_levels(stack)
