@@ -6,8 +6,13 @@ import asyncio
 import pytest
 
 from treemail.domain import events as ev
+from treemail.domain.decide.subtree import copy_call
+from treemail.host import SendContext
+from treemail.services.disposal import DisposalService
+from treemail.services.settlement import SettlementService
+from treemail.services.subtree import SubtreeService
 
-from .conftest import live, running_stack
+from .conftest import adapters, live, running_stack
 
 pytestmark = pytest.mark.cluster
 
@@ -93,6 +98,28 @@ async def test_a_broadcast_reaches_every_descendant_once_with_refusals_per_recip
         await tm.start_run(a.session_id, "run-a")
         claimed = await tm.claim(a.session_id, "run-a")
         assert [d.message_id for d in claimed] == [delivered[a.session_id]]
+
+        # A crash after the broadcast was recorded and two copies were sent: the same call again sends the
+        # rest, and the two are neither sent again nor given new ids.
+        server = adapters(tm)
+        service = SubtreeService(server.store, server.sessions,
+                                 DisposalService(server.store, server.sessions, SettlementService(server.sessions)))
+        sender = await server.sessions.record(root.session_id)
+        cut = await service.start_broadcast(sender, "run-1", "key:k2", "second wave", "queue")
+        early = {}
+        for recipient in cut.recipients[:2]:
+            sent = await tm.send_message(SendContext(root.session_id, "run-1", copy_call(cut.broadcast_id, recipient)),
+                                         {"to": recipient, "body": "second wave", "mode": "queue"})
+            early[recipient] = sent.get("message_id")
+        resumed = await tm.peers.broadcast_subtree(root.session_id, "second wave", mode="queue", idempotency_key="k2")
+        assert resumed["broadcast_id"] == cut.broadcast_id
+        outcomes = {d["session_id"]: d["message_id"] for d in resumed["delivered"]}
+        outcomes.update({r["session_id"]: None for r in resumed["refused"]})
+        assert set(outcomes) == set(cut.recipients) and all(outcomes[r] == early[r] for r in early)
+        for recipient in cut.recipients:
+            waves = [e for _, e in await tm.history(recipient)
+                     if isinstance(e, ev.ProducerMessageAccepted) and e.body == "second wave"]
+            assert len(waves) == (0 if outcomes[recipient] is None else 1)
 
         # Not from a session with no open run: nothing is recorded, nothing sent.
         refused = await tm.peers.broadcast_subtree(b.session_id, "hello")
