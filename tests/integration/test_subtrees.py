@@ -111,8 +111,11 @@ async def test_a_broadcast_reaches_every_descendant_once_with_refusals_per_recip
             sent = await tm.send_message(SendContext(root.session_id, "run-1", copy_call(cut.broadcast_id, recipient)),
                                          {"to": recipient, "body": "second wave", "mode": "queue"})
             early[recipient] = sent.get("message_id")
+        # Attached while the copies were being delivered: not one of the recipients.
+        late = await tm.register_child(b.session_id, "worker", "works", rules=RULES)
         resumed = await tm.peers.broadcast_subtree(root.session_id, "second wave", mode="queue", idempotency_key="k2")
-        assert resumed["broadcast_id"] == cut.broadcast_id
+        assert resumed["broadcast_id"] == cut.broadcast_id and late.session_id not in cut.recipients
+        assert a3.session_id in cut.recipients  # attached before this broadcast: one of them
         outcomes = {d["session_id"]: d["message_id"] for d in resumed["delivered"]}
         outcomes.update({r["session_id"]: None for r in resumed["refused"]})
         assert set(outcomes) == set(cut.recipients) and all(outcomes[r] == early[r] for r in early)
