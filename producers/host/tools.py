@@ -56,8 +56,8 @@ class Tools:
 
     async def install(self, session_id: str, names) -> list[str]:
         """Offer exactly these optional tools to the session's model (one by one: inspect_message,
-        retry_message, send_to_peer, reply_to_peer, peer_inbox, search_mail); the peer tools still need
-        their grant. An event on the session's stream (``ToolsInstalled``). Returns what is installed now."""
+        retry_message, send_to_peer, reply_to_peer, peer_inbox, search_mail, message_subtree); the peer tools
+        still need their grant. An event on the session's stream (``ToolsInstalled``). Returns what is installed now."""
         if isinstance(names, str):
             raise ValueError("names must be a list of tool names, not one string")
         await self._sessions.execute(c.InstallTools(session_id, tuple(names)))

@@ -31,8 +31,8 @@ STOP_HOWS = ("interrupt", "dispose")
 
 
 def levels(top: SessionRecord, records: Iterable[SessionRecord]) -> list[list[SessionRecord]]:
-    """The subtree under ``top``, level by level (``top`` alone first); siblings in registration order
-    (session ids are time-ordered, so the id orders them without a clock)."""
+    """The subtree under ``top``, level by level (``top`` alone first); each parent's children together,
+    by session id (time-ordered to the millisecond: registration order, with no clock read)."""
     children: dict[str | None, list[SessionRecord]] = {}
     for record in records:
         if record.session_id != top.session_id:
