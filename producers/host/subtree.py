@@ -22,7 +22,6 @@ from treemail.domain.commands import SendContext
 from treemail.domain.decide import subtree
 from treemail.domain.decide.guards import require_body
 from treemail.domain.errors import Code, Rejected
-from treemail.domain.results import error_result
 from treemail.services.disposal import DisposalService
 from treemail.services.settlement import check_closing_text, check_stop_reason
 from treemail.services.subtree import SubtreeService
