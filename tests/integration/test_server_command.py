@@ -22,7 +22,12 @@ def start(*args, env=None) -> tuple[subprocess.Popen, str]:
     return process, match.group(1)
 
 
-def stopped_within(process: subprocess.Popen, sig: int, limit: float, group: bool = False) -> float:
+# The server escalates to SIGKILL only after 30 s: stopping well inside that bound shows the signal itself stopped
+# it (the logs below show it was clean), without timing a loaded machine to the second.
+PROMPTLY_S = 10.0
+
+
+def stopped_within(process: subprocess.Popen, sig: int, limit: float = PROMPTLY_S, group: bool = False) -> float:
     started = time.monotonic()
     if group:  # as a terminal's Ctrl-C does: the whole foreground process group
         os.killpg(os.getpgid(process.pid), sig)
@@ -40,7 +45,7 @@ def test_sigterm_stops_valkey_at_once_and_durable_data_survives_a_restart(tmp_pa
     client = redis.Redis.from_url(url)
     client.set("kept", "yes")
     client.close()
-    stopped_within(process, signal.SIGTERM, 1.0)
+    stopped_within(process, signal.SIGTERM)
     assert process.returncode == 0, process.stderr.read()
     log = (data / "valkey.log").read_text()
     # Valkey saw SIGTERM itself (not blocked) and shut down cleanly, not by a SIGKILL after a timeout.
@@ -54,14 +59,14 @@ def test_sigterm_stops_valkey_at_once_and_durable_data_survives_a_restart(tmp_pa
         assert client.config_get("appendonly")["appendonly"] == "yes"
         client.close()
     finally:
-        stopped_within(again, signal.SIGTERM, 1.0)
+        stopped_within(again, signal.SIGTERM)
 
 
 def test_ctrl_c_from_a_terminal_stops_it_quickly(tmp_path):
     process = subprocess.Popen([sys.executable, "-m", "treemail", "server", "--dir", str(tmp_path / "d")],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     port = int(re.search(r":(\d+)/", process.stdout.readline()).group(1))
-    stopped_within(process, signal.SIGINT, 1.5, group=True)
+    stopped_within(process, signal.SIGINT, group=True)
     assert process.returncode == 0, process.stderr.read()
     with socket.socket() as sock:
         assert sock.connect_ex(("127.0.0.1", port)) != 0
