@@ -67,6 +67,8 @@ class Code(str, Enum):
     INTERRUPT_SENDER_NOT_LIVE = "interrupt_agent:sender_not_live"
     # The replicated profile: the append was made but its replicas did not confirm it in time.
     NOT_REPLICATED = "send_message:not_replicated"
+    # Loop detection: a ping-pong with no new content (``loops.py``).
+    LOOP_DETECTED = "send_message:loop_detected"
 
 
 MAX_MESSAGE_CHARS = 8192

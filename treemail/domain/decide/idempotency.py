@@ -25,7 +25,8 @@ from ..errors import Code
 # Refusals decided on the recipient's state (and, for source_capacity, the sender's): recorded in
 # the same atomic step as the appends, against the etags, so a refusal decided on a state that has
 # since changed is decided again rather than kept.
-WITH_RECIPIENT = frozenset({Code.MAX_HOPS_EXCEEDED, Code.INBOX_FULL, Code.INFLIGHT_FULL, Code.SOURCE_CAPACITY})
+WITH_RECIPIENT = frozenset({Code.MAX_HOPS_EXCEEDED, Code.INBOX_FULL, Code.INFLIGHT_FULL, Code.SOURCE_CAPACITY,
+                            Code.LOOP_DETECTED})
 # Never recorded: a conflict says nothing about the first call; the others are
 # answered by the producer, never decided by a worker. Exact live sender:
 # sender_not_live says the context is stale or invented, nothing about the call:
