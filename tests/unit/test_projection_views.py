@@ -215,6 +215,7 @@ def one_of_each_event_type() -> list[ev.Event]:
         ev.SessionDrainStarted(by="s1"),
         ev.SessionDrainLifted(by="s1"),
         ev.ToolsInstalled(tools=["inspect_message"]),
+        ev.MessageCancelAnswered(message_id="m", outcome="cancelled"),
     ]
 
 

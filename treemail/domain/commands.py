@@ -46,6 +46,10 @@ class SendArguments:
     # received) and that message's thread, which the answer joins (the host's, never the model's).
     in_reply_to: str | None = None
     thread_id: str | None = None
+    # Expiry and supersede: the host's send options, never a model's (``mailcontrol.py``). Seconds from the
+    # decision until the message expires unclaimed (None: never), and the key a newer message replaces it by.
+    expires_in_s: float | None = None
+    supersede_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -462,10 +466,20 @@ class InstallTools:
     tools: tuple[str, ...]
 
 
+# Cancel: decided on the recipient's stream, where a claim and a cancel are ordered by its etag.
+@dataclass(frozen=True)
+class CancelMail:
+    session_id: str
+    message_id: str
+    # Who asked: "sender" (the sending session) or "host".
+    by: str = "host"
+
+
 SessionCommand = (
     RegisterSession | ChangeStatus | StartRun | FinishRun | ClaimMail | ClaimTurn | ConsumeMail | ReleaseMail | DiscardMail
     | InjectMail | RequestWake | ResolveApproval | RevertSession | ForkSession | OverlayMessageRules
     | KeepObligations | RetryMail | RegisterPeerRoute | RevokePeerRoute | SetPeerGrant | InstallTools
     | DisposeSession | CloseSession | ReturnMail | SettleSession | DrainSession | LiftDrain
     | DrivePeerDelivery | RecordPeerAdmission | SettlePeerDelivery | RetryPeerDelivery | DiscardPeerDelivery
+    | CancelMail
 )

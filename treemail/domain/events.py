@@ -134,6 +134,10 @@ class ProducerMessageAccepted(Event):
     # chain (None: it starts one, whose id is its own message id, ``chain_of``). A loop notice names the chain.
     caused_by: str | None = None
     chain_id: str | None = None
+    # Expiry and supersede (``mailcontrol.py``): when it expires unclaimed (None: never), and the key a newer
+    # message from the same sender replaces it by while it is unclaimed.
+    expires_at: float | None = None
+    supersede_key: str | None = None
 
     def implied(self) -> set[str] | None:
         return _implied_by_sender(self)
@@ -439,6 +443,14 @@ class SessionDrainLifted(Event):
     by: str
 
 
+# Cancel: the answer to a cancel, on the recipient's stream (a cancelled message is also discarded, reason
+# "cancelled", in the same step): "cancelled" or "already_delivered"; ``by``: "sender" or "host".
+class MessageCancelAnswered(Event):
+    message_id: str
+    outcome: Literal["cancelled", "already_delivered"]
+    by: str = "host"
+
+
 # Tools installed one by one: the optional model-facing tools the host offers this session.
 class ToolsInstalled(Event):
     tools: list[str]
@@ -495,6 +507,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         SessionDrainLifted,
         # Tools installed one by one.
         ToolsInstalled,
+        # Cancel.
+        MessageCancelAnswered,
     )
 }
 

@@ -89,6 +89,8 @@ class SessionState:
     chains: dict[str, str] = field(default_factory=dict)
     loop_marks: dict[str, loops.Mark] = field(default_factory=dict)
     loop_notices: tuple[str, ...] = ()
+    # Supersede (``mailcontrol.py``): "<sender> <key>" -> the unclaimed message a newer one with that key replaces.
+    superseding: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> str:
         """Only the fields that differ from a new session's (``from_json`` fills in the rest, as it does
@@ -162,13 +164,17 @@ class MailItem:
     # Peer mail: its sender is in another slot and learns of its settlement from a driver (``outbox.py``),
     # never from this session's step.
     peer: bool = False
+    # Expiry and supersede: when it expires unclaimed (0: never), and its supersede key ("" none).
+    expires_at: float = 0.0
+    supersede_key: str = ""
 
     def to_json(self) -> str:
         """Kept under its message id (the mail hash's field), so the id is not written again; the
         position comes first, and the fields still at their default at the end are left out (an item
         is written on every send and kept until it is processed)."""
         fields = [self.seq, self.owner, self.sender_session_id, self.agent_hop, self.mode, self.state,
-                  self.run_id, self.attempts, self.since, self.claimed_at, self.retry_at, self.reason, self.trace, self.peer]
+                  self.run_id, self.attempts, self.since, self.claimed_at, self.retry_at, self.reason, self.trace, self.peer,
+                  self.expires_at, self.supersede_key]
         while len(fields) > _ITEM_REQUIRED and fields[-1] == _ITEM_DEFAULTS[len(fields) - 1]:
             fields.pop()
         return compactjson.dumps(fields)
@@ -186,7 +192,7 @@ class MailItem:
 # The compact item's order after its position: owner .. run_id are always written; attempts .. trace
 # are dropped from the end while they hold these defaults.
 _ITEM_REQUIRED = 7
-_ITEM_DEFAULTS = (None,) * _ITEM_REQUIRED + (0, 0.0, 0.0, 0.0, "", "", False)
+_ITEM_DEFAULTS = (None,) * _ITEM_REQUIRED + (0, 0.0, 0.0, 0.0, "", "", False, 0.0, "")
 
 
 def _recent(producers: tuple[str, ...], producer_id: str) -> tuple[str, ...]:
@@ -260,7 +266,21 @@ def evolve(state: SessionState, event: ev.Event) -> SessionState:
     return _evolve_common(state, event)
 
 
+def supersede_entry(sender: str | None, key: str) -> str:
+    return f"{sender} {key}"
+
+
+def _unsupersedable(state: SessionState, message_id: str) -> SessionState:
+    """Claimed or done: a newer message with its key no longer replaces it."""
+    if message_id not in state.superseding.values():
+        return state
+    return replace(state, superseding={k: v for k, v in state.superseding.items() if v != message_id})
+
+
 def _evolve_common(state: SessionState, event: ev.Event) -> SessionState:
+    if state.superseding and isinstance(event, (ev.ProducerMessageClaimed, ev.ProducerMessageConsumed,
+                                                ev.ProducerMessageDiscarded)):
+        state = _unsupersedable(state, event.message_id)
     # A match tries its cases in order: the events every send folds come first (each case passed costs an
     # isinstance check, and the sender's MessageSent was fifteenth).
     match event:
@@ -278,6 +298,9 @@ def _evolve_common(state: SessionState, event: ev.Event) -> SessionState:
                 changes.update(pending_agent=state.pending_agent + 1, pair_inflight=pairs)
                 if isinstance(event, ev.ProducerMessageAccepted):
                     changes.update(_chained(state, event))
+                    if event.supersede_key:
+                        key = supersede_entry(sender, event.supersede_key)
+                        changes["superseding"] = {**state.superseding, key: event.message_id}
             elif owner == "loop" and isinstance(event, ev.ProducerMessageAccepted) and event.chain_id:
                 changes["loop_notices"] = (*state.loop_notices, event.chain_id)[-loops.MAX_NOTICED:]
             return replace(state, **changes)
@@ -398,6 +421,8 @@ def evolve_mail(mail: dict[str, MailItem], event: ev.Event, seq: int) -> dict[st
                 trace=event.traceparent or "",
                 peer=event.principal is not None,
                 reason=NEXT_INCARNATION if event.next_incarnation else "",
+                expires_at=event.expires_at or 0.0,
+                supersede_key=event.supersede_key or "",
             )
         case ev.ProducerMessageAdmitted() | ev.ProducerMessageClaimed() | ev.ProducerMessageReleased():
             item = mail.get(event.message_id)

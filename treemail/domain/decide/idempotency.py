@@ -41,7 +41,11 @@ def key_digest(context: SendContext) -> str:
 
 
 def fingerprint(arguments: SendArguments) -> str:
-    return digests.digest([arguments.to, arguments.body, arguments.mode, *blocks.fingerprint_part(arguments.blocks)])
+    # The host's send options count only when given, so a plain send's fingerprint is what it always was.
+    options = [] if arguments.expires_in_s is None and arguments.supersede_key is None else [
+        "options", repr(arguments.expires_in_s), arguments.supersede_key or ""]
+    return digests.digest([arguments.to, arguments.body, arguments.mode, *blocks.fingerprint_part(arguments.blocks),
+                           *options])
 
 
 def is_recorded(code: Code) -> bool:

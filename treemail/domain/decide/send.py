@@ -16,6 +16,7 @@ from ..records import SessionRecord
 from ..state import SessionState
 from . import content, endings, guards, idempotency, routing
 from . import loops as loop_guard
+from . import mailcontrol
 from .guards import Found, Target
 from .wake import with_wake_folded
 
@@ -260,6 +261,9 @@ def accept(command, given: SendGiven, sender: SessionRecord, found: Found, hop: 
     disposal = found.state.disposal
     if disposal == "closed":
         events.append(ev.SessionResumed(at=given.now))  # cold resume: the message starts its next incarnation
+    # Supersede: the unclaimed older message with this key from this sender is settled in the same step.
+    events += mailcontrol.superseded_events(found.state, sender.session_id,
+                                            getattr(command.arguments, "supersede_key", None), given.now)
     if producer_id not in found.state.producers:
         events.append(
             ev.ProducerRegistered(
@@ -285,6 +289,8 @@ def accept(command, given: SendGiven, sender: SessionRecord, found: Found, hop: 
             next_incarnation=disposal == "closing",
             caused_by=caused_by,
             chain_id=chain,
+            expires_at=mailcontrol.expires_at(given.now, getattr(command.arguments, "expires_in_s", None)),
+            supersede_key=getattr(command.arguments, "supersede_key", None),
             **{**thread(command.arguments), **provenance},
         )
     )
