@@ -98,6 +98,13 @@ def superseded_events(state: SessionState, sender_id: str, key: str | None, now:
                                         reason=SUPERSEDED)]
 
 
+def expiring_senders(_command, mail: Mapping[str, MailItem], _history=()) -> set[str]:
+    """The senders of the mail that may expire (``Handler.reads_senders`` of the pump's pass): an expired
+    message is settled with its sender in the same step. Mail without an expiry costs the pass nothing."""
+    return {item.sender_session_id for item in mail.values()
+            if item.expires_at > 0 and item.owner == "agent" and item.sender_session_id and not item.peer}
+
+
 def decide_cancel(command: CancelMail, given) -> list[ev.Event]:
     """Cancelled if no claim took it yet; ``already_delivered`` once one did or it was processed."""
     if not given.state.registered:
