@@ -179,15 +179,22 @@ class Obligations:
         if isinstance(located, dict):
             return located
         found, recipient, _ = located
-        if isinstance(found.sent, ev.PeerIntentStored) or found.sent.peer:
-            return error_result(Code.CANCEL_PEER_MAIL.value,
-                                f"message {message_id} is peer mail: it cannot be cancelled (discard it instead)")
         if isinstance(found.sent, ev.MessageRefused):
             return settled(message_id)
         by = "host" if caller_session_id is None else "sender" if caller_session_id == found.sender_id else "ancestor"
-        if found.settled is not None or recipient is None:
+        if found.settled is not None:
             return _cancel_answer(message_id, found.settled, by)
-        events = await self._sessions.execute(c.CancelMail(recipient.session_id, message_id, by), recipient)
+        if isinstance(found.sent, ev.PeerIntentStored):
+            # Peer mail still in its source's outbox: cancelled there, where its admission attempts start.
+            sender = await self._sessions.record(found.sender_id)
+            try:
+                events = await self._sessions.execute(c.CancelPeerDelivery(sender.session_id, message_id, by), sender)
+            except LifecycleError as error:
+                return error_result(error.code, error.message)
+        elif recipient is None:
+            return _cancel_answer(message_id, None, by)
+        else:
+            events = await self._sessions.execute(c.CancelMail(recipient.session_id, message_id, by), recipient)
         answer = next((e for e in events if isinstance(e, ev.MessageCancelAnswered)), None)
         if answer is None:
             return _cancel_answer(message_id, None, by)

@@ -140,3 +140,23 @@ def test_cancel_before_a_claim_cancels_and_after_one_answers_already_delivered()
     assert [(type(e).__name__, e.outcome) for e in late] == [("MessageCancelAnswered", "already_delivered")]
     child.then(late)
     assert set(child.mail) == {"m-2"} and child.mail["m-2"].state == "claimed"
+
+
+def test_peer_mail_in_its_sources_outbox_is_cancelled_there_unless_an_attempt_is_in_flight():
+    from treemail.domain.commands import CancelPeerDelivery
+    from treemail.domain.errors import LifecycleError
+
+    t = tree()
+    intent = ev.PeerIntentStored(at=1.0, message_id="p-1", destination_session_id=t.sibling.session_id,
+                                 peer="review", principal="svc", body="look", mode="steer")
+    source = History(registered(t.child), run_started("run-c"), intent)
+    started = ev.PeerAttemptStarted(at=2.0, message_id="p-1", attempt=1)
+    with pytest.raises(LifecycleError) as in_flight:
+        mailcontrol.decide_cancel_peer(CancelPeerDelivery(t.child.session_id, "p-1"),
+                                       given_lifecycle(History(*source.events, started)))
+    assert in_flight.value.code == "cancel_message:in_flight"
+    events = mailcontrol.decide_cancel_peer(CancelPeerDelivery(t.child.session_id, "p-1"), given_lifecycle(source))
+    assert [(type(e).__name__, getattr(e, "reason", None) or getattr(e, "outcome", None)) for e in events] == [
+        ("MessageSettled", "cancelled"), ("MessageCancelAnswered", "cancelled")]
+    source.then(events)
+    assert source.state.outbox == {} and source.state.outstanding == 0  # no attempt can start any more

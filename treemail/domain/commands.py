@@ -475,11 +475,20 @@ class CancelMail:
     by: str = "host"
 
 
+# Cancel of peer mail still in its source's outbox: decided on the source, where every admission attempt
+# is started, so an attempt and a cancel are ordered there.
+@dataclass(frozen=True)
+class CancelPeerDelivery:
+    session_id: str
+    message_id: str
+    by: str = "host"
+
+
 SessionCommand = (
     RegisterSession | ChangeStatus | StartRun | FinishRun | ClaimMail | ClaimTurn | ConsumeMail | ReleaseMail | DiscardMail
     | InjectMail | RequestWake | ResolveApproval | RevertSession | ForkSession | OverlayMessageRules
     | KeepObligations | RetryMail | RegisterPeerRoute | RevokePeerRoute | SetPeerGrant | InstallTools
     | DisposeSession | CloseSession | ReturnMail | SettleSession | DrainSession | LiftDrain
     | DrivePeerDelivery | RecordPeerAdmission | SettlePeerDelivery | RetryPeerDelivery | DiscardPeerDelivery
-    | CancelMail
+    | CancelMail | CancelPeerDelivery
 )

@@ -69,8 +69,8 @@ class Code(str, Enum):
     NOT_REPLICATED = "send_message:not_replicated"
     # Loop detection: a ping-pong with no new content (``loops.py``).
     LOOP_DETECTED = "send_message:loop_detected"
-    # Cancel: peer mail is taken back by discarding it on its source, not by cancel.
-    CANCEL_PEER_MAIL = "cancel_message:peer_mail"
+    # Cancel: peer mail whose admission attempt is in flight cannot be decided yet.
+    CANCEL_IN_FLIGHT = "cancel_message:in_flight"
 
 
 MAX_MESSAGE_CHARS = 8192

@@ -38,7 +38,7 @@ from .decide.lifecycle import (
     decide_status,
 )
 from .decide import peerdelivery
-from .decide.mailcontrol import decide_cancel, expiring_senders
+from .decide.mailcontrol import decide_cancel, decide_cancel_peer, expiring_senders
 from .decide.interrupt import decide_interrupt
 from .decide.rules import decide_overlay_rules
 from .decide.obligations import decide_keep, decide_retry
@@ -128,6 +128,7 @@ HANDLERS: dict[type, Handler] = {
     c.InstallTools: Handler(decide_install_tools),
     # Cancel: decided where claims are, so the two are ordered; a cancelled message's sender records it.
     c.CancelMail: Handler(decide_cancel, reads_mail="named", reads_senders=outbound.mail_senders),
+    c.CancelPeerDelivery: Handler(decide_cancel_peer),
 }
 
 

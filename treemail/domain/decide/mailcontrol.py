@@ -19,8 +19,9 @@ import dataclasses
 from collections.abc import Mapping
 
 from .. import events as ev
-from ..commands import CancelMail
+from ..commands import CancelMail, CancelPeerDelivery
 from ..errors import Code, LifecycleError, Rejected
+from ..outbound import bounded
 from ..limits import MAX_IDEMPOTENCY_KEY_BYTES
 from ..state import MailItem, SessionState, supersede_entry
 
@@ -116,3 +117,19 @@ def decide_cancel(command: CancelMail, given) -> list[ev.Event]:
                                          by=command.by)]
     return [ev.MessageCancelAnswered(at=given.now, message_id=command.message_id, outcome="already_delivered",
                                      by=command.by)]
+
+
+def decide_cancel_peer(command: CancelPeerDelivery, given) -> list[ev.Event]:
+    """Peer mail not admitted yet, on its source: cancelled unless an admission attempt is in flight (then the
+    destination may be admitting it right now: ``cancel_message:in_flight``, ask again once it is answered).
+    A delivery that is no longer in the outbox was admitted or refused: ``already_delivered``."""
+    row = given.state.outbox.get(command.message_id)
+    if row is None or row.status == "accepted":
+        return [ev.MessageCancelAnswered(at=given.now, message_id=command.message_id, outcome="already_delivered",
+                                         by=command.by)]
+    if row.started_at > 0:
+        raise LifecycleError(Code.CANCEL_IN_FLIGHT.value, f"message {command.message_id} has an admission attempt "
+                                                          "in flight; cancel it again once the attempt is answered")
+    return [ev.MessageSettled(at=given.now, message_id=row.message_id, recipient_session_id=row.destination,
+                              outcome="discarded", reason=bounded(CANCELLED)),
+            ev.MessageCancelAnswered(at=given.now, message_id=command.message_id, outcome="cancelled", by=command.by)]
