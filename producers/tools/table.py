@@ -129,6 +129,13 @@ TOOLS: dict[str, ModelTool] = {
         call=lambda handlers, context, arguments: message_tools.handle(
             handlers.message_tools, "retry_message", context, arguments),
     ),
+    # ... takes back one a recipient has not received yet (cancel) ...
+    "cancel_message": ModelTool(
+        definition=_installed("cancel_message", lambda handlers, view: _message_tool("cancel_message")),
+        call=lambda handlers, context, arguments: message_tools.handle(
+            handlers.message_tools, "cancel_message", context, arguments),
+        text=lambda result: f"message {result['message_id']}: {result['outcome']}",
+    ),
     # ... and talks over its peer routes, each tool offered only where a grant allows it.
     "send_to_peer": ModelTool(
         definition=_installed("send_to_peer",

@@ -5,6 +5,7 @@ already_delivered, recorded on the recipient's stream."""
 import pytest
 
 from treemail.domain import events as ev
+from treemail.domain.commands import SendContext
 
 from .conftest import timed_stack
 
@@ -61,6 +62,13 @@ async def test_expiry_supersede_and_cancel_end_to_end(redis_url):
                    if isinstance(e, ev.MessageCancelAnswered)]
         assert answers == [(first["message_id"], "cancelled"), (second["message_id"], "already_delivered")]
         assert (await host.obligations.inspect(first["message_id"]))["reason"] == "cancelled"
+        # The sender's own tool, where the host installed it.
+        await host.tools.install(root.session_id, ["cancel_message"])
+        third = await host.send(root.session_id, child.handle, "one more thing")
+        context = SendContext(root.session_id, "run-root", "call-cancel")
+        by_tool = await host.tools.call(context, "cancel_message", {"message_id": third["message_id"]})
+        assert (by_tool["outcome"], by_tool["by"]) == ("cancelled", "sender")
+        assert await host.claim(child.session_id, "run-child") == []
         # Bad options: a stable code, nothing stored.
         before = len(await host.history(child.session_id))
         bad = await host.send(root.session_id, child.handle, "x", expires_in_s=-1)
