@@ -54,6 +54,9 @@ async def test_siblings_ping_pong_is_refused_and_their_parent_is_told_once_with_
         notices = await _loop_notices(host, root.session_id)
         assert len(notices) == 1 and notices[0].chain_id is not None
         assert await _loop_notices(host, a.session_id) == await _loop_notices(host, b.session_id) == []
+        [told] = await host.claim(root.session_id, f"run-{root.session_id}")
+        assert told.owner == "loop" and told.text.startswith('<treemail_notice kind="loop_stopped">')
+        assert a.handle in told.text and b.handle in told.text
         # Every answer joined the chain the first message of the conversation started.
         accepted = [e for _, e in await host.history(b.session_id) if isinstance(e, ev.ProducerMessageAccepted)]
         assert accepted[0].message_id == first["message_id"] and accepted[0].caused_by is not None

@@ -16,7 +16,7 @@ Status = Literal["queued", "running", "idle", "finished"]
 Mode = Literal["steer", "queue"]
 # Who produced a message on the recipient: an agent via send_message, or one
 # of the host's own producers that inject mail.
-# "settlement" and "returned" are notices treemail itself writes: never an agent's words.
+# "settlement", "returned" and "loop" are notices treemail itself writes: never an agent's words.
 OwnerKind = Literal["agent", "plugin", "delegation", "goal", "settlement", "returned", "loop"]
 # The stop reasons treemail words a notice for; a host may report any other (bounded, ``limits``): it is
 # stored as reported and worded generically.
