@@ -74,3 +74,33 @@ async def test_expiry_supersede_and_cancel_end_to_end(redis_url):
         bad = await host.send(root.session_id, child.handle, "x", expires_in_s=-1)
         assert bad["error"]["code"] == "send_message:invalid_arguments"
         assert len(await host.history(child.session_id)) == before
+
+
+async def test_peer_mail_is_cancelled_in_its_sources_outbox_and_a_later_admission_never_lands(redis_url):
+    from .conftest import running_stack
+    from .test_peer_outbox import Clock, driver_of, independent_trees, route
+
+    async with running_stack(redis_url, peer_admit_inline=False) as host:
+        planner, advisor = await independent_trees(host)
+        await route(host, planner, advisor, send=True, control=True)
+        driver = driver_of(host, Clock())
+        context = SendContext(planner.session_id, "run-1", "peer-1")
+        sent = await host.peers.send(context, {"peer": "advisor", "body": "review cache.py"})
+        answer = await host.obligations.cancel(sent["message_id"], planner.session_id)
+        assert (answer["outcome"], answer["by"]) == ("cancelled", "sender")
+        await driver.step()  # no attempt starts for a cancelled intent: nothing reaches the destination
+        assert [e for _, e in await host.history(advisor.session_id) if isinstance(e, ev.ProducerMessageAccepted)] == []
+        status = await host.obligations.inspect(sent["message_id"])
+        assert (status["status"], status["reason"]) == ("processed", "cancelled")
+        # Once admitted, it is cancelled on its destination, and its source learns the settlement from a driver.
+        admitted = await host.peers.send(SendContext(planner.session_id, "run-1", "peer-2"),
+                                         {"peer": "advisor", "body": "and review io.py"})
+        await driver.step()
+        assert (await host.obligations.inspect(admitted["message_id"]))["status"] == "accepted"
+        assert (await host.obligations.cancel(admitted["message_id"]))["outcome"] == "cancelled"
+        await host.start_run(advisor.session_id, "run-a")
+        assert await host.claim(advisor.session_id, "run-a") == []
+        driver.clock.time += 120
+        await driver.step()
+        status = await host.obligations.inspect(admitted["message_id"])
+        assert (status["status"], status["settlement"]["reason"]) == ("processed", "cancelled")
