@@ -31,6 +31,7 @@ folded from the accepted events. The state is written on every append: a
 mark is about 150 bytes.
 """
 
+import functools
 import hashlib
 import re
 import uuid
@@ -68,7 +69,14 @@ class Mark(NamedTuple):
 
 def fingerprint(body: str) -> tuple[int, ...]:
     """The body's bottom-k sketch of word tokens hashed to 16 bits (sorted)."""
-    tokens = set(_TOKEN.findall(body[:PREFIX_CHARS].lower()))
+    return _sketch(body[:PREFIX_CHARS])
+
+
+# One answer is fingerprinted by the decision, by the fold that decision's append makes and by every later fold
+# of the recipient's state: the same text each time, computed once.
+@functools.lru_cache(maxsize=1024)
+def _sketch(prefix: str) -> tuple[int, ...]:
+    tokens = set(_TOKEN.findall(prefix.lower()))
     return tuple(sorted({zlib.crc32(token.encode()) & 0xFFFF for token in tokens})[:SKETCH_SIZE])
 
 
