@@ -100,7 +100,7 @@ def test_every_message_records_its_cause_and_its_chain():
     assert (again.events[-1].caused_by, again.events[-1].chain_of) == ("m-2", "m-1")
 
 
-def test_a_parent_child_ping_pong_with_no_new_content_is_refused_within_four_exchanges_and_noticed_once():
+def test_a_parent_child_ping_pong_with_no_new_content_is_refused_in_its_third_exchange_and_noticed_once():
     t = tree()
     talk = Talk(t.root, t.child)
     talk.send(t.root, t.child, "Please summarise the failing test.")
@@ -110,7 +110,7 @@ def test_a_parent_child_ping_pong_with_no_new_content_is_refused_within_four_exc
         outcomes.append(talk.send(t.root, t.child, "Acknowledged, thanks."))
     codes = [o.code if isinstance(o, Refused) else "ok" for o in outcomes]
     first_refusal = codes.index(Code.LOOP_DETECTED)
-    assert first_refusal < 2 * 4  # within four exchanges (its index counts messages: two per exchange)
+    assert first_refusal == 4  # the child's third message: the third exchange (two messages each)
     assert all(code == Code.LOOP_DETECTED for code in codes[first_refusal:])
     # The root is the nearest common ancestor of a parent and its child: one notice, however often refused.
     notices = talk.notices(t.root.session_id)
@@ -168,3 +168,15 @@ def test_the_memory_the_rule_needs_is_bounded_and_survives_the_snapshot():
         state = st.evolve(state, consumed(f"m-{i}", t.child, run_id=f"run-{i}"))
     assert len(state.run_causes) == loops.MAX_RUN_CAUSES and state.chains == {}
     assert st.SessionState.from_json(state.to_json()) == state
+
+
+def test_a_ping_pong_whose_first_message_starts_the_chain_is_refused_at_its_sixth_message():
+    t = tree()
+    talk = Talk(t.root, t.child)
+    codes = []
+    for _ in range(4):
+        for sender, recipient in ((t.child, t.root), (t.root, t.child)):
+            outcome = talk.send(sender, recipient, "Thanks, all good here!")
+            codes.append(outcome.code if isinstance(outcome, Refused) else "ok")
+    assert codes.index(Code.LOOP_DETECTED) == 5  # the root's third message, in the third exchange
+    assert len(talk.notices(t.root.session_id)) == 1

@@ -21,8 +21,9 @@ The loop rule, on bodies, cheap and bounded:
 - a send from A to B is refused (``send_message:loop_detected``) when it would
   make A's streak to B reach ``STREAK_LIMIT`` (2) while B's latest message to
   A, in the same chain, already repeated itself (streak at least 1). A directed
-  ping-pong with no new content is stopped at A's fourth message, within four
-  exchanges (three when it did not start it); either side saying something
+  ping-pong with no new content is stopped at its third exchange (its fifth
+  message, or its sixth when its first message started the chain and so is
+  no answer), within the four exchanges allowed; either side saying something
   new resets its streak.
 
 The memories live in the session state (the recipient's for the pair), at
