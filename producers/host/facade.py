@@ -274,7 +274,7 @@ class Treemail:
         overlay = (await services.store.load(record)).state.rules_overlay
         return tool.tool_definition(
             record.rules, record.send_message_tool, messaging.routing, messaging.content_blocks, overlay=overlay,
-            threads=messaging.threads,
+            threads=messaging.threads, mail_control=messaging.mail_control,
         )
 
     async def send_message_for_model(self, context: SendContext, arguments) -> ToolResult:
@@ -290,7 +290,8 @@ class Treemail:
         """``send_message``, with the host's own send options (expiry, supersede key) when it gave them."""
         try:
             messaging = self._services.config.messaging
-            parsed = tool.parse_arguments(arguments, messaging.content_blocks, messaging.threads)
+            parsed = tool.parse_arguments(arguments, messaging.content_blocks, messaging.threads,
+                                          messaging.mail_control)
             tool.require_storable(parsed, messaging)
             if expires_in_s is not None or supersede_key is not None:
                 parsed = mail_options(parsed, expires_in_s, supersede_key)

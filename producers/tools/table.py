@@ -106,7 +106,7 @@ TOOLS: dict[str, ModelTool] = {
         definition=_ruled(lambda view: tool.tool_definition(
             view.record.rules, view.record.send_message_tool, view.config.messaging.routing,
             view.config.messaging.content_blocks, overlay=view.state.rules_overlay,
-            threads=view.config.messaging.threads,
+            threads=view.config.messaging.threads, mail_control=view.config.messaging.mail_control,
         )),
         call=lambda handlers, context, arguments: handlers.send_message(context, arguments),
         # The one wording of a send_message result (``send_message.result_text``), whoever renders it.

@@ -104,3 +104,21 @@ async def test_peer_mail_is_cancelled_in_its_sources_outbox_and_a_later_admissio
         await driver.step()
         status = await host.obligations.inspect(admitted["message_id"])
         assert (status["status"], status["settlement"]["reason"]) == ("processed", "cancelled")
+
+
+async def test_a_model_sets_expiry_and_a_key_where_the_host_enabled_them(redis_url):
+    from .conftest import running_stack
+
+    async with running_stack(redis_url, mail_control=True) as host:
+        root, child = await _family(host)
+        definition = await host.tool_definition(root.session_id)
+        assert {"expires_in_s", "supersede_key"} <= set(definition["input_schema"]["properties"])
+        for n, left in enumerate((90, 80)):
+            sent = await host.send_message(SendContext(root.session_id, "run-root", f"call-{n}"),
+                                           {"to": child.handle, "body": f"budget left: {left}%",
+                                            "supersede_key": "budget", "expires_in_s": 3600})
+            assert "message_id" in sent, sent
+        [latest] = await host.claim(child.session_id, "run-child")
+        assert "budget left: 80%" in latest.text
+        accepted = [e for _, e in await host.history(child.session_id) if isinstance(e, ev.ProducerMessageAccepted)]
+        assert {e.supersede_key for e in accepted} == {"budget"} and all(e.expires_at for e in accepted)

@@ -160,3 +160,24 @@ def test_peer_mail_in_its_sources_outbox_is_cancelled_there_unless_an_attempt_is
         ("MessageSettled", "cancelled"), ("MessageCancelAnswered", "cancelled")]
     source.then(events)
     assert source.state.outbox == {} and source.state.outstanding == 0  # no attempt can start any more
+
+
+# ---- the tool arguments, where the host enables them ------------------------------------------------
+
+
+def test_send_message_takes_expiry_and_a_key_only_where_the_host_enabled_them():
+    from treemail.producers.tools import send_message as tool
+
+    plain = tool.tool_definition([("*", "allow")])
+    enabled = tool.tool_definition([("*", "allow")], mail_control=True)
+    assert set(plain["input_schema"]["properties"]) == {"to", "body", "mode"}
+    assert set(enabled["input_schema"]["properties"]) == {"to", "body", "mode", "expires_in_s", "supersede_key"}
+    asked = {"to": "explore_1", "body": "STOP", "expires_in_s": 30, "supersede_key": "deploy"}
+    with pytest.raises(Rejected) as unknown:
+        tool.parse_arguments(asked)
+    assert unknown.value.code.value == "send_message:invalid_arguments"
+    parsed = tool.parse_arguments(asked, mail_control=True)
+    assert (parsed.expires_in_s, parsed.supersede_key) == (30.0, "deploy")
+    with pytest.raises(Rejected):
+        tool.parse_arguments({**asked, "expires_in_s": "soon"}, mail_control=True)
+    assert tool.parse_arguments({"to": "explore_1", "body": "hi"}, mail_control=True).expires_in_s is None
