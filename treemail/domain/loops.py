@@ -48,6 +48,8 @@ MAX_MARKS = 16
 MAX_NOTICED = 32
 # The session state's run causes: runs whose last consumed message is remembered (their runs end; bounded anyway).
 MAX_RUN_CAUSES = 16
+# Delegation trees are shallow; this only bounds the walk up to a common ancestor over a corrupt directory.
+MAX_DEPTH = 256
 
 _TOKEN = re.compile(r"\w+")
 

@@ -126,7 +126,7 @@ class SendService:
         records: dict[str, SessionRecord] = {}
         for record in (sender, recipient):
             line = [record.session_id]
-            while record is not None and record.parent_session_id and len(line) <= loops.MAX_MARKS:
+            while record is not None and record.parent_session_id and len(line) <= loops.MAX_DEPTH:
                 record = await self.directory.get(record.parent_session_id)
                 if record is not None:
                     records[record.session_id] = record
