@@ -146,6 +146,12 @@ def report(results: dict, env: dict, sizes: Sizes, quick: bool, wall: float) -> 
              f"{pace['host_cpu_us_per_send']:.0f} us vs {rt['host_cpu_us_per_send']:.0f} us; answers per pop "
              f"{pace['answers_per_listener_wakeup']:.1f} vs {rt['answers_per_listener_wakeup']:.1f}", ""),
         ]
+    loops = results.get("fanout_loops")
+    if loops is not None:
+        rows.append((f"loop detection: false refusals, {loops['children']} children x {loops['rounds']} rounds",
+                     f"{loops['false_refusals']}", f"{loops['sends']:,} sends (p50 {loops['p50_ms']:.2f} ms with claim and "
+                     f"consume); a ping-pong stopped after {loops['loop_stopped_after_messages']} messages, "
+                     f"{loops['ancestor_notices']} notice", verdict(loops["false_refusals"] == 0)))
     wake = results.get("wake_latency")
     if wake is not None:
         rows.append(("wake latency p99, commit to trigger", f"{wake['p99_ms']:.2f} ms",

@@ -43,7 +43,7 @@ from treemail.host import SendContext, Treemail
 from treemail.domain import events as ev
 from treemail.domain.state import evolve
 
-from . import fanout, floor, latency, mcp, memory, million, population, raw, replay, scale, wakes
+from . import fanout, fanout_loops, floor, latency, mcp, memory, million, population, raw, replay, scale, wakes
 from .report import ROOT, report, write_markdown
 from .sizes import FULL, QUICK, Sizes
 from .common import (Server, open_server, server_of, busy_seconds, cpu_seconds, Workers, bench_config, flush, machine, percentile, prefill_commands, count_replies,
@@ -382,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="shrink every phase for a smoke run")
     parser.add_argument("--no-write", action="store_true", help="print only, leave BENCHMARKS.md alone")
     parser.add_argument("--only", default="", help="comma-separated phases (one,raw,floor,durable,replicated,memory,two,latency,latency_low,wake_latency,fanout,history,sessions,"
-                        "replay,scale_single,routing,scale_cluster,mcp); implies --no-write")
+                        "replay,scale_single,routing,scale_cluster,mcp,fanout_loops); implies --no-write")
     args = parser.parse_args(argv)
     only = [p for p in args.only.split(",") if p]
     quick = args.quick or os.environ.get("BENCH_QUICK", "") not in ("", "0")
@@ -442,6 +442,9 @@ def main(argv: list[str] | None = None) -> int:
             ("mcp", f"phase 9: MCP over streamable HTTP, {mcp.CLIENTS} clients: send_message next to an empty tool "
                     "and the host API",
              lambda: asyncio.run(mcp.phase_mcp(url, sizes.mcp_seconds, sizes.mcp_rounds, log))),
+            ("fanout_loops", f"phase 10: loop detection, {fanout_loops.CHILDREN} children reporting to a parent and "
+                             "answered, then a ping-pong",
+             lambda: asyncio.run(fanout_loops.phase_fanout_loops(url, sizes.loop_rounds, log))),
         ]
         for key, label, run in phases:
             if only and key not in only:

@@ -27,6 +27,7 @@ from treemail.adapters.connection import connect
 from treemail.domain import commands as c
 from treemail.domain import ids, limits
 from treemail.domain.commands import SendContext
+from treemail.domain.decide.mailcontrol import with_send_options as mail_options
 from treemail.domain.errors import LifecycleError, Rejected
 from treemail.services.clock import SYSTEM_CLOCK, Clock
 
@@ -277,7 +278,7 @@ class Treemail:
         overlay = (await services.store.load(record)).state.rules_overlay
         return tool.tool_definition(
             record.rules, record.send_message_tool, messaging.routing, messaging.content_blocks, overlay=overlay,
-            threads=messaging.threads,
+            threads=messaging.threads, mail_control=messaging.mail_control,
         )
 
     async def send_message_for_model(self, context: SendContext, arguments) -> ToolResult:
@@ -286,10 +287,18 @@ class Treemail:
         return ToolResult(result, tool.result_text(result), "error" in result)
 
     async def send_message(self, context: SendContext, arguments) -> dict:
+        return await self._send(context, arguments)
+
+    async def _send(self, context: SendContext, arguments, expires_in_s: float | None = None,
+                    supersede_key: str | None = None) -> dict:
+        """``send_message``, with the host's own send options (expiry, supersede key) when it gave them."""
         try:
             messaging = self._services.config.messaging
-            parsed = tool.parse_arguments(arguments, messaging.content_blocks, messaging.threads)
+            parsed = tool.parse_arguments(arguments, messaging.content_blocks, messaging.threads,
+                                          messaging.mail_control)
             tool.require_storable(parsed, messaging)
+            if expires_in_s is not None or supersede_key is not None:
+                parsed = mail_options(parsed, expires_in_s, supersede_key)
             if parsed.in_reply_to is not None:
                 parsed = await self.history.joined_thread(context.session_id, parsed)
         except Rejected as rejection:
@@ -304,7 +313,8 @@ class Treemail:
         return outcome
 
     async def send(self, sender_session_id: str, to: str, body: str, *, mode: str = "steer",
-                   idempotency_key: str | None = None, run_id: str | None = None) -> dict:
+                   idempotency_key: str | None = None, run_id: str | None = None,
+                   expires_in_s: float | None = None, supersede_key: str | None = None) -> dict:
         """A programmatic send by the host (not a model's tool call), under the caller's own idempotency key.
 
         The same key (for this sender and ``run_id``) returns the first
@@ -312,6 +322,9 @@ class Treemail:
         and errors are those of ``send_message``. ``run_id``: the run it is
         sent from, by default the sender's open run (exact live sender: only a
         session's open run may send; with none open it is ``sender_not_live``).
+        ``expires_in_s``: the message expires unclaimed that long after it is accepted (never reaches a
+        model; settled as expired). ``supersede_key``: it replaces the unclaimed older message this sender
+        sent the recipient with the same key. Both: see the mail-control page.
         """
         # Kept as the tool call id ("key:<key>"), within its limit.
         limits.require_text("idempotency_key", idempotency_key, limits.MAX_IDEMPOTENCY_KEY_BYTES, optional=True)
@@ -320,5 +333,5 @@ class Treemail:
             store = self._services.store
             record = await store.directory.get(sender_session_id)
             run_id = (await store.load(record)).state.current_run if record is not None else None
-        return await self.send_message(SendContext(sender_session_id, run_id or "", call),
-                                       {"to": to, "body": body, "mode": mode})
+        return await self._send(SendContext(sender_session_id, run_id or "", call),
+                                {"to": to, "body": body, "mode": mode}, expires_in_s, supersede_key)

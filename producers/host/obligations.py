@@ -167,6 +167,39 @@ class Obligations:
             return error_result(Code.NOT_PARKED.value, error.message)
         return await self.inspect(message_id, caller_session_id)
 
+    async def cancel(self, message_id: str, caller_session_id: str | None = None) -> dict:
+        """Take a sent message back: ``cancelled`` if no claim took it yet (it never reaches a model, and its
+        sender's settlement says ``cancelled``), ``already_delivered`` once a claim did or it was processed.
+
+        Decided on the recipient's stream, where claims are decided, so a claim and a cancel racing on any
+        number of workers are ordered there: never both. ``caller_session_id``: the sender or a session it
+        was delegated from; None is the host. A message already discarded (expired, superseded, cancelled)
+        answers ``cancelled`` with its reason."""
+        located = await self._locate(message_id, caller_session_id, "control")
+        if isinstance(located, dict):
+            return located
+        found, recipient, _ = located
+        if isinstance(found.sent, ev.MessageRefused):
+            return settled(message_id)
+        by = "host" if caller_session_id is None else "sender" if caller_session_id == found.sender_id else "ancestor"
+        if found.settled is not None:
+            return _cancel_answer(message_id, found.settled, by)
+        if isinstance(found.sent, ev.PeerIntentStored):
+            # Peer mail still in its source's outbox: cancelled there, where its admission attempts start.
+            sender = await self._sessions.record(found.sender_id)
+            try:
+                events = await self._sessions.execute(c.CancelPeerDelivery(sender.session_id, message_id, by), sender)
+            except LifecycleError as error:
+                return error_result(error.code, error.message)
+        elif recipient is None:
+            return _cancel_answer(message_id, None, by)
+        else:
+            events = await self._sessions.execute(c.CancelMail(recipient.session_id, message_id, by), recipient)
+        answer = next((e for e in events if isinstance(e, ev.MessageCancelAnswered)), None)
+        if answer is None:
+            return _cancel_answer(message_id, None, by)
+        return {"message_id": message_id, "outcome": answer.outcome, "by": by}
+
     async def _retry_peer(self, message_id: str, found, caller_session_id: str | None) -> dict:
         """A parked peer delivery gets a new budget on its source, and is due at once."""
         sender = await self._sessions.record(found.sender_id)
@@ -213,6 +246,13 @@ class Obligations:
                         await self._disposal.complete_interrupted(session_id)
         woken = sum(isinstance(e, ev.SessionWakeRequested) for e in finished)
         return woken + (await self._sweeper.sweep(stale_before=started)).wakes
+
+
+def _cancel_answer(message_id: str, settled_record, by: str) -> dict:
+    """A message settled before the cancel: processed (delivered), or discarded with its reason."""
+    if settled_record is not None and settled_record.outcome == "discarded":
+        return {"message_id": message_id, "outcome": "cancelled", "by": by, "reason": settled_record.reason}
+    return {"message_id": message_id, "outcome": "already_delivered", "by": by}
 
 
 def _is_peer(sent) -> bool:

@@ -1,4 +1,5 @@
-"""Model-facing ``inspect_message`` and ``retry_message`` tools (a sender follows its own mail); a host installs either, both or none.
+"""Model-facing ``inspect_message``, ``retry_message`` and ``cancel_message`` tools (a sender follows its own mail,
+and takes it back); a host installs any of them, or none.
 
 Like send_message, the caller's identity comes from the host's context
 (``SendContext.session_id``), never from the arguments, and every answer is
@@ -28,6 +29,10 @@ DESCRIPTIONS = {
     "retry_message": (
         "Restart delivery of a parked message you sent (inspect_message says `parked`). A processed or "
         "refused message cannot be retried: send a new one instead."
+    ),
+    "cancel_message": (
+        "Take back a message you sent: `cancelled` if the recipient has not received it yet (it never will), "
+        "`already_delivered` if it has. Give the `message_id` that send_message returned."
     ),
 }
 TOOL_NAMES = tuple(DESCRIPTIONS)
@@ -66,6 +71,8 @@ class Inspector(Protocol):
 
     async def retry(self, message_id: str, caller_session_id: str | None = None) -> dict: ...
 
+    async def cancel(self, message_id: str, caller_session_id: str | None = None) -> dict: ...
+
 
 async def handle(inspector: Inspector, name: str, context: SendContext, arguments: Any) -> dict:
     """Run the tool ``name`` for the session in ``context``."""
@@ -74,7 +81,8 @@ async def handle(inspector: Inspector, name: str, context: SendContext, argument
     message_id = parse_arguments(arguments)
     if isinstance(message_id, dict):
         return message_id
-    action = inspector.inspect if name == "inspect_message" else inspector.retry
+    action = {"inspect_message": inspector.inspect, "retry_message": inspector.retry,
+              "cancel_message": inspector.cancel}[name]
     return await action(message_id, context.session_id)
 
 

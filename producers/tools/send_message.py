@@ -11,6 +11,7 @@ from treemail.domain.blocks import text_of
 from treemail.domain.commands import SendArguments
 from treemail.domain.decide import content
 from treemail.domain.decide.guards import require_not_blank
+from treemail.domain.decide.mailcontrol import with_send_options
 from treemail.domain.errors import Code, Rejected
 from treemail.domain.messaging import MessagingConfig
 from treemail.domain.results import engine_shutdown, error_result
@@ -30,6 +31,18 @@ MODES = ("steer", "queue")
 IN_REPLY_TO = "in_reply_to"
 THREAD_ARGUMENT = "The message_id of a message you received and are answering: your message joins its thread."
 THREAD_DESCRIPTION = " To answer a message you received, give its message_id as `in_reply_to`."
+# Expiry and supersede (host-enabled, ``[messaging] mail_control``): the two optional arguments they add.
+EXPIRES = "expires_in_s"
+SUPERSEDE = "supersede_key"
+MAIL_CONTROL_ARGUMENTS = {
+    EXPIRES: {"type": "number", "exclusiveMinimum": 0, "maximum": 604800,
+              "description": "Seconds after which the message is useless: unread by then, it is never delivered."},
+    SUPERSEDE: {"type": "string", "minLength": 1, "maxLength": 200,
+                "description": "A name for what the message is about (like `progress`): it replaces your earlier "
+                               "unread message to the same recipient with the same name."},
+}
+MAIL_CONTROL_DESCRIPTION = (" A message that is useless after a while can carry `expires_in_s`; one that replaces your "
+                            "earlier unread one on the same subject, a `supersede_key`.")
 
 DESCRIPTION = (
     "Send a message to another agent in your delegation tree (your parent, your children, or peers "
@@ -44,6 +57,7 @@ DESCRIPTION = (
 def tool_definition(
     rules: list[tuple[str, str]], send_message_tool: bool = True, routing: str = "tree",
     content_blocks: bool = False, overlay: list[tuple[str, str]] | tuple = (), threads: bool = False,
+    mail_control: bool = False,
 ) -> dict | None:
     """The tool for a session, or None when its rules (under the host's overlay, if any) hide it.
 
@@ -63,6 +77,9 @@ def tool_definition(
     if threads:
         properties[IN_REPLY_TO] = {"type": "string", "minLength": 1, "description": THREAD_ARGUMENT}
         description += THREAD_DESCRIPTION
+    if mail_control:
+        properties.update(MAIL_CONTROL_ARGUMENTS)
+        description += MAIL_CONTROL_DESCRIPTION
     return {
         "name": TOOL_NAME,
         "description": description,
@@ -87,16 +104,19 @@ def _is_unicode_text(text: str) -> bool:
     return True
 
 
-def parse_arguments(raw: Any, content_blocks: bool = False, threads: bool = False) -> SendArguments:
+def parse_arguments(raw: Any, content_blocks: bool = False, threads: bool = False,
+                    mail_control: bool = False) -> SendArguments:
     """Strict: the model's JSON object (or its text) with exactly to, body and optionally mode.
 
     With ``content_blocks`` (the deployment's setting) ``body`` may also be a list of blocks; with
-    ``threads``, ``in_reply_to`` may name the message it answers (the host checks and threads it).
+    ``threads``, ``in_reply_to`` may name the message it answers (the host checks and threads it); with
+    ``mail_control``, ``expires_in_s`` and ``supersede_key`` are the send options a host may also give.
     """
     raw = arguments.json_object(raw, _invalid, "`to`, `body` and optional `mode`")
     if "recipient_session_id" in raw:
         raise _invalid("`recipient_session_id` was renamed: put the recipient's handle or session id in `to`")
-    arguments.refuse_unknown(raw, (*ALLOWED, IN_REPLY_TO) if threads else ALLOWED, _invalid)
+    allowed = (*ALLOWED, *((IN_REPLY_TO,) if threads else ()), *((EXPIRES, SUPERSEDE) if mail_control else ()))
+    arguments.refuse_unknown(raw, allowed, _invalid)
     in_reply_to = raw.get(IN_REPLY_TO)
     if in_reply_to is not None and not (isinstance(in_reply_to, str) and in_reply_to.strip()
                                         and _is_unicode_text(in_reply_to) and len(in_reply_to) <= 200):
@@ -122,8 +142,11 @@ def parse_arguments(raw: Any, content_blocks: bool = False, threads: bool = Fals
     # (Content blocks are judged whole, every block counted, by the decider's content guard.)
     if blocks is None:
         require_not_blank(raw["body"])
-    return SendArguments(to=raw["to"].strip(), body=raw["body"], mode=mode, blocks=blocks,
-                         in_reply_to=in_reply_to.strip() if in_reply_to else None)
+    parsed = SendArguments(to=raw["to"].strip(), body=raw["body"], mode=mode, blocks=blocks,
+                           in_reply_to=in_reply_to.strip() if in_reply_to else None)
+    if raw.get(EXPIRES) is not None or raw.get(SUPERSEDE) is not None:
+        parsed = with_send_options(parsed, raw.get(EXPIRES), raw.get(SUPERSEDE))
+    return parsed
 
 
 # ---- what the model reads --------------------------------------------------------------------

@@ -109,7 +109,7 @@ TOOLS: dict[str, ModelTool] = {
         definition=_ruled(lambda view: tool.tool_definition(
             view.record.rules, view.record.send_message_tool, view.config.messaging.routing,
             view.config.messaging.content_blocks, overlay=view.state.rules_overlay,
-            threads=view.config.messaging.threads,
+            threads=view.config.messaging.threads, mail_control=view.config.messaging.mail_control,
         )),
         call=lambda handlers, context, arguments: handlers.send_message(context, arguments),
         # The one wording of a send_message result (``send_message.result_text``), whoever renders it.
@@ -131,6 +131,13 @@ TOOLS: dict[str, ModelTool] = {
         definition=_installed("retry_message", lambda handlers, view: _message_tool("retry_message")),
         call=lambda handlers, context, arguments: message_tools.handle(
             handlers.message_tools, "retry_message", context, arguments),
+    ),
+    # ... takes back one a recipient has not received yet (cancel) ...
+    "cancel_message": ModelTool(
+        definition=_installed("cancel_message", lambda handlers, view: _message_tool("cancel_message")),
+        call=lambda handlers, context, arguments: message_tools.handle(
+            handlers.message_tools, "cancel_message", context, arguments),
+        text=lambda result: f"message {result['message_id']}: {result['outcome']}",
     ),
     # ... and talks over its peer routes, each tool offered only where a grant allows it.
     "send_to_peer": ModelTool(

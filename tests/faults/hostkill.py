@@ -1,6 +1,7 @@
-"""A host process that kills itself (SIGKILL, as kill -9) before its (N+1)th append: one finish_run or dispose.
+"""A host process that kills itself (SIGKILL, as kill -9) before its (N+1)th append: one finish_run or dispose,
+a cancel (SESSION_ID is then the message id), or a claim whose deliveries it consumes.
 
-``python -m tests.faults.hostkill URL finish|dispose SESSION_ID RUN_ID N``. The appends are the points of the
+``python -m tests.faults.hostkill URL finish|dispose|cancel|claim SESSION_ID RUN_ID N``. The appends are the points of the
 operation where a dying host could leave part of it done: each is one atomic step, so "before append N+1"
 covers every point between two steps, and N past the last append lets the operation complete.
 """
@@ -35,6 +36,11 @@ async def main(url: str, operation: str, session_id: str, run_id: str, after: in
     try:
         if operation == "finish":
             await host.finish_run(session_id, run_id, "completed", "closing words")
+        elif operation == "cancel":
+            await host.obligations.cancel(session_id)
+        elif operation == "claim":
+            for delivery in await host.claim(session_id, run_id):
+                await host.consume(session_id, delivery.message_id)
         else:
             await host.disposal.dispose(session_id, "aborted", "stopped early")
     finally:

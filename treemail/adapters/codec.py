@@ -18,6 +18,7 @@ import orjson
 from ..domain.protocol import PROTOCOL_VERSION
 from ..domain import blocks, compactjson, limits, protocol
 from ..domain.commands import SendArguments, SendContext, SendMessage
+from ..domain.decide.mailcontrol import require_send_options
 
 MODES = ("steer", "queue")
 # An id or reply list longer than this is not one a producer wrote.
@@ -56,6 +57,8 @@ def encode_command(command: SendMessage) -> str:
         data["tp"] = command.traceparent  # tracing: the preparation's trace continues in the worker
     if a.in_reply_to:
         data["th"] = [a.in_reply_to, a.thread_id]  # threads: only an answer carries them
+    if a.expires_in_s is not None or a.supersede_key is not None:
+        data["mc"] = [a.expires_in_s, a.supersede_key]  # expiry and supersede: only a send that uses them
     return json.dumps(data, separators=(",", ":"))
 
 
@@ -123,6 +126,13 @@ def parse_command(data: str | bytes, *, check_version: bool = True) -> SendMessa
     thread = decoded.get("th", [None, None])
     if not (isinstance(thread, list) and len(thread) == 2 and all(t is None or is_text(t) for t in thread)):
         raise invalid("`th` must be [in reply to, thread id]")
+    control = decoded.get("mc", [None, None])
+    try:
+        if not (isinstance(control, list) and len(control) == 2):
+            raise ValueError("must be [expires in seconds, supersede key]")
+        require_send_options(*control)
+    except ValueError as error:
+        raise invalid(f"`mc` {error}") from None
     sid, run, call = ctx
     to, body, mode = args[:3]
     try:
@@ -131,5 +141,5 @@ def parse_command(data: str | bytes, *, check_version: bool = True) -> SendMessa
         # A producer older than the limits (or not this one) sent it: refused like any malformed command.
         raise invalid(error.message) from None
     return SendMessage(
-        command_id, context, SendArguments(to, body, mode, parsed_blocks, *thread), reply_to, traceparent
+        command_id, context, SendArguments(to, body, mode, parsed_blocks, *thread, *control), reply_to, traceparent
     )

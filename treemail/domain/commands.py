@@ -46,6 +46,10 @@ class SendArguments:
     # received) and that message's thread, which the answer joins (the host's, never the model's).
     in_reply_to: str | None = None
     thread_id: str | None = None
+    # Expiry and supersede: the host's send options, never a model's (``mailcontrol.py``). Seconds from the
+    # decision until the message expires unclaimed (None: never), and the key a newer message replaces it by.
+    expires_in_s: float | None = None
+    supersede_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -453,7 +457,8 @@ class RetryPeerDelivery:
 # (which the rules govern) are offered to a session only once its host installs them.
 INSTALLABLE_TOOLS = ("inspect_message", "retry_message", "send_to_peer", "reply_to_peer", "peer_inbox", "search_mail",
                      # whole subtrees: a broadcast to every descendant
-                     "message_subtree")
+                     "message_subtree",
+                     "cancel_message")
 
 
 @dataclass(frozen=True)
@@ -508,6 +513,22 @@ class InterruptRun:
     by_session_id: str
     by_handle: str = ""
     reason: str = ""
+# Cancel: decided on the recipient's stream, where a claim and a cancel are ordered by its etag.
+@dataclass(frozen=True)
+class CancelMail:
+    session_id: str
+    message_id: str
+    # Who asked: "sender" (the sending session) or "host".
+    by: str = "host"
+
+
+# Cancel of peer mail still in its source's outbox: decided on the source, where every admission attempt
+# is started, so an attempt and a cancel are ordered there.
+@dataclass(frozen=True)
+class CancelPeerDelivery:
+    session_id: str
+    message_id: str
+    by: str = "host"
 
 
 SessionCommand = (
@@ -518,4 +539,5 @@ SessionCommand = (
     | DrivePeerDelivery | RecordPeerAdmission | SettlePeerDelivery | RetryPeerDelivery | DiscardPeerDelivery
     # Whole subtrees.
     | BroadcastToSubtree | RecordBroadcastDelivery | StopSubtree | InterruptRun
+    | CancelMail | CancelPeerDelivery
 )

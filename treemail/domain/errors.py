@@ -74,6 +74,10 @@ class Code(str, Enum):
     SUBTREE_SENDER_NOT_LIVE = "message_subtree:sender_not_live"
     SUBTREE_IDEMPOTENCY_CONFLICT = "message_subtree:idempotency_conflict"
     SUBTREE_ENGINE_SHUTDOWN = "message_subtree:engine_shutdown"
+    # Loop detection: a ping-pong with no new content (``loops.py``).
+    LOOP_DETECTED = "send_message:loop_detected"
+    # Cancel: peer mail whose admission attempt is in flight cannot be decided yet.
+    CANCEL_IN_FLIGHT = "cancel_message:in_flight"
 
 
 MAX_MESSAGE_CHARS = 8192

@@ -16,8 +16,8 @@ Status = Literal["queued", "running", "idle", "finished"]
 Mode = Literal["steer", "queue"]
 # Who produced a message on the recipient: an agent via send_message, or one
 # of the host's own producers that inject mail.
-# "settlement" and "returned" are notices treemail itself writes: never an agent's words.
-OwnerKind = Literal["agent", "plugin", "delegation", "goal", "settlement", "returned"]
+# "settlement", "returned" and "loop" are notices treemail itself writes: never an agent's words.
+OwnerKind = Literal["agent", "plugin", "delegation", "goal", "settlement", "returned", "loop"]
 # The stop reasons treemail words a notice for; a host may report any other (bounded, ``limits``): it is
 # stored as reported and worded generically.
 StopReason = Literal["completed", "aborted", "max_tokens", "refusal", "error"]
@@ -130,6 +130,14 @@ class ProducerMessageAccepted(Event):
     # The conversation it belongs to: the thread of the tree message it answers (``in_reply_to``). None:
     # it starts its own thread, whose id is its message id (``thread_of``).
     thread_id: str | None = None
+    # Causation: the agent message the sender's run consumed last before sending (None: none), and the causal
+    # chain (None: it starts one, whose id is its own message id, ``chain_of``). A loop notice names the chain.
+    caused_by: str | None = None
+    chain_id: str | None = None
+    # Expiry and supersede (``mailcontrol.py``): when it expires unclaimed (None: never), and the key a newer
+    # message from the same sender replaces it by while it is unclaimed.
+    expires_at: float | None = None
+    supersede_key: str | None = None
 
     def implied(self) -> set[str] | None:
         return _implied_by_sender(self)
@@ -138,6 +146,11 @@ class ProducerMessageAccepted(Event):
     def thread_of(self) -> str:
         """The thread the message belongs to: the one it joined, else its own."""
         return self.thread_id or self.message_id
+
+    @property
+    def chain_of(self) -> str:
+        """The causal chain the message belongs to: its cause's, else its own."""
+        return self.chain_id or self.message_id
 
 
 class SessionRunStarted(Event):
@@ -430,6 +443,14 @@ class SessionDrainLifted(Event):
     by: str
 
 
+# Cancel: the answer to a cancel, on the recipient's stream (a cancelled message is also discarded, reason
+# "cancelled", in the same step): "cancelled" or "already_delivered"; ``by``: "sender" or "host".
+class MessageCancelAnswered(Event):
+    message_id: str
+    outcome: Literal["cancelled", "already_delivered"]
+    by: str = "host"
+
+
 # Tools installed one by one: the optional model-facing tools the host offers this session.
 class ToolsInstalled(Event):
     tools: list[str]
@@ -522,6 +543,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         SubtreeBroadcastStarted,
         SubtreeBroadcastDelivered,
         SubtreeStopStarted,
+        # Cancel.
+        MessageCancelAnswered,
     )
 }
 

@@ -38,6 +38,7 @@ from .decide.lifecycle import (
     decide_status,
 )
 from .decide import peerdelivery
+from .decide.mailcontrol import decide_cancel, decide_cancel_peer, expiring_senders
 from .decide.interrupt import decide_interrupt
 from .decide.rules import decide_overlay_rules
 from .decide.obligations import decide_keep, decide_retry
@@ -98,7 +99,8 @@ HANDLERS: dict[type, Handler] = {
     # effective permissions: the session overlay
     c.OverlayMessageRules: Handler(decide_overlay_rules),
     # Delivery as an obligation.
-    c.KeepObligations: Handler(decide_keep, reads_mail="all"),
+    # Expiry: an expired message is settled with its sender, in the pump's same step.
+    c.KeepObligations: Handler(decide_keep, reads_mail="all", reads_senders=expiring_senders),
     c.RetryMail: Handler(decide_retry, reads_mail="all"),
     # Peer routes and grants (on the target's stream); a peer send is decided like the
     # interrupt, on what ``services.peers`` loads, by the send's own guards
@@ -131,6 +133,9 @@ HANDLERS: dict[type, Handler] = {
     c.RecordBroadcastDelivery: Handler(subtree.decide_broadcast_delivery),
     c.StopSubtree: Handler(subtree.decide_stop_subtree),
     c.InterruptRun: Handler(subtree.decide_interrupt_run),
+    # Cancel: decided where claims are, so the two are ordered; a cancelled message's sender records it.
+    c.CancelMail: Handler(decide_cancel, reads_mail="named", reads_senders=outbound.mail_senders),
+    c.CancelPeerDelivery: Handler(decide_cancel_peer),
 }
 
 

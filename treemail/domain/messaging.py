@@ -45,3 +45,6 @@ class MessagingConfig(BaseModel):
     # The host makes the first admission attempt of a peer send itself, before answering the model (the
     # pump makes the others); off leaves every attempt to the pump.
     peer_admit_inline: bool = True
+    # Expiry and supersede: send_message takes optional `expires_in_s` and `supersede_key` (the host API has them
+    # either way); off keeps the plain send_message surface.
+    mail_control: bool = False

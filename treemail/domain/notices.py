@@ -9,6 +9,8 @@ guards:
   no closing message."). Delivered to the parent.
 - ``returned``: a message accepted before its recipient's disposal cutoff that
   the recipient never processed, handed back to its sender with the reason.
+- ``loop``: two sessions were stopped answering each other with no new
+  content; told once to their nearest common ancestor (``loops.py``).
 
 Rendered as ``<treemail_notice kind="...">``, never as ``<agent_message>``:
 
@@ -26,7 +28,7 @@ from .decide import routing
 from .records import SessionRecord
 from .state import SessionState
 
-NOTICE_KINDS = {"settlement": "subagent_settled", "returned": "message_returned"}
+NOTICE_KINDS = {"settlement": "subagent_settled", "returned": "message_returned", "loop": "loop_stopped"}
 
 # The summary line for a completed run, and its variants per stop reason.
 _ENDED = {

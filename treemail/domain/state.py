@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import orjson
 
-from . import compactjson
+from . import compactjson, loops
 from . import events as ev
 from .frozen import replace
 from . import outbox as peer_outbox
@@ -82,6 +82,15 @@ class SessionState:
     settled_notice: str = ""
     # Its run was aborted (an interrupt): its mail waits, unwoken, until a new message or run (or a retry) comes.
     abort_hold: bool = False
+    # Causation and loop detection (``loops.py``): run id -> (the last agent message it consumed, that one's
+    # chain); pending agent mail of another message's chain -> the chain; sender -> what this session remembers of
+    # its last message (the loop rule's mark); the chains whose loop notice was written here (once each).
+    run_causes: dict[str, tuple[str, str]] = field(default_factory=dict)
+    chains: dict[str, str] = field(default_factory=dict)
+    loop_marks: dict[str, loops.Mark] = field(default_factory=dict)
+    loop_notices: tuple[str, ...] = ()
+    # Supersede (``mailcontrol.py``): "<sender> <key>" -> the unclaimed message a newer one with that key replaces.
+    superseding: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> str:
         """Only the fields that differ from a new session's (``from_json`` fills in the rest, as it does
@@ -106,6 +115,9 @@ class SessionState:
         data["peers"] = peer_state.PeerState.from_obj(data["peers"]) if "peers" in data else peer_state.EMPTY
         data["drained_by"] = frozenset(data.get("drained_by", ()))
         data["outbox"] = {row[0]: peer_outbox.Row.from_list(row) for row in data.get("outbox", ())}
+        data["run_causes"] = {k: tuple(v) for k, v in data.get("run_causes", {}).items()}
+        data["loop_marks"] = {k: loops.Mark.from_list(v) for k, v in data.get("loop_marks", {}).items()}
+        data["loop_notices"] = tuple(data.get("loop_notices", ()))
         # A snapshot written by a newer version may carry fields this one does not know.
         return cls(**{k: v for k, v in data.items() if k in _STATE_FIELDS})
 
@@ -122,6 +134,9 @@ _SNAPSHOT_FORM = {
     "peers": lambda peers: peers.to_obj(),
     "drained_by": sorted,
     "outbox": lambda rows: [row.to_list() for row in rows.values()],
+    "run_causes": lambda causes: {k: list(v) for k, v in causes.items()},
+    "loop_marks": lambda marks: {k: m.to_list() for k, m in marks.items()},
+    "loop_notices": list,
 }
 
 
@@ -149,13 +164,17 @@ class MailItem:
     # Peer mail: its sender is in another slot and learns of its settlement from a driver (``outbox.py``),
     # never from this session's step.
     peer: bool = False
+    # Expiry and supersede: when it expires unclaimed (0: never), and its supersede key ("" none).
+    expires_at: float = 0.0
+    supersede_key: str = ""
 
     def to_json(self) -> str:
         """Kept under its message id (the mail hash's field), so the id is not written again; the
         position comes first, and the fields still at their default at the end are left out (an item
         is written on every send and kept until it is processed)."""
         fields = [self.seq, self.owner, self.sender_session_id, self.agent_hop, self.mode, self.state,
-                  self.run_id, self.attempts, self.since, self.claimed_at, self.retry_at, self.reason, self.trace, self.peer]
+                  self.run_id, self.attempts, self.since, self.claimed_at, self.retry_at, self.reason, self.trace, self.peer,
+                  self.expires_at, self.supersede_key]
         while len(fields) > _ITEM_REQUIRED and fields[-1] == _ITEM_DEFAULTS[len(fields) - 1]:
             fields.pop()
         return compactjson.dumps(fields)
@@ -173,7 +192,7 @@ class MailItem:
 # The compact item's order after its position: owner .. run_id are always written; attempts .. trace
 # are dropped from the end while they hold these defaults.
 _ITEM_REQUIRED = 7
-_ITEM_DEFAULTS = (None,) * _ITEM_REQUIRED + (0, 0.0, 0.0, 0.0, "", "", False)
+_ITEM_DEFAULTS = (None,) * _ITEM_REQUIRED + (0, 0.0, 0.0, 0.0, "", "", False, 0.0, "")
 
 
 def _recent(producers: tuple[str, ...], producer_id: str) -> tuple[str, ...]:
@@ -209,6 +228,34 @@ def _drain(state: SessionState, event: ev.MessageEvent) -> SessionState:
     return replace(state, pending_agent=max(0, state.pending_agent - 1), pair_inflight=pairs)
 
 
+def _chained(state: SessionState, event: ev.ProducerMessageAccepted) -> dict:
+    """An answer's chain (kept while it is pending) and its sender's loop mark; a message that starts a chain
+    answers nothing and leaves neither (``loops.py``)."""
+    chain = event.chain_id
+    if chain is None:
+        return {}
+    sender = event.sender_session_id
+    mark = loops.next_mark(state.loop_marks.get(sender), chain, event.body)
+    return {"loop_marks": loops.remembered(state.loop_marks, sender, mark),
+            "chains": {**state.chains, event.message_id: chain}}
+
+
+def _caused(state: SessionState, event: ev.ProducerMessageConsumed) -> dict:
+    """A consumed agent message is what the run's next message is caused by (``loops.cause_of``)."""
+    if not _counted(event.owner) or event.run_id is None:
+        return {}
+    chains = state.chains
+    chain = chains.get(event.message_id, event.message_id)
+    causes = {k: v for k, v in state.run_causes.items() if k != event.run_id}
+    causes[event.run_id] = (event.message_id, chain)
+    while len(causes) > loops.MAX_RUN_CAUSES:
+        causes.pop(next(iter(causes)))
+    changes: dict = {"run_causes": causes}
+    if event.message_id in chains:
+        changes["chains"] = {k: v for k, v in chains.items() if k != event.message_id}
+    return changes
+
+
 def evolve(state: SessionState, event: ev.Event) -> SessionState:
     if type(event) in peer_state.FOLDED:  # peer routes and grants: then the cases below, as for any event
         peers = peer_state.evolve(state.peers, event)
@@ -219,7 +266,21 @@ def evolve(state: SessionState, event: ev.Event) -> SessionState:
     return _evolve_common(state, event)
 
 
+def supersede_entry(sender: str | None, key: str) -> str:
+    return f"{sender} {key}"
+
+
+def _unsupersedable(state: SessionState, message_id: str) -> SessionState:
+    """Claimed or done: a newer message with its key no longer replaces it."""
+    if message_id not in state.superseding.values():
+        return state
+    return replace(state, superseding={k: v for k, v in state.superseding.items() if v != message_id})
+
+
 def _evolve_common(state: SessionState, event: ev.Event) -> SessionState:
+    if state.superseding and isinstance(event, (ev.ProducerMessageClaimed, ev.ProducerMessageConsumed,
+                                                ev.ProducerMessageDiscarded)):
+        state = _unsupersedable(state, event.message_id)
     # A match tries its cases in order: the events every send folds come first (each case passed costs an
     # isinstance check, and the sender's MessageSent was fifteenth).
     match event:
@@ -235,6 +296,13 @@ def _evolve_common(state: SessionState, event: ev.Event) -> SessionState:
                 pairs = dict(state.pair_inflight)
                 pairs[sender] = pairs.get(sender, 0) + 1
                 changes.update(pending_agent=state.pending_agent + 1, pair_inflight=pairs)
+                if isinstance(event, ev.ProducerMessageAccepted):
+                    changes.update(_chained(state, event))
+                    if event.supersede_key:
+                        key = supersede_entry(sender, event.supersede_key)
+                        changes["superseding"] = {**state.superseding, key: event.message_id}
+            elif owner == "loop" and isinstance(event, ev.ProducerMessageAccepted) and event.chain_id:
+                changes["loop_notices"] = (*state.loop_notices, event.chain_id)[-loops.MAX_NOTICED:]
             return replace(state, **changes)
         # Delivery as an obligation: the sender's own record of its send intents.
         case ev.MessageSent():
@@ -251,6 +319,8 @@ def _evolve_common(state: SessionState, event: ev.Event) -> SessionState:
             return replace(state, wake_pending=True, wake_requested_at=event.at)
         case ev.SessionRunFinished(run_id=run_id):
             hops = {k: v for k, v in state.run_hops.items() if k != run_id}
+            if run_id in state.run_causes:
+                state = replace(state, run_causes={k: v for k, v in state.run_causes.items() if k != run_id})
             if state.current_run != run_id:
                 return replace(state, run_hops=hops)
             # A session whose run ended is idle until its host says it finished or a new run starts.
@@ -261,8 +331,10 @@ def _evolve_common(state: SessionState, event: ev.Event) -> SessionState:
             return replace(state, status="idle", current_run=None, run_hops=hops, last_run=run_id,
                            abort_hold=aborted)
         case ev.ProducerMessageConsumed():
-            return _drain(replace(state, run_hops=_observe(state, event)), event)
+            return _drain(replace(state, run_hops=_observe(state, event), **_caused(state, event)), event)
         case ev.ProducerMessageDiscarded():
+            if event.message_id in state.chains:
+                state = replace(state, chains={k: v for k, v in state.chains.items() if k != event.message_id})
             return _drain(state, event)
         case ev.ProducerMessageAdmitted() | ev.ProducerMessageClaimed():
             return replace(state, run_hops=_observe(state, event))
@@ -349,6 +421,8 @@ def evolve_mail(mail: dict[str, MailItem], event: ev.Event, seq: int) -> dict[st
                 trace=event.traceparent or "",
                 peer=event.principal is not None,
                 reason=NEXT_INCARNATION if event.next_incarnation else "",
+                expires_at=event.expires_at or 0.0,
+                supersede_key=event.supersede_key or "",
             )
         case ev.ProducerMessageAdmitted() | ev.ProducerMessageClaimed() | ev.ProducerMessageReleased():
             item = mail.get(event.message_id)

@@ -18,7 +18,7 @@ from typing import NamedTuple
 from ..adapters import keys, metrics
 from ..adapters.codec import encode_answer
 from ..adapters.eventstore import EventStore, Loaded, PreparedAppend, Reply, SendReads, parse_append
-from ..domain import ids, proof
+from ..domain import ids, loops, proof
 from ..domain.commands import SendMessage
 from ..domain.commitplan import Idempotency, plan_commit
 from ..domain.decide import idempotency, routing
@@ -27,6 +27,7 @@ from ..domain.decide.send import Accepted, AwaitsApproval, Refused, Replayed, Se
 from ..domain.handlers import HANDLERS
 from ..domain.messaging import MessagingConfig
 from ..domain.records import Peer, SessionRecord
+from ..domain.outbound import Sender
 from ..domain.state import SessionState
 from .clock import SYSTEM_CLOCK, Clock
 from .heldreads import HeldReads
@@ -50,6 +51,10 @@ class _Work:
     now: float = 0.0
     # (command stream, entry id): set when the command's append may answer it and acknowledge the entry.
     entry: tuple[str, str | bytes] | None = None
+    # Loop detection: the nearest common ancestor a loop notice goes to, once a decision asked for it.
+    wants_ancestor: bool = False
+    ancestor: SessionRecord | None = None
+    ancestor_looked: bool = False
 
 
 class Decided(NamedTuple):
@@ -111,6 +116,24 @@ class SendService:
             if isinstance(w.target, NoSuchHandle) and w.sender is not None:
                 # The error repairs itself: it lists who the sender can address.
                 w.target = NoSuchHandle(to, await self._peers(w.sender))
+        for w in work:
+            if w.wants_ancestor and not w.ancestor_looked and isinstance(w.target, SessionRecord):
+                w.ancestor, w.ancestor_looked = await self._common_ancestor(w.sender, w.target), True
+
+    async def _common_ancestor(self, sender: SessionRecord, recipient: SessionRecord) -> SessionRecord | None:
+        """The nearest session above both (a loop notice's reader), walking the directory up from each."""
+        lines: list[list[str]] = []
+        records: dict[str, SessionRecord] = {}
+        for record in (sender, recipient):
+            line = [record.session_id]
+            while record is not None and record.parent_session_id and len(line) <= loops.MAX_DEPTH:
+                record = await self.directory.get(record.parent_session_id)
+                if record is not None:
+                    records[record.session_id] = record
+                    line.append(record.session_id)
+            lines.append(line)
+        found = loops.common_ancestor(*lines)
+        return records.get(found) if found else None
 
     async def _peers(self, sender: SessionRecord) -> list[Peer]:
         """Everyone else in the sender's tree the routing policy lets it address, with their status, in one
@@ -126,6 +149,8 @@ class SendService:
                 records[w.sender.session_id] = w.sender
             if isinstance(w.target, SessionRecord):
                 records[w.target.session_id] = w.target
+            if w.ancestor is not None:
+                records[w.ancestor.session_id] = w.ancestor
         return list(records.values()), [w.sender for w in work if w.sender is not None]
 
     async def _load(self, work: list[_Work]) -> SendReads:
@@ -170,9 +195,15 @@ class SendService:
             new_id=ids.uuid7(), now=self.clock.now(),
             recorded=reads.recorded.get((w.sender.session_id, w.digest)) if w.sender else None,
             service_draining=reads.service_draining, target_version=version, keyring=self.keyring,
+            ancestor=self._ancestor(w, loaded), ancestor_looked=w.ancestor_looked,
         )
         w.new_id, w.now = given.new_id, given.now
         return decide_send(w.command, given)
+
+    @staticmethod
+    def _ancestor(w: _Work, loaded: dict[str, Loaded]) -> Sender | None:
+        held = loaded.get(w.ancestor.session_id) if w.ancestor is not None else None
+        return Sender(w.ancestor, held.state, held.version) if held is not None else None
 
     async def _round(self, work: list[_Work], outcomes: dict[str, dict], acknowledged: set, held_first: bool = False
                      ) -> list[_Work]:
@@ -188,8 +219,13 @@ class SendService:
         committing: list[tuple[_Work, dict]] = []
         appends: list[PreparedAppend] = []
         alone: list[tuple[_Work, dict]] = []
+        wanting: list[_Work] = []
         for w in work:
             decision = self._decide_one(w, reads)
+            if isinstance(decision, Refused) and decision.ancestor_wanted:
+                w.wants_ancestor = True  # decided again once its nearest common ancestor is loaded
+                wanting.append(w)
+                continue
             if on_held and (w.sender is None or isinstance(decision, Refused) and decision.recorded_alone):
                 return self._discarded(work)  # kept without an etag check: decide the batch again, fresh
             if isinstance(decision, Refused) and decision.recorded_alone and w.sender is not None:
@@ -205,7 +241,7 @@ class SendService:
             appends.append(prepared)
             committing.append((w, outcome))
         if not committing and not alone:
-            return []
+            return wanting
 
         def build(pipe) -> None:
             for prepared in appends:
@@ -220,7 +256,7 @@ class SendService:
             outcomes[w.command.command_id] = idempotency.replayed_outcome(
                 json.loads(kept[2 * index + 1]), w.command.arguments
             )
-        retry: list[_Work] = []
+        retry: list[_Work] = wanting
         for (w, outcome), reply in zip(committing, replies):
             result = parse_append(reply)
             if result.status == "ok":
@@ -247,7 +283,7 @@ class SendService:
                 # The request goes on the sender's stream, atomically: either whole or not at all.
                 session, sources, kept, folded = w.sender, [], None, None
             case Accepted() | Refused():
-                events = decision.events if isinstance(decision, Accepted) else []
+                events = decision.events
                 folded = decision.state_after if isinstance(decision, Accepted) else None
                 session = w.target
                 kept = Idempotency(w.sender.session_id, w.digest, idempotency.record(w.command.arguments, outcome))

@@ -49,6 +49,11 @@ def wake_stale(state: SessionState, policy: MessagingConfig, now: float, stale_b
     return requested < stale_before or requested + policy.attempt_timeout_s <= now
 
 
+def expiry_time(item: MailItem) -> list[float]:
+    """Expiry: when the pump settles an undelivered message that expires (a parked one too)."""
+    return [item.expires_at] if item.expires_at > 0 and item.state != "claimed" else []
+
+
 def check_times(state: SessionState, item: MailItem, policy: MessagingConfig, now: float) -> list[float]:
     """When the pump must look at this item: its claim's expiry, else its deadline, and for an asleep
     session the end of a backoff still running (a running session's next claim takes it without
@@ -56,8 +61,8 @@ def check_times(state: SessionState, item: MailItem, policy: MessagingConfig, no
     if item.state == "claimed":
         return [claim_expires_at(item, policy)]
     if item.state not in WAITING:
-        return []
-    times = [t for t in (deadline_of(item, policy),) if t is not None]
+        return expiry_time(item)
+    times = [t for t in (deadline_of(item, policy),) if t is not None] + expiry_time(item)
     if wakeable(state) and item.retry_at > now:
         times.append(item.retry_at)
     return times

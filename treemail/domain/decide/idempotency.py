@@ -25,7 +25,8 @@ from ..errors import Code
 # Refusals decided on the recipient's state (and, for source_capacity, the sender's): recorded in
 # the same atomic step as the appends, against the etags, so a refusal decided on a state that has
 # since changed is decided again rather than kept.
-WITH_RECIPIENT = frozenset({Code.MAX_HOPS_EXCEEDED, Code.INBOX_FULL, Code.INFLIGHT_FULL, Code.SOURCE_CAPACITY})
+WITH_RECIPIENT = frozenset({Code.MAX_HOPS_EXCEEDED, Code.INBOX_FULL, Code.INFLIGHT_FULL, Code.SOURCE_CAPACITY,
+                            Code.LOOP_DETECTED})
 # Never recorded: a conflict says nothing about the first call; the others are
 # answered by the producer, never decided by a worker. Exact live sender:
 # sender_not_live says the context is stale or invented, nothing about the call:
@@ -40,7 +41,11 @@ def key_digest(context: SendContext) -> str:
 
 
 def fingerprint(arguments: SendArguments) -> str:
-    return digests.digest([arguments.to, arguments.body, arguments.mode, *blocks.fingerprint_part(arguments.blocks)])
+    # The host's send options count only when given, so a plain send's fingerprint is what it always was.
+    options = [] if arguments.expires_in_s is None and arguments.supersede_key is None else [
+        "options", repr(arguments.expires_in_s), arguments.supersede_key or ""]
+    return digests.digest([arguments.to, arguments.body, arguments.mode, *blocks.fingerprint_part(arguments.blocks),
+                           *options])
 
 
 def is_recorded(code: Code) -> bool:

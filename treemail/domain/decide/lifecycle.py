@@ -33,6 +33,7 @@ from .guards import require_body
 from .obligations import RUN_FINISHED, WAKE_UNCLAIMED, fail_attempt, release_at_boundary, unclaimed_at_finish
 from .settlement import owed, settle_with
 from .wake import decide_reconcile_wake, with_wake
+from .mailcontrol import claimable_now
 
 
 @dataclass(frozen=True)
@@ -158,7 +159,8 @@ def decide_claim(command: ClaimMail, given: Given) -> list[ev.Event]:
         # Past the cutoff nothing more is delivered: what is pending goes back to its senders.
         return []
     # A failed attempt's message waits out its backoff (mail as an obligation).
-    due = [m for m in in_order(given.mail) if due_in_run(m, command.run_id) and m.retry_at <= given.now]
+    due = [m for m in in_order(given.mail) if due_in_run(m, command.run_id) and m.retry_at <= given.now
+           and claimable_now(m, given.now)]
     step = {} if command.step is None else {"step": command.step}
     return [message_event(ev.ProducerMessageClaimed, item, command.run_id, given.now, **step) for item in due]
 
@@ -173,7 +175,8 @@ def decide_claim_turn(command: ClaimTurn, given: Given) -> list[ev.Event]:
     require_current_run(given.state, command.run_id)
     if given.state.disposal is not None:
         return []
-    due = [m for m in in_order(given.mail) if due_at_turn(m, command.run_id) and m.retry_at <= given.now]
+    due = [m for m in in_order(given.mail) if due_at_turn(m, command.run_id) and m.retry_at <= given.now
+           and claimable_now(m, given.now)]
     return [message_event(ev.ProducerMessageClaimed, item, command.run_id, given.now) for item in due]
 
 

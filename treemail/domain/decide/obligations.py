@@ -12,6 +12,7 @@ from ..errors import LifecycleError
 from ..messaging import MessagingConfig
 from ..state import MailItem, fold
 from .delivery import WAITING, backoff_delay, claim_expires_at, deadline_of, deliverable, wake_stale, wakeable
+from . import mailcontrol
 from .wake import mail_after, with_wake
 
 # Bounded reasons: what inspect shows. Diagnostics never leave storage as raw text.
@@ -74,8 +75,12 @@ def unclaimed_at_finish(item: MailItem, run_id: str, now: float) -> bool:
 def decide_keep(command: KeepObligations, given) -> list[ev.Event]:
     """What the session's mail is owed now: expired claims failed, passed deadlines parked, a wake if needed."""
     policy, now = given.config, given.now
-    events: list[ev.Event] = []
+    # Expiry: an undelivered message past its expiry is settled as expired before anything else is owed it.
+    events: list[ev.Event] = mailcontrol.expired_events(given.mail, now)
+    gone = {e.message_id for e in events}
     for item in sorted(given.mail.values(), key=lambda m: m.seq):
+        if item.message_id in gone:
+            continue
         if item.state == "claimed" and claim_expires_at(item, policy) <= now:
             events.append(fail_attempt(item, ATTEMPT_TIMEOUT, policy, now))
         elif item.state in WAITING and past_deadline(item, policy, now):

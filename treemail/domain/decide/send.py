@@ -6,7 +6,7 @@ A little over the house's 200 lines: decide_send and the admission steps every a
 import hashlib
 from dataclasses import dataclass, field
 
-from .. import blocks, digests, effective, permissions, proof
+from .. import blocks, digests, effective, loops, permissions, proof
 from .. import events as ev
 from ..commands import SendArguments, SendMessage
 from ..errors import Code, Rejected
@@ -15,6 +15,8 @@ from ..outbound import Sender, Source, recipient_state_label, sources
 from ..records import SessionRecord
 from ..state import SessionState
 from . import content, endings, guards, idempotency, routing
+from . import loops as loop_guard
+from . import mailcontrol
 from .guards import Found, Target
 from .wake import with_wake_folded
 
@@ -42,6 +44,10 @@ class SendGiven:
     sender_version: int = 0
     # Signs every accepted agent message (source proof); None: proofs are off.
     keyring: proof.Keyring | None = None
+    # Loop detection: the nearest common ancestor of sender and recipient as the worker loaded it, when it is
+    # neither of them (its notice is written on its stream), and whether the worker looked for one at all.
+    ancestor: Sender | None = None
+    ancestor_looked: bool = False
 
 
 # Outcomes of a send decision.
@@ -69,6 +75,10 @@ class Refused:
     # sender's record of it (``MessageRefused``) is appended in the same step.
     message_id: str = ""
     sources: list[Source] = field(default_factory=list)
+    # Loop detection: events on the recipient's stream (its loop notice, when it is the nearest common
+    # ancestor), and whether the worker must load the ancestor and decide again.
+    events: list[ev.Event] = field(default_factory=list)
+    ancestor_wanted: bool = False
 
     @property
     def sender_events(self) -> list[ev.Event]:
@@ -150,6 +160,7 @@ def decide_send(command: SendMessage, given: SendGiven) -> SendDecision:
             if waiting is not None:
                 return waiting
         hop = admit(given, sender, found, context.run_id)
+        loop_guard.require_no_loop(sender, given.sender_state, found, context.run_id, arguments.body)
     except Rejected as rejection:
         return refused(given, rejection)
     return accept(command, given, sender, found, hop)
@@ -163,8 +174,35 @@ def refused(given: SendGiven, rejection: Rejected) -> Refused:
     recipient = given.target.record.session_id
     record = ev.MessageRefused(at=given.now, message_id=given.new_id, recipient_session_id=recipient,
                                code=rejection.code.value)
+    if isinstance(rejection, loop_guard.LoopDetected):
+        return _loop_refused(given, rejection, record)
     return Refused(rejection.code, rejection.message, given.new_id,
                    [Source(given.sender, given.sender_state, given.sender_version, [record])])
+
+
+def _loop_refused(given: SendGiven, rejection: "loop_guard.LoopDetected", record: ev.MessageRefused) -> Refused:
+    """The refusal, and the loop notice on the nearest common ancestor's stream (written once per chain)."""
+    sender, target = given.sender, given.target
+    sender_events: list[ev.Event] = [record]
+    recipient_events: list[ev.Event] = []
+    sources: list[Source] = []
+    ancestor = loop_guard.ancestor_of(sender, target.record)
+    if ancestor is None and given.ancestor is None and not given.ancestor_looked:
+        return Refused(rejection.code, rejection.message, given.new_id, ancestor_wanted=True)
+
+    def notice(state: SessionState, ancestor_id: str) -> list[ev.Event]:
+        return loop_guard.notice_events(state, rejection.chain, ancestor_id, sender, target.record, rejection.body,
+                                        given.now)
+
+    if ancestor == sender.session_id:
+        sender_events += notice(given.sender_state, ancestor)
+    elif ancestor == target.record.session_id:
+        recipient_events = notice(target.state, ancestor)
+    elif given.ancestor is not None:
+        kept = given.ancestor
+        sources.append(Source(kept.record, kept.state, kept.version, notice(kept.state, kept.record.session_id)))
+    sources.insert(0, Source(sender, given.sender_state, given.sender_version, sender_events))
+    return Refused(rejection.code, rejection.message, given.new_id, sources, recipient_events)
 
 
 def admit(given: SendGiven, sender: SessionRecord, found: Found, run_id: str) -> int:
@@ -218,10 +256,14 @@ def thread(arguments) -> dict:
 def accept(command, given: SendGiven, sender: SessionRecord, found: Found, hop: int, **provenance) -> Accepted:
     """The accepted message on the recipient's stream; ``provenance``: a peer route's principal, name, reference."""
     producer_id = ev.agent_producer_id(sender.session_id)
+    caused_by, chain = loops.cause_of(given.sender_state.run_causes, command.context.run_id)
     events: list[ev.Event] = []
     disposal = found.state.disposal
     if disposal == "closed":
         events.append(ev.SessionResumed(at=given.now))  # cold resume: the message starts its next incarnation
+    # Supersede: the unclaimed older message with this key from this sender is settled in the same step.
+    events += mailcontrol.superseded_events(found.state, sender.session_id,
+                                            getattr(command.arguments, "supersede_key", None), given.now)
     if producer_id not in found.state.producers:
         events.append(
             ev.ProducerRegistered(
@@ -245,6 +287,10 @@ def accept(command, given: SendGiven, sender: SessionRecord, found: Found, hop: 
             traceparent=getattr(command, "traceparent", "") or None,
             return_address=sender.session_id,
             next_incarnation=disposal == "closing",
+            caused_by=caused_by,
+            chain_id=chain,
+            expires_at=mailcontrol.expires_at(given.now, getattr(command.arguments, "expires_in_s", None)),
+            supersede_key=getattr(command.arguments, "supersede_key", None),
             **{**thread(command.arguments), **provenance},
         )
     )
