@@ -18,6 +18,7 @@ import orjson
 
 from . import compactjson
 from . import events as ev
+from . import flow
 from .frozen import replace
 from . import outbox as peer_outbox
 from . import peers as peer_state
@@ -82,6 +83,10 @@ class SessionState:
     settled_notice: str = ""
     # Its run was aborted (an interrupt): its mail waits, unwoken, until a new message or run (or a retry) comes.
     abort_hold: bool = False
+    # Flow control: the pace this session was seen to consume its mail at, and its own sends to be settled at
+    # (``flow.Pace``): what a refusal's retry-after is computed from.
+    consumed_pace: flow.Pace = flow.NOTHING
+    settled_pace: flow.Pace = flow.NOTHING
 
     def to_json(self) -> str:
         """Only the fields that differ from a new session's (``from_json`` fills in the rest, as it does
@@ -106,6 +111,8 @@ class SessionState:
         data["peers"] = peer_state.PeerState.from_obj(data["peers"]) if "peers" in data else peer_state.EMPTY
         data["drained_by"] = frozenset(data.get("drained_by", ()))
         data["outbox"] = {row[0]: peer_outbox.Row.from_list(row) for row in data.get("outbox", ())}
+        data["consumed_pace"] = flow.Pace.of(data.get("consumed_pace"))
+        data["settled_pace"] = flow.Pace.of(data.get("settled_pace"))
         # A snapshot written by a newer version may carry fields this one does not know.
         return cls(**{k: v for k, v in data.items() if k in _STATE_FIELDS})
 
@@ -122,6 +129,8 @@ _SNAPSHOT_FORM = {
     "peers": lambda peers: peers.to_obj(),
     "drained_by": sorted,
     "outbox": lambda rows: [row.to_list() for row in rows.values()],
+    "consumed_pace": list,
+    "settled_pace": list,
 }
 
 
@@ -261,7 +270,8 @@ def _evolve_common(state: SessionState, event: ev.Event) -> SessionState:
             return replace(state, status="idle", current_run=None, run_hops=hops, last_run=run_id,
                            abort_hold=aborted)
         case ev.ProducerMessageConsumed():
-            return _drain(replace(state, run_hops=_observe(state, event)), event)
+            return _drain(replace(state, run_hops=_observe(state, event),
+                                  consumed_pace=flow.observe(state.consumed_pace, event.at)), event)
         case ev.ProducerMessageDiscarded():
             return _drain(state, event)
         case ev.ProducerMessageAdmitted() | ev.ProducerMessageClaimed():
@@ -278,7 +288,8 @@ def _evolve_common(state: SessionState, event: ev.Event) -> SessionState:
         case ev.MessageRulesOverlaid(rules=rules):
             return replace(state, rules_overlay=tuple(tuple(rule) for rule in rules))
         case ev.MessageSettled():
-            return replace(state, outstanding=max(0, state.outstanding - 1))
+            return replace(state, outstanding=max(0, state.outstanding - 1),
+                           settled_pace=flow.observe(state.settled_pace, event.at))
         # Disposal, settlement notices, draining.
         case ev.SessionClosing():
             return replace(state, disposal="closing")
@@ -317,7 +328,8 @@ def _evolve_outbox(state: SessionState, event: ev.Event) -> SessionState:
                            outstanding=max(0, state.outstanding - 1))
         case ev.MessageSettled() if event.message_id in rows:
             return replace(state, outbox=peer_outbox.without(rows, event.message_id),
-                           outstanding=max(0, state.outstanding - 1))
+                           outstanding=max(0, state.outstanding - 1),
+                           settled_pace=flow.observe(state.settled_pace, event.at))
     return _evolve_common(state, event)
 
 

@@ -14,7 +14,7 @@ from ..messaging import MessagingConfig
 from ..outbound import Sender, Source, recipient_state_label, sources
 from ..records import SessionRecord
 from ..state import SessionState
-from . import content, endings, guards, idempotency, routing
+from . import backpressure, content, endings, guards, idempotency, routing
 from .guards import Found, Target
 from .wake import with_wake_folded
 
@@ -69,6 +69,8 @@ class Refused:
     # sender's record of it (``MessageRefused``) is appended in the same step.
     message_id: str = ""
     sources: list[Source] = field(default_factory=list)
+    # Flow control: when to retry and the occupancy that refused it (a refusal that may pass later).
+    backpressure: dict | None = None
 
     @property
     def sender_events(self) -> list[ev.Event]:
@@ -107,8 +109,8 @@ def outcome_of(decision: SendDecision) -> dict:
     match decision:
         case Accepted(result=result):
             return {"ok": result}
-        case Refused(code=code, message=message, message_id=message_id):
-            error = {"code": code.value, "message": message}
+        case Refused(code=code, message=message, message_id=message_id, backpressure=pressure):
+            error = {"code": code.value, "message": message, **(pressure or {})}
             return {"error": {**error, "message_id": message_id} if message_id else error}
         case AwaitsApproval(request_id=request_id, label=label):
             return {"approval": {"request_id": request_id, "label": label}}
@@ -157,14 +159,16 @@ def decide_send(command: SendMessage, given: SendGiven) -> SendDecision:
 
 def refused(given: SendGiven, rejection: Rejected) -> Refused:
     """A refusal decided on the recipient's state is recorded with its append: it keeps a message id, and
-    the sender records it too (its capacity and ``inspect`` see it). Any other refusal is the code alone."""
+    the sender records it too (its capacity and ``inspect`` see it). Any other refusal is the code alone.
+    One that may pass later says when to retry, and why (``backpressure``)."""
+    message, pressure = backpressure.explain(rejection, given)
     if not idempotency.is_recorded(rejection.code):
-        return Refused(rejection.code, rejection.message)
+        return Refused(rejection.code, message, backpressure=pressure)
     recipient = given.target.record.session_id
     record = ev.MessageRefused(at=given.now, message_id=given.new_id, recipient_session_id=recipient,
                                code=rejection.code.value)
-    return Refused(rejection.code, rejection.message, given.new_id,
-                   [Source(given.sender, given.sender_state, given.sender_version, [record])])
+    return Refused(rejection.code, message, given.new_id,
+                   [Source(given.sender, given.sender_state, given.sender_version, [record])], pressure)
 
 
 def admit(given: SendGiven, sender: SessionRecord, found: Found, run_id: str) -> int:
