@@ -158,13 +158,16 @@ class MailItem:
     # Peer mail: its sender is in another slot and learns of its settlement from a driver (``outbox.py``),
     # never from this session's step.
     peer: bool = False
+    # Flow control: step boundaries that passed this steer message over (handed it back unconsumed).
+    passed: int = 0
 
     def to_json(self) -> str:
         """Kept under its message id (the mail hash's field), so the id is not written again; the
         position comes first, and the fields still at their default at the end are left out (an item
         is written on every send and kept until it is processed)."""
         fields = [self.seq, self.owner, self.sender_session_id, self.agent_hop, self.mode, self.state,
-                  self.run_id, self.attempts, self.since, self.claimed_at, self.retry_at, self.reason, self.trace, self.peer]
+                  self.run_id, self.attempts, self.since, self.claimed_at, self.retry_at, self.reason, self.trace, self.peer,
+                  self.passed]
         while len(fields) > _ITEM_REQUIRED and fields[-1] == _ITEM_DEFAULTS[len(fields) - 1]:
             fields.pop()
         return compactjson.dumps(fields)
@@ -182,7 +185,7 @@ class MailItem:
 # The compact item's order after its position: owner .. run_id are always written; attempts .. trace
 # are dropped from the end while they hold these defaults.
 _ITEM_REQUIRED = 7
-_ITEM_DEFAULTS = (None,) * _ITEM_REQUIRED + (0, 0.0, 0.0, 0.0, "", "", False)
+_ITEM_DEFAULTS = (None,) * _ITEM_REQUIRED + (0, 0.0, 0.0, 0.0, "", "", False, 0)
 
 
 def _recent(producers: tuple[str, ...], producer_id: str) -> tuple[str, ...]:
@@ -375,6 +378,12 @@ def evolve_mail(mail: dict[str, MailItem], event: ev.Event, seq: int) -> dict[st
             item = mail.get(event.message_id)
             if item is not None:
                 mail[event.message_id] = _attempt(item, event)
+        case ev.ProducerMessageSteerFellBack():
+            # Flow control: queued from here, due at the next run start; the reason is what inspect shows.
+            item = mail.get(event.message_id)
+            if item is not None:
+                mail[event.message_id] = replace(item, state="accepted", mode="queue", run_id=None, retry_at=0.0,
+                                                 reason=f"steer_{event.reason}")
         case ev.ProducerMessageConsumed() | ev.ProducerMessageDiscarded():
             mail.pop(event.message_id, None)
         case ev.ProducerMessageRestored():
@@ -394,8 +403,10 @@ def _attempt(item: MailItem, event: ev.MessageEvent) -> MailItem:
         case ev.ProducerMessageClaimed():
             return replace(item, attempts=item.attempts + 1, claimed_at=event.at, retry_at=0.0)
         case ev.ProducerMessageReleased():
+            # A steer message handed back at a step boundary: one more boundary passed it over (flow control).
+            passed = item.passed + (item.mode == "steer" and event.reason == "released")
             return replace(item, retry_at=event.retry_at, reason=event.detail or event.reason or "released",
-                           attempts=max(0, item.attempts + event.attempts_change))
+                           attempts=max(0, item.attempts + event.attempts_change), passed=passed)
         case ev.ProducerMessageParked():
             return replace(item, state="parked", reason=event.reason)
         case ev.ProducerMessageRetried():
