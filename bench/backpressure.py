@@ -32,6 +32,10 @@ class Flow:
     retries: int = 0  # attempts made after a refusal's retry_after_ms
     retries_accepted: int = 0
     consumed: list[str] = field(default_factory=list)
+    # Who sent to whom, and the tool call number of each refusal (its body is ``item <number>``).
+    sender: str = ""
+    to: str = ""
+    refused_calls: list[int] = field(default_factory=list)
 
     def summary(self) -> dict:
         return {
@@ -55,7 +59,7 @@ async def producer_against_consumer(env: TestStack, seconds: float, produce_ever
     child = await tm.register_child(root.session_id, "consumer", "reads slowly", rules={"parent": "allow"},
                                     status="running")
     await tm.start_run(child.session_id, "run-c")
-    flow, held = Flow(), []
+    flow, held = Flow(sender=root.session_id, to=child.handle), []
     start = now = env.clock.now()
     next_send, next_step, retrying, call = now, now + consume_every, False, 0
     while True:
@@ -74,6 +78,7 @@ async def producer_against_consumer(env: TestStack, seconds: float, produce_ever
                 next_send, retrying = now + produce_every, False
             elif "code" in answer.get("error", {}):
                 flow.refused.append(answer["error"])
+                flow.refused_calls.append(call)
                 next_send, retrying = now + answer["error"].get("retry_after_ms", 1000) / 1000, True
             else:
                 flow.silent += 1

@@ -19,6 +19,11 @@ async def test_a_fast_producer_honouring_retry_after_against_a_slow_consumer_dro
                            retry_after_fallback_ms=700) as env:
         # Five sends a second against two reads a second, for 8 s: the inbox fills and stays full.
         flow = await producer_against_consumer(env, 8.0, produce_every=0.2, consume_every=0.5)
+        # The same tool call again, long after, on an empty inbox: the recorded answer, wait and occupancy included.
+        first = flow.refused_calls[0]
+        again = await env.tm.send_message(SendContext(flow.sender, "run-p", f"send-{first}"),
+                                          {"to": flow.to, "body": f"item {first}"})
+        assert again == {"error": flow.refused[0]}
     accepted, refused = len(flow.accepted), len(flow.refused)
     assert flow.attempts == accepted + refused and flow.silent == 0  # every attempt answered with an id or a code
     assert sorted(flow.consumed) == sorted(flow.accepted)  # and every accepted one read
