@@ -2,6 +2,8 @@
 honours retry_after_ms (nothing dropped silently, retries counted); steer mail queued at its deadline under a run
 that never reaches a boundary, and when its run ends first (host API -> workers -> Lua -> pump)."""
 
+import asyncio
+
 import pytest
 
 from bench.backpressure import producer_against_consumer
@@ -9,7 +11,9 @@ from treemail.adapters import metrics
 from treemail.domain import events as ev
 from treemail.host import SendContext
 
-from .conftest import timed_stack
+from treemail.consumers.pump import Pump
+
+from .conftest import adapters, live, make_config, running_stack, timed_stack
 
 pytestmark = pytest.mark.cluster
 
@@ -59,7 +63,11 @@ async def test_steer_mail_under_a_run_that_never_reaches_a_boundary_is_queued_at
         counted = metrics.PUMP_REGISTRY.get_sample_value("treemail_steer_fallbacks_total", {"reason": "deadline"})
 
         assert fell_back(await env.advance(9), sent["message_id"]) == []
-        [queued] = fell_back(await env.advance(1.5), sent["message_id"])
+        # Two pumps race at the deadline: the message falls back once.
+        other = Pump(adapters(tm).store, env.config, clock=env.clock)
+        env.clock.advance(1.5)
+        mine, theirs = await asyncio.gather(env.pump(), other.service.step())
+        [queued] = fell_back([*mine, *theirs.events], sent["message_id"])
         assert (queued.reason, queued.run_id, queued.waited_s) == ("deadline", "run-1", 10.5)
         assert metrics.PUMP_REGISTRY.get_sample_value(
             "treemail_steer_fallbacks_total", {"reason": "deadline"}) == counted + 1
@@ -98,3 +106,24 @@ async def test_steer_mail_a_run_ends_without_taking_is_queued_on_the_record_for_
         [delivery] = await tm.claim(child.session_id, "run-2")
         assert delivery.message_id == sent["message_id"]
         assert (await tm.obligations.inspect(sent["message_id"]))["attempts"] == 1
+
+
+async def test_racing_workers_refuse_a_full_inbox_exactly_each_refusal_with_its_wait_and_occupancy(redis_url):
+    config = make_config(redis_url, max_pending_per_session=5, max_inflight_per_pair=0, retry_after_fallback_ms=900)
+    # Each sender's commands on its own stream, so the two workers decide on the one recipient at once.
+    config = config.model_copy(update={"service": config.service.model_copy(update={"route_commands_by": "sender"})})
+    async with running_stack(redis_url, workers=2, config=config) as tm:
+        root = await tm.register_root("planner", "plans", rules={"child": "allow"}, status="running")
+        kids = [await tm.register_child(root.session_id, "explore", "reads", rules={"sibling": "allow"},
+                                        status="running") for _ in range(4)]
+        target, senders = kids[0], [root, *kids[1:]]
+        await live(tm, *senders)
+        answers = await asyncio.gather(*(
+            tm.send_message(SendContext(s.session_id, "run-1", f"call-{n}"), {"to": target.handle, "body": f"{n}"})
+            for s in senders for n in range(6)))
+    accepted = [a for a in answers if "message_id" in a]
+    refused = [a["error"] for a in answers if "error" in a]
+    assert len(accepted) == 5 and len(refused) == 19
+    assert all(e["code"] == "send_message:inbox_full" and e["occupancy"] == {"pending": 5, "limit": 5}
+               and e["retry_after_ms"] == 900 and e["message"].endswith("(retry after 0.9 s: 5 of 5 pending)")
+               for e in refused)

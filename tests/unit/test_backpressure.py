@@ -102,3 +102,44 @@ def test_the_pace_survives_the_snapshot():
                                            for e in (at(accepted(f"m{i}", T.root), t), at(consumed(f"m{i}", T.root), t)))])
     assert state.consumed_pace != flow.NOTHING
     assert st.SessionState.from_json(state.to_json()) == state
+
+
+def settled(message_id: str, t: float):
+    from treemail.domain import events as ev
+    return ev.MessageSettled(at=t, message_id=message_id, recipient_session_id="r", outcome="consumed")
+
+
+def sent(message_id: str, t: float):
+    from treemail.domain import events as ev
+    return ev.MessageSent(at=t, message_id=message_id, recipient_session_id="r", position=3, recipient_state="idle")
+
+
+def test_source_capacity_waits_at_the_pace_the_senders_own_mail_was_settled():
+    from .builders import run_started
+    history = [registered(T.root), run_started("run-1")]
+    history += [e for i, t in enumerate([0.0, 3.0, 6.0]) for e in (sent(f"old-{i}", t), settled(f"old-{i}", t))]
+    history += [sent(f"m-{i}", 7.0) for i in range(2)]
+    decision = send(T.root, found(T.child), sender_events=tuple(history), cfg=config(max_outstanding_per_source=2))
+    error = outcome_of(decision)["error"]
+    assert error["code"] == Code.SOURCE_CAPACITY.value
+    assert (error["retry_after_ms"], error["occupancy"]) == (3000, {"unsettled": 2, "limit": 2})
+    assert error["message"].endswith("(retry after 3.0 s: 2 of 2 unsettled)")
+
+
+def test_a_full_peer_outbox_and_a_drain_carry_a_wait_too():
+    from treemail.domain.commands import PeerSendArguments, SendContext, SendToPeer
+    from treemail.domain.decide.send import SendGiven
+    from treemail.domain.handlers import HANDLERS
+    from .test_peer_outbox import ADVISOR, GRANT, PLANNER, ROUTE, intent, source
+
+    state = source(intent("m-1"), intent("m-2"))
+    command = SendToPeer(SendContext(PLANNER.session_id, "run-1", "call-9"), PeerSendArguments("advisor", "hi"))
+    given = SendGiven(sender=PLANNER, sender_state=state, target=found(ADVISOR, ROUTE, GRANT),
+                      config=config(max_pending_peer_deliveries=2), new_id="m-3", now=10.0)
+    error = outcome_of(HANDLERS[SendToPeer].decide(command, given))["error"]
+    assert error["code"] == Code.PEER_OUTBOX_FULL.value and error["occupancy"] == {"pending": 2, "limit": 2}
+    assert error["message"].endswith("(retry after 1.0 s: 2 of 2 waiting to be delivered)")
+
+    draining = outcome_of(send(T.root, full_inbox(), cfg=config(retry_after_max_ms=45000), service_draining=True))
+    assert draining["error"]["code"] == Code.DRAINING.value
+    assert (draining["error"]["retry_after_ms"], draining["error"]["occupancy"]) == (45000, {"draining": "service"})
