@@ -96,3 +96,9 @@ def test_inspect_shows_the_fallback_as_the_reason():
     sent = ev.MessageSent(at=100.0, message_id="m-1", recipient_session_id="r", position=3, recipient_state="running")
     status = status_of("m-1", "s", sent, None, h.mail["m-1"], STEER, 130.0)
     assert (status["status"], status["reason"], status["delivery"]) == ("accepted", "steer_deadline", "accepted")
+
+
+def test_past_the_disposal_cutoff_steer_mail_is_left_to_the_disposal():
+    h = running(sent_at(100.0), ev.SessionClosing(at=101.0))
+    assert fallbacks(decide_keep(KeepObligations("s"), at(h, 500.0))) == []
+    assert fallbacks(decide_finish_run(FinishRun("s", "run-1"), at(h, 500.0))) == []

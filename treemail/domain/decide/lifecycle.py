@@ -234,7 +234,7 @@ def decide_finish_run(command: FinishRun, given: Given) -> list[ev.Event]:
         elif unclaimed_at_finish(item, run_id, given.now) and not cut_short:
             released.append(fail_attempt(item, WAKE_UNCLAIMED, given.config, given.now, counted=False))
     # Flow control: steer mail no boundary of this run took is queued for the next, on the record.
-    released += steer.at_finish(in_order(given.mail), run_id, given.now)
+    released += steer.at_finish(in_order(given.mail), state, run_id, given.now)
     finished = ev.SessionRunFinished(at=given.now, run_id=run_id, reason=command.reason)
     return settled_with(command, given, with_wake(state, [*released, finished], given.now, given.mail))
 

@@ -21,7 +21,7 @@ is carried silently from one run into another.
 from .. import events as ev
 from ..frozen import replace
 from ..messaging import MessagingConfig
-from ..state import MailItem, SessionState
+from ..state import NEXT_INCARNATION, MailItem, SessionState
 
 DEADLINE = "deadline"
 BOUNDARIES = "boundaries"
@@ -30,8 +30,9 @@ RUN_FINISHED = "run_finished"
 
 def waiting_on_run(item: MailItem, state: SessionState) -> bool:
     """Steer mail pending on the open run's next boundary: accepted while it ran (mail pending when a run
-    starts is admitted into it instead), or handed back at one of its boundaries."""
-    if item.mode != "steer" or state.current_run is None:
+    starts is admitted into it instead), or handed back at one of its boundaries. Never past the disposal
+    cutoff: that mail goes back to its senders, or waits for the next incarnation, whatever its mode."""
+    if not _steer_on_open_session(item, state) or state.current_run is None:
         return False
     return item.state == "accepted" or (item.state == "released" and item.run_id == state.current_run)
 
@@ -76,8 +77,12 @@ def at_release(item: MailItem, policy: MessagingConfig, run_id: str | None, now:
     return [fell_back(replace(item, passed=item.passed + 1), run_id, BOUNDARIES, now)]
 
 
-def at_finish(items, run_id: str, now: float) -> list[ev.Event]:
+def at_finish(items, state: SessionState, run_id: str, now: float) -> list[ev.Event]:
     """The run ends: steer mail accepted while it ran and never taken by a boundary is queued, on the record,
     for the next run start (mail a boundary took and did not consume is the obligation rules' failed attempt)."""
     return [fell_back(item, run_id, RUN_FINISHED, now) for item in items
-            if item.mode == "steer" and item.state == "accepted"]
+            if item.state == "accepted" and _steer_on_open_session(item, state)]
+
+
+def _steer_on_open_session(item: MailItem, state: SessionState) -> bool:
+    return item.mode == "steer" and state.disposal is None and item.reason != NEXT_INCARNATION
