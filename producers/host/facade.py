@@ -231,9 +231,8 @@ class Treemail:
         ``reason``: why, in the host's words (one line, at most 200 characters; else ``lifecycle:invalid_reason``
         and nothing stored); ``tm.obligations.inspect`` shows it as the message's latest reason."""
         async with self._delivery_span("release", session_id, message_id):
-            # Flow control: the boundary that reaches the steer limit queues a steer message; counted here.
-            metrics.count_steer_fallbacks(await self._services.sessions.execute(c.ReleaseMail(session_id, message_id,
-                                                                                            reason)))
+            events = await self._services.sessions.execute(c.ReleaseMail(session_id, message_id, reason))
+            metrics.count_steer_fallbacks(events)  # flow control: steer mail handed back at its last boundary
 
     async def discard(self, session_id: str, message_id: str, reason: str = "") -> None:
         async with self._delivery_span("discard", session_id, message_id):
