@@ -162,6 +162,12 @@ def report(results: dict, env: dict, sizes: Sizes, quick: bool, wall: float) -> 
         rows.append((f"broadcast fan-out p99, {fan['descendants']} descendants", f"{fan['p99_ms']:.1f} ms",
                      f"p50 {fan['p50_ms']:.1f} ms, call to each copy claimable; the whole call p50 "
                      f"{fan['call_p50_ms']:.1f} ms ({fan['rounds']} rounds, {fan['workers']} workers)", ""))
+    flow = results.get("backpressure")  # flow control: retries honouring retry_after_ms
+    for name, out in (flow or {}).items():
+        rows.append((f"retry after retry_after_ms succeeds, {name} consumer",
+                     f"{out['retries_accepted']}/{out['retries']}",
+                     f"{out['retries_per_accepted']:.2f} retries per accepted message, {out['accepted']} accepted, "
+                     f"{out['silent_drops']} silent drops (controllable clock)", verdict(out["silent_drops"] == 0)))
     rows += [
         (f"send p50, {hist['events']:,}-event recipient", f"{hist['big_p50_ms']:.2f} ms", f"p99 {hist['big_p99_ms']:.2f} ms, {hist['events']:,} events", ""),
         ("send p50, fresh recipient", f"{hist['fresh_p50_ms']:.2f} ms", f"p99 {hist['fresh_p99_ms']:.2f} ms", ""),

@@ -37,6 +37,8 @@ _KIND = {
     ev.ProducerMessageParked: ("parked", "parked"),
     ev.ProducerMessageRetried: ("retried", "pending"),
     ev.ProducerMessageRestored: ("restored", "pending"),
+    # Flow control: steer mail queued for the next run start.
+    ev.ProducerMessageSteerFellBack: ("steer_fell_back", "pending"),
 }
 # How far a causal chain walks back (a loop between agents would otherwise never end).
 MAX_CHAIN = 64

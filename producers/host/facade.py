@@ -21,7 +21,7 @@ import functools
 
 import redis.asyncio as aioredis
 
-from treemail.adapters import tracing
+from treemail.adapters import metrics, tracing
 from treemail.adapters.config import Config, load_config
 from treemail.adapters.connection import connect
 from treemail.domain import commands as c
@@ -236,7 +236,8 @@ class Treemail:
         ``reason``: why, in the host's words (one line, at most 200 characters; else ``lifecycle:invalid_reason``
         and nothing stored); ``tm.obligations.inspect`` shows it as the message's latest reason."""
         async with self._delivery_span("release", session_id, message_id):
-            await self._services.sessions.execute(c.ReleaseMail(session_id, message_id, reason))
+            events = await self._services.sessions.execute(c.ReleaseMail(session_id, message_id, reason))
+            metrics.count_steer_fallbacks(events)  # flow control: steer mail handed back at its last boundary
 
     async def discard(self, session_id: str, message_id: str, reason: str = "") -> None:
         async with self._delivery_span("discard", session_id, message_id):

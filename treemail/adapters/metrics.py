@@ -23,6 +23,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, make_wsgi_app
 
 from ..domain.errors import Code, ConfigError
+from ..domain.events import ProducerMessageSteerFellBack
 from .health import Health
 
 log = logging.getLogger("treemail.metrics")
@@ -154,6 +155,21 @@ FAILED_ATTEMPTS = Counter(
     "never acknowledged) or wake_unclaimed (never claimed), or parked with reason max_attempts or deadline",
     ["reason", "outcome"], registry=HOST_REGISTRY,
 )
+
+# Flow control: steer mail that fell back to queue, by reason. The pump counts the deadlines it acts on; the host
+# process counts what its releases (the boundary limit) and its run finishes (run_finished) decide.
+_STEER_HELP = "Steer mail that fell back to queue: deadline, boundaries or run_finished"
+STEER_FALLBACKS = Counter("treemail_steer_fallbacks", _STEER_HELP, ["reason"], registry=PUMP_REGISTRY)
+HOST_STEER_FALLBACKS = Counter("treemail_steer_fallbacks", _STEER_HELP, ["reason"], registry=HOST_REGISTRY)
+for _reason in ("deadline", "boundaries", "run_finished"):
+    STEER_FALLBACKS.labels(_reason)
+    HOST_STEER_FALLBACKS.labels(_reason)
+
+
+def count_steer_fallbacks(events, counter: Counter = HOST_STEER_FALLBACKS) -> None:
+    for event in events:
+        if isinstance(event, ProducerMessageSteerFellBack):
+            counter.labels(event.reason).inc()
 
 
 def known_projections(names: list[str]) -> None:

@@ -299,6 +299,19 @@ class ProducerMessageRetried(MessageEvent):
     """An explicit retry renewed a parked message's budget: attempts and deadline start again."""
 
 
+# Flow control: steer mail its running recipient did not take in time falls back to queue.
+class ProducerMessageSteerFellBack(MessageEvent):
+    """Steer mail no step boundary took in time is queued instead: delivered at the recipient's next run start
+    (the input of a new turn), never at a later boundary of the run it waited in. ``run_id``: that run."""
+
+    # "deadline" (not claimed within ``steer_deadline_s``), "boundaries" (handed back at
+    # ``steer_max_boundaries`` step boundaries) or "run_finished" (the run ended before any boundary took it).
+    reason: str
+    # How long it waited since its acceptance, and how many boundaries passed it over.
+    waited_s: float = 0.0
+    boundaries: int = 0
+
+
 # On the sender's stream: its record of each send intent, written in the same atomic step as the
 # recipient's events, so the source's unsettled intents (its capacity) are counted exactly.
 class MessageSent(Event):
@@ -545,6 +558,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         SubtreeStopStarted,
         # Cancel.
         MessageCancelAnswered,
+        # Flow control: the steer deadline.
+        ProducerMessageSteerFellBack,
     )
 }
 

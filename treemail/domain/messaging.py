@@ -48,3 +48,12 @@ class MessagingConfig(BaseModel):
     # Expiry and supersede: send_message takes optional `expires_in_s` and `supersede_key` (the host API has them
     # either way); off keeps the plain send_message surface.
     mail_control: bool = False
+    # Flow control: a refusal that may pass later says when to retry, from the pace the recipient (or the
+    # source's recipients) was seen to drain at, within these bounds; the fallback before any pace is seen.
+    retry_after_min_ms: int = Field(default=100, ge=0)
+    retry_after_max_ms: int = Field(default=60000, ge=1)
+    retry_after_fallback_ms: int = Field(default=1000, ge=0)
+    # Steer mail a running recipient has not claimed this long after its acceptance, or after this many step
+    # boundaries passed it over, falls back to queue (its next run start); 0 turns each rule off.
+    steer_deadline_s: float = Field(default=0.0, ge=0)
+    steer_max_boundaries: int = Field(default=0, ge=0)

@@ -18,6 +18,7 @@ import orjson
 
 from . import compactjson, loops
 from . import events as ev
+from . import flow
 from .frozen import replace
 from . import outbox as peer_outbox
 from . import peers as peer_state
@@ -91,6 +92,10 @@ class SessionState:
     loop_notices: tuple[str, ...] = ()
     # Supersede (``mailcontrol.py``): "<sender> <key>" -> the unclaimed message a newer one with that key replaces.
     superseding: dict[str, str] = field(default_factory=dict)
+    # Flow control: the pace this session was seen to consume its mail at, and its own sends to be settled at
+    # (``flow.Pace``): what a refusal's retry-after is computed from.
+    consumed_pace: flow.Pace = flow.NOTHING
+    settled_pace: flow.Pace = flow.NOTHING
 
     def to_json(self) -> str:
         """Only the fields that differ from a new session's (``from_json`` fills in the rest, as it does
@@ -118,6 +123,8 @@ class SessionState:
         data["run_causes"] = {k: tuple(v) for k, v in data.get("run_causes", {}).items()}
         data["loop_marks"] = {k: loops.Mark.from_list(v) for k, v in data.get("loop_marks", {}).items()}
         data["loop_notices"] = tuple(data.get("loop_notices", ()))
+        data["consumed_pace"] = flow.Pace.of(data.get("consumed_pace"))
+        data["settled_pace"] = flow.Pace.of(data.get("settled_pace"))
         # A snapshot written by a newer version may carry fields this one does not know.
         return cls(**{k: v for k, v in data.items() if k in _STATE_FIELDS})
 
@@ -137,6 +144,8 @@ _SNAPSHOT_FORM = {
     "run_causes": lambda causes: {k: list(v) for k, v in causes.items()},
     "loop_marks": lambda marks: {k: m.to_list() for k, m in marks.items()},
     "loop_notices": list,
+    "consumed_pace": list,
+    "settled_pace": list,
 }
 
 
@@ -167,6 +176,8 @@ class MailItem:
     # Expiry and supersede: when it expires unclaimed (0: never), and its supersede key ("" none).
     expires_at: float = 0.0
     supersede_key: str = ""
+    # Flow control: step boundaries that passed this steer message over (handed it back unconsumed).
+    passed: int = 0
 
     def to_json(self) -> str:
         """Kept under its message id (the mail hash's field), so the id is not written again; the
@@ -174,7 +185,7 @@ class MailItem:
         is written on every send and kept until it is processed)."""
         fields = [self.seq, self.owner, self.sender_session_id, self.agent_hop, self.mode, self.state,
                   self.run_id, self.attempts, self.since, self.claimed_at, self.retry_at, self.reason, self.trace, self.peer,
-                  self.expires_at, self.supersede_key]
+                  self.expires_at, self.supersede_key, self.passed]
         while len(fields) > _ITEM_REQUIRED and fields[-1] == _ITEM_DEFAULTS[len(fields) - 1]:
             fields.pop()
         return compactjson.dumps(fields)
@@ -192,7 +203,7 @@ class MailItem:
 # The compact item's order after its position: owner .. run_id are always written; attempts .. trace
 # are dropped from the end while they hold these defaults.
 _ITEM_REQUIRED = 7
-_ITEM_DEFAULTS = (None,) * _ITEM_REQUIRED + (0, 0.0, 0.0, 0.0, "", "", False, 0.0, "")
+_ITEM_DEFAULTS = (None,) * _ITEM_REQUIRED + (0, 0.0, 0.0, 0.0, "", "", False, 0.0, "", 0)
 
 
 def _recent(producers: tuple[str, ...], producer_id: str) -> tuple[str, ...]:
@@ -331,7 +342,8 @@ def _evolve_common(state: SessionState, event: ev.Event) -> SessionState:
             return replace(state, status="idle", current_run=None, run_hops=hops, last_run=run_id,
                            abort_hold=aborted)
         case ev.ProducerMessageConsumed():
-            return _drain(replace(state, run_hops=_observe(state, event), **_caused(state, event)), event)
+            return _drain(replace(state, run_hops=_observe(state, event), **_caused(state, event),
+                                  consumed_pace=flow.observe(state.consumed_pace, event.at)), event)
         case ev.ProducerMessageDiscarded():
             if event.message_id in state.chains:
                 state = replace(state, chains={k: v for k, v in state.chains.items() if k != event.message_id})
@@ -350,7 +362,8 @@ def _evolve_common(state: SessionState, event: ev.Event) -> SessionState:
         case ev.MessageRulesOverlaid(rules=rules):
             return replace(state, rules_overlay=tuple(tuple(rule) for rule in rules))
         case ev.MessageSettled():
-            return replace(state, outstanding=max(0, state.outstanding - 1))
+            return replace(state, outstanding=max(0, state.outstanding - 1),
+                           settled_pace=flow.observe(state.settled_pace, event.at))
         # Disposal, settlement notices, draining.
         case ev.SessionClosing():
             return replace(state, disposal="closing")
@@ -389,7 +402,8 @@ def _evolve_outbox(state: SessionState, event: ev.Event) -> SessionState:
                            outstanding=max(0, state.outstanding - 1))
         case ev.MessageSettled() if event.message_id in rows:
             return replace(state, outbox=peer_outbox.without(rows, event.message_id),
-                           outstanding=max(0, state.outstanding - 1))
+                           outstanding=max(0, state.outstanding - 1),
+                           settled_pace=flow.observe(state.settled_pace, event.at))
     return _evolve_common(state, event)
 
 
@@ -437,6 +451,12 @@ def evolve_mail(mail: dict[str, MailItem], event: ev.Event, seq: int) -> dict[st
             item = mail.get(event.message_id)
             if item is not None:
                 mail[event.message_id] = _attempt(item, event)
+        case ev.ProducerMessageSteerFellBack():
+            # Flow control: queued from here, due at the next run start; the reason is what inspect shows.
+            item = mail.get(event.message_id)
+            if item is not None:
+                mail[event.message_id] = replace(item, state="accepted", mode="queue", run_id=None, retry_at=0.0,
+                                                 reason=f"steer_{event.reason}")
         case ev.ProducerMessageConsumed() | ev.ProducerMessageDiscarded():
             mail.pop(event.message_id, None)
         case ev.ProducerMessageRestored():
@@ -456,8 +476,10 @@ def _attempt(item: MailItem, event: ev.MessageEvent) -> MailItem:
         case ev.ProducerMessageClaimed():
             return replace(item, attempts=item.attempts + 1, claimed_at=event.at, retry_at=0.0)
         case ev.ProducerMessageReleased():
+            # A steer message handed back at a step boundary: one more boundary passed it over (flow control).
+            passed = item.passed + (item.mode == "steer" and event.reason == "released")
             return replace(item, retry_at=event.retry_at, reason=event.detail or event.reason or "released",
-                           attempts=max(0, item.attempts + event.attempts_change))
+                           attempts=max(0, item.attempts + event.attempts_change), passed=passed)
         case ev.ProducerMessageParked():
             return replace(item, state="parked", reason=event.reason)
         case ev.ProducerMessageRetried():

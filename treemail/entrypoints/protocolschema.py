@@ -46,7 +46,9 @@ def protocol_schemas() -> dict:
     error = {
         "type": "object", "additionalProperties": False, "required": ["error"],
         "properties": {"error": {"type": "object", "required": ["code", "message"], "properties": {
-            "code": {"enum": [code.value for code in Code]}, "message": {"type": "string"}}}},
+            "code": {"enum": [code.value for code in Code]}, "message": {"type": "string"},
+            # Flow control: a refusal that may pass later says when to retry and the occupancy behind it.
+            "retry_after_ms": {"type": "integer", "minimum": 0}, "occupancy": {"type": "object"}}}},
     }
     success = {
         "type": "object", "required": ["message_id", "mode", "recipient_state"], "properties": {

@@ -64,6 +64,9 @@ class ObligationService:
                 case ev.SessionWakeRequested():
                     metrics.OBLIGATIONS.labels("woken").inc()
                     continue
+                case ev.ProducerMessageSteerFellBack():  # flow control: the steer deadline
+                    metrics.STEER_FALLBACKS.labels(event.reason).inc()
+                    continue
                 case _:
                     continue
             metrics.OBLIGATIONS.labels(action).inc()

@@ -51,6 +51,7 @@ def observe_attempts(events: list[ev.Event]) -> None:
             metrics.FAILED_ATTEMPTS.labels(event.reason, "parked").inc()
         elif isinstance(event, ev.ProducerMessageReleased) and event.reason in (RUN_FINISHED, WAKE_UNCLAIMED):
             metrics.FAILED_ATTEMPTS.labels(event.reason, "released").inc()
+    metrics.count_steer_fallbacks(events)  # flow control: steer mail the run ended without taking
 
 
 class SettlementService:

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 from ..messaging import MessagingConfig
 from ..state import MailItem, SessionState
+from . import steer
 
 # Pending, not claimed, not parked: a run may take it once its backoff is over.
 WAITING = ("accepted", "admitted", "released")
@@ -63,6 +64,7 @@ def check_times(state: SessionState, item: MailItem, policy: MessagingConfig, no
     if item.state not in WAITING:
         return expiry_time(item)
     times = [t for t in (deadline_of(item, policy),) if t is not None] + expiry_time(item)
+    times += steer.check_time(state, item, policy)  # flow control: the steer deadline
     if wakeable(state) and item.retry_at > now:
         times.append(item.retry_at)
     return times

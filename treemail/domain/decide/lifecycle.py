@@ -32,6 +32,7 @@ from ..state import MailItem, SessionState
 from .guards import require_body
 from .obligations import RUN_FINISHED, WAKE_UNCLAIMED, fail_attempt, release_at_boundary, unclaimed_at_finish
 from .settlement import owed, settle_with
+from . import steer
 from .wake import decide_reconcile_wake, with_wake
 from .mailcontrol import claimable_now
 
@@ -204,7 +205,9 @@ def decide_release(command: ReleaseMail, given: Given) -> list[ev.Event]:
     require_release_reason(command.reason)
     item = require_mail(given.mail, command.message_id)
     require_claimed(item)
-    return [release_at_boundary(item, given.now, detail=command.reason)]
+    # Flow control: the boundary that reaches the steer limit queues the message.
+    return [release_at_boundary(item, given.now, detail=command.reason),
+            *steer.at_release(item, given.config, given.state.current_run, given.now)]
 
 
 def decide_discard(command: DiscardMail, given: Given) -> list[ev.Event]:
@@ -233,6 +236,8 @@ def decide_finish_run(command: FinishRun, given: Given) -> list[ev.Event]:
             released.append(fail_attempt(item, RUN_FINISHED, given.config, given.now, backoff=not cut_short))
         elif unclaimed_at_finish(item, run_id, given.now) and not cut_short:
             released.append(fail_attempt(item, WAKE_UNCLAIMED, given.config, given.now, counted=False))
+    # Flow control: steer mail no boundary of this run took is queued for the next, on the record.
+    released += steer.at_finish(in_order(given.mail), state, run_id, given.now)
     finished = ev.SessionRunFinished(at=given.now, run_id=run_id, reason=command.reason)
     return settled_with(command, given, with_wake(state, [*released, finished], given.now, given.mail))
 

@@ -11,6 +11,7 @@ from ..commands import KeepObligations, RetryMail
 from ..errors import LifecycleError
 from ..messaging import MessagingConfig
 from ..state import MailItem, fold
+from . import steer
 from .delivery import WAITING, backoff_delay, claim_expires_at, deadline_of, deliverable, wake_stale, wakeable
 from . import mailcontrol
 from .wake import mail_after, with_wake
@@ -86,6 +87,9 @@ def decide_keep(command: KeepObligations, given) -> list[ev.Event]:
         elif item.state in WAITING and past_deadline(item, policy, now):
             # A claimed message past its deadline is left to its attempt: parked when that fails.
             events.append(step_event(ev.ProducerMessageParked, item, item.run_id, now, reason=DEADLINE))
+    # Flow control: steer mail the open run did not take by its deadline falls back to queue.
+    acted = frozenset(e.message_id for e in events)
+    events += steer.past_deadline(given.state, sorted(given.mail.values(), key=lambda m: m.seq), policy, now, acted)
     state = fold(events, given.state)
     mail = mail_after(given.mail, events)
     needs_wake = wakeable(state) and any(deliverable(item, now) for item in mail.values())

@@ -20,7 +20,7 @@ from .. import digests, grants, peerinput, peers
 from ..commands import PeerSendArguments, RegisterPeerRoute, RevokePeerRoute, SendToPeer, SetPeerGrant
 from ..errors import Code, Rejected
 from ..records import SessionRecord
-from . import endings, guards, idempotency
+from . import backpressure, endings, guards, idempotency
 from .guards import Found
 from .lifecycle import Given, require_registered
 from .send import Accepted, Refused, SendDecision, SendGiven
@@ -133,7 +133,8 @@ def decide_peer_send(command: SendToPeer, given: SendGiven) -> SendDecision:
         guards.require_source_capacity(given.sender_state, config)
         require_outbox_room(given.sender_state, config)
     except Rejected as rejection:
-        return Refused(rejection.code, rejection.message)
+        message, pressure = backpressure.explain(rejection, given)  # flow control: when to retry, and why
+        return Refused(rejection.code, message, backpressure=pressure)
     intent = ev.PeerIntentStored(
         at=given.now, message_id=given.new_id, destination_session_id=found.record.session_id,
         peer=arguments.peer, principal=principal, body=arguments.body, mode=arguments.mode, agent_hop=hop,

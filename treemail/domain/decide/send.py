@@ -14,7 +14,7 @@ from ..messaging import MessagingConfig
 from ..outbound import Sender, Source, recipient_state_label, sources
 from ..records import SessionRecord
 from ..state import SessionState
-from . import content, endings, guards, idempotency, routing
+from . import backpressure, content, endings, guards, idempotency, routing
 from . import loops as loop_guard
 from . import mailcontrol
 from .guards import Found, Target
@@ -79,6 +79,8 @@ class Refused:
     # ancestor), and whether the worker must load the ancestor and decide again.
     events: list[ev.Event] = field(default_factory=list)
     ancestor_wanted: bool = False
+    # Flow control: when to retry and the occupancy that refused it (a refusal that may pass later).
+    backpressure: dict | None = None
 
     @property
     def sender_events(self) -> list[ev.Event]:
@@ -117,8 +119,8 @@ def outcome_of(decision: SendDecision) -> dict:
     match decision:
         case Accepted(result=result):
             return {"ok": result}
-        case Refused(code=code, message=message, message_id=message_id):
-            error = {"code": code.value, "message": message}
+        case Refused(code=code, message=message, message_id=message_id, backpressure=pressure):
+            error = {"code": code.value, "message": message, **(pressure or {})}
             return {"error": {**error, "message_id": message_id} if message_id else error}
         case AwaitsApproval(request_id=request_id, label=label):
             return {"approval": {"request_id": request_id, "label": label}}
@@ -168,16 +170,18 @@ def decide_send(command: SendMessage, given: SendGiven) -> SendDecision:
 
 def refused(given: SendGiven, rejection: Rejected) -> Refused:
     """A refusal decided on the recipient's state is recorded with its append: it keeps a message id, and
-    the sender records it too (its capacity and ``inspect`` see it). Any other refusal is the code alone."""
+    the sender records it too (its capacity and ``inspect`` see it). Any other refusal is the code alone.
+    One that may pass later says when to retry, and why (``backpressure``)."""
+    message, pressure = backpressure.explain(rejection, given)
     if not idempotency.is_recorded(rejection.code):
-        return Refused(rejection.code, rejection.message)
+        return Refused(rejection.code, message, backpressure=pressure)
     recipient = given.target.record.session_id
     record = ev.MessageRefused(at=given.now, message_id=given.new_id, recipient_session_id=recipient,
                                code=rejection.code.value)
     if isinstance(rejection, loop_guard.LoopDetected):
         return _loop_refused(given, rejection, record)
-    return Refused(rejection.code, rejection.message, given.new_id,
-                   [Source(given.sender, given.sender_state, given.sender_version, [record])])
+    return Refused(rejection.code, message, given.new_id,
+                   [Source(given.sender, given.sender_state, given.sender_version, [record])], backpressure=pressure)
 
 
 def _loop_refused(given: SendGiven, rejection: "loop_guard.LoopDetected", record: ev.MessageRefused) -> Refused:
@@ -202,7 +206,7 @@ def _loop_refused(given: SendGiven, rejection: "loop_guard.LoopDetected", record
         kept = given.ancestor
         sources.append(Source(kept.record, kept.state, kept.version, notice(kept.state, kept.record.session_id)))
     sources.insert(0, Source(sender, given.sender_state, given.sender_version, sender_events))
-    return Refused(rejection.code, rejection.message, given.new_id, sources, recipient_events)
+    return Refused(rejection.code, rejection.message, given.new_id, sources, events=recipient_events)
 
 
 def admit(given: SendGiven, sender: SessionRecord, found: Found, run_id: str) -> int:
