@@ -11,11 +11,13 @@ rounds' own send / empty-tool ratios, the percentiles over every round's calls.
 
 import asyncio
 import contextlib
+import os
 import socket
 import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from treemail.host import SendContext, Treemail
 
@@ -44,8 +46,20 @@ async def wait_listening(port: int, proc: subprocess.Popen, timeout: float = 30.
     raise RuntimeError("the MCP server did not start listening")
 
 
-async def drive(callers: list, call, seconds: float) -> dict:
-    """Every caller calls in a loop, one call at a time, for ``seconds``: the rate and each call's latency."""
+def cpu_seconds(pid: int) -> float | None:
+    """User and system CPU seconds a process has used so far (Linux's /proc); None where it cannot be read."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def drive(callers: list, call, seconds: float, pids: dict[str, int] | None = None) -> dict:
+    """Every caller calls in a loop, one call at a time, for ``seconds``: the rate, each call's latency, and the
+    CPU seconds each process of ``pids`` used meanwhile (where a send's cost goes past the empty tool's: on a
+    shared machine the rates follow the CPU a call costs the client, the server and the worker together)."""
+    before = {name: cpu_seconds(pid) for name, pid in (pids or {}).items()}
     latencies: list[float] = []
     failed = 0
     deadline = time.perf_counter() + seconds
@@ -63,7 +77,10 @@ async def drive(callers: list, call, seconds: float) -> dict:
     started = time.perf_counter()
     await asyncio.gather(*(loop(k, c) for k, c in enumerate(callers)))
     elapsed = time.perf_counter() - started
-    return {"calls": len(latencies), "failed": failed, "rate": len(latencies) / elapsed, "latencies": latencies}
+    cpu = {name: used - before[name] for name, pid in (pids or {}).items()
+           if before[name] is not None and (used := cpu_seconds(pid)) is not None}
+    return {"calls": len(latencies), "failed": failed, "rate": len(latencies) / elapsed, "latencies": latencies,
+            "cpu": cpu}
 
 
 async def settle(host: Treemail, pairs: list[tuple[str, str]]) -> int:
@@ -79,9 +96,13 @@ async def settle(host: Treemail, pairs: list[tuple[str, str]]) -> int:
 
 def summary(runs: list[dict]) -> dict:
     every = [x for run in runs for x in run["latencies"]]
+    calls = sum(run["calls"] for run in runs)
+    processes = set.intersection(*(set(run.get("cpu", {})) for run in runs)) if runs else set()
     return {"rate": statistics.median(run["rate"] for run in runs), "rates": [run["rate"] for run in runs],
-            "calls": sum(run["calls"] for run in runs), "failed": sum(run["failed"] for run in runs),
-            "p50_ms": percentile(every, 50) * 1000, "p99_ms": percentile(every, 99) * 1000}
+            "calls": calls, "failed": sum(run["failed"] for run in runs),
+            "p50_ms": percentile(every, 50) * 1000, "p99_ms": percentile(every, 99) * 1000,
+            # CPU milliseconds per call, by process (the benchmark's own is the clients, or the host API's caller)
+            "cpu_ms": {name: sum(run["cpu"][name] for run in runs) * 1000 / max(calls, 1) for name in sorted(processes)}}
 
 
 async def phase_mcp(url: str, seconds: float, rounds: int, log) -> dict:
@@ -130,10 +151,12 @@ async def phase_mcp(url: str, seconds: float, rounds: int, log) -> dict:
                     await mcp_send(k, client, i)
             await settle(host, pairs)
             runs: dict[str, list[dict]] = {"noop": [], "send": [], "host": []}
+            pids = {"client": os.getpid(), "server": server.pid, **{f"worker{'' if i == 0 else i + 1}": proc.pid
+                                                                    for i, proc in enumerate(workers.procs)}}
             for round_ in range(rounds):
                 for name, call, callers in (("noop", noop, clients), ("send", mcp_send, clients),
                                             ("host", host_send, list(range(CLIENTS)))):
-                    run = await drive(callers, call, seconds)
+                    run = await drive(callers, call, seconds, pids)
                     runs[name].append(run)
                     await settle(host, pairs)
                     log(f"  round {round_ + 1} {name}: {run['calls']:,} calls = {run['rate']:,.0f}/s, "
@@ -154,6 +177,10 @@ async def phase_mcp(url: str, seconds: float, rounds: int, log) -> dict:
     log(f"  MCP send {out['send']['rate']:,.0f}/s (p50 {out['send']['p50_ms']:.2f} ms, p99 "
         f"{out['send']['p99_ms']:.2f} ms), empty tool {out['noop']['rate']:,.0f}/s, host API "
         f"{out['host']['rate']:,.0f}/s; send / empty tool {out['send_over_noop']:.2f}")
+    if out["send"]["cpu_ms"]:
+        log("  CPU ms per call (" + ", ".join(out["send"]["cpu_ms"]) + "): " + "; ".join(
+            f"{label} " + " / ".join(f"{v:.2f}" for v in out[name]["cpu_ms"].values())
+            for name, label in (("send", "MCP send"), ("noop", "empty tool"), ("host", "host API send"))))
     return out
 
 

@@ -71,7 +71,10 @@ def mcp_rows(m: dict) -> list[tuple[str, str, str, str]]:
          latency(m["noop"]) + "; the transport's own ceiling", ""),
         (f"host API send_message, {n} callers, same run", f"{m['host']['rate']:,.0f} sends/s", latency(m["host"]), ""),
         ("MCP send / empty tool", f"{m['send_over_noop']:.2f}", "target >= 0.7", verdict(m["send_over_noop"] >= 0.7)),
-    ]
+    ] + ([(f"CPU ms per call ({', '.join(m['send']['cpu_ms'])})",
+           " / ".join(f"{v:.2f}" for v in m["send"]["cpu_ms"].values()),
+           "MCP send; empty tool " + " / ".join(f"{v:.2f}" for v in m["noop"]["cpu_ms"].values()), "")]
+         if m["send"].get("cpu_ms") and m["noop"].get("cpu_ms") else [])
 
 
 def profile_rows(one: dict, dur: dict, rep: dict, sizes: Sizes) -> list[tuple[str, str, str, str]]:

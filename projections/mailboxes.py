@@ -78,6 +78,16 @@ async def histories_for(store: EventStore, session_id: str, *, whole_tree: bool 
     return found
 
 
+async def with_recipients(store: EventStore, session_id: str, found: dict[str, tl.History]) -> dict[str, tl.History]:
+    """``found`` and the histories of the sessions ``session_id`` recorded sending to: what it sent lies on
+    its recipients' streams, where its threads (``timeline.threads``) read it."""
+    named = {e.recipient_session_id for _, e in found.get(session_id, ()) if type(e).__name__ == "MessageSent"}
+    for sid in sorted(named - set(found)):
+        if await store.directory.get(sid) is not None:
+            found[sid] = await history(store, sid)
+    return found
+
+
 def _named(found: dict[str, tl.History], senders: bool) -> set[str]:
     named: set[str] = set()
     for events in found.values():

@@ -73,6 +73,9 @@ class Message:
     tokens: int | None = None
     reason: str = ""
     lifecycle: list[Transition] = field(default_factory=list)
+    # threads: the conversation it belongs to (its own id when it starts one) and the message it answers
+    thread_id: str | None = None
+    in_reply_to: str | None = None
 
 
 @dataclass
@@ -116,6 +119,8 @@ class Timeline:
     fork: dict | None = None
     # (position, event type, time) of every position: what a scrubber moves through.
     positions: list[tuple[int, str, float]] = field(default_factory=list)
+    # threads: the conversations the session took part in by then, each a reply tree (``threads``)
+    threads: list["Thread"] = field(default_factory=list)
 
     def mailbox(self) -> dict[str, list[Message]]:
         by_state: dict[str, list[Message]] = {state: [] for state in STATES}
@@ -217,6 +222,7 @@ class _Fold:
                     event.message_id, self.session_id, event.owner, event.sender_session_id, event.sender_handle,
                     event.mode, event.body, seq, event.at, trace_id(event.traceparent),
                     lifecycle=[Transition(seq, event.at, "accepted", event.run_id)],
+                    thread_id=event.thread_of, in_reply_to=event.in_reply_to,
                 )
             case ev.ProducerMessageDiscarded():
                 self.transition(seq, event, "discarded", "returned" if _returned(event.reason) else "discarded")
@@ -300,13 +306,80 @@ def timeline(session_id: str, histories: Histories, at: int | None = None) -> Ti
         source = timeline(fold.fork["source_session_id"], histories, fold.fork["at_position"])
         runs = [_inherited(run, source.session_id) for run in source.runs if run.reverted_by is None] + runs
     return Timeline(session_id, fold.handle, at, last, list(fold.messages.values()), runs, fold.outside,
-                    fold.reverts, fold.fork, fold.positions)
+                    fold.reverts, fold.fork, fold.positions, threads(session_id, histories, at))
 
 
 def _inherited(run: Run, source: str) -> Run:
     steps = [Step(**{**asdict(s), "inherited_from": run.inherited_from or source}) for s in run.steps
              if s.reverted_by is None]
     return Run(run.run_id, run.started, run.finished, run.reason, steps, None, run.inherited_from or source)
+
+
+@dataclass
+class Post:
+    """One message of a thread, placed under the message it answers (``depth``: how many replies deep)."""
+
+    message_id: str
+    depth: int
+    in_reply_to: str | None
+    sender_session_id: str | None
+    sender_handle: str | None
+    recipient_session_id: str
+    # The recipient's handle, when its history was read.
+    recipient_handle: str | None
+    at: float
+    body: str
+
+
+@dataclass
+class Thread:
+    thread_id: str
+    # Oldest first, each reply right under what it answers (a depth-first walk of the reply tree).
+    posts: list[Post]
+
+
+def threads(session_id: str, histories: Histories, at: int | None = None) -> list[Thread]:
+    """The conversations ``session_id`` took part in, oldest first, each as a reply tree: the mail it received
+    by position ``at`` and the mail it had recorded sending by then (``MessageSent``), found on its
+    recipients' streams when ``histories`` holds them. A thread of one message is not listed (a message
+    alone is not a conversation); a reply whose original is not in the histories read sits at the top."""
+    own = histories.get(session_id, ())
+    limit = own[-1][0] if own and at is None else (at or 0)
+    sent = {e.message_id for seq, e in own if seq <= limit and isinstance(e, ev.MessageSent)}
+    handles = {sid: next((e.handle for _, e in h if isinstance(e, ev.SessionRegistered)), None)
+               for sid, h in histories.items()}
+    found: dict[str, Post] = {}
+    thread_of: dict[str, str] = {}
+    for recipient, history in histories.items():
+        for seq, event in history:
+            if not isinstance(event, ev.ProducerMessageAccepted) or event.message_id in found:
+                continue
+            mine = (recipient == session_id and seq <= limit) or event.message_id in sent
+            if mine:
+                found[event.message_id] = Post(event.message_id, 0, event.in_reply_to, event.sender_session_id,
+                                               event.sender_handle, recipient, handles.get(recipient), event.at,
+                                               event.body)
+                thread_of[event.message_id] = event.thread_of
+    by_thread: dict[str, list[Post]] = {}
+    for post in sorted(found.values(), key=lambda p: (p.at, p.message_id)):
+        by_thread.setdefault(thread_of[post.message_id], []).append(post)
+    out = []
+    for thread_id, posts in by_thread.items():
+        if len(posts) < 2:
+            continue
+        ids = {p.message_id for p in posts}
+        replies: dict[str | None, list[Post]] = {}
+        for post in posts:
+            replies.setdefault(post.in_reply_to if post.in_reply_to in ids else None, []).append(post)
+        ordered: list[Post] = []
+        stack = [(post, 0) for post in reversed(replies.get(None, []))]
+        while stack:  # depth first, without recursion: a long back-and-forth is as deep as it is long
+            post, depth = stack.pop()
+            post.depth = depth
+            ordered.append(post)
+            stack += [(reply, depth + 1) for reply in reversed(replies.get(post.message_id, []))]
+        out.append(Thread(thread_id, ordered))
+    return out
 
 
 @dataclass

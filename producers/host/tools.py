@@ -69,11 +69,13 @@ class Tools:
         record = await self._sessions.record(context.session_id)
         return await table.call(self._handlers, await self._view(record), context, name, arguments)
 
-    async def call_bound(self, binding: TokenBinding, tool_call_id: str, name: str, arguments) -> dict | None:
+    async def call_bound(self, binding: TokenBinding, tool_call_id: str, name: str, arguments,
+                         view: SessionView | None = None) -> dict | None:
         """``call`` through a binding (``bound_context``), the session read once for the tool and the run;
-        None: the session has no tool ``name``. What an MCP request costs before the tool's own work."""
-        record = await self._sessions.record(binding.session_id)
-        view = await self._view(record)
+        None: the session has no tool ``name``. What an MCP request costs before the tool's own work.
+        ``view``: the session as read with the token that made this request (``binding_with_view``)."""
+        if view is None or view.record.session_id != binding.session_id:
+            view = await self._view(await self._sessions.record(binding.session_id))
         found = await table.installed_tool(self._handlers, name, view)
         if found is None:
             return None
@@ -101,6 +103,32 @@ class Tools:
     async def binding(self, token: str) -> TokenBinding | None:
         """The session (and run) a live token binds; None for an unknown, expired or revoked one."""
         return await tokens.lookup(self._redis, token)
+
+    async def binding_with_view(self, token: str, session_id: str | None
+                                ) -> tuple[TokenBinding | None, SessionView | None]:
+        """``binding``, and the view of ``session_id`` (the session this token bound when last checked) read
+        in the same round trip: a call through the token then reads nothing more before its tool's own work.
+
+        A token's binding never changes, only whether it is still live, so a server that remembers whose
+        token it is can read that session with the check. The view is None when the token is not live,
+        binds another session, or ``session_id`` is unknown (None, or a session that no longer exists).
+        """
+        where = tokens.key(token)
+        if where is None:
+            return None, None
+        record = await self._store.directory.get(session_id) if session_id is not None else None
+        if record is None:
+            return tokens.parse(token, await self._redis.get(where)), None
+
+        def build(batch) -> None:
+            batch.execute_command("GET", where)
+            batch.hmget(self._store.state_key(record), *self._store.STATE_FIELDS)
+
+        raw, state = await self._store.read_round_trip(build)
+        binding = tokens.parse(token, raw)
+        if binding is None or binding.session_id != record.session_id:
+            return binding, None
+        return binding, SessionView(record, self._store.parse_loaded(record.session_id, state).state, self._config)
 
     async def bound_context(self, binding: TokenBinding, tool_call_id: str) -> SendContext:
         """The context of one call made through a binding (an MCP token, or the session a stdio server serves).

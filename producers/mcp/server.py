@@ -49,6 +49,7 @@ from treemail.domain import ids, limits
 from treemail.domain.errors import UnknownSessionError
 
 from ..host.facade import Treemail
+from ..tools.table import SessionView
 from ..tools import receiving
 from .connection import INBOX_URI, Connection
 
@@ -63,6 +64,8 @@ RECEIVING_INSTRUCTIONS = (
 )
 
 Resolve = Callable[[object], Awaitable[TokenBinding]]
+# The session as read with the request's token check (HTTP), or None: the call reads it itself.
+ViewOf = Callable[[object], "SessionView | None"]
 # The connection that is the agent behind a request (None: the tools only, the session run by its engine).
 ConnectionOf = Callable[[object], Awaitable["Connection | None"]]
 DELIVERED_META = "treemail/delivered"
@@ -101,8 +104,12 @@ async def _no_connection(_ctx) -> None:
     return None
 
 
+def _no_view(_ctx) -> None:
+    return None
+
+
 def build_server(host: Treemail, resolve: Resolve, connection_of: ConnectionOf = _no_connection,
-                 noop: bool = False, instructions: str = INSTRUCTIONS) -> Server:
+                 noop: bool = False, instructions: str = INSTRUCTIONS, view_of: ViewOf = _no_view) -> Server:
     """A low-level MCP server whose every handler first asks ``resolve`` who is calling.
 
     With a connection that is the agent (``connection_of``), the server also
@@ -145,7 +152,8 @@ def build_server(host: Treemail, resolve: Resolve, connection_of: ConnectionOf =
                                         structured_content=result, is_error="error" in result)
         delivered = []
         if connection is None:
-            result = await host.tools.call_bound(binding, tool_call_id(params), params.name, params.arguments or {})
+            result = await host.tools.call_bound(binding, tool_call_id(params), params.name, params.arguments or {},
+                                                 view=view_of(ctx))
         else:
             async def call(run_id: str) -> dict | None:
                 return await host.tools.call_bound(TokenBinding(binding.session_id, run_id, binding.binding_id),
@@ -277,19 +285,34 @@ async def serve_stdio(config: Config, url: str, session_id: str, run_id: str | N
 # ---- streamable HTTP: each request bound by its bearer token -------------------------------------
 
 
+# Tokens whose session this process remembers (a token's binding never changes); past it, it starts afresh.
+KNOWN_TOKENS = 10_000
+VIEW_CLAIM = "treemail/session_view"
+
+
 class RedisTokenVerifier:
-    """The SDK's TokenVerifier over the tokens the host mints; the principal is the session."""
+    """The SDK's TokenVerifier over the tokens the host mints; the principal is the session.
+
+    Every request's token is checked in Redis (a revoked one is refused at its next request). From a
+    token's second request on, its session is read in the same round trip as the check, and the call
+    uses that read: an MCP send used to read the session in a round trip of its own, after the check.
+    """
 
     def __init__(self, host: Treemail) -> None:
         self.host = host
+        self._sessions: dict[str, str] = {}
 
     async def verify_token(self, token: str) -> AccessToken | None:
-        binding = await self.host.tools.binding(token)
+        binding, view = await self.host.tools.binding_with_view(token, self._sessions.get(token))
         if binding is None:
+            self._sessions.pop(token, None)
             return None
+        if len(self._sessions) >= KNOWN_TOKENS:
+            self._sessions.clear()
+        self._sessions[token] = binding.session_id
         return AccessToken(
             token=token, client_id=binding.session_id, scopes=[], subject=binding.session_id,
-            claims={"run_id": binding.run_id, "binding_id": binding.binding_id},
+            claims={"run_id": binding.run_id, "binding_id": binding.binding_id, VIEW_CLAIM: view},
         )
 
 
@@ -301,6 +324,12 @@ def _binding_of(ctx) -> TokenBinding:
     return TokenBinding(access.client_id, access.claims["run_id"], access.claims["binding_id"])
 
 
+def _view_of(ctx) -> SessionView | None:
+    user = ctx.request.scope.get("user") if ctx.request is not None else None
+    access = getattr(user, "access_token", None)
+    return access.claims.get(VIEW_CLAIM) if access is not None and access.claims else None
+
+
 def http_app(host: Treemail, bind_host: str = "127.0.0.1", port: int = 8765, noop: bool = False):
     """The Starlette app serving ``/mcp``; every request needs ``Authorization: Bearer <token>``.
     ``noop``: also a tool that does nothing (the benchmark's transport ceiling)."""
@@ -308,7 +337,7 @@ def http_app(host: Treemail, bind_host: str = "127.0.0.1", port: int = 8765, noo
     async def resolve(ctx) -> TokenBinding:
         return _binding_of(ctx)
 
-    server = build_server(host, resolve, noop=noop)
+    server = build_server(host, resolve, noop=noop, view_of=_view_of)
     return server.streamable_http_app(
         stateless_http=True, json_response=True, host=bind_host,
         # No OAuth server here: the host mints tokens; issuer_url is required by the settings model only.

@@ -264,6 +264,27 @@ async def test_http_any_server_process_checks_tokens_and_a_retry_through_another
         assert len(await host.obligations.pending_mail(child.session_id)) == 1
 
 
+async def test_http_token_without_a_run_sends_from_the_run_open_at_each_request(redis_url):
+    # From its second request on, a token's session is read with its check: that read is the request's own,
+    # never one remembered from an earlier request.
+    async with running_stack(redis_url) as host:
+        root = await host.register_root("planner", "plans", rules={"child": "allow"})
+        child = await host.register_child(root.session_id, "explore", "reads")
+        token = await host.tools.mint_token(root.session_id)
+        async with http_server(host) as url, http_client(url, token) as client:
+            first = await call(client, {"to": child.handle, "body": "none open"}, "c-1")
+            assert error_code(first) == "send_message:sender_not_live"
+            await host.start_run(root.session_id, "run-1")
+            assert not (await call(client, {"to": child.handle, "body": "in run 1"}, "c-2")).is_error
+            await host.finish_run(root.session_id, "run-1")
+            assert error_code(await call(client, {"to": child.handle, "body": "between"}, "c-3")) == (
+                "send_message:sender_not_live")
+            await host.start_run(root.session_id, "run-2")
+            assert not (await call(client, {"to": child.handle, "body": "in run 2"}, "c-4")).is_error
+        assert [(e.run_id, e.tool_call_id) for e in await accepted(host, child.session_id)] == [
+            ("run-1", "c-2"), ("run-2", "c-4")]
+
+
 async def test_http_refuses_requests_without_a_valid_token_and_a_revoked_one_at_its_next_request(redis_url):
     async with running_stack(redis_url) as host:
         root = await host.register_root("planner", "plans", rules={"child": "allow"})

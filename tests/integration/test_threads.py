@@ -7,8 +7,10 @@ import pytest
 from mcp import Client
 
 from treemail.domain import events as ev
+from treemail.projections import mailboxes
+from treemail.projections import timeline as tl
 
-from .conftest import Calls, running_stack
+from .conftest import Calls, adapters, running_stack
 from .test_search import cli
 from .test_mcp import stdio
 from .test_mcp_agents import RECEIVE, tree
@@ -52,6 +54,18 @@ async def test_answers_join_the_thread_and_inspect_shows_the_conversation(redis_
         assert f"* {answer['message_id']}  {explore.handle} -> {planner.handle}  test_cache" in shown.stdout
         assert [r["message_id"] for r in json.loads(machine.stdout)["thread"]] == [
             qid, answer["message_id"], followup["message_id"]]
+
+        # The timeline shows the conversation as a thread, each reply under what it answers, from either side.
+        timeline = cli(redis_url, "timeline", explore.handle)
+        assert timeline.returncode == 0, timeline.stderr
+        assert f"thread {qid[-8:]} (3 messages)" in timeline.stdout
+        assert f"\n    ↳ {answer['message_id'][-8:]} {explore.handle} -> {planner.handle}: test_cache\n" in timeline.stdout
+        assert f"\n      ↳ {followup['message_id'][-8:]} {planner.handle} -> {explore.handle}: fix it\n" in timeline.stdout
+        histories = await mailboxes.with_recipients(
+            adapters(host).store, planner.session_id, {planner.session_id: await host.history(planner.session_id)})
+        (threaded,) = tl.timeline(planner.session_id, histories).to_json()["threads"]
+        assert [(p["message_id"], p["depth"]) for p in threaded["posts"]] == [
+            (qid, 0), (answer["message_id"], 1), (followup["message_id"], 2)]
 
 
 async def test_mcp_only_agents_answer_in_a_thread(redis_url, monkeypatch):

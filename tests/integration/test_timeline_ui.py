@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from treemail.adapters.config import load_config
-from treemail.host import Treemail
+from treemail.host import SendContext, Treemail
 from treemail.projections import timeline as tl
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -146,9 +146,10 @@ def expected(found: tl.Timeline) -> dict[str, list[str]]:
             "returned": mailbox["returned"] + mailbox["discarded"]}
 
 
-async def with_host(url: str, action):
+async def with_host(url: str, action, threads: bool = False):
     config = load_config(None)
-    config = config.model_copy(update={"service": config.service.model_copy(update={"redis_url": url})})
+    config = config.model_copy(update={"service": config.service.model_copy(update={"redis_url": url}),
+                                       "messaging": config.messaging.model_copy(update={"threads": threads})})
     host = await Treemail.connect(config, url)
     try:
         return await action(host)
@@ -231,6 +232,26 @@ def test_the_page_shows_the_demo_tree_scrubs_a_mailbox_back_and_follows_a_live_s
     target.parent.mkdir(parents=True, exist_ok=True)
     assert browser.save_screenshot(str(target))
     assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # A conversation as a thread: two new helpers, a question and the answer naming it, on the answerer's page.
+    async def converse(host):
+        asker, answerer = [await host.register_child(explore_id, kind, kind, rules={"sibling": "allow"},
+                                                     status="running") for kind in ("asker", "answerer")]
+        await host.start_run(asker.session_id, "run-ask")
+        await host.start_run(answerer.session_id, "run-answer")
+        ask = await host.send_message(SendContext(asker.session_id, "run-ask", "q-1"),
+                                      {"to": answerer.handle, "body": "which tests fail?"})
+        answer = await host.send_message(SendContext(answerer.session_id, "run-answer", "a-1"),
+                                         {"to": asker.handle, "body": "test_cache", "in_reply_to": ask["message_id"]})
+        return answerer, ask["message_id"], answer["message_id"]
+
+    answerer, ask_id, answer_id = asyncio.run(with_host(url, converse, threads=True))
+    wait(browser, lambda d: session_node(d, answerer.handle) is not None, "the answerer in the tree")
+    click(browser, f'[data-session-id="{answerer.session_id}"]')
+    posts = "return [...document.querySelectorAll('#threads .post')].map((p) => [p.dataset.messageId, p.dataset.depth])"
+    wait(browser, lambda d: d.execute_script(posts) == [[ask_id, "0"], [answer_id, "1"]],
+         "the question and, under it, the answer sent back")
+    assert f"thread {ask_id[-8:]} (2 messages)" in text(browser, "threads")
 
 
 def test_write_actions_need_the_operators_token_and_the_page_answers_only_loopback_names(demo_page):

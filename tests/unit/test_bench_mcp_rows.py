@@ -22,3 +22,12 @@ def test_mcp_rows_put_sends_next_to_the_empty_tool_and_the_host_api():
 
 def test_mcp_ratio_under_the_target_says_not_met():
     assert report.mcp_rows(figures(200.0, 400.0))[3] == ("MCP send / empty tool", "0.50", "target >= 0.7", "NOT met")
+
+
+def test_mcp_rows_show_the_cpu_a_send_and_an_empty_call_cost_each_process_when_measured():
+    m = figures(350.0, 400.0)
+    assert len(report.mcp_rows(m)) == 4  # not measured (no /proc): no row
+    m["send"]["cpu_ms"] = {"client": 2.1, "server": 2.0, "worker": 1.3}
+    m["noop"]["cpu_ms"] = {"client": 2.05, "server": 1.5, "worker": 0.1}
+    assert report.mcp_rows(m)[4] == ("CPU ms per call (client, server, worker)", "2.10 / 2.00 / 1.30",
+                                     "MCP send; empty tool 2.05 / 1.50 / 0.10", "")

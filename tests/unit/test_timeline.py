@@ -263,3 +263,38 @@ def test_trees_nest_each_session_under_its_parent_and_a_session_without_a_listed
         return (node["session_id"], [shape(child) for child in node["children"]])
 
     assert [shape(n) for n in nested] == [("a", [("a1", [("a11", [])]), ("a2", [])]), ("b", []), ("orphan", [])]
+
+
+def test_a_conversation_is_a_thread_with_each_reply_under_what_it_answers():
+    root = Stream(T.root.session_id, registered(T.root))
+    kid = child()
+
+    def reply(message_id: str, sender, answers: str, thread: str) -> ev.ProducerMessageAccepted:
+        return accepted(message_id, sender).model_copy(update={"in_reply_to": answers, "thread_id": thread})
+
+    kid.append([accepted("ask", T.root)])
+    root.sent("ask", kid.session_id)
+    root.append([reply("answer", T.child, "ask", "ask")])
+    kid.sent("answer", root.session_id)
+    kid.append([accepted("other", T.root)])  # a message of its own thread, never answered
+    root.sent("other", kid.session_id)
+    kid.append([reply("follow-up", T.root, "ask", "ask")])
+    root.sent("follow-up", kid.session_id)
+    root.append([reply("thanks", T.child, "answer", "ask")])
+    kid.sent("thanks", root.session_id)
+
+    both = histories(root, kid)
+    (thread,) = timeline(kid.session_id, both).threads
+    assert thread.thread_id == "ask"
+    assert [(p.message_id, p.depth, p.in_reply_to) for p in thread.posts] == [
+        ("ask", 0, None), ("answer", 1, "ask"), ("thanks", 2, "answer"), ("follow-up", 1, "ask")]
+    assert (thread.posts[1].sender_handle, thread.posts[1].recipient_handle) == (T.child.handle, T.root.handle)
+    # The same conversation from the other side; and the mailbox marks each message with its thread.
+    assert [p.message_id for p in timeline(root.session_id, both).threads[0].posts] == [
+        p.message_id for p in thread.posts]
+    assert {m.message_id: m.thread_id for m in timeline(kid.session_id, both).messages} == {
+        "ask": "ask", "other": "other", "follow-up": "ask"}
+    # Earlier, it was a question and its answer; with only its own stream, what it received.
+    assert [p.message_id for p in timeline(kid.session_id, both, at=3).threads[0].posts] == ["ask", "answer"]
+    assert [(p.message_id, p.depth) for p in timeline(kid.session_id, histories(kid)).threads[0].posts] == [
+        ("ask", 0), ("follow-up", 1)]

@@ -40,15 +40,22 @@ async def mint(redis: Redis, session_id: str, run_id: str | None = None, ttl_s: 
     return token
 
 
-async def lookup(redis: Redis, token: str) -> TokenBinding | None:
-    if not token.startswith(TOKEN_PREFIX):
-        return None
-    key_digest = digest(token)
-    raw = await redis.get(keys.access_token(key_digest))
+def key(token: str) -> str | None:
+    """Where the token's binding is kept; None for a string that is no token of ours (never looked up)."""
+    return keys.access_token(digest(token)) if token.startswith(TOKEN_PREFIX) else None
+
+
+def parse(token: str, raw: bytes | None) -> TokenBinding | None:
+    """The binding read from ``key(token)``; None for a token that is unknown, expired or revoked."""
     if raw is None:
         return None
     data = json.loads(raw)
-    return TokenBinding(data["session_id"], data.get("run_id"), key_digest[:16])
+    return TokenBinding(data["session_id"], data.get("run_id"), digest(token)[:16])
+
+
+async def lookup(redis: Redis, token: str) -> TokenBinding | None:
+    where = key(token)
+    return None if where is None else parse(token, await redis.get(where))
 
 
 async def revoke(redis: Redis, token: str) -> bool:

@@ -49,7 +49,8 @@ def timeline(ctx: typer.Context, session: SessionArg, at: AtOpt = None, as_json:
 
     async def action(host, server):
         sid = await session_id(server, session)
-        histories = await mailboxes.histories_for(server.store, sid)
+        histories = await mailboxes.with_recipients(server.store, sid,
+                                                     await mailboxes.histories_for(server.store, sid))
         position = parse_at(at, histories[sid])
         last = histories[sid][-1][0] if histories[sid] else 0
         if position is not None and not 0 <= position <= last:
@@ -93,17 +94,19 @@ def print_timeline(found) -> None:
                   f"{revert['from_position']} abandoned")
 
     mailbox = Table(title="mailbox", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for header in ("state", "message", "from", "mode", "run", "step", "position", "body"):
+    for header in ("state", "message", "from", "mode", "run", "step", "position", "thread", "body"):
         mailbox.add_column(header, overflow="fold")
     for state, messages in found.mailbox().items():
         for m in messages:
             sender = m.sender_handle or m.sender_session_id or m.owner
             reason = f" ({m.reason})" if m.reason and state in ("parked", "returned", "discarded") else ""
             mailbox.add_row(state + reason, m.message_id, sender, m.mode, m.run_id or "",
-                            "" if m.step is None else str(m.step), str(m.position), _preview(m.body))
+                            "" if m.step is None else str(m.step), str(m.position), _thread_mark(found, m),
+                            _preview(m.body))
     if not found.messages:
-        mailbox.add_row("(empty)", "", "", "", "", "", "", "")
+        mailbox.add_row("(empty)", "", "", "", "", "", "", "", "")
     out.print(mailbox)
+    print_threads(found)
 
     steps = Table(title="steps (message ids end with)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     for header in ("run", "step", "positions", "claimed", "consumed", "sent", "tokens", "note"):
@@ -123,6 +126,25 @@ def print_timeline(found) -> None:
     out.print(steps)
     if any(not s.reported for r in found.runs for s in r.steps):
         out.print("* not reported by the host: counted one per claim (0: sent before the run's first claim)")
+
+
+def _thread_mark(found, message) -> str:
+    """The thread a message belongs to (its id's end), when it is part of a conversation listed below."""
+    return _short(message.thread_id) if any(t.thread_id == message.thread_id for t in found.threads) else ""
+
+
+def print_threads(found) -> None:
+    """Each conversation as a reply tree: a reply indented under the message it answers."""
+    from .output import console
+
+    out = console()
+    for thread in found.threads:
+        out.print(f"[bold]thread {_short(thread.thread_id)}[/] ({len(thread.posts)} messages)", highlight=False)
+        for post in thread.posts:
+            sender = post.sender_handle or post.sender_session_id or "host"
+            recipient = post.recipient_handle or post.recipient_session_id
+            out.print(f"  {'  ' * post.depth}{'↳ ' if post.depth else ''}{_short(post.message_id)} {sender} -> "
+                      f"{recipient}: {_preview(post.body)}", highlight=False, markup=False)
 
 
 def _note(item) -> str:

@@ -101,7 +101,7 @@ class Page:
         if at is not None and not at.isdigit():
             return _error(400, "ui:invalid_position", f"at must be a non-negative integer, got {at!r}")
         try:
-            histories = await mailboxes.histories_for(self.store, sid)
+            histories = await mailboxes.with_recipients(self.store, sid, await mailboxes.histories_for(self.store, sid))
         except UnknownSessionError as error:
             return _error(404, "ui:unknown_session", str(error))
         return JSONResponse(tl.timeline(sid, histories, None if at is None else int(at)).to_json())

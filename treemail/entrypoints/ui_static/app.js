@@ -120,7 +120,20 @@ function renderTimeline(t) {
     }
   }
   $("steps").tBodies[0].replaceChildren(...rows);
+  $("threads").replaceChildren(...(t.threads.length ? t.threads.map(renderThread)
+    : [el("p", { class: "dim" }, "No conversation yet (a message alone is not one).")]));
   if (view.message) showMessage(view.message, false);
+}
+
+// A thread: its messages oldest first, each reply indented under the message it answers.
+function renderThread(thread) {
+  return el("div", { class: "thread", "data-thread-id": thread.thread_id },
+    el("h4", {}, `thread ${short(thread.thread_id)} (${thread.posts.length} messages)`),
+    thread.posts.map((p) => el("div", { class: "post", "data-message-id": p.message_id, "data-depth": p.depth,
+      title: p.message_id, style: `margin-left: ${p.depth * 1.5}em`, onclick: () => showMessage(p.message_id) },
+      el("span", { class: "from" }, `${p.depth ? "↳ " : ""}${p.sender_handle || short(p.sender_session_id) || "host"}`),
+      ` → ${p.recipient_handle || short(p.recipient_session_id)}: `,
+      el("span", { class: "body" }, p.body.length > 120 ? p.body.slice(0, 119) + "…" : p.body))));
 }
 
 // Message ids in the steps table: the end of each id, a link to the message (sent ones lie in other mailboxes).
