@@ -46,6 +46,8 @@ class SendArguments:
     # received) and that message's thread, which the answer joins (the host's, never the model's).
     in_reply_to: str | None = None
     thread_id: str | None = None
+    # Order and priority: sent urgent (the host's option, or the model's argument where the host enabled it).
+    urgent: bool = False
 
 
 @dataclass(frozen=True)

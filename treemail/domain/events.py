@@ -130,6 +130,10 @@ class ProducerMessageAccepted(Event):
     # The conversation it belongs to: the thread of the tree message it answers (``in_reply_to``). None:
     # it starts its own thread, whose id is its message id (``thread_of``).
     thread_id: str | None = None
+    # Order and priority: the message's number in its directed pair (sender -> this session), given where it
+    # lands on this stream, and whether it was sent urgent (claimed ahead of normal mail, within the bound).
+    pair_seq: int | None = None
+    urgent: bool = False
 
     def implied(self) -> set[str] | None:
         return _implied_by_sender(self)

@@ -45,3 +45,5 @@ class MessagingConfig(BaseModel):
     # The host makes the first admission attempt of a peer send itself, before answering the model (the
     # pump makes the others); off leaves every attempt to the pump.
     peer_admit_inline: bool = True
+    # Order and priority: at most this many urgent messages sent after a normal one are claimed before it.
+    urgent_starvation_bound: int = Field(default=8, ge=0, le=64)

@@ -9,7 +9,7 @@ that reason; readers of streams skip the entry and report it).
 """
 
 # Bumped for an incompatible change (the protocol-schema test says when).
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 
 # Entries written before the version was recorded on them: the first release's.
 UNVERSIONED = 1

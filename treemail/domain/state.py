@@ -26,6 +26,7 @@ PENDING_STATES = ("accepted", "admitted", "claimed", "released")
 # The reason an item shows while it waits for its recipient's disposal to settle (``next_incarnation``).
 NEXT_INCARNATION = "next_incarnation"
 MAX_PRODUCERS = 64
+MAX_PAIR_COUNTERS = 32
 
 
 class ApprovalEntry(NamedTuple):
@@ -82,6 +83,12 @@ class SessionState:
     settled_notice: str = ""
     # Its run was aborted (an interrupt): its mail waits, unwoken, until a new message or run (or a retry) comes.
     abort_hold: bool = False
+    # Order and priority: sender session id -> the number of the last message it landed here (its pair's
+    # counter), most recently numbered last, at most MAX_PAIR_COUNTERS of them beside the senders with mail
+    # pending (the snapshot is rewritten on every append). A counter set aside raises ``pair_seq_floor``,
+    # where a sender without one counts from: its numbers stay increasing, whatever it sent before.
+    pair_seq: dict[str, int] = field(default_factory=dict)
+    pair_seq_floor: int = 0
 
     def to_json(self) -> str:
         """Only the fields that differ from a new session's (``from_json`` fills in the rest, as it does
@@ -149,13 +156,17 @@ class MailItem:
     # Peer mail: its sender is in another slot and learns of its settlement from a driver (``outbox.py``),
     # never from this session's step.
     peer: bool = False
+    # Order and priority: its number in its directed pair (0: none, e.g. host mail) and whether it is urgent.
+    pair_seq: int = 0
+    urgent: bool = False
 
     def to_json(self) -> str:
         """Kept under its message id (the mail hash's field), so the id is not written again; the
         position comes first, and the fields still at their default at the end are left out (an item
         is written on every send and kept until it is processed)."""
         fields = [self.seq, self.owner, self.sender_session_id, self.agent_hop, self.mode, self.state,
-                  self.run_id, self.attempts, self.since, self.claimed_at, self.retry_at, self.reason, self.trace, self.peer]
+                  self.run_id, self.attempts, self.since, self.claimed_at, self.retry_at, self.reason, self.trace, self.peer,
+                  self.pair_seq, self.urgent]
         while len(fields) > _ITEM_REQUIRED and fields[-1] == _ITEM_DEFAULTS[len(fields) - 1]:
             fields.pop()
         return compactjson.dumps(fields)
@@ -173,7 +184,7 @@ class MailItem:
 # The compact item's order after its position: owner .. run_id are always written; attempts .. trace
 # are dropped from the end while they hold these defaults.
 _ITEM_REQUIRED = 7
-_ITEM_DEFAULTS = (None,) * _ITEM_REQUIRED + (0, 0.0, 0.0, 0.0, "", "", False)
+_ITEM_DEFAULTS = (None,) * _ITEM_REQUIRED + (0, 0.0, 0.0, 0.0, "", "", False, 0, False)
 
 
 def _recent(producers: tuple[str, ...], producer_id: str) -> tuple[str, ...]:
@@ -181,6 +192,19 @@ def _recent(producers: tuple[str, ...], producer_id: str) -> tuple[str, ...]:
     if producers and producers[-1] == producer_id:
         return producers
     return (*(p for p in producers if p != producer_id), producer_id)[-MAX_PRODUCERS:]
+
+
+def _numbered(state: SessionState, sender: str, number: int, inflight: dict[str, int]) -> dict:
+    """The pair counters after ``sender``'s message numbered ``number`` landed: its counter moved to the most
+    recent end; past MAX_PAIR_COUNTERS the least recent counters of senders with nothing pending are set
+    aside into the floor (a pending pair's counter is never set aside: the read receipt reads it)."""
+    counters = {k: v for k, v in state.pair_seq.items() if k != sender}
+    counters[sender] = max(number, state.pair_seq.get(sender, 0))
+    floor = state.pair_seq_floor
+    for old in [k for k in counters if k != sender][:max(0, len(counters) - MAX_PAIR_COUNTERS)]:
+        if not inflight.get(old):
+            floor = max(floor, counters.pop(old))
+    return {"pair_seq": counters, "pair_seq_floor": floor}
 
 
 def _counted(owner: str) -> bool:
@@ -235,6 +259,9 @@ def _evolve_common(state: SessionState, event: ev.Event) -> SessionState:
                 pairs = dict(state.pair_inflight)
                 pairs[sender] = pairs.get(sender, 0) + 1
                 changes.update(pending_agent=state.pending_agent + 1, pair_inflight=pairs)
+            numbered = getattr(event, "pair_seq", None)
+            if numbered is not None and sender is not None:
+                changes.update(_numbered(state, sender, numbered, changes.get("pair_inflight", state.pair_inflight)))
             return replace(state, **changes)
         # Delivery as an obligation: the sender's own record of its send intents.
         case ev.MessageSent():
@@ -349,6 +376,8 @@ def evolve_mail(mail: dict[str, MailItem], event: ev.Event, seq: int) -> dict[st
                 trace=event.traceparent or "",
                 peer=event.principal is not None,
                 reason=NEXT_INCARNATION if event.next_incarnation else "",
+                pair_seq=event.pair_seq or 0,
+                urgent=event.urgent,
             )
         case ev.ProducerMessageAdmitted() | ev.ProducerMessageClaimed() | ev.ProducerMessageReleased():
             item = mail.get(event.message_id)

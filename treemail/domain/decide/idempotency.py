@@ -40,7 +40,10 @@ def key_digest(context: SendContext) -> str:
 
 
 def fingerprint(arguments: SendArguments) -> str:
-    return digests.digest([arguments.to, arguments.body, arguments.mode, *blocks.fingerprint_part(arguments.blocks)])
+    # An urgent send is another send; a normal one keeps the fingerprint it always had.
+    urgent = ["urgent"] if getattr(arguments, "urgent", False) else []
+    return digests.digest([arguments.to, arguments.body, arguments.mode, *blocks.fingerprint_part(arguments.blocks),
+                           *urgent])
 
 
 def is_recorded(code: Code) -> bool:

@@ -31,6 +31,7 @@ from ..outbound import Sender
 from ..state import MailItem, SessionState
 from .guards import require_body
 from .obligations import RUN_FINISHED, WAKE_UNCLAIMED, fail_attempt, release_at_boundary, unclaimed_at_finish
+from . import ordering
 from .settlement import owed, settle_with
 from .wake import decide_reconcile_wake, with_wake
 
@@ -158,9 +159,14 @@ def decide_claim(command: ClaimMail, given: Given) -> list[ev.Event]:
         # Past the cutoff nothing more is delivered: what is pending goes back to its senders.
         return []
     # A failed attempt's message waits out its backoff (mail as an obligation).
-    due = [m for m in in_order(given.mail) if due_in_run(m, command.run_id) and m.retry_at <= given.now]
+    due = claimed_in_order([m for m in given.mail.values() if due_in_run(m, command.run_id)], given)
     step = {} if command.step is None else {"step": command.step}
     return [message_event(ev.ProducerMessageClaimed, item, command.run_id, given.now, **step) for item in due]
+
+
+def claimed_in_order(candidates: list[MailItem], given: Given) -> list[MailItem]:
+    """What a claim hands out of the mail due at its boundary, and in which order (order and priority)."""
+    return ordering.claim_order(ordering.held_back(candidates, given.now), given.config.urgent_starvation_bound)
 
 
 def due_at_turn(item: MailItem, run_id: str) -> bool:
@@ -173,7 +179,7 @@ def decide_claim_turn(command: ClaimTurn, given: Given) -> list[ev.Event]:
     require_current_run(given.state, command.run_id)
     if given.state.disposal is not None:
         return []
-    due = [m for m in in_order(given.mail) if due_at_turn(m, command.run_id) and m.retry_at <= given.now]
+    due = claimed_in_order([m for m in given.mail.values() if due_at_turn(m, command.run_id)], given)
     return [message_event(ev.ProducerMessageClaimed, item, command.run_id, given.now) for item in due]
 
 

@@ -14,7 +14,7 @@ from ..messaging import MessagingConfig
 from ..outbound import Sender, Source, recipient_state_label, sources
 from ..records import SessionRecord
 from ..state import SessionState
-from . import content, endings, guards, idempotency, routing
+from . import content, endings, guards, idempotency, ordering, routing
 from .guards import Found, Target
 from .wake import with_wake_folded
 
@@ -245,6 +245,9 @@ def accept(command, given: SendGiven, sender: SessionRecord, found: Found, hop: 
             traceparent=getattr(command, "traceparent", "") or None,
             return_address=sender.session_id,
             next_incarnation=disposal == "closing",
+            # Order and priority: numbered here, in the recipient's atomic step, so the number follows its stream.
+            pair_seq=ordering.next_number(found.state, sender.session_id),
+            urgent=getattr(command.arguments, "urgent", False),
             **{**thread(command.arguments), **provenance},
         )
     )
@@ -252,6 +255,8 @@ def accept(command, given: SendGiven, sender: SessionRecord, found: Found, hop: 
         "message_id": given.new_id,
         "mode": command.arguments.mode,
         "recipient_state": recipient_state_label(found.state.status),
+        # Order and priority (additive): the message's number in its pair, what a read receipt counts to.
+        "sequence": events[-1].pair_seq,
     }
     events = proof.sign_events(events, found.record.session_id, given.keyring)
     events, after = with_wake_folded(found.state, events, given.now)
