@@ -17,6 +17,7 @@ once from the services ``wiring.py`` builds: ``tm.history``, ``tm.peers``,
 """
 
 import contextlib
+import dataclasses
 import functools
 
 import redis.asyncio as aioredis
@@ -30,6 +31,7 @@ from treemail.domain.commands import SendContext
 from treemail.domain.errors import LifecycleError, Rejected
 from treemail.services.clock import SYSTEM_CLOCK, Clock
 
+from ..tools import receipt as receipt_tool
 from ..tools import search as search_tool
 from ..tools import send_message as tool
 from ..tools.table import Handlers
@@ -83,6 +85,7 @@ class Treemail:
             peer_reply_definition=self.peers.reply_tool_definition,
             peer_inbox_definition=self.peers.inbox_tool_definition,
             search_mail=functools.partial(search_tool.call, self.history),
+            read_receipt=functools.partial(receipt_tool.call, self.history, s.store.directory),
         ))
 
     @classmethod
@@ -270,10 +273,10 @@ class Treemail:
         services = self._services
         record = await services.sessions.record(session_id)
         messaging = services.config.messaging
-        overlay = (await services.store.load(record)).state.rules_overlay
+        state = (await services.store.load(record)).state
         return tool.tool_definition(
-            record.rules, record.send_message_tool, messaging.routing, messaging.content_blocks, overlay=overlay,
-            threads=messaging.threads,
+            record.rules, record.send_message_tool, messaging.routing, messaging.content_blocks,
+            overlay=state.rules_overlay, threads=messaging.threads, urgent=c.URGENT_SEND in state.installed_tools,
         )
 
     async def send_message_for_model(self, context: SendContext, arguments) -> ToolResult:
@@ -282,9 +285,17 @@ class Treemail:
         return ToolResult(result, tool.result_text(result), "error" in result)
 
     async def send_message(self, context: SendContext, arguments) -> dict:
+        return await self._send_message(context, arguments, None)
+
+    async def _send_message(self, context: SendContext, arguments, urgent: bool | None) -> dict:
+        """``urgent``: the host's own choice for this send; None: the model's `urgent` argument, where the
+        host enabled it for the sender (only then is the sender's state read for it)."""
         try:
             messaging = self._services.config.messaging
-            parsed = tool.parse_arguments(arguments, messaging.content_blocks, messaging.threads)
+            may_urgent = isinstance(arguments, dict) and "urgent" in arguments and await self._urgent_send(context)
+            parsed = tool.parse_arguments(arguments, messaging.content_blocks, messaging.threads, may_urgent)
+            if urgent is not None:
+                parsed = dataclasses.replace(parsed, urgent=urgent)
             tool.require_storable(parsed, messaging)
             if parsed.in_reply_to is not None:
                 parsed = await self.history.joined_thread(context.session_id, parsed)
@@ -299,15 +310,20 @@ class Treemail:
             return outcome["ok"]
         return outcome
 
+    async def _urgent_send(self, context: SendContext) -> bool:
+        record = await self._services.store.directory.get(context.session_id)
+        return record is not None and c.URGENT_SEND in (await self._services.store.load(record)).state.installed_tools
+
     async def send(self, sender_session_id: str, to: str, body: str, *, mode: str = "steer",
-                   idempotency_key: str | None = None, run_id: str | None = None) -> dict:
+                   idempotency_key: str | None = None, run_id: str | None = None, urgent: bool = False) -> dict:
         """A programmatic send by the host (not a model's tool call), under the caller's own idempotency key.
 
         The same key (for this sender and ``run_id``) returns the first
         result and delivers once; no key means a new send each call. Results
         and errors are those of ``send_message``. ``run_id``: the run it is
         sent from, by default the sender's open run (exact live sender: only a
-        session's open run may send; with none open it is ``sender_not_live``).
+        session's open run may send; with none open it is ``sender_not_live``). ``urgent``: claimed ahead of
+        the recipient's normal mail, within ``[messaging] urgent_starvation_bound``; every guard still applies.
         """
         # Kept as the tool call id ("key:<key>"), within its limit.
         limits.require_text("idempotency_key", idempotency_key, limits.MAX_IDEMPOTENCY_KEY_BYTES, optional=True)
@@ -316,5 +332,5 @@ class Treemail:
             store = self._services.store
             record = await store.directory.get(sender_session_id)
             run_id = (await store.load(record)).state.current_run if record is not None else None
-        return await self.send_message(SendContext(sender_session_id, run_id or "", call),
-                                       {"to": to, "body": body, "mode": mode})
+        return await self._send_message(SendContext(sender_session_id, run_id or "", call),
+                                        {"to": to, "body": body, "mode": mode}, urgent)

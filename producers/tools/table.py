@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from treemail.adapters.config import Config
-from treemail.domain.commands import SendContext
+from treemail.domain.commands import URGENT_SEND, SendContext
 from treemail.domain.errors import Code
 from treemail.domain.records import SessionRecord
 from treemail.domain.state import SessionState
@@ -29,6 +29,7 @@ from treemail.domain.results import error_result
 
 from . import interrupt as interrupt_tool
 from . import message as message_tools
+from . import receipt as receipt_tool
 from . import search as search_tool
 from . import send_message as tool
 
@@ -65,6 +66,8 @@ class Handlers:
     peer_inbox_definition: Definition
     # search_mail: the session's own mail, by text, sender and time
     search_mail: Call
+    # read_receipt: how far a recipient has read the caller's mail (order and priority)
+    read_receipt: Call | None = None
 
 
 @dataclass(frozen=True)
@@ -106,7 +109,7 @@ TOOLS: dict[str, ModelTool] = {
         definition=_ruled(lambda view: tool.tool_definition(
             view.record.rules, view.record.send_message_tool, view.config.messaging.routing,
             view.config.messaging.content_blocks, overlay=view.state.rules_overlay,
-            threads=view.config.messaging.threads,
+            threads=view.config.messaging.threads, urgent=URGENT_SEND in view.state.installed_tools,
         )),
         call=lambda handlers, context, arguments: handlers.send_message(context, arguments),
         # The one wording of a send_message result (``send_message.result_text``), whoever renders it.
@@ -150,6 +153,12 @@ TOOLS: dict[str, ModelTool] = {
         definition=_installed(search_tool.TOOL_NAME, lambda handlers, view: _static(search_tool.tool_definition())),
         call=lambda handlers, context, arguments: handlers.search_mail(context, arguments),
         text=search_tool.result_text,
+    ),
+    # ... and asks how far a recipient has read what it sent.
+    receipt_tool.TOOL_NAME: ModelTool(
+        definition=_installed(receipt_tool.TOOL_NAME, lambda handlers, view: _static(receipt_tool.tool_definition())),
+        call=lambda handlers, context, arguments: handlers.read_receipt(context, arguments),
+        text=receipt_tool.result_text,
     ),
 }
 

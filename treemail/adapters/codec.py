@@ -56,6 +56,8 @@ def encode_command(command: SendMessage) -> str:
         data["tp"] = command.traceparent  # tracing: the preparation's trace continues in the worker
     if a.in_reply_to:
         data["th"] = [a.in_reply_to, a.thread_id]  # threads: only an answer carries them
+    if a.urgent:
+        data["u"] = True  # order and priority: only an urgent send carries it
     return json.dumps(data, separators=(",", ":"))
 
 
@@ -123,6 +125,9 @@ def parse_command(data: str | bytes, *, check_version: bool = True) -> SendMessa
     thread = decoded.get("th", [None, None])
     if not (isinstance(thread, list) and len(thread) == 2 and all(t is None or is_text(t) for t in thread)):
         raise invalid("`th` must be [in reply to, thread id]")
+    urgent = decoded.get("u", False)
+    if not isinstance(urgent, bool):
+        raise invalid("`u` must be true or false")
     sid, run, call = ctx
     to, body, mode = args[:3]
     try:
@@ -131,5 +136,5 @@ def parse_command(data: str | bytes, *, check_version: bool = True) -> SendMessa
         # A producer older than the limits (or not this one) sent it: refused like any malformed command.
         raise invalid(error.message) from None
     return SendMessage(
-        command_id, context, SendArguments(to, body, mode, parsed_blocks, *thread), reply_to, traceparent
+        command_id, context, SendArguments(to, body, mode, parsed_blocks, *thread, urgent), reply_to, traceparent
     )

@@ -453,7 +453,13 @@ class RetryPeerDelivery:
 
 # Tools installed one by one: the model-facing tools beyond send_message and interrupt_agent
 # (which the rules govern) are offered to a session only once its host installs them.
-INSTALLABLE_TOOLS = ("inspect_message", "retry_message", "send_to_peer", "reply_to_peer", "peer_inbox", "search_mail")
+# Installed like a tool, it adds no tool: it offers send_message's optional `urgent` argument.
+URGENT_SEND = "urgent_send"
+
+
+INSTALLABLE_TOOLS = ("inspect_message", "retry_message", "send_to_peer", "reply_to_peer", "peer_inbox", "search_mail",
+                     # Order and priority: the read receipt tool, and send_message's `urgent` argument.
+                     "read_receipt", URGENT_SEND)
 
 
 @dataclass(frozen=True)
