@@ -422,6 +422,8 @@ class RecordPeerAdmission:
     code: str = ""
     position: int = 0
     recipient_state: str = ""
+    # Order and priority: the number the destination gave the message in its pair.
+    sequence: int | None = None
 
 
 @dataclass(frozen=True)

@@ -300,6 +300,8 @@ class MessageSent(Event):
     recipient_state: str
     # The route name of peer mail (its receipt came back from another slot); "" for tree mail.
     peer: str = ""
+    # Order and priority: the number the message got in its pair where it landed (None: recorded before).
+    pair_seq: int | None = None
 
 
 class MessageSettled(Event):
