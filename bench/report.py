@@ -151,6 +151,12 @@ def report(results: dict, env: dict, sizes: Sizes, quick: bool, wall: float) -> 
         rows.append(("wake latency p99, commit to trigger", f"{wake['p99_ms']:.2f} ms",
                      f"p50 {wake['p50_ms']:.2f} ms over {wake['wakes']:,} wakes at {wake['rate']}/s (a host runner's "
                      "blocking read)", ""))
+    prio = results.get("priority")
+    if prio is not None:
+        urgent, normal = prio["urgent"], prio["normal"]
+        rows.append((f"urgent steer behind {prio['chatter']} queued, send to claim p50", f"{urgent['p50_ms']:.2f} ms",
+                     f"read at position {urgent['position']} of {urgent['claimed']}; a normal one "
+                     f"{normal['p50_ms']:.2f} ms, read at position {normal['position']}", ""))
     rows += [
         (f"send p50, {hist['events']:,}-event recipient", f"{hist['big_p50_ms']:.2f} ms", f"p99 {hist['big_p99_ms']:.2f} ms, {hist['events']:,} events", ""),
         ("send p50, fresh recipient", f"{hist['fresh_p50_ms']:.2f} ms", f"p99 {hist['fresh_p99_ms']:.2f} ms", ""),

@@ -42,7 +42,7 @@ from treemail.host import SendContext, Treemail
 from treemail.domain import events as ev
 from treemail.domain.state import evolve
 
-from . import floor, latency, mcp, memory, million, population, raw, replay, scale, wakes
+from . import floor, latency, mcp, memory, million, population, priority, raw, replay, scale, wakes
 from .report import ROOT, report, write_markdown
 from .sizes import FULL, QUICK, Sizes
 from .common import (Server, open_server, server_of, busy_seconds, cpu_seconds, Workers, bench_config, flush, machine, percentile, prefill_commands, count_replies,
@@ -380,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench.run")
     parser.add_argument("--quick", action="store_true", help="shrink every phase for a smoke run")
     parser.add_argument("--no-write", action="store_true", help="print only, leave BENCHMARKS.md alone")
-    parser.add_argument("--only", default="", help="comma-separated phases (one,raw,floor,durable,replicated,memory,two,latency,latency_low,wake_latency,history,sessions,"
+    parser.add_argument("--only", default="", help="comma-separated phases (one,raw,floor,durable,replicated,memory,two,latency,latency_low,wake_latency,priority,history,sessions,"
                         "replay,scale_single,routing,scale_cluster,mcp); implies --no-write")
     args = parser.parse_args(argv)
     only = [p for p in args.only.split(",") if p]
@@ -420,6 +420,8 @@ def main(argv: list[str] | None = None) -> int:
                                                        sizes.latency_rounds, log))),
             ("wake_latency", "phase 4c: wake latency, commit to trigger",
              lambda: asyncio.run(wakes.phase_wake_latency(url, sizes.wake_sends, log))),
+            ("priority", f"phase 4d: an urgent steer behind {priority.CHATTER} queued messages, next to a normal one",
+             lambda: asyncio.run(priority.phase_priority(url, sizes.priority_trials, log))),
             ("history", "phase 5: decision latency on a long stream", lambda: asyncio.run(phase_history(url, sizes))),
             ("sessions", f"phase 5b: {sizes.sessions:,} sessions on one Valkey: memory per session, decision latency "
                          "vs a fresh server", lambda: asyncio.run(population.phase_sessions(url, sizes.sessions,

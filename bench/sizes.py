@@ -26,6 +26,7 @@ class Sizes:
     mcp_seconds: float = 2.0  # phase 9: each of the empty tool, MCP sends and host sends, per round
     mcp_rounds: int = 7
     wake_sends: int = 2_000  # phase 4c: one wake each (idle children)
+    priority_trials: int = 20  # phase 4d: urgent and normal probes each, behind 100 queued messages
 
 
 FULL = Sizes(trees=200, children=5, commands=100_000, latency_rate=2000, latency_seconds=5.0, latency_rounds=3,
@@ -33,4 +34,5 @@ FULL = Sizes(trees=200, children=5, commands=100_000, latency_rate=2000, latency
 QUICK = Sizes(trees=20, children=5, commands=5_000, latency_rate=500, latency_seconds=1.0, latency_rounds=1,
               big_events=20_000, probe_sends=100, replay_trees=4, replay_children=4, replay_events=2000,
               scale_trees=8, scale_children=20, scale_commands=3_000, memory_sends=1_000,
-              million_sends=20_000, sessions=2_000, mcp_seconds=1.0, mcp_rounds=3, wake_sends=300)
+              million_sends=20_000, sessions=2_000, mcp_seconds=1.0, mcp_rounds=3, wake_sends=300,
+              priority_trials=3)
