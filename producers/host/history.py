@@ -68,11 +68,13 @@ class History:
         if record is None:
             raise KeyError(recipient_session_id)
         state = (await self._store.load(record)).state
-        mail = await self._store.load_mail(record)
+        positions = ordering.pending_from(await self._store.load_mail(record), sender_session_id)
+        accepted = await self._store.read_at(record, positions) if positions else {}
+        numbers = [getattr(accepted.get(position), "pair_seq", None) for position in positions]
         return {
             "sender_session_id": sender_session_id, "recipient_session_id": recipient_session_id,
             "sent_through": ordering.sent_through(state, sender_session_id),
-            "consumed_through": ordering.consumed_through(state, mail, sender_session_id),
+            "consumed_through": ordering.consumed_through(state, numbers, sender_session_id),
         }
 
     async def fork(

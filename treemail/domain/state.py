@@ -156,8 +156,8 @@ class MailItem:
     # Peer mail: its sender is in another slot and learns of its settlement from a driver (``outbox.py``),
     # never from this session's step.
     peer: bool = False
-    # Order and priority: its number in its directed pair (0: none, e.g. host mail) and whether it is urgent.
-    pair_seq: int = 0
+    # Order and priority: sent urgent. (Its number in its pair is on its accepted event: a pair's numbers follow
+    # stream positions, so the position orders it, and every pending item stays as small as it was.)
     urgent: bool = False
 
     def to_json(self) -> str:
@@ -166,7 +166,7 @@ class MailItem:
         is written on every send and kept until it is processed)."""
         fields = [self.seq, self.owner, self.sender_session_id, self.agent_hop, self.mode, self.state,
                   self.run_id, self.attempts, self.since, self.claimed_at, self.retry_at, self.reason, self.trace, self.peer,
-                  self.pair_seq, self.urgent]
+                  self.urgent]
         while len(fields) > _ITEM_REQUIRED and fields[-1] == _ITEM_DEFAULTS[len(fields) - 1]:
             fields.pop()
         return compactjson.dumps(fields)
@@ -184,7 +184,7 @@ class MailItem:
 # The compact item's order after its position: owner .. run_id are always written; attempts .. trace
 # are dropped from the end while they hold these defaults.
 _ITEM_REQUIRED = 7
-_ITEM_DEFAULTS = (None,) * _ITEM_REQUIRED + (0, 0.0, 0.0, 0.0, "", "", False, 0, False)
+_ITEM_DEFAULTS = (None,) * _ITEM_REQUIRED + (0, 0.0, 0.0, 0.0, "", "", False, False)
 
 
 def _recent(producers: tuple[str, ...], producer_id: str) -> tuple[str, ...]:
@@ -376,7 +376,6 @@ def evolve_mail(mail: dict[str, MailItem], event: ev.Event, seq: int) -> dict[st
                 trace=event.traceparent or "",
                 peer=event.principal is not None,
                 reason=NEXT_INCARNATION if event.next_incarnation else "",
-                pair_seq=event.pair_seq or 0,
                 urgent=event.urgent,
             )
         case ev.ProducerMessageAdmitted() | ev.ProducerMessageClaimed() | ev.ProducerMessageReleased():

@@ -22,16 +22,18 @@ from ..state import MailItem, SessionState
 
 def held_back(candidates: Iterable[MailItem], now: float) -> list[MailItem]:
     """``candidates`` (due in this claim but for their backoff) without the ones that must wait: those still
-    backing off, and every later message of a pair one of whose earlier messages is still backing off."""
-    blocked: dict[str, int] = {}  # sender -> the lowest pair number still backing off
+    backing off, and every later message of a pair one of whose earlier messages is still backing off (a
+    pair's numbers follow stream positions, so "later" is a later position from the same sender)."""
+    candidates = list(candidates)
+    blocked: dict[str, int] = {}  # sender -> the earliest position of its mail still backing off
     for item in candidates:
-        if item.retry_at > now and item.pair_seq and item.sender_session_id is not None:
+        if item.retry_at > now and item.sender_session_id is not None:
             sender = item.sender_session_id
-            blocked[sender] = min(blocked.get(sender, item.pair_seq), item.pair_seq)
+            blocked[sender] = min(blocked.get(sender, item.seq), item.seq)
     return [
         item for item in candidates
         if item.retry_at <= now and not (
-            item.pair_seq and item.sender_session_id in blocked and item.pair_seq > blocked[item.sender_session_id]
+            item.sender_session_id in blocked and item.seq > blocked[item.sender_session_id]
         )
     ]
 
@@ -70,9 +72,15 @@ def sent_through(state: SessionState, sender_session_id: str) -> int:
     return state.pair_seq.get(sender_session_id, state.pair_seq_floor)
 
 
-def consumed_through(state: SessionState, mail: Mapping[str, MailItem], sender_session_id: str) -> int:
+def pending_from(mail: Mapping[str, MailItem], sender_session_id: str) -> list[int]:
+    """The stream positions of the pair's pending messages (their accepted events carry their numbers)."""
+    return sorted(m.seq for m in mail.values() if m.sender_session_id == sender_session_id)
+
+
+def consumed_through(state: SessionState, pending_numbers: Iterable[int | None], sender_session_id: str) -> int:
     """The pair's read receipt: the highest N such that every message numbered up to N from
     ``sender_session_id`` is done here (consumed, or discarded: it will never be read, so it does not hold
-    the receipt back forever). Numbers are given in stream order, so it is one below the lowest one pending."""
-    pending = [m.pair_seq for m in mail.values() if m.sender_session_id == sender_session_id and m.pair_seq]
-    return min(pending) - 1 if pending else sent_through(state, sender_session_id)
+    the receipt back forever). Numbers are given in stream order, so it is one below the lowest one still
+    pending (``pending_numbers``: the numbers of the pair's pending messages; None for one sent unnumbered)."""
+    numbered = [n for n in pending_numbers if n is not None]
+    return min(numbered) - 1 if numbered else sent_through(state, sender_session_id)
