@@ -192,3 +192,22 @@ def test_urgent_rides_the_command_and_the_mail_item():
     assert "u" not in json.loads(codec.encode_command(plain))  # a normal send is encoded as before
     item = st.MailItem("m", "agent", "s", 0, "steer", "accepted", None, 5, urgent=True)
     assert st.MailItem.from_json("m", item.to_json()) == item
+
+
+def test_a_message_held_behind_its_pair_is_no_failed_attempt_and_wakes_nobody_before_its_elder_is_due():
+    from treemail.domain.commands import FinishRun
+    from treemail.domain.decide.lifecycle import decide_finish_run
+
+    release = ev.ProducerMessageReleased(message_id="a", owner="agent", sender_session_id=T.root.session_id,
+                                         agent_hop=0, run_id="run-1", retry_at=10.0)
+    h = History(registered(T.child), run_started(), numbered("a", T.root, 1), claimed("a", T.root), release,
+                numbered("b", T.root, 2), numbered("c", T.sibling, 1))
+    assert claim(h, now=5.0) == ["c"]
+    h.then([claimed("c", T.sibling), consumed("c", T.sibling)])
+    finished = decide_finish_run(FinishRun(CHILD_ID, "run-1"), given_lifecycle(h, now=5.0))
+    # b was held by a's backoff: the run ending is no failed attempt of it, and no wake is asked for it
+    assert [type(e).__name__ for e in finished] == ["SessionRunFinished"]
+    # and the pump looks again when a's backoff ends, not before
+    from treemail.domain.decide.delivery import next_check
+    h.then(finished)
+    assert next_check(h.state, h.mail.values(), config(), 5.0) == 10.0

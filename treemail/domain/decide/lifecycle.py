@@ -213,7 +213,12 @@ def decide_release(command: ReleaseMail, given: Given) -> list[ev.Event]:
 def decide_discard(command: DiscardMail, given: Given) -> list[ev.Event]:
     require_registered(given.state)
     item = require_mail(given.mail, command.message_id)
-    return [message_event(ev.ProducerMessageDiscarded, item, item.run_id, given.now, reason=command.reason)]
+    discarded = message_event(ev.ProducerMessageDiscarded, item, item.run_id, given.now, reason=command.reason)
+    if item.retry_at > given.now and item.sender_session_id is not None:
+        # Order: a message backing off holds the later mail of its pair; gone, that mail may be due now. The
+        # decision reads this one item, so an asleep session with other mail pending is woken to take it.
+        return with_wake(given.state, [discarded], given.now)
+    return [discarded]
 
 
 def decide_finish_run(command: FinishRun, given: Given) -> list[ev.Event]:
@@ -231,10 +236,12 @@ def decide_finish_run(command: FinishRun, given: Given) -> list[ev.Event]:
     # and mail it never took is not counted against.
     cut_short = command.interrupted or command.reason == "aborted"
     released = []
+    # Held behind an earlier message of its pair (order): never the run's to take, so not its failure.
+    held = ordering.held_by_pair([m for m in given.mail.values() if m.state in ("admitted", "released")], given.now)
     for item in in_order(given.mail):
         if item.state == "claimed" and item.run_id == run_id:
             released.append(fail_attempt(item, RUN_FINISHED, given.config, given.now, backoff=not cut_short))
-        elif unclaimed_at_finish(item, run_id, given.now) and not cut_short:
+        elif unclaimed_at_finish(item, run_id, given.now) and not cut_short and item.message_id not in held:
             released.append(fail_attempt(item, WAKE_UNCLAIMED, given.config, given.now, counted=False))
     finished = ev.SessionRunFinished(at=given.now, run_id=run_id, reason=command.reason)
     return settled_with(command, given, with_wake(state, [*released, finished], given.now, given.mail))

@@ -11,7 +11,8 @@ from ..commands import KeepObligations, RetryMail
 from ..errors import LifecycleError
 from ..messaging import MessagingConfig
 from ..state import MailItem, fold
-from .delivery import WAITING, backoff_delay, claim_expires_at, deadline_of, deliverable, wake_stale, wakeable
+from . import ordering
+from .delivery import WAITING, backoff_delay, claim_expires_at, deadline_of, wake_stale, wakeable
 from .wake import mail_after, with_wake
 
 # Bounded reasons: what inspect shows. Diagnostics never leave storage as raw text.
@@ -83,7 +84,7 @@ def decide_keep(command: KeepObligations, given) -> list[ev.Event]:
             events.append(step_event(ev.ProducerMessageParked, item, item.run_id, now, reason=DEADLINE))
     state = fold(events, given.state)
     mail = mail_after(given.mail, events)
-    needs_wake = wakeable(state) and any(deliverable(item, now) for item in mail.values())
+    needs_wake = wakeable(state) and ordering.any_due(mail.values(), now, WAITING)
     if needs_wake and (not state.wake_pending or wake_stale(state, policy, now, command.stale_before)):
         events.append(ev.SessionWakeRequested(at=now))
     return events

@@ -38,6 +38,21 @@ def held_back(candidates: Iterable[MailItem], now: float) -> list[MailItem]:
     ]
 
 
+def any_due(items: Iterable[MailItem], now: float, waiting: tuple[str, ...]) -> bool:
+    """Whether any of ``items`` may be taken at ``now``: waiting (a state in ``waiting``), past its backoff, and
+    not held behind an earlier message of its pair still backing off (that one's backoff end is the time to
+    look again), so a session is not woken for mail its run could not take."""
+    return any(m.state in waiting for m in held_back([m for m in items if m.state in waiting], now))
+
+
+def held_by_pair(items: Iterable[MailItem], now: float) -> set[str]:
+    """The message ids ``held_back`` keeps waiting for an earlier message of their pair alone (their own
+    backoff is over): a run that ends without them did not fail them."""
+    items = list(items)
+    waiting = {m.message_id for m in items if m.retry_at <= now}
+    return waiting - {m.message_id for m in held_back(items, now)}
+
+
 def claim_order(due: Iterable[MailItem], bound: int) -> list[MailItem]:
     """The order a claim hands ``due`` out in: by (priority, stream position), normal mail passed by at most
     ``bound`` urgent messages sent after it."""
