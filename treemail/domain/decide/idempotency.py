@@ -57,8 +57,10 @@ def is_recorded_alone(code: Code) -> bool:
     return code not in WITH_RECIPIENT and code not in NEVER
 
 
-# The answer to an accepted message, which most records keep: written as its three values.
+# The answer to an accepted message, which most records keep: written as its three values (and its number in
+# its pair, order and priority: four, read back as such).
 _ACCEPTED = ("message_id", "mode", "recipient_state")
+_NUMBERED = (*_ACCEPTED, "sequence")
 
 
 def kept(fp: str, outcome: dict) -> list:
@@ -66,7 +68,7 @@ def kept(fp: str, outcome: dict) -> list:
     fingerprint and the outcome, an accepted message's as ``[fp, message_id, mode, recipient_state]``.
     A record is kept per tool call for as long as its session, so it is kept short."""
     ok = outcome.get("ok")
-    if isinstance(ok, dict) and tuple(ok) == _ACCEPTED:
+    if isinstance(ok, dict) and tuple(ok) in (_ACCEPTED, _NUMBERED):
         return [fp, *ok.values()]
     return [fp, outcome]
 
@@ -78,6 +80,8 @@ def parse(recorded: list | dict) -> tuple[str | None, dict]:
         return recorded.get("fp"), recorded["outcome"]
     if len(recorded) == 1 + len(_ACCEPTED):
         return recorded[0], {"ok": dict(zip(_ACCEPTED, recorded[1:]))}
+    if len(recorded) == 1 + len(_NUMBERED):
+        return recorded[0], {"ok": dict(zip(_NUMBERED, recorded[1:]))}
     return recorded[0], recorded[1]
 
 
