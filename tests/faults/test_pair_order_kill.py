@@ -57,9 +57,11 @@ async def test_pair_numbers_and_claim_order_survive_kill_9_of_workers(redis_url)
             kills_while_sending = 0
 
             async def killer() -> None:
+                # Kills go by the senders' progress, not by time: each lands while sends are being decided.
                 nonlocal kills_while_sending
-                for _ in range(3):
-                    await asyncio.sleep(rng.uniform(0.2, 0.5))
+                for threshold in (8, 20, 32):
+                    while sum(map(len, numbers.values())) < threshold:
+                        await asyncio.sleep(0.005)
                     kills_while_sending += bool(sending)
                     assert pool.kill_random(rng) is not None
                     pool.spawn()
