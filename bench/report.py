@@ -171,6 +171,12 @@ def report(results: dict, env: dict, sizes: Sizes, quick: bool, wall: float) -> 
                      f"{out['retries_accepted']}/{out['retries']}",
                      f"{out['retries_per_accepted']:.2f} retries per accepted message, {out['accepted']} accepted, "
                      f"{out['silent_drops']} silent drops (controllable clock)", verdict(out["silent_drops"] == 0)))
+    prio = results.get("priority")
+    if prio is not None:
+        urgent, normal = prio["urgent"], prio["normal"]
+        rows.append((f"urgent steer behind {prio['chatter']} queued, send to claim p50", f"{urgent['p50_ms']:.2f} ms",
+                     f"read at position {urgent['position']} of {urgent['claimed']}; a normal one "
+                     f"{normal['p50_ms']:.2f} ms, read at position {normal['position']}", ""))
     rows += [
         (f"send p50, {hist['events']:,}-event recipient", f"{hist['big_p50_ms']:.2f} ms", f"p99 {hist['big_p99_ms']:.2f} ms, {hist['events']:,} events", ""),
         ("send p50, fresh recipient", f"{hist['fresh_p50_ms']:.2f} ms", f"p99 {hist['fresh_p99_ms']:.2f} ms", ""),

@@ -43,7 +43,8 @@ from treemail.host import SendContext, Treemail
 from treemail.domain import events as ev
 from treemail.domain.state import evolve
 
-from . import backpressure, fanout, fanout_loops, floor, latency, mcp, memory, million, population, raw, replay, scale, wakes
+from . import (backpressure, fanout, fanout_loops, floor, latency, mcp, memory, million, population, priority, raw,
+               replay, scale, wakes)
 from .report import ROOT, report, write_markdown
 from .sizes import FULL, QUICK, Sizes
 from .common import (Server, open_server, server_of, busy_seconds, cpu_seconds, Workers, bench_config, flush, machine, percentile, prefill_commands, count_replies,
@@ -382,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="shrink every phase for a smoke run")
     parser.add_argument("--no-write", action="store_true", help="print only, leave BENCHMARKS.md alone")
     parser.add_argument("--only", default="", help="comma-separated phases (one,raw,floor,durable,replicated,memory,two,latency,latency_low,wake_latency,fanout,backpressure,"
-                        "history,sessions,replay,scale_single,routing,scale_cluster,mcp,fanout_loops); implies --no-write")
+                        "priority,history,sessions,replay,scale_single,routing,scale_cluster,mcp,fanout_loops); implies --no-write")
     args = parser.parse_args(argv)
     only = [p for p in args.only.split(",") if p]
     quick = args.quick or os.environ.get("BENCH_QUICK", "") not in ("", "0")
@@ -426,6 +427,8 @@ def main(argv: list[str] | None = None) -> int:
             ("backpressure", "phase 4e: typed backpressure, a steady producer faster than its consumer honouring "
                              "retry_after_ms (the controllable clock)",
              lambda: asyncio.run(backpressure.phase_backpressure(url, 20.0 if quick else 120.0, log))),
+            ("priority", f"phase 4f: an urgent steer behind {priority.CHATTER} queued messages, next to a normal one",
+             lambda: asyncio.run(priority.phase_priority(url, sizes.priority_trials, log))),
             ("history", "phase 5: decision latency on a long stream", lambda: asyncio.run(phase_history(url, sizes))),
             ("sessions", f"phase 5b: {sizes.sessions:,} sessions on one Valkey: memory per session, decision latency "
                          "vs a fresh server", lambda: asyncio.run(population.phase_sessions(url, sizes.sessions,

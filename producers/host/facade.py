@@ -17,6 +17,7 @@ once from the services ``wiring.py`` builds: ``tm.history``, ``tm.peers``,
 """
 
 import contextlib
+import dataclasses
 import functools
 
 import redis.asyncio as aioredis
@@ -31,6 +32,7 @@ from treemail.domain.decide.mailcontrol import with_send_options as mail_options
 from treemail.domain.errors import LifecycleError, Rejected
 from treemail.services.clock import SYSTEM_CLOCK, Clock
 
+from ..tools import receipt as receipt_tool
 from ..tools import search as search_tool
 from ..tools import send_message as tool
 from ..tools.table import Handlers
@@ -88,6 +90,7 @@ class Treemail:
             peer_inbox_definition=self.peers.inbox_tool_definition,
             search_mail=functools.partial(search_tool.call, self.history),
             message_subtree=subtree.message_subtree,
+            read_receipt=functools.partial(receipt_tool.call, self.history, s.store.directory),
         ))
 
     @classmethod
@@ -276,10 +279,11 @@ class Treemail:
         services = self._services
         record = await services.sessions.record(session_id)
         messaging = services.config.messaging
-        overlay = (await services.store.load(record)).state.rules_overlay
+        state = (await services.store.load(record)).state
         return tool.tool_definition(
-            record.rules, record.send_message_tool, messaging.routing, messaging.content_blocks, overlay=overlay,
-            threads=messaging.threads, mail_control=messaging.mail_control,
+            record.rules, record.send_message_tool, messaging.routing, messaging.content_blocks,
+            overlay=state.rules_overlay, threads=messaging.threads, mail_control=messaging.mail_control,
+            urgent=c.URGENT_SEND in state.installed_tools,
         )
 
     async def send_message_for_model(self, context: SendContext, arguments) -> ToolResult:
@@ -290,13 +294,19 @@ class Treemail:
     async def send_message(self, context: SendContext, arguments) -> dict:
         return await self._send(context, arguments)
 
-    async def _send(self, context: SendContext, arguments, expires_in_s: float | None = None,
-                    supersede_key: str | None = None) -> dict:
-        """``send_message``, with the host's own send options (expiry, supersede key) when it gave them."""
+    async def _send(self, context: SendContext, arguments, urgent: bool | None = None,
+                    expires_in_s: float | None = None, supersede_key: str | None = None) -> dict:
+        """``send_message``, with the host's own send options when it gave them. ``urgent``: the host's own
+        choice for this send; None: the model's `urgent` argument, where the host enabled it for the sender
+        (only then is the sender's state read for it). Expiry and supersede key: the host's, or the model's
+        where ``[messaging] mail_control`` offers them."""
         try:
             messaging = self._services.config.messaging
+            may_urgent = isinstance(arguments, dict) and "urgent" in arguments and await self._urgent_send(context)
             parsed = tool.parse_arguments(arguments, messaging.content_blocks, messaging.threads,
-                                          messaging.mail_control)
+                                          messaging.mail_control, may_urgent)
+            if urgent is not None:
+                parsed = dataclasses.replace(parsed, urgent=urgent)
             tool.require_storable(parsed, messaging)
             if expires_in_s is not None or supersede_key is not None:
                 parsed = mail_options(parsed, expires_in_s, supersede_key)
@@ -313,8 +323,12 @@ class Treemail:
             return outcome["ok"]
         return outcome
 
+    async def _urgent_send(self, context: SendContext) -> bool:
+        record = await self._services.store.directory.get(context.session_id)
+        return record is not None and c.URGENT_SEND in (await self._services.store.load(record)).state.installed_tools
+
     async def send(self, sender_session_id: str, to: str, body: str, *, mode: str = "steer",
-                   idempotency_key: str | None = None, run_id: str | None = None,
+                   idempotency_key: str | None = None, run_id: str | None = None, urgent: bool = False,
                    expires_in_s: float | None = None, supersede_key: str | None = None) -> dict:
         """A programmatic send by the host (not a model's tool call), under the caller's own idempotency key.
 
@@ -325,7 +339,8 @@ class Treemail:
         session's open run may send; with none open it is ``sender_not_live``).
         ``expires_in_s``: the message expires unclaimed that long after it is accepted (never reaches a
         model; settled as expired). ``supersede_key``: it replaces the unclaimed older message this sender
-        sent the recipient with the same key. Both: see the mail-control page.
+        sent the recipient with the same key. Both: see the mail-control page. ``urgent``: claimed ahead of
+        the recipient's normal mail, within ``[messaging] urgent_starvation_bound``; every guard still applies.
         """
         # Kept as the tool call id ("key:<key>"), within its limit.
         limits.require_text("idempotency_key", idempotency_key, limits.MAX_IDEMPOTENCY_KEY_BYTES, optional=True)
@@ -335,4 +350,4 @@ class Treemail:
             record = await store.directory.get(sender_session_id)
             run_id = (await store.load(record)).state.current_run if record is not None else None
         return await self._send(SendContext(sender_session_id, run_id or "", call),
-                                {"to": to, "body": body, "mode": mode}, expires_in_s, supersede_key)
+                                {"to": to, "body": body, "mode": mode}, urgent, expires_in_s, supersede_key)

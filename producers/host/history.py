@@ -18,6 +18,7 @@ from treemail.domain import commands as c
 from treemail.domain import events as ev
 from treemail.domain import search as mail_search
 from treemail.domain.commands import SendArguments
+from treemail.domain.decide import ordering
 from treemail.domain.errors import Code, Rejected
 from treemail.domain.search import MailQuery
 from treemail.services.drains import DrainService
@@ -56,6 +57,25 @@ class History:
         events = await self._sessions.execute(c.RevertSession(session_id, to_position))
         undone = (ev.ProducerMessageRestored, ev.ProducerMessageReleased)
         return [e.message_id for e in events if isinstance(e, undone)]
+
+    async def read_receipt(self, sender_session_id: str, recipient_session_id: str) -> dict:
+        """The directed pair's read receipt, read from the recipient: ``sent_through``, the number of the last
+        message the sender landed there, and ``consumed_through``, the highest N such that every message of
+        the pair numbered up to N is done (consumed, or discarded). "Has it read my message N?" is
+        ``consumed_through >= N``, N being the ``sequence`` of that send's result. Raises KeyError for an
+        unknown recipient."""
+        record = await self._store.directory.get(recipient_session_id)
+        if record is None:
+            raise KeyError(recipient_session_id)
+        state = (await self._store.load(record)).state
+        positions = ordering.pending_from(await self._store.load_mail(record), sender_session_id)
+        accepted = await self._store.read_at(record, positions) if positions else {}
+        numbers = [getattr(accepted.get(position), "pair_seq", None) for position in positions]
+        return {
+            "sender_session_id": sender_session_id, "recipient_session_id": recipient_session_id,
+            "sent_through": ordering.sent_through(state, sender_session_id),
+            "consumed_through": ordering.consumed_through(state, numbers, sender_session_id),
+        }
 
     async def fork(
         self, session_id: str, at_position: int, *, description: str | None = None, status: str = "idle"

@@ -43,6 +43,10 @@ MAIL_CONTROL_ARGUMENTS = {
 }
 MAIL_CONTROL_DESCRIPTION = (" A message that is useless after a while can carry `expires_in_s`; one that replaces your "
                             "earlier unread one on the same subject, a `supersede_key`.")
+# Order and priority (host-enabled per session): the one optional argument it adds.
+URGENT = "urgent"
+URGENT_ARGUMENT = ("true: the recipient reads this message ahead of its other waiting mail. Only for what must "
+                   "change its work now; ordinary mail is never held back by more than a few urgent messages.")
 
 DESCRIPTION = (
     "Send a message to another agent in your delegation tree (your parent, your children, or peers "
@@ -57,7 +61,7 @@ DESCRIPTION = (
 def tool_definition(
     rules: list[tuple[str, str]], send_message_tool: bool = True, routing: str = "tree",
     content_blocks: bool = False, overlay: list[tuple[str, str]] | tuple = (), threads: bool = False,
-    mail_control: bool = False,
+    mail_control: bool = False, urgent: bool = False,
 ) -> dict | None:
     """The tool for a session, or None when its rules (under the host's overlay, if any) hide it.
 
@@ -80,6 +84,8 @@ def tool_definition(
     if mail_control:
         properties.update(MAIL_CONTROL_ARGUMENTS)
         description += MAIL_CONTROL_DESCRIPTION
+    if urgent:
+        properties[URGENT] = {"type": "boolean", "default": False, "description": URGENT_ARGUMENT}
     return {
         "name": TOOL_NAME,
         "description": description,
@@ -105,18 +111,22 @@ def _is_unicode_text(text: str) -> bool:
 
 
 def parse_arguments(raw: Any, content_blocks: bool = False, threads: bool = False,
-                    mail_control: bool = False) -> SendArguments:
+                    mail_control: bool = False, urgent: bool = False) -> SendArguments:
     """Strict: the model's JSON object (or its text) with exactly to, body and optionally mode.
 
     With ``content_blocks`` (the deployment's setting) ``body`` may also be a list of blocks; with
     ``threads``, ``in_reply_to`` may name the message it answers (the host checks and threads it); with
-    ``mail_control``, ``expires_in_s`` and ``supersede_key`` are the send options a host may also give.
+    ``mail_control``, ``expires_in_s`` and ``supersede_key`` are the send options a host may also give; with
+    ``urgent`` (the host enabled it for the sender), ``urgent`` may mark it urgent.
     """
     raw = arguments.json_object(raw, _invalid, "`to`, `body` and optional `mode`")
     if "recipient_session_id" in raw:
         raise _invalid("`recipient_session_id` was renamed: put the recipient's handle or session id in `to`")
-    allowed = (*ALLOWED, *((IN_REPLY_TO,) if threads else ()), *((EXPIRES, SUPERSEDE) if mail_control else ()))
+    allowed = (*ALLOWED, *((IN_REPLY_TO,) if threads else ()), *((EXPIRES, SUPERSEDE) if mail_control else ()),
+               *((URGENT,) if urgent else ()))
     arguments.refuse_unknown(raw, allowed, _invalid)
+    if not isinstance(raw.get(URGENT, False), bool):
+        raise _invalid("`urgent` must be true or false")
     in_reply_to = raw.get(IN_REPLY_TO)
     if in_reply_to is not None and not (isinstance(in_reply_to, str) and in_reply_to.strip()
                                         and _is_unicode_text(in_reply_to) and len(in_reply_to) <= 200):
@@ -143,7 +153,7 @@ def parse_arguments(raw: Any, content_blocks: bool = False, threads: bool = Fals
     if blocks is None:
         require_not_blank(raw["body"])
     parsed = SendArguments(to=raw["to"].strip(), body=raw["body"], mode=mode, blocks=blocks,
-                           in_reply_to=in_reply_to.strip() if in_reply_to else None)
+                           in_reply_to=in_reply_to.strip() if in_reply_to else None, urgent=raw.get(URGENT, False))
     if raw.get(EXPIRES) is not None or raw.get(SUPERSEDE) is not None:
         parsed = with_send_options(parsed, raw.get(EXPIRES), raw.get(SUPERSEDE))
     return parsed

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from treemail.adapters.config import Config
-from treemail.domain.commands import SendContext
+from treemail.domain.commands import URGENT_SEND, SendContext
 from treemail.domain.errors import Code
 from treemail.domain.records import SessionRecord
 from treemail.domain.state import SessionState
@@ -29,6 +29,7 @@ from treemail.domain.results import error_result
 
 from . import interrupt as interrupt_tool
 from . import message as message_tools
+from . import receipt as receipt_tool
 from . import search as search_tool
 from . import send_message as tool
 from . import subtree as subtree_tool
@@ -68,6 +69,8 @@ class Handlers:
     search_mail: Call
     # Whole subtrees: one message to every descendant.
     message_subtree: Call | None = None
+    # read_receipt: how far a recipient has read the caller's mail (order and priority)
+    read_receipt: Call | None = None
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,7 @@ TOOLS: dict[str, ModelTool] = {
             view.record.rules, view.record.send_message_tool, view.config.messaging.routing,
             view.config.messaging.content_blocks, overlay=view.state.rules_overlay,
             threads=view.config.messaging.threads, mail_control=view.config.messaging.mail_control,
+            urgent=URGENT_SEND in view.state.installed_tools,
         )),
         call=lambda handlers, context, arguments: handlers.send_message(context, arguments),
         # The one wording of a send_message result (``send_message.result_text``), whoever renders it.
@@ -166,6 +170,12 @@ TOOLS: dict[str, ModelTool] = {
         definition=_installed(subtree_tool.TOOL_NAME, lambda handlers, view: _static(subtree_tool.tool_definition())),
         call=lambda handlers, context, arguments: handlers.message_subtree(context, arguments),
         text=subtree_tool.result_text,
+    ),
+    # ... and asks how far a recipient has read what it sent.
+    receipt_tool.TOOL_NAME: ModelTool(
+        definition=_installed(receipt_tool.TOOL_NAME, lambda handlers, view: _static(receipt_tool.tool_definition())),
+        call=lambda handlers, context, arguments: handlers.read_receipt(context, arguments),
+        text=receipt_tool.result_text,
     ),
 }
 

@@ -102,12 +102,14 @@ async def test_status_at_every_stage_is_read_by_the_sender_after_its_read_grant_
     [(position, admitted)] = [(seq, e) for seq, e in await host.history(advisor.session_id)
                               if isinstance(e, ev.ProducerMessageAccepted)]
     assert (accepted["receipt"]["position"], accepted["receipt"]["recipient_state"]) == (position, "queued")
+    assert accepted["receipt"]["sequence"] == 1  # numbered by the destination at admission, the first of its pair
     assert admitted.message_id == message_id and admitted.principal == "session:" + planner.session_id
     assert (await host.obligations.inspect(message_id))["status"] == "accepted"
 
     await host.start_run(advisor.session_id, "run-a")
     [delivery] = await host.claim(advisor.session_id, "run-a")
     await host.consume(advisor.session_id, delivery.message_id)
+    assert (await host.history.read_receipt(planner.session_id, advisor.session_id))["consumed_through"] == 1
     # Consumption alone writes nothing on the source: the settlement comes back through a driver.
     assert await of_type(host, planner.session_id, ev.MessageSettled) == []
     assert await outstanding(host, planner) == 1

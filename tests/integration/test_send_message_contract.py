@@ -177,7 +177,7 @@ async def test_an_accepted_calls_record_is_kept_short_and_a_record_written_as_an
     key = keys.session_idempotency(record.partition, root.session_id)
     [(digest, raw)] = (await adapters(stack).redis.hgetall(key)).items()
     fp, *outcome = json.loads(raw)
-    assert outcome == [first["message_id"], first["mode"], first["recipient_state"]]
+    assert outcome == [first["message_id"], first["mode"], first["recipient_state"], first["sequence"]]
     # Written before the short form: an object. A retry gets the same outcome, a changed body a conflict.
     await adapters(stack).redis.hset(key, digest, json.dumps({"fp": fp, "outcome": {"ok": first}}))
     assert await stack.send_message(ctx, {"to": a.handle, "body": "kept"}) == first

@@ -59,7 +59,7 @@ def test_an_allowed_send_to_a_child_is_accepted_with_its_events_and_result():
     assert message.sender_handle == t.root.handle
     assert (message.body, message.mode, message.agent_hop) == ("look at src/", "queue", 0)
     assert (message.run_id, message.tool_call_id) == ("run-1", "call-1")
-    assert decision.result == {"message_id": "m-42", "mode": "queue", "recipient_state": "running"}
+    assert decision.result == {"message_id": "m-42", "mode": "queue", "recipient_state": "running", "sequence": 1}
     assert outcome_of(decision) == {"ok": decision.result}
 
 

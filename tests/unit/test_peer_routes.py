@@ -95,7 +95,7 @@ def test_its_admission_accepts_it_on_the_destination_under_the_same_identity_pri
     assert (message.message_id, message.principal, message.peer, message.return_address,
             message.sender_session_id) == ("m-1", "acme/planning", "advisor", PLANNER.session_id, PLANNER.session_id)
     # The receipt names the accepted event's position on the destination's stream (after the producer's).
-    assert admitted.result == {"message_id": "m-1", "position": 6, "recipient_state": "running"}
+    assert admitted.result == {"message_id": "m-1", "position": 6, "recipient_state": "running", "sequence": 1}
     assert admitted.sources == []  # nothing of this step goes on the source's stream
 
 

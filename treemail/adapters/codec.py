@@ -59,6 +59,8 @@ def encode_command(command: SendMessage) -> str:
         data["th"] = [a.in_reply_to, a.thread_id]  # threads: only an answer carries them
     if a.expires_in_s is not None or a.supersede_key is not None:
         data["mc"] = [a.expires_in_s, a.supersede_key]  # expiry and supersede: only a send that uses them
+    if a.urgent:
+        data["u"] = True  # order and priority: only an urgent send carries it
     return json.dumps(data, separators=(",", ":"))
 
 
@@ -133,6 +135,9 @@ def parse_command(data: str | bytes, *, check_version: bool = True) -> SendMessa
         require_send_options(*control)
     except ValueError as error:
         raise invalid(f"`mc` {error}") from None
+    urgent = decoded.get("u", False)
+    if not isinstance(urgent, bool):
+        raise invalid("`u` must be true or false")
     sid, run, call = ctx
     to, body, mode = args[:3]
     try:
@@ -141,5 +146,6 @@ def parse_command(data: str | bytes, *, check_version: bool = True) -> SendMessa
         # A producer older than the limits (or not this one) sent it: refused like any malformed command.
         raise invalid(error.message) from None
     return SendMessage(
-        command_id, context, SendArguments(to, body, mode, parsed_blocks, *thread, *control), reply_to, traceparent
+        command_id, context, SendArguments(to, body, mode, parsed_blocks, *thread, *control, urgent), reply_to,
+        traceparent
     )

@@ -38,6 +38,7 @@ class CommandPayload(BaseModel):
     ] = Field(description="the model's arguments after strict validation: [to, body, mode]")
     reply_to: str = Field(description="the producer's client id: the decision goes to the list `tm:reply:<reply_to>`")
     tp: str | None = Field(default=None, description="W3C traceparent of the send's preparation, when tracing is on")
+    u: bool | None = Field(default=None, description="true: an urgent send (absent for a normal one)")
 
 
 class SendResult(BaseModel):
@@ -46,6 +47,7 @@ class SendResult(BaseModel):
     message_id: str
     mode: Literal["steer", "queue"]
     recipient_state: Literal["running", "queued", "waking_finished"]
+    sequence: int | None = Field(default=None, description="the message's number in its directed pair")
 
 
 class ErrorDetail(BaseModel):

@@ -50,6 +50,8 @@ class SendArguments:
     # decision until the message expires unclaimed (None: never), and the key a newer message replaces it by.
     expires_in_s: float | None = None
     supersede_key: str | None = None
+    # Order and priority: sent urgent (the host's option, or the model's argument where the host enabled it).
+    urgent: bool = False
 
 
 @dataclass(frozen=True)
@@ -424,6 +426,8 @@ class RecordPeerAdmission:
     code: str = ""
     position: int = 0
     recipient_state: str = ""
+    # Order and priority: the number the destination gave the message in its pair.
+    sequence: int | None = None
 
 
 @dataclass(frozen=True)
@@ -455,10 +459,17 @@ class RetryPeerDelivery:
 
 # Tools installed one by one: the model-facing tools beyond send_message and interrupt_agent
 # (which the rules govern) are offered to a session only once its host installs them.
+# Installed like a tool, it adds no tool: it offers send_message's optional `urgent` argument.
+URGENT_SEND = "urgent_send"
+
+
 INSTALLABLE_TOOLS = ("inspect_message", "retry_message", "send_to_peer", "reply_to_peer", "peer_inbox", "search_mail",
-                     # whole subtrees: a broadcast to every descendant
+                     # Whole subtrees: a broadcast to every descendant.
                      "message_subtree",
-                     "cancel_message")
+                     # Cancel: take back one's own undelivered message.
+                     "cancel_message",
+                     # Order and priority: the read receipt tool, and send_message's `urgent` argument.
+                     "read_receipt", URGENT_SEND)
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,9 @@ class Code(str, Enum):
     INTERRUPT_ENGINE_SHUTDOWN = "interrupt_agent:engine_shutdown"
     # the tool registry: a tool the calling session does not have installed (host tm.tools.call)
     UNKNOWN_TOOL = "unknown_tool"
+    # Order and priority: the read receipt tool's arguments, and a recipient it cannot name.
+    RECEIPT_INVALID_ARGUMENTS = "read_receipt:invalid_arguments"
+    RECEIPT_UNKNOWN_RECIPIENT = "read_receipt:unknown_recipient"
     # Threads: `in_reply_to` names no message the sender received.
     UNKNOWN_REPLY = "send_message:unknown_reply"
     # Plugins observe and gate: a pre-send hook the host registered refused the send.

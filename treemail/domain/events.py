@@ -138,6 +138,10 @@ class ProducerMessageAccepted(Event):
     # message from the same sender replaces it by while it is unclaimed.
     expires_at: float | None = None
     supersede_key: str | None = None
+    # Order and priority: the message's number in its directed pair (sender -> this session), given where it
+    # lands on this stream, and whether it was sent urgent (claimed ahead of normal mail, within the bound).
+    pair_seq: int | None = None
+    urgent: bool = False
 
     def implied(self) -> set[str] | None:
         return _implied_by_sender(self)
@@ -322,6 +326,8 @@ class MessageSent(Event):
     recipient_state: str
     # The route name of peer mail (its receipt came back from another slot); "" for tree mail.
     peer: str = ""
+    # Order and priority: the number the message got in its pair where it landed (None: recorded before).
+    pair_seq: int | None = None
 
 
 class MessageSettled(Event):

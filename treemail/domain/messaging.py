@@ -57,3 +57,5 @@ class MessagingConfig(BaseModel):
     # boundaries passed it over, falls back to queue (its next run start); 0 turns each rule off.
     steer_deadline_s: float = Field(default=0.0, ge=0)
     steer_max_boundaries: int = Field(default=0, ge=0)
+    # Order and priority: at most this many urgent messages sent after a normal one are claimed before it.
+    urgent_starvation_bound: int = Field(default=8, ge=0, le=64)

@@ -49,7 +49,8 @@ def source_events(recipient_id: str, recipient_status: str, events: list[ev.Even
         match event:
             case ev.ProducerMessageAccepted():
                 record = ev.MessageSent(at=event.at, message_id=event.message_id, recipient_session_id=recipient_id,
-                                        position=seq, recipient_state=recipient_state_label(recipient_status))
+                                        position=seq, recipient_state=recipient_state_label(recipient_status),
+                                        pair_seq=event.pair_seq)
             case ev.ProducerMessageConsumed():
                 record = ev.MessageSettled(at=event.at, message_id=event.message_id,
                                            recipient_session_id=recipient_id, outcome="consumed")
@@ -155,6 +156,8 @@ def status_of(message_id: str, sender_id: str, sent: ev.MessageSent | ev.Message
         return {**out, "status": "refused", "recipient_session_id": sent.recipient_session_id, "reason": sent.code}
     out["receipt"] = {"recipient_session_id": sent.recipient_session_id, "position": sent.position,
                       "recipient_state": sent.recipient_state, "accepted_at": sent.at}
+    if sent.pair_seq is not None:
+        out["receipt"]["sequence"] = sent.pair_seq  # order and priority: what the read receipt counts to
     if settled is not None:
         return {**out, "status": "processed", "reason": settled.reason or None,
                 "settlement": {"outcome": settled.outcome, "reason": settled.reason, "at": settled.at}}

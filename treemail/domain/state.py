@@ -27,6 +27,7 @@ PENDING_STATES = ("accepted", "admitted", "claimed", "released")
 # The reason an item shows while it waits for its recipient's disposal to settle (``next_incarnation``).
 NEXT_INCARNATION = "next_incarnation"
 MAX_PRODUCERS = 64
+MAX_PAIR_COUNTERS = 32
 
 
 class ApprovalEntry(NamedTuple):
@@ -96,6 +97,12 @@ class SessionState:
     # (``flow.Pace``): what a refusal's retry-after is computed from.
     consumed_pace: flow.Pace = flow.NOTHING
     settled_pace: flow.Pace = flow.NOTHING
+    # Order and priority: sender session id -> the number of the last message it landed here (its pair's
+    # counter), most recently numbered last, at most MAX_PAIR_COUNTERS of them beside the senders with mail
+    # pending (the snapshot is rewritten on every append). A counter set aside raises ``pair_seq_floor``,
+    # where a sender without one counts from: its numbers stay increasing, whatever it sent before.
+    pair_seq: dict[str, int] = field(default_factory=dict)
+    pair_seq_floor: int = 0
 
     def to_json(self) -> str:
         """Only the fields that differ from a new session's (``from_json`` fills in the rest, as it does
@@ -178,6 +185,9 @@ class MailItem:
     supersede_key: str = ""
     # Flow control: step boundaries that passed this steer message over (handed it back unconsumed).
     passed: int = 0
+    # Order and priority: sent urgent. (Its number in its pair is on its accepted event: a pair's numbers follow
+    # stream positions, so the position orders it, and every pending item stays as small as it was.)
+    urgent: bool = False
 
     def to_json(self) -> str:
         """Kept under its message id (the mail hash's field), so the id is not written again; the
@@ -185,7 +195,7 @@ class MailItem:
         is written on every send and kept until it is processed)."""
         fields = [self.seq, self.owner, self.sender_session_id, self.agent_hop, self.mode, self.state,
                   self.run_id, self.attempts, self.since, self.claimed_at, self.retry_at, self.reason, self.trace, self.peer,
-                  self.expires_at, self.supersede_key, self.passed]
+                  self.expires_at, self.supersede_key, self.passed, self.urgent]
         while len(fields) > _ITEM_REQUIRED and fields[-1] == _ITEM_DEFAULTS[len(fields) - 1]:
             fields.pop()
         return compactjson.dumps(fields)
@@ -203,7 +213,7 @@ class MailItem:
 # The compact item's order after its position: owner .. run_id are always written; attempts .. trace
 # are dropped from the end while they hold these defaults.
 _ITEM_REQUIRED = 7
-_ITEM_DEFAULTS = (None,) * _ITEM_REQUIRED + (0, 0.0, 0.0, 0.0, "", "", False, 0.0, "", 0)
+_ITEM_DEFAULTS = (None,) * _ITEM_REQUIRED + (0, 0.0, 0.0, 0.0, "", "", False, 0.0, "", 0, False)
 
 
 def _recent(producers: tuple[str, ...], producer_id: str) -> tuple[str, ...]:
@@ -211,6 +221,19 @@ def _recent(producers: tuple[str, ...], producer_id: str) -> tuple[str, ...]:
     if producers and producers[-1] == producer_id:
         return producers
     return (*(p for p in producers if p != producer_id), producer_id)[-MAX_PRODUCERS:]
+
+
+def _numbered(state: SessionState, sender: str, number: int, inflight: dict[str, int]) -> dict:
+    """The pair counters after ``sender``'s message numbered ``number`` landed: its counter moved to the most
+    recent end; past MAX_PAIR_COUNTERS the least recent counters of senders with nothing pending are set
+    aside into the floor (a pending pair's counter is never set aside: the read receipt reads it)."""
+    counters = {k: v for k, v in state.pair_seq.items() if k != sender}
+    counters[sender] = max(number, state.pair_seq.get(sender, 0))
+    floor = state.pair_seq_floor
+    for old in [k for k in counters if k != sender][:max(0, len(counters) - MAX_PAIR_COUNTERS)]:
+        if not inflight.get(old):
+            floor = max(floor, counters.pop(old))
+    return {"pair_seq": counters, "pair_seq_floor": floor}
 
 
 def _counted(owner: str) -> bool:
@@ -314,6 +337,9 @@ def _evolve_common(state: SessionState, event: ev.Event) -> SessionState:
                         changes["superseding"] = {**state.superseding, key: event.message_id}
             elif owner == "loop" and isinstance(event, ev.ProducerMessageAccepted) and event.chain_id:
                 changes["loop_notices"] = (*state.loop_notices, event.chain_id)[-loops.MAX_NOTICED:]
+            numbered = getattr(event, "pair_seq", None)
+            if numbered is not None and sender is not None:
+                changes.update(_numbered(state, sender, numbered, changes.get("pair_inflight", state.pair_inflight)))
             return replace(state, **changes)
         # Delivery as an obligation: the sender's own record of its send intents.
         case ev.MessageSent():
@@ -437,6 +463,7 @@ def evolve_mail(mail: dict[str, MailItem], event: ev.Event, seq: int) -> dict[st
                 reason=NEXT_INCARNATION if event.next_incarnation else "",
                 expires_at=event.expires_at or 0.0,
                 supersede_key=event.supersede_key or "",
+                urgent=event.urgent,
             )
         case ev.ProducerMessageAdmitted() | ev.ProducerMessageClaimed() | ev.ProducerMessageReleased():
             item = mail.get(event.message_id)

@@ -53,7 +53,9 @@ def protocol_schemas() -> dict:
     success = {
         "type": "object", "required": ["message_id", "mode", "recipient_state"], "properties": {
             "message_id": {"type": "string"}, "mode": {"enum": list(tool.MODES)},
-            "recipient_state": {"enum": ["running", "queued", "waking_finished"]}},
+            "recipient_state": {"enum": ["running", "queued", "waking_finished"]},
+            # Order and priority (additive): the message's number in its directed pair.
+            "sequence": {"type": "integer", "minimum": 1}},
     }
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -98,6 +100,7 @@ def protocol_schemas() -> dict:
                     "th": {"type": "array", "prefixItems": [{"type": "string", "title": "in reply to"},
                                                             {"type": ["string", "null"], "title": "thread id"}],
                            "minItems": 2, "maxItems": 2},
+                    "u": {"type": "boolean", "title": "urgent (absent for a normal send)"},
                 },
             },
         },

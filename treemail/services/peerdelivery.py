@@ -143,7 +143,8 @@ class PeerDriver:
         if "ok" in outcome:
             ok = outcome["ok"]
             return RecordPeerAdmission(source.session_id, message_id, attempt, "accepted",
-                                       position=ok["position"], recipient_state=ok["recipient_state"])
+                                       position=ok["position"], recipient_state=ok["recipient_state"],
+                                       sequence=ok.get("sequence"))
         code = outcome["error"]["code"]
         kind = "failed" if code in outbox.TRANSIENT or code == "unanswered" else "refused"
         return RecordPeerAdmission(source.session_id, message_id, attempt, kind, code=code)

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from ..messaging import MessagingConfig
 from ..state import MailItem, SessionState
-from . import steer
+from . import ordering, steer
 
 # Pending, not claimed, not parked: a run may take it once its backoff is over.
 WAITING = ("accepted", "admitted", "released")
@@ -78,11 +78,12 @@ def next_check(
     Given every pending item the answer is exact; given only the items one
     append changed it is a bound that the index keeps with ``ZADD LT``.
     """
+    items = list(items)
     times: list[float] = []
-    due_now = False
     for item in items:
         times.extend(check_times(state, item, policy, now))
-        due_now = due_now or deliverable(item, now)
+    # Order: mail held behind an earlier message of its pair is not due (that one's backoff end is checked).
+    due_now = ordering.any_due(items, now, WAITING)
     if wakeable(state) and state.pending_all > 0:
         wake_expires = state.wake_requested_at + policy.attempt_timeout_s
         if state.wake_pending and wake_expires > now:

@@ -44,8 +44,10 @@ def fingerprint(arguments: SendArguments) -> str:
     # The host's send options count only when given, so a plain send's fingerprint is what it always was.
     options = [] if arguments.expires_in_s is None and arguments.supersede_key is None else [
         "options", repr(arguments.expires_in_s), arguments.supersede_key or ""]
+    # An urgent send is another send; a normal one keeps the fingerprint it always had.
+    urgent = ["urgent"] if getattr(arguments, "urgent", False) else []
     return digests.digest([arguments.to, arguments.body, arguments.mode, *blocks.fingerprint_part(arguments.blocks),
-                           *options])
+                           *options, *urgent])
 
 
 def is_recorded(code: Code) -> bool:
@@ -59,8 +61,10 @@ def is_recorded_alone(code: Code) -> bool:
     return code not in WITH_RECIPIENT and code not in NEVER
 
 
-# The answer to an accepted message, which most records keep: written as its three values.
+# The answer to an accepted message, which most records keep: written as its three values (and its number in
+# its pair, order and priority: four, read back as such).
 _ACCEPTED = ("message_id", "mode", "recipient_state")
+_NUMBERED = (*_ACCEPTED, "sequence")
 
 
 def kept(fp: str, outcome: dict) -> list:
@@ -68,7 +72,7 @@ def kept(fp: str, outcome: dict) -> list:
     fingerprint and the outcome, an accepted message's as ``[fp, message_id, mode, recipient_state]``.
     A record is kept per tool call for as long as its session, so it is kept short."""
     ok = outcome.get("ok")
-    if isinstance(ok, dict) and tuple(ok) == _ACCEPTED:
+    if isinstance(ok, dict) and tuple(ok) in (_ACCEPTED, _NUMBERED):
         return [fp, *ok.values()]
     return [fp, outcome]
 
@@ -80,6 +84,8 @@ def parse(recorded: list | dict) -> tuple[str | None, dict]:
         return recorded.get("fp"), recorded["outcome"]
     if len(recorded) == 1 + len(_ACCEPTED):
         return recorded[0], {"ok": dict(zip(_ACCEPTED, recorded[1:]))}
+    if len(recorded) == 1 + len(_NUMBERED):
+        return recorded[0], {"ok": dict(zip(_NUMBERED, recorded[1:]))}
     return recorded[0], recorded[1]
 
 

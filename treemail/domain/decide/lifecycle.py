@@ -31,8 +31,8 @@ from ..outbound import Sender
 from ..state import MailItem, SessionState
 from .guards import require_body
 from .obligations import RUN_FINISHED, WAKE_UNCLAIMED, fail_attempt, release_at_boundary, unclaimed_at_finish
+from . import ordering, steer
 from .settlement import owed, settle_with
-from . import steer
 from .wake import decide_reconcile_wake, with_wake
 from .mailcontrol import claimable_now
 
@@ -160,10 +160,15 @@ def decide_claim(command: ClaimMail, given: Given) -> list[ev.Event]:
         # Past the cutoff nothing more is delivered: what is pending goes back to its senders.
         return []
     # A failed attempt's message waits out its backoff (mail as an obligation).
-    due = [m for m in in_order(given.mail) if due_in_run(m, command.run_id) and m.retry_at <= given.now
-           and claimable_now(m, given.now)]
+    due = claimed_in_order([m for m in given.mail.values() if due_in_run(m, command.run_id)
+                            and claimable_now(m, given.now)], given)
     step = {} if command.step is None else {"step": command.step}
     return [message_event(ev.ProducerMessageClaimed, item, command.run_id, given.now, **step) for item in due]
+
+
+def claimed_in_order(candidates: list[MailItem], given: Given) -> list[MailItem]:
+    """What a claim hands out of the mail due at its boundary, and in which order (order and priority)."""
+    return ordering.claim_order(ordering.held_back(candidates, given.now), given.config.urgent_starvation_bound)
 
 
 def due_at_turn(item: MailItem, run_id: str) -> bool:
@@ -176,8 +181,8 @@ def decide_claim_turn(command: ClaimTurn, given: Given) -> list[ev.Event]:
     require_current_run(given.state, command.run_id)
     if given.state.disposal is not None:
         return []
-    due = [m for m in in_order(given.mail) if due_at_turn(m, command.run_id) and m.retry_at <= given.now
-           and claimable_now(m, given.now)]
+    due = claimed_in_order([m for m in given.mail.values() if due_at_turn(m, command.run_id)
+                            and claimable_now(m, given.now)], given)
     return [message_event(ev.ProducerMessageClaimed, item, command.run_id, given.now) for item in due]
 
 
@@ -213,7 +218,12 @@ def decide_release(command: ReleaseMail, given: Given) -> list[ev.Event]:
 def decide_discard(command: DiscardMail, given: Given) -> list[ev.Event]:
     require_registered(given.state)
     item = require_mail(given.mail, command.message_id)
-    return [message_event(ev.ProducerMessageDiscarded, item, item.run_id, given.now, reason=command.reason)]
+    discarded = message_event(ev.ProducerMessageDiscarded, item, item.run_id, given.now, reason=command.reason)
+    if item.retry_at > given.now and item.sender_session_id is not None:
+        # Order: a message backing off holds the later mail of its pair; gone, that mail may be due now. The
+        # decision reads this one item, so an asleep session with other mail pending is woken to take it.
+        return with_wake(given.state, [discarded], given.now)
+    return [discarded]
 
 
 def decide_finish_run(command: FinishRun, given: Given) -> list[ev.Event]:
@@ -231,10 +241,12 @@ def decide_finish_run(command: FinishRun, given: Given) -> list[ev.Event]:
     # and mail it never took is not counted against.
     cut_short = command.interrupted or command.reason == "aborted"
     released = []
+    # Held behind an earlier message of its pair (order): never the run's to take, so not its failure.
+    held = ordering.held_by_pair([m for m in given.mail.values() if m.state in ("admitted", "released")], given.now)
     for item in in_order(given.mail):
         if item.state == "claimed" and item.run_id == run_id:
             released.append(fail_attempt(item, RUN_FINISHED, given.config, given.now, backoff=not cut_short))
-        elif unclaimed_at_finish(item, run_id, given.now) and not cut_short:
+        elif unclaimed_at_finish(item, run_id, given.now) and not cut_short and item.message_id not in held:
             released.append(fail_attempt(item, WAKE_UNCLAIMED, given.config, given.now, counted=False))
     # Flow control: steer mail no boundary of this run took is queued for the next, on the record.
     released += steer.at_finish(in_order(given.mail), state, run_id, given.now)

@@ -11,9 +11,8 @@ from ..commands import KeepObligations, RetryMail
 from ..errors import LifecycleError
 from ..messaging import MessagingConfig
 from ..state import MailItem, fold
-from . import steer
-from .delivery import WAITING, backoff_delay, claim_expires_at, deadline_of, deliverable, wake_stale, wakeable
-from . import mailcontrol
+from . import mailcontrol, ordering, steer
+from .delivery import WAITING, backoff_delay, claim_expires_at, deadline_of, wake_stale, wakeable
 from .wake import mail_after, with_wake
 
 # Bounded reasons: what inspect shows. Diagnostics never leave storage as raw text.
@@ -92,7 +91,7 @@ def decide_keep(command: KeepObligations, given) -> list[ev.Event]:
     events += steer.past_deadline(given.state, sorted(given.mail.values(), key=lambda m: m.seq), policy, now, acted)
     state = fold(events, given.state)
     mail = mail_after(given.mail, events)
-    needs_wake = wakeable(state) and any(deliverable(item, now) for item in mail.values())
+    needs_wake = wakeable(state) and ordering.any_due(mail.values(), now, WAITING)
     if needs_wake and (not state.wake_pending or wake_stale(state, policy, now, command.stale_before)):
         events.append(ev.SessionWakeRequested(at=now))
     return events

@@ -63,7 +63,8 @@ def decide_record_admission(command: RecordPeerAdmission, given: Given) -> list[
         return []
     if command.outcome == "accepted":
         return [ev.MessageSent(at=given.now, message_id=row.message_id, recipient_session_id=row.destination,
-                               position=command.position, recipient_state=command.recipient_state, peer=row.peer)]
+                               position=command.position, recipient_state=command.recipient_state, peer=row.peer,
+                               pair_seq=command.sequence)]
     if not outbox.in_flight(row) or row.attempts != command.attempt:
         return []
     if command.outcome == "refused":
@@ -153,6 +154,6 @@ def decide_admission(given: AdmissionGiven) -> Accepted | Refused:
     position = given.target_version + 1 + next(
         i for i, e in enumerate(accepted.events) if isinstance(e, ev.ProducerMessageAccepted))
     result = {"message_id": intent.message_id, "position": position,
-              "recipient_state": accepted.result["recipient_state"]}
+              "recipient_state": accepted.result["recipient_state"], "sequence": accepted.result["sequence"]}
     # The receipt goes back to the source by the driver: nothing of this step is written on its stream.
     return Accepted(accepted.events, result, accepted.state_after)

@@ -14,7 +14,7 @@ from ..messaging import MessagingConfig
 from ..outbound import Sender, Source, recipient_state_label, sources
 from ..records import SessionRecord
 from ..state import SessionState
-from . import backpressure, content, endings, guards, idempotency, routing
+from . import backpressure, content, endings, guards, idempotency, ordering, routing
 from . import loops as loop_guard
 from . import mailcontrol
 from .guards import Found, Target
@@ -295,6 +295,9 @@ def accept(command, given: SendGiven, sender: SessionRecord, found: Found, hop: 
             chain_id=chain,
             expires_at=mailcontrol.expires_at(given.now, getattr(command.arguments, "expires_in_s", None)),
             supersede_key=getattr(command.arguments, "supersede_key", None),
+            # Order and priority: numbered here, in the recipient's atomic step, so the number follows its stream.
+            pair_seq=ordering.next_number(found.state, sender.session_id),
+            urgent=getattr(command.arguments, "urgent", False),
             **{**thread(command.arguments), **provenance},
         )
     )
@@ -302,6 +305,8 @@ def accept(command, given: SendGiven, sender: SessionRecord, found: Found, hop: 
         "message_id": given.new_id,
         "mode": command.arguments.mode,
         "recipient_state": recipient_state_label(found.state.status),
+        # Order and priority (additive): the message's number in its pair, what a read receipt counts to.
+        "sequence": events[-1].pair_seq,
     }
     events = proof.sign_events(events, found.record.session_id, given.keyring)
     events, after = with_wake_folded(found.state, events, given.now)

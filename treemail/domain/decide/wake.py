@@ -4,7 +4,8 @@ from collections.abc import Mapping
 
 from .. import events as ev
 from ..state import MailItem, SessionState, evolve, evolve_mail, fold
-from .delivery import deliverable, wakeable
+from . import ordering
+from .delivery import WAITING, wakeable
 
 
 def has_mail_due_while_asleep(state: SessionState, mail: Mapping[str, MailItem] | None = None,
@@ -19,7 +20,7 @@ def has_mail_due_while_asleep(state: SessionState, mail: Mapping[str, MailItem] 
     """
     if not (wakeable(state) and state.pending_all > 0):
         return False
-    return mail is None or any(deliverable(item, now) for item in mail.values())
+    return mail is None or ordering.any_due(mail.values(), now, WAITING)
 
 
 def mail_after(mail: Mapping[str, MailItem], events: list[ev.Event]) -> dict[str, MailItem]:
