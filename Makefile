@@ -32,11 +32,13 @@ run: $(STAMP)
 ## TEST_JOBS test processes share the tests out (pytest-xdist), each with its own servers: most of a test's
 ## time is spent waiting on servers, workers and spawned commands, so two overlap well on two cores.
 ## loadgroup: tests marked with one xdist_group run in one process (those that build in the source tree).
+## The cluster suite stays in one process: shared out, every test passed but one process never ended its
+## session (a hang after the last test, not yet understood).
 TEST_JOBS ?= 2
 XDIST := $(if $(filter-out 0 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadgroup)
 test: $(STAMP) prometheus chromium docs
 	$(BIN)/pytest -q -m "not soak" $(XDIST)
-	TREEMAIL_TEST_BACKEND=cluster $(BIN)/pytest -q -m cluster $(XDIST) tests/integration
+	TREEMAIL_TEST_BACKEND=cluster $(BIN)/pytest -q -m cluster tests/integration
 
 ## soak: 200,000 sends through real workers; reports memory per retained message
 soak: $(STAMP)
