@@ -29,8 +29,15 @@ run: $(STAMP)
 ## test: the docs site built strictly, then the whole suite (the docs' examples among it), slow fault
 ## tests included, on one Valkey; then every decision and delivery path again on a 3-master Valkey
 ## Cluster. Starts its own servers. The 200,000-send soak (several minutes) runs with `make soak`.
+## TEST_JOBS test processes share the tests out (pytest-xdist), each with its own servers: most of a test's
+## time is spent waiting on servers, workers and spawned commands, so two overlap well on two cores.
+## loadgroup: tests marked with one xdist_group run in one process (those that build in the source tree).
+## The cluster suite stays in one process: shared out, every test passed but one process never ended its
+## session (a hang after the last test, not yet understood).
+TEST_JOBS ?= 2
+XDIST := $(if $(filter-out 0 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadgroup)
 test: $(STAMP) prometheus chromium docs
-	$(BIN)/pytest -q -m "not soak"
+	$(BIN)/pytest -q -m "not soak" $(XDIST)
 	TREEMAIL_TEST_BACKEND=cluster $(BIN)/pytest -q -m cluster tests/integration
 
 ## soak: 200,000 sends through real workers; reports memory per retained message

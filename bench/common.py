@@ -247,7 +247,7 @@ async def wait_drained(redis, streams: list[str], group: str, total: int, timeou
 
 
 async def timed_drain(redis, streams: list[str], workers: Workers, count: int, total: int,
-                      server_pids: list[int]) -> dict:
+                      server_pids: list[int], sample=None) -> dict:
     """Start ``count`` worker processes on a prefilled backlog and time its drain.
 
     The group cursors are held at the end (`XGROUP SETID $`) until every worker has started and taken its
@@ -260,14 +260,19 @@ async def timed_drain(redis, streams: list[str], workers: Workers, count: int, t
     await wait_joined(redis, streams, count, workers.check_alive)
     server_cpu = sum(cpu_seconds(pid) for pid in server_pids)
     worker_cpu = sum(cpu_seconds(p.pid) for p in workers.procs)
+    before = await sample() if sample else None
     busy, own = busy_seconds(), time.process_time()
     for stream in streams:
         await redis.xgroup_setid(stream, keys.COMMAND_GROUP, "0", entries_read=0)
     seconds = await wait_drained(redis, streams, keys.COMMAND_GROUP, total, 600, workers.check_alive)
+    after = await sample() if sample else None
     server_cpu = sum(cpu_seconds(pid) for pid in server_pids) - server_cpu
     worker_cpu = sum(cpu_seconds(p.pid) for p in workers.procs) - worker_cpu
     other_cpu = max(0.0, busy_seconds() - busy - server_cpu - worker_cpu - (time.process_time() - own))
-    return {"seconds": seconds, "valkey_cpu_s": server_cpu, "worker_cpu_s": worker_cpu, "other_cpu_s": other_cpu}
+    out = {"seconds": seconds, "valkey_cpu_s": server_cpu, "worker_cpu_s": worker_cpu, "other_cpu_s": other_cpu}
+    if sample:
+        out["samples"] = (before, after)
+    return out
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -7,6 +7,9 @@ import json
 import time
 from pathlib import Path
 
+from treemail.adapters.config import ServiceConfig
+
+from . import capacity
 from .common import bench_config
 from .sizes import Sizes
 
@@ -75,6 +78,28 @@ def mcp_rows(m: dict) -> list[tuple[str, str, str, str]]:
            " / ".join(f"{v:.2f}" for v in m["send"]["cpu_ms"].values()),
            "MCP send; empty tool " + " / ".join(f"{v:.2f}" for v in m["noop"]["cpu_ms"].values()), "")]
          if m["send"].get("cpu_ms") and m["noop"].get("cpu_ms") else [])
+
+
+def cluster_rows(rows: list[dict]) -> list[tuple[str, str, str, str]]:
+    """Each cluster row's masters (bench/masters.py): their shares of Valkey's CPU, each within 15 % of an even
+    share, and the cross-slot operations the masters refused per decision, next to the one refused on purpose."""
+    out = []
+    for row in rows:
+        pm = row.get("per_master")
+        if pm is None:  # a run from before the masters were read one by one
+            continue
+        n = len(pm["masters"])
+        even = all(abs(m["share"] * n - 1) <= 0.15 for m in pm["masters"])
+        out.append((f"{n}-master cluster, {row['workers']} worker(s): CPU share per master",
+                    " / ".join(f"{m['share']:.2f}" for m in pm["masters"]),
+                    f"{pm['valkey_us_per_decision']:.0f} us per decision over all; command streams held "
+                    + " / ".join(str(m["streams_held"]) for m in pm["masters"])
+                    + f"; target: each within 15 % of 1/{n}", verdict(even)))
+        out.append((f"{n}-master cluster, {row['workers']} worker(s): cross-slot operations per decision",
+                    f"{pm['crossslot_per_decision']:g}",
+                    f"CROSSSLOT refusals on every master ({pm['crossslot']}); one made on purpose moved the count by "
+                    f"{pm['crossslot_probe']}; target 0", verdict(pm["crossslot"] == 0 and pm["crossslot_probe"] == 1)))
+    return out
 
 
 def profile_rows(one: dict, dur: dict, rep: dict, sizes: Sizes) -> list[tuple[str, str, str, str]]:
@@ -211,6 +236,7 @@ def report(results: dict, env: dict, sizes: Sizes, quick: bool, wall: float) -> 
                          f"{sizes.scale_commands:,} sends in {row['seconds']:.2f} s, x{row['rate'] / base:.2f} vs 1 worker, "
                          f"noise {row['other_cpu_s'] / row['seconds']:.2f} cores",
                          ""))
+    rows += cluster_rows(results["scale_cluster"])
     routing = results["routing"]
     for route in ("by_tree", "by_sender"):
         row = routing[route]
@@ -236,6 +262,21 @@ def raw_figures(results: dict) -> str:
     """The run's figures as JSON, one phase a line: the whole of them, short enough to sit under the table."""
     lines = [f" {json.dumps(key)}: {json.dumps(value, default=str)}" for key, value in results.items()]
     return "{\n" + ",\n".join(lines) + "\n}"
+
+
+def capacity_section(results: dict, sizes: Sizes) -> str:
+    """The model of ``bench.capacity`` on this run's cluster rows (docs/benchmarks.md explains it)."""
+    rows = [row for row in results.get("scale_cluster", []) if "per_master" in row]
+    if not rows:
+        return "No cluster rows with per-master figures in this run."
+    defaults = ServiceConfig()
+    costs, predictions = capacity.model(rows, sizes.scale_commands, sizes.scale_streams, defaults.partitions,
+                                        defaults.command_streams)
+    return (f"Predicted decisions (sends) per second for 3, 10 and 30 masters, each first as configured by default "
+            f"({defaults.partitions} partitions, {defaults.command_streams} command streams), then with partitions at least "
+            f"the masters and the fewest command streams that reach the masters' limit; the workers it takes. At "
+            f"saturation of one core per master and per worker; how it is computed and what it leaves out: "
+            f"docs/benchmarks.md.\n\n" + capacity.markdown(costs, predictions))
 
 
 def write_markdown(table: str, results: dict, env: dict, sizes: Sizes, quick: bool) -> None:
@@ -329,7 +370,10 @@ timed span, divided by the commands. Latencies are a host's `send_message` call 
   {sizes.scale_trees} trees of 1 root + {sizes.scale_children} children, roots chosen so each of {sizes.scale_streams} command streams gets as many
   senders; {sizes.scale_commands:,} commands (root -> random child) on `keys.command_stream(crc32(root) % {sizes.scale_streams})`; 1, 2 and 4
   workers sharing the streams out, one reader each, timed as the first row from one heartbeat after the last joined;
-  each row on a flushed server. Noise is the CPU other processes used over the span.
+  each row on a flushed server. Noise is the CPU other processes used over the span. On the cluster each master is
+  read on its own around the drain (`bench/masters.py`): its CPU (`INFO cpu`) as a share of all three, the command
+  streams it holds, and the `CROSSSLOT` refusals in `INFO errorstats` (a command or script whose keys span slots is
+  refused and counted there; one is made on purpose first, and must move the count by 1).
 - **mail both ways** (routing): as scale-out on one Valkey with 2 workers, but every other round of the trees a random
   child sends to its root; the same backlog put on the streams by tree (`crc32(root)`, as producers route) and by
   sender (`crc32(sender)`: a child's report then often sits on another worker's stream than its root's mail). The two
@@ -340,6 +384,10 @@ timed span, divided by the commands. Latencies are a host's `send_message` call 
   the host API's `send_message` from 8 concurrent callers in the benchmark process, in turn; every caller makes one
   call at a time. Rates are the median round's; the ratio is the median of the rounds' own send / empty-tool
   ratios (the three alternate, so each round's share the machine's moments); percentiles over every round's calls.
+
+## Capacity model
+
+{capacity_section(results, sizes)}
 
 Raw figures of this run (JSON, one phase a line):
 

@@ -307,11 +307,12 @@ async def phase_replay(url: str, sizes: Sizes) -> dict:
     return out
 
 
-async def phase_scale(url: str, sizes: Sizes, cluster: bool, server_pids: list[int]) -> list[dict]:
+async def phase_scale(url: str, sizes: Sizes, cluster: bool, server_pids: list[int],
+                      master_ports: list[int] | None = None) -> list[dict]:
     rows = []
     for count in SCALE_WORKERS:
         rows.append(await scale.run_one(url, cluster, server_pids, count, sizes.scale_trees, sizes.scale_children,
-                                        sizes.scale_commands, sizes.scale_streams, log))
+                                        sizes.scale_commands, sizes.scale_streams, log, master_ports=master_ports))
     return rows
 
 
@@ -323,7 +324,7 @@ def run_cluster_phase(sizes: Sizes) -> list[dict]:
         cluster.start()
         pids = [node.pid for node in cluster.nodes]
         log(f"  local cluster of {len(pids)} masters at {cluster.url}")
-        return asyncio.run(phase_scale(cluster.url, sizes, True, pids))
+        return asyncio.run(phase_scale(cluster.url, sizes, True, pids, [node.port for node in cluster.nodes]))
     finally:
         cluster.cleanup()
 

@@ -18,6 +18,7 @@ from treemail.adapters import keys
 from treemail.adapters.config import Config, MessagingConfig, ServiceConfig
 from treemail.host import Treemail
 
+from . import masters as per_master
 from .common import MAX_OUTSTANDING, Workers, flush_sync, count_replies, prefill_commands, timed_drain
 
 
@@ -88,7 +89,9 @@ async def run_routing(url: str, server_pid: int, trees: int, children: int, comm
 
 
 async def run_one(url: str, cluster: bool, server_pids: list[int], workers_count: int, trees: int, children: int,
-                  commands: int, streams: int, log, both_ways: bool = False, by_sender: bool = False) -> dict:
+                  commands: int, streams: int, log, both_ways: bool = False, by_sender: bool = False,
+                  master_ports: list[int] | None = None) -> dict:
+    """``master_ports``: the cluster's masters, read one by one around the drain (bench/masters.py)."""
     await flush(url, cluster)
     cfg = config(url, streams, cluster)
     t = time.perf_counter()
@@ -108,7 +111,16 @@ async def run_one(url: str, cluster: bool, server_pids: list[int], workers_count
         log(f"  {'cluster' if cluster else 'single'}: registered {trees * (children + 1)} sessions, prefilled "
             f"{commands} commands over {streams} streams {list(per_stream.values())} in "
             f"{time.perf_counter() - t:.1f} s; starting {workers_count} worker(s)")
-        drain = await timed_drain(r, names, workers, workers_count, commands, server_pids)
+        nodes = per_master.clients(master_ports or [])
+        try:
+            if nodes:
+                probed = await per_master.probe_crossslot(nodes[0])
+                held = [sum(1 for name in names if r.get_node_from_key(name).port == port) for port in master_ports]
+            drain = await timed_drain(r, names, workers, workers_count, commands, server_pids,
+                                      sample=(lambda: per_master.sample(nodes)) if nodes else None)
+        finally:
+            for node in nodes:
+                await node.aclose()
     finally:
         workers.stop()
     try:
@@ -119,5 +131,14 @@ async def run_one(url: str, cluster: bool, server_pids: list[int], workers_count
     log(f"  {'cluster' if cluster else 'single'}, {workers_count} worker(s): {commands} commands in "
         f"{drain['seconds']:.2f} s = {rate:,.0f} commands/s; outcomes {outcomes}; CPU: valkey {drain['valkey_cpu_s']:.1f} s, "
         f"workers {drain['worker_cpu_s']:.1f} s, other processes on the machine {drain['other_cpu_s']:.1f} s")
+    if master_ports:
+        drain["per_master"] = per_master.summary(*drain.pop("samples"), commands, held)
+        drain["per_master"]["crossslot_probe"] = probed
+        pm = drain["per_master"]
+        shares = " / ".join(f"{m['share']:.2f}" for m in pm["masters"])
+        log(f"  per master: CPU shares {shares}, Valkey "
+            f"{pm['valkey_us_per_decision']:.1f} us per decision, command streams held "
+            f"{' / '.join(str(m['streams_held']) for m in pm['masters'])}; cross-slot "
+            f"refusals {pm['crossslot']} (the probe's own: {probed}), errors {pm['errors']}")
     return {"workers": workers_count, **drain, "rate": rate, "outcomes": outcomes,
             "per_stream": list(per_stream.values())}

@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+# The wheel and the editable install both build in the source tree (its build/ and egg-info): with the suite
+# shared out over several test processes, they stay in one, one after the other.
+pytestmark = pytest.mark.xdist_group("builds-in-the-source-tree")
 
 
 @pytest.fixture(scope="module")

@@ -29,3 +29,18 @@ def test_a_new_run_keeps_what_follows_the_notes_marker(tmp_path, monkeypatch):
     assert text.endswith(report.NOTES_MARKER + "\n## Findings that still hold\n")
     figures = text.split("Raw figures of this run")[1].split("```\n")[1]
     assert json.loads(figures) == results
+
+
+def test_cluster_rows_judge_each_masters_share_and_need_the_deliberate_cross_slot_refusal_counted():
+    def row(shares, crossslot=0, probe=1):
+        masters = [{"share": s, "streams_held": 1} for s in shares]
+        return {"workers": 2, "per_master": {"masters": masters, "valkey_us_per_decision": 40.0,
+                                             "crossslot": crossslot, "crossslot_per_decision": crossslot / 1000,
+                                             "crossslot_probe": probe}}
+
+    even, skewed = report.cluster_rows([row([0.32, 0.33, 0.35])]), report.cluster_rows([row([0.27, 0.27, 0.46])])
+    assert even[0][3] == "met" and skewed[0][3] == "NOT met"
+    assert even[1][3] == "met"
+    assert report.cluster_rows([row([0.33] * 3, probe=0)])[1][3] == "NOT met"  # a counter that never moves proves nothing
+    assert report.cluster_rows([row([0.33] * 3, crossslot=2)])[1][3] == "NOT met"
+    assert report.cluster_rows([{"workers": 1}]) == []  # a run from before the masters were read
