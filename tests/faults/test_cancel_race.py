@@ -53,8 +53,11 @@ async def test_cancel_racing_a_claim_under_kill_9_never_both_delivers_and_cancel
             answers = {e.outcome for e in events if isinstance(e, ev.MessageCancelAnswered)}
             assert len(claimed) + len(cancelled) == 1, (round_, events)  # exactly one of the two, never both
             assert answer["outcome"] == ("cancelled" if cancelled else "already_delivered"), (round_, answer)
-            # Every recorded answer agrees with what happened to the message.
-            assert answers == {answer["outcome"]}, (round_, answers)
+            # Every recorded answer agrees with what happened to the message. (A cancel that finds the message
+            # already settled on its sender answers from that settlement and records nothing: when the claim and
+            # its consume win outright, no answer is on the recipient's stream.)
+            assert answers <= {answer["outcome"]}, (round_, answers)
+            assert answers or claimed, (round_, events)
             status = await host.obligations.inspect(message_id)
             assert status["status"] == "processed" and (status["reason"] == "cancelled") == bool(cancelled)
             outcomes.add(answer["outcome"])
