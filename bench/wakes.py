@@ -12,7 +12,7 @@ import time
 
 from treemail.host import SendContext, Treemail
 
-from .common import Workers, bench_config, flush, percentile
+from .common import MAX_OUTSTANDING, Workers, bench_config, flush, percentile
 
 RATE = 200  # sends per second: a wake each; a steady trickle, not a flood
 
@@ -22,10 +22,14 @@ async def phase_wake_latency(url: str, sends: int, log) -> dict:
     workers = Workers(url)
     host = await Treemail.connect(bench_config(url), url)
     try:
-        root = await host.register_root("planner", "bench", rules={"*": "allow"})
-        await host.start_run(root.session_id, "run-1")
-        kids = [(await host.register_child(root.session_id, "kid", "bench", rules={"*": "allow"}, status="idle"))
-                for _ in range(sends)]
+        # Nobody consumes the mail, so each root sends at most its capacity of unsettled messages.
+        roots = [await host.register_root("planner", "bench", rules={"*": "allow"})
+                 for _ in range(-(-sends // MAX_OUTSTANDING))]
+        for root in roots:
+            await host.start_run(root.session_id, "run-1")
+        kids = [(await host.register_child(roots[i // MAX_OUTSTANDING].session_id, "kid", "bench",
+                                           rules={"*": "allow"}, status="idle"))
+                for i in range(sends)]
         workers.start(1)
         arrived: dict[str, float] = {}
         done = asyncio.Event()
@@ -40,7 +44,7 @@ async def phase_wake_latency(url: str, sends: int, log) -> dict:
         reading = asyncio.create_task(runner())
         started = time.perf_counter()
         for i, kid in enumerate(kids):
-            result = await host.send_message(SendContext(root.session_id, "run-1", f"wake-{i}"),
+            result = await host.send_message(SendContext(roots[i // MAX_OUTSTANDING].session_id, "run-1", f"wake-{i}"),
                                              {"to": kid.handle, "body": "wake up"})
             if "message_id" not in result:
                 raise RuntimeError(f"send failed: {result}")
