@@ -26,7 +26,7 @@ from treemail.adapters import metrics, tracing
 from treemail.adapters.config import Config, load_config
 from treemail.adapters.connection import connect
 from treemail.domain import commands as c
-from treemail.domain import ids, limits
+from treemail.domain import ids
 from treemail.domain.commands import SendContext
 from treemail.domain.decide.mailcontrol import with_send_options as mail_options
 from treemail.domain.errors import LifecycleError, Rejected
@@ -42,6 +42,7 @@ from .approvals import ApprovalWait
 from .delivery import Deliveries
 from .disposal import Disposal, Disposed, check_closing_text, check_stop_reason
 from .history import History
+from .hostcall import host_context
 from .interrupts import Interrupt, Interrupts
 from .mailbox import Mailbox
 from .obligations import Obligations
@@ -342,12 +343,5 @@ class Treemail:
         sent the recipient with the same key. Both: see the mail-control page. ``urgent``: claimed ahead of
         the recipient's normal mail, within ``[messaging] urgent_starvation_bound``; every guard still applies.
         """
-        # Kept as the tool call id ("key:<key>"), within its limit.
-        limits.require_text("idempotency_key", idempotency_key, limits.MAX_IDEMPOTENCY_KEY_BYTES, optional=True)
-        call = f"key:{idempotency_key}" if idempotency_key is not None else f"host:{ids.uuid7()}"
-        if run_id is None:
-            store = self._services.store
-            record = await store.directory.get(sender_session_id)
-            run_id = (await store.load(record)).state.current_run if record is not None else None
-        return await self._send(SendContext(sender_session_id, run_id or "", call),
-                                {"to": to, "body": body, "mode": mode}, urgent, expires_in_s, supersede_key)
+        context = await host_context(self._services.store, sender_session_id, idempotency_key, run_id)
+        return await self._send(context, {"to": to, "body": body, "mode": mode}, urgent, expires_in_s, supersede_key)

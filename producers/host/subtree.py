@@ -1,4 +1,4 @@
-"""``tm.subtree``: one call for a whole subtree: a broadcast to every descendant, a cascading stop.
+"""One call for a whole subtree (``tm.peers.broadcast_subtree``, ``tm.disposal.stop_subtree``): a broadcast to every descendant, a cascading stop.
 
 A broadcast is recorded on the sender's stream with its recipients fixed at
 that moment (the descendants the tree index knows when it is decided; a
@@ -17,7 +17,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from treemail.adapters.eventstore import EventStore
-from treemail.domain import ids, limits
+from treemail.domain import limits
 from treemail.domain.commands import SendContext
 from treemail.domain.decide import subtree
 from treemail.domain.decide.guards import require_body
@@ -28,6 +28,7 @@ from treemail.services.subtree import SubtreeService
 
 from ..tools import subtree as subtree_tool
 from ..tools.answering import answered
+from .hostcall import host_context
 
 Send = Callable[[SendContext, dict], Awaitable[dict]]
 # Copies in flight at once: enough to keep a worker pool busy, few enough not to flood the command stream.
@@ -54,12 +55,8 @@ class Subtree:
         "message"}``, or ``{"error": {"code", "message"}}`` with nothing sent. The same
         ``idempotency_key`` (for this sender and run) resumes the first broadcast, to its recipients.
         """
-        limits.require_text("idempotency_key", idempotency_key, limits.MAX_IDEMPOTENCY_KEY_BYTES, optional=True)
-        call = f"key:{idempotency_key}" if idempotency_key is not None else f"host:{ids.uuid7()}"
-        if run_id is None:
-            record = await self._store.directory.get(session_id)
-            run_id = (await self._store.load(record)).state.current_run if record is not None else None
-        return await self.message_subtree(SendContext(session_id, run_id or "", call), {"body": body, "mode": mode})
+        context = await host_context(self._store, session_id, idempotency_key, run_id)
+        return await self.message_subtree(context, {"body": body, "mode": mode})
 
     async def message_subtree(self, context: SendContext, arguments) -> dict:
         """A model's message_subtree call (or the host's broadcast); like send_message it never raises for
