@@ -8,7 +8,7 @@ raises ``LifecycleError`` with its stable code and changes nothing.
 A little over the house's 200 lines: one decide function per host lifecycle command.
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .. import events as ev
@@ -154,16 +154,21 @@ def due_in_run(item: MailItem, run_id: str) -> bool:
 
 
 def decide_claim(command: ClaimMail, given: Given) -> list[ev.Event]:
-    require_registered(given.state)
-    require_current_run(given.state, command.run_id)
-    if given.state.disposal is not None:
-        # Past the cutoff nothing more is delivered: what is pending goes back to its senders.
-        return []
-    # A failed attempt's message waits out its backoff (mail as an obligation).
-    due = claimed_in_order([m for m in given.mail.values() if due_in_run(m, command.run_id)
-                            and claimable_now(m, given.now)], given)
     step = {} if command.step is None else {"step": command.step}
-    return [message_event(ev.ProducerMessageClaimed, item, command.run_id, given.now, **step) for item in due]
+    return claim_events(given, command.run_id, due_in_run, **step)
+
+
+def claim_events(given: Given, run_id: str, due: Callable[[MailItem, str], bool], **step) -> list[ev.Event]:
+    """The claims of the mail ``due`` at this boundary of ``run_id``, in claim order. Past the disposal cutoff
+    nothing more is delivered (what is pending goes back to its senders); a failed attempt's message waits out
+    its backoff (mail as an obligation); an expired one never reaches a model."""
+    require_registered(given.state)
+    require_current_run(given.state, run_id)
+    if given.state.disposal is not None:
+        return []
+    taken = claimed_in_order([m for m in given.mail.values() if due(m, run_id) and claimable_now(m, given.now)],
+                             given)
+    return [message_event(ev.ProducerMessageClaimed, item, run_id, given.now, **step) for item in taken]
 
 
 def claimed_in_order(candidates: list[MailItem], given: Given) -> list[MailItem]:
@@ -177,13 +182,7 @@ def due_at_turn(item: MailItem, run_id: str) -> bool:
 
 
 def decide_claim_turn(command: ClaimTurn, given: Given) -> list[ev.Event]:
-    require_registered(given.state)
-    require_current_run(given.state, command.run_id)
-    if given.state.disposal is not None:
-        return []
-    due = claimed_in_order([m for m in given.mail.values() if due_at_turn(m, command.run_id)
-                            and claimable_now(m, given.now)], given)
-    return [message_event(ev.ProducerMessageClaimed, item, command.run_id, given.now) for item in due]
+    return claim_events(given, command.run_id, due_at_turn)
 
 
 def decide_consume(command: ConsumeMail, given: Given) -> list[ev.Event]:
