@@ -187,7 +187,12 @@ async function refresh() {
 
 function follow() {
   const source = new EventSource("/api/events");
-  source.onopen = () => { $("live").textContent = "live"; $("live").classList.add("on"); };
+  // Following starts when the stream opens: what was appended between the page's first load and then (or while
+  // reconnecting) has no event of its own, so the page reads everything once more as it goes live.
+  source.onopen = () => {
+    $("live").textContent = "live"; $("live").classList.add("on");
+    if (!pending) pending = setTimeout(refresh, 250);
+  };
   source.onerror = () => { $("live").textContent = "reconnecting…"; $("live").classList.remove("on"); };
   source.onmessage = () => { if (!pending) pending = setTimeout(refresh, 250); };
 }
