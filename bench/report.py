@@ -25,39 +25,59 @@ def rounds_of(figures: dict, key: str) -> str:
     return " / ".join(f"{round_[key]:.2f}" for round_ in figures["rounds"]) + " ms"
 
 
-def against_target(floor_ratio: float, target: float, at_most: bool) -> str:
-    """Whether the floor itself meets treemail's target. Where Valkey's CPU or memory misses it, no worker
-    keeping the same records can meet it; the rate and the worker's CPU are the floor's loop's own."""
-    ok = floor_ratio <= target if at_most else floor_ratio >= target
-    return f"the floor itself {'meets' if ok else 'misses'} treemail's target ({'<=' if at_most else '>='} {target:g})"
+# Targets against the records' floor (bench/floor.py), measured in the same run: what the decision may cost on
+# top of the records every accepted send keeps, and how small those records must be.
+FLOOR_RATE_AT_LEAST = 0.8
+FLOOR_WORKER_CPU_AT_MOST = 1.4
+FLOOR_VALKEY_CPU_AT_MOST = 1.3
+FLOOR_MEMORY_AT_MOST = 1.3
+FLOOR_OVER_BARE_XADD_AT_MOST = 2.3
+# The send round trip against the raw XADD + BLMPOP round trip at the same pace, in the same run.
+ROUND_TRIP_P50_AT_MOST = 1.5
+ROUND_TRIP_P99_AT_MOST = 2.5
 
 
 def floor_rows(flo: dict, rawr: dict, one: dict, sizes: Sizes) -> list[tuple[str, str, str, str]]:
-    """The records' floor (bench/floor.py) next to the raw loop, and treemail next to the floor."""
-    ratio = flo["rate"] / rawr["rate"]
+    """The records' floor (bench/floor.py) next to the raw loop, and treemail judged against the floor."""
+    rate = one["rate"] / flo["rate"]
     rows = [
         ("records' floor, 1 process, deciding nothing", f"{flo['rate']:,.0f} commands/s",
          f"{sizes.commands:,} sends in {flo['seconds']:.2f} s; the raw loop + the records kept per send + its answer", ""),
-        ("floor / raw", f"{ratio:.2f}", against_target(ratio, 0.7, at_most=False), ""),
+        ("floor / raw", f"{flo['rate'] / rawr['rate']:.2f}", "what the records alone cost the raw loop", ""),
+        ("treemail / floor", f"{rate:.2f}", f"target >= {FLOOR_RATE_AT_LEAST:g}", verdict(rate >= FLOOR_RATE_AT_LEAST)),
     ]
-    for who, key, target in (("worker", "worker_cpu_s", 1.5), ("Valkey", "valkey_cpu_s", 2.0)):
-        mine, base = flo[key] / sizes.commands * 1e6, rawr[key] / sizes.commands * 1e6
-        rows.append((f"{who} CPU per command, floor / raw", f"{mine / base:.2f}",
-                     f"{mine:.0f} us vs {base:.0f} us; {against_target(mine / base, target, at_most=True)}", ""))
-    rows.append(("treemail / floor", f"{one['rate'] / flo['rate']:.2f}",
-                 f"worker CPU x{one['worker_cpu_s'] / flo['worker_cpu_s']:.2f}, Valkey CPU "
-                 f"x{one['valkey_cpu_s'] / flo['valkey_cpu_s']:.2f}: the decision on top of the records", ""))
+    for who, key, target in (("worker", "worker_cpu_s", FLOOR_WORKER_CPU_AT_MOST),
+                             ("Valkey", "valkey_cpu_s", FLOOR_VALKEY_CPU_AT_MOST)):
+        mine, base = one[key] / sizes.commands * 1e6, flo[key] / sizes.commands * 1e6
+        rows.append((f"{who} CPU per decision, treemail / floor", f"{mine / base:.2f}",
+                     f"{mine:.0f} us vs {base:.0f} us, target <= {target:g}", verdict(mine / base <= target)))
     return rows
 
 
 def floor_memory_rows(flo: dict, mem: dict) -> list[tuple[str, str, str, str]]:
-    ratio = flo["bytes_per_message"] / flo["bare_xadd_bytes"]
+    bare = flo["bytes_per_message"] / flo["bare_xadd_bytes"]
+    kept = mem["bytes_per_message"] / flo["bytes_per_message"]
     return [
         ("records' floor: memory per message", f"{flo['bytes_per_message']:,.0f} bytes",
-         f"x{ratio:.2f} a bare XADD ({flo['bare_xadd_bytes']:,.0f} bytes); {against_target(ratio, 2.5, at_most=True)}", ""),
-        ("memory treemail / floor", f"{mem['bytes_per_message'] / flo['bytes_per_message']:.2f}",
-         "by kind of key in the JSON (floor.memory.by_kind)", ""),
+         f"by kind of key in the JSON (floor.memory.by_kind)", ""),
+        ("floor / bare XADD", f"{bare:.2f}", f"target <= {FLOOR_OVER_BARE_XADD_AT_MOST:g} (a bare XADD "
+         f"{flo['bare_xadd_bytes']:,.0f} bytes)", verdict(bare <= FLOOR_OVER_BARE_XADD_AT_MOST)),
+        ("memory treemail / floor", f"{kept:.2f}", f"target <= {FLOOR_MEMORY_AT_MOST:g}",
+         verdict(kept <= FLOOR_MEMORY_AT_MOST)),
     ]
+
+
+def round_trip_rows(lat: dict) -> list[tuple[str, str, str, str]]:
+    """The send round trip at the higher pace, each percentile over the raw round trip's in the same run."""
+    raw = lat["raw"]
+    said = {"p50": f"achieved {lat['achieved_rate']:,.0f} sends/s", "p99": f"{lat['ok']:,} sends ({lat['failed']} failed)"}
+    rows = []
+    for q, target in (("p50", ROUND_TRIP_P50_AT_MOST), ("p99", ROUND_TRIP_P99_AT_MOST)):
+        ratio = lat[f"{q}_ms"] / raw[f"{q}_ms"]
+        rows.append((f"send round trip {q} at {lat['target_rate']:,}/s", f"{lat[f'{q}_ms']:.2f} ms",
+                     f"x{ratio:.2f} the raw round trip's {raw[f'{q}_ms']:.2f} ms; {said[q]}; rounds "
+                     f"{rounds_of(lat, f'{q}_ms')}; target <= x{target:g}", verdict(ratio <= target)))
+    return rows
 
 
 def mcp_rows(m: dict) -> list[tuple[str, str, str, str]]:
@@ -125,12 +145,9 @@ def report(results: dict, env: dict, sizes: Sizes, quick: bool, wall: float) -> 
     rows = [
         ("treemail, 1 worker process", f"{one['rate']:,.0f} commands/s", f"{sizes.commands:,} sends in {one['seconds']:.2f} s", ""),
         ("raw Redis baseline, 1 process", f"{rawr['rate']:,.0f} commands/s", f"{sizes.commands:,} sends in {rawr['seconds']:.2f} s", ""),
-        ("treemail / raw", f"{ratio_raw:.2f}", "target >= 0.7", verdict(ratio_raw >= 0.7)),
+        ("treemail / raw", f"{ratio_raw:.2f}", "the raw loop decides and keeps nothing; judged against the floor below",
+         ""),
     ]
-    for who, key, target in (("worker", "worker_cpu_s", 1.5), ("Valkey", "valkey_cpu_s", 2.0)):
-        mine, base = one[key] / sizes.commands * 1e6, rawr[key] / sizes.commands * 1e6
-        rows.append((f"{who} CPU per decision, treemail / raw", f"{mine / base:.2f}",
-                     f"{mine:.0f} us vs {base:.0f} us, target <= {target:g}", verdict(mine / base <= target)))
     rows += floor_rows(results["floor"], rawr, one, sizes)
     mem = results["memory"]
     rows += profile_rows(one, results["durable"], results["replicated"], sizes)
@@ -138,7 +155,7 @@ def report(results: dict, env: dict, sizes: Sizes, quick: bool, wall: float) -> 
         (f"memory per accepted {mem['body_bytes']}-byte message", f"{mem['bytes_per_message']:,.0f} bytes",
          f"{mem['accepted']:,} sends, used_memory delta", ""),
         ("bare XADD of the same body", f"{mem['bare_xadd_bytes']:,.0f} bytes", "", ""),
-        ("memory treemail / bare", f"{mem['ratio']:.2f}", "target <= 2.5", verdict(mem["ratio"] <= 2.5)),
+        ("memory treemail / bare", f"{mem['ratio']:.2f}", "", ""),
         *floor_memory_rows(results["floor"]["memory"], mem),
         ("command stream length after the run", f"{mem['command_stream_len_after_run']:,} entries",
          f"{mem['command_stream_len_after_trim']:,} after the worker's trim pass; reply lists left: "
@@ -156,12 +173,7 @@ def report(results: dict, env: dict, sizes: Sizes, quick: bool, wall: float) -> 
         ("treemail, 2 worker processes", f"{two['rate']:,.0f} commands/s",
          f"{sizes.commands:,} sends in {two['seconds']:.2f} s, over 2 cmd streams {two.get('per_stream', '')}", ""),
         ("2 workers / 1 worker", f"{ratio_two:.2f}", "target >= 1.3", verdict(ratio_two >= 1.3)),
-        (f"send round trip p50 at {lat['target_rate']:,}/s", f"{lat['p50_ms']:.2f} ms",
-         f"achieved {lat['achieved_rate']:,.0f} sends/s; rounds {rounds_of(lat, 'p50_ms')}; target <= 1 ms",
-         verdict(lat["p50_ms"] <= 1.0)),
-        (f"send round trip p99 at {lat['target_rate']:,}/s", f"{lat['p99_ms']:.2f} ms",
-         f"{lat['ok']:,} sends ({lat['failed']} failed); rounds {rounds_of(lat, 'p99_ms')}; target <= 5 ms",
-         verdict(lat["p99_ms"] <= 5.0)),
+        *round_trip_rows(lat),
         (f"send round trip at {low['target_rate']:,}/s", f"p50 {low['p50_ms']:.2f} ms", f"p99 {low['p99_ms']:.2f} ms, {low['ok']:,} sends ({low['failed']} failed)", ""),
     ]
     for pace in (lat, low):
@@ -309,16 +321,17 @@ timed span, divided by the commands. Latencies are a host's `send_message` call 
   shows pending 0 and lag 0. Outcomes: {outcomes}. The raw baseline decides the same backlog shape in the benchmark
   process, a plain `redis.asyncio` loop: `XREADGROUP COUNT 100`, pipelined `HMGET` of each recipient's state hash, one
   pipelined Lua compare-and-set per command (check `version`, `XADD`, `HSET version`), one `XACK` per batch; no
-  idempotency record, no snapshot, no answer. The CPU rows put treemail's microseconds per command next to the raw loop's.
+  idempotency record, no snapshot, no answer. `treemail / raw` is information: the raw loop keeps less than an
+  accepted send must, so treemail is judged against the records' floor below.
 - **records' floor** (`bench/floor.py`): the raw loop's shape ({sizes.trees * sizes.children:,} root -> child pairs, UUIDv7
   ids) and batching, whose one script call per command writes the records treemail keeps for an accepted send, each in
   the fewest bytes that still says what it must, and decides nothing: the sender's idempotency evidence (run and tool
   call -> message id), both sessions' versions, the message on the recipient's stream (id, sender, mode, hops, body),
   the sender's record of it (its retained status), the mail item that keeps it an obligation, one feed entry, and the
-  answer on a reply list (one `EXPIRE` and one `XACK` per batch). Valkey's CPU and the memory are the server's work for
-  these records: where the floor misses a target, no worker keeping the same records meets it. The rate and the
-  worker's CPU are this loop's own; a cleverer client does better. `treemail / floor` is what the decision costs on top
-  of the records. Memory: {sizes.memory_sends:,} sends of a 200-byte body, 20 roots to 5 children each, after one warm-up
+  answer on a reply list (one `EXPIRE` and one `XACK` per batch). Treemail's targets are stated against it, in the
+  same run: at least 0.8 of its rate, at most 1.4x its worker CPU and 1.3x its Valkey CPU per decision, at most 1.3x
+  its memory per message; and the floor itself at most 2.3x a bare `XADD`'s memory. The rate and the worker's CPU are
+  this loop's own; a cleverer client does better. Memory: {sizes.memory_sends:,} sends of a 200-byte body, 20 roots to 5 children each, after one warm-up
   send per pair, the command stream and reply list freed before the second read. Streams grow by whole 4 KB nodes
   (`stream-node-max-bytes`): 100 messages per recipient fill them, the quick run's 10 do not and read low.
 - **durable profile**: the first row's backlog on a Valkey of its own with AOF, the worker with
@@ -342,6 +355,7 @@ timed span, divided by the commands. Latencies are a host's `send_message` call 
   {sizes.latency_rate // 4:,}/s, for {sizes.latency_seconds:g} s, every send its own task (many in flight), 20 roots taking turns, each
   to its 5 children. {sizes.latency_rounds} round(s) at each rate (`bench/latency.py`), each on a flushed server with its own
   worker: p50, p99 and CPU per send are over all the rounds' sends; each round's own p50 and p99 are in the row.
+  Targets at the higher pace: p50 at most 1.5x and p99 at most 2.5x the raw round trip's below, in the same run.
 - **raw XADD + BLMPOP round trip; host CPU per send**: after each round, same process, pace, concurrency, senders and
   bodies, through `bench/roundtrip.py`'s client shaped like treemail's producer (XADD a command-sized entry, await a
   future; one listener BLMPOPs up to 1000 answers a pop) and a consumer subprocess deciding nothing (`XREADGROUP COUNT
