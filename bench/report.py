@@ -54,6 +54,17 @@ def floor_rows(flo: dict, rawr: dict, one: dict, sizes: Sizes) -> list[tuple[str
     return rows
 
 
+def decision_rows(dec: dict, flo: dict, one: dict, sizes: Sizes) -> list[tuple[str, str, str, str]]:
+    """The worker's CPU per decision without I/O (bench/decision.py), next to the first row's whole and the
+    floor's: the share of the gap only a cheaper decision can close."""
+    whole = one["worker_cpu_s"] / sizes.commands * 1e6
+    floor = flo["worker_cpu_s"] / sizes.commands * 1e6
+    stages = ", ".join(f"{stage} {us:.0f}" for stage, us in dec["us_by_stage"].items())
+    return [("worker CPU per decision, deciding alone (no I/O)", f"{dec['us_per_decision']:.0f} us",
+             f"{stages} us; x{dec['us_per_decision'] / floor:.2f} the floor's whole worker CPU per command, "
+             f"{dec['us_per_decision'] / whole:.2f} of treemail's", "")]
+
+
 def floor_memory_rows(flo: dict, mem: dict) -> list[tuple[str, str, str, str]]:
     bare = flo["bytes_per_message"] / flo["bare_xadd_bytes"]
     kept = mem["bytes_per_message"] / flo["bytes_per_message"]
@@ -149,6 +160,8 @@ def report(results: dict, env: dict, sizes: Sizes, quick: bool, wall: float) -> 
          ""),
     ]
     rows += floor_rows(results["floor"], rawr, one, sizes)
+    if "decision" in results:
+        rows += decision_rows(results["decision"], results["floor"], one, sizes)
     mem = results["memory"]
     rows += profile_rows(one, results["durable"], results["replicated"], sizes)
     rows += [
@@ -334,6 +347,12 @@ timed span, divided by the commands. Latencies are a host's `send_message` call 
   this loop's own; a cleverer client does better. Memory: {sizes.memory_sends:,} sends of a 200-byte body, 20 roots to 5 children each, after one warm-up
   send per pair, the command stream and reply list freed before the second read. Streams grow by whole 4 KB nodes
   (`stream-node-max-bytes`): 100 messages per recipient fill them, the quick run's 10 do not and read low.
+- **deciding alone (no I/O)** (`bench/decision.py`): the first row's trees and backlog shape decided in the
+  benchmark process on held states, 100 commands a batch, chained through the batch as a round chains them:
+  parsed, resolved (the directory's cache), decided, planned and laid out as the commit script's arguments, and
+  sent nowhere; the best of 5 passes over {sizes.decision_commands:,} commands, its process CPU per decision by stage.
+  No worker costs less per decision than this, whatever its I/O; next to the floor's whole worker CPU it says how
+  much of the gap only a cheaper decision can close.
 - **durable profile**: the first row's backlog on a Valkey of its own with AOF, the worker with
   `TREEMAIL_SERVICE_PROFILE=durable` (WAITAOF before success); `durable / fast` is its rate over the first row's.
 - **replicated profile**: the first row's backlog on a Valkey of its own with one replica on this machine, the worker

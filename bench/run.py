@@ -43,7 +43,7 @@ from treemail.host import SendContext, Treemail
 from treemail.domain import events as ev
 from treemail.domain.state import evolve
 
-from . import (backpressure, fanout, fanout_loops, floor, latency, mcp, memory, million, population, priority, raw,
+from . import (backpressure, decision, fanout, fanout_loops, floor, latency, mcp, memory, million, population, priority, raw,
                replay, scale, wakes)
 from .report import ROOT, report, write_markdown
 from .sizes import FULL, QUICK, Sizes
@@ -383,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench.run")
     parser.add_argument("--quick", action="store_true", help="shrink every phase for a smoke run")
     parser.add_argument("--no-write", action="store_true", help="print only, leave BENCHMARKS.md alone")
-    parser.add_argument("--only", default="", help="comma-separated phases (one,raw,floor,durable,replicated,memory,two,latency,latency_low,wake_latency,fanout,backpressure,"
+    parser.add_argument("--only", default="", help="comma-separated phases (one,decision,raw,floor,durable,replicated,memory,two,latency,latency_low,wake_latency,fanout,backpressure,"
                         "priority,history,sessions,replay,scale_single,routing,scale_cluster,mcp,fanout_loops); implies --no-write")
     args = parser.parse_args(argv)
     only = [p for p in args.only.split(",") if p]
@@ -402,6 +402,8 @@ def main(argv: list[str] | None = None) -> int:
         results = {}
         phases = [
             ("one", "phase 1: one treemail worker process", lambda: asyncio.run(phase_workers(url, sizes, 1))),
+            ("decision", "phase 1b: one worker's CPU per decision without its I/O, stage by stage",
+             lambda: asyncio.run(decision.phase_decision(url, sizes.decision_commands, log))),
             ("raw", "phase 2: raw Redis baseline", lambda: asyncio.run(phase_raw(url, sizes))),
             ("floor", "phase 2b: the records' floor: the raw loop plus the records treemail keeps per send",
              lambda: asyncio.run(phase_floor(url, sizes))),

@@ -39,3 +39,14 @@ def test_the_round_trip_is_judged_against_the_raw_round_trip_of_the_same_run():
     rows = _verdicts(report.round_trip_rows(lat))
     assert rows["send round trip p50 at 2,000/s"] == ("1.50 ms", "met")  # at most x1.5
     assert rows["send round trip p99 at 2,000/s"] == ("16.00 ms", "NOT met")  # at most x2.5
+
+
+def test_the_decision_row_sets_the_decision_alone_beside_the_floor_and_the_whole_worker():
+    commands = QUICK.commands
+    flo = {"worker_cpu_s": 50e-6 * commands}
+    one = {"worker_cpu_s": 200e-6 * commands}
+    dec = {"us_per_decision": 100.0, "us_by_stage": {"parse": 10.0, "decide": 40.0, "plan and lay out": 50.0}}
+    [(label, value, detail, _)] = report.decision_rows(dec, flo, one, QUICK)
+    assert (label, value) == ("worker CPU per decision, deciding alone (no I/O)", "100 us")
+    assert detail == ("parse 10, decide 40, plan and lay out 50 us; x2.00 the floor's whole worker CPU per command, "
+                      "0.50 of treemail's")
