@@ -86,15 +86,14 @@ async def _decide_all(service: SendService, store: EventStore, entries: list[byt
     return spent
 
 
-async def phase_decision(url: str, commands: int, log, rounds: int = 5) -> dict:
+async def phase_decision(url: str, trees: int, children: int, commands: int, log, rounds: int = 5) -> dict:
     """The best of ``rounds`` passes over ``commands`` commands: microseconds per decision, by stage."""
     await flush(url)
     host = await Treemail.connect(bench_config(url), url)
     workers = Workers(url)
     redis = aioredis.Redis.from_url(url)
     try:
-        trees = await register_trees(host, 20, 5)
-        pairs = [(root, kid) for root, kids in trees for kid in kids]
+        pairs = [(root, kid) for root, kids in await register_trees(host, trees, children) for kid in kids]
         workers.start(1)
         # One accepted send per pair first: the producers are registered, as they are after the first batches.
         await asyncio.gather(*[host.send_message(SendContext(root, "run-1", f"warm-{kid}"), {"to": kid, "body": "warm"})

@@ -403,7 +403,8 @@ def main(argv: list[str] | None = None) -> int:
         phases = [
             ("one", "phase 1: one treemail worker process", lambda: asyncio.run(phase_workers(url, sizes, 1))),
             ("decision", "phase 1b: one worker's CPU per decision without its I/O, stage by stage",
-             lambda: asyncio.run(decision.phase_decision(url, sizes.decision_commands, log))),
+             lambda: asyncio.run(decision.phase_decision(url, sizes.trees, sizes.children,
+                                                                 sizes.decision_commands, log))),
             ("raw", "phase 2: raw Redis baseline", lambda: asyncio.run(phase_raw(url, sizes))),
             ("floor", "phase 2b: the records' floor: the raw loop plus the records treemail keeps per send",
              lambda: asyncio.run(phase_floor(url, sizes))),
