@@ -109,3 +109,36 @@ def test_even_split_is_what_a_cluster_create_makes():
 def test_a_bad_number_of_masters_is_refused(masters):
     with pytest.raises(ValueError, match="masters must be between 1 and"):
         plan(masters, 16, 4)
+
+
+@pytest.mark.parametrize("masters", [2, 3, 5, 16])
+def test_the_moves_bring_an_even_split_to_the_plan(masters):
+    p = plan(masters, 16, 4)
+    current = [[r] for r in slotplan.even_split(masters)]
+    where = slotplan.matched(p, current)
+    assert sorted(where) == list(range(masters))
+    owner = [0] * SLOTS
+    for index, ranges in enumerate(current):
+        for first, last in ranges:
+            owner[first:last + 1] = [index] * (last - first + 1)
+    moved = slotplan.moves(p, current)
+    for move in moved:
+        assert all(owner[s] == move.source for s in range(move.first, move.last + 1))
+        owner[move.first:move.last + 1] = [move.target] * (move.last - move.first + 1)
+        assert all(move.first <= partition_slot(x) <= move.last for x in move.partitions)
+    for m in p.masters:
+        assert all(owner[s] == where[m.index] for first, last in m.ranges for s in range(first, last + 1))
+    # What moves with the tagged slots is what changes masters: the partitions an even split misplaces.
+    misplaced = {x for x in range(16) if owner_of(current, partition_slot(x)) != where[p.owner(partition_slot(x))]}
+    assert {x for move in moved for x in move.partitions} == misplaced
+
+
+def owner_of(current, slot: int) -> int:
+    return next(i for i, ranges in enumerate(current) for a, b in ranges if a <= slot <= b)
+
+
+def test_a_cluster_placed_by_the_plan_needs_no_moves():
+    p = plan(3, 16, 4)
+    assert slotplan.moves(p, [list(m.ranges) for m in p.masters]) == []
+    with pytest.raises(ValueError, match="the cluster has 2 masters, the plan 3"):
+        slotplan.moves(p, [[(0, 8191)], [(8192, 16383)]])
