@@ -34,18 +34,27 @@ def client(url: str, cluster: bool):
     return RedisCluster.from_url(url) if cluster else aioredis.Redis.from_url(url)
 
 
-async def balanced_trees(host: Treemail, trees: int, children: int, streams: int, children_send: bool = False
-                         ) -> list[tuple[str, list[str]]]:
-    """`trees` roots, the same number on every command stream (roots whose stream is full are left unused);
-    ``children_send``: the children's runs are open too (only a session's open run may send: exact live sender)."""
-    per = -(-trees // streams)
+async def balanced_trees(host: Treemail, trees: int, children: int, streams: int, children_send: bool = False,
+                         partitions: int = 16) -> list[tuple[str, list[str]]]:
+    """`trees` roots spread evenly over the command streams and over the partitions alike, so each master's
+    share of the work is the share of the partitions and streams it holds (roots whose stream or partition
+    is full are left unused); ``children_send``: the children's runs are open too (only a session's open run
+    may send: exact live sender)."""
+    per_stream, per_partition = -(-trees // streams), -(-trees // partitions)
     roots: dict[int, list[str]] = {i: [] for i in range(streams)}
-    while sum(len(v) for v in roots.values()) < trees:
+    taken = [0] * partitions
+    for _ in range(50 * trees):
+        if sum(taken) >= trees:
+            break
         root = await host.register_root("planner", "root", rules={"child": "allow", "parent": "allow"},
                                         status="running")
         index = keys.command_shard(root.session_id, streams)
-        if len(roots[index]) < per:
+        partition = keys.partition_of(root.session_id, partitions)
+        if len(roots[index]) < per_stream and taken[partition] < per_partition:
             roots[index].append(root.session_id)
+            taken[partition] += 1
+    if sum(taken) < trees:
+        raise RuntimeError(f"no spread of {trees} trees over {streams} streams and {partitions} partitions")
     out = []
     for root in [r for v in roots.values() for r in v]:
         kids = await asyncio.gather(*[
@@ -97,7 +106,8 @@ async def run_one(url: str, cluster: bool, server_pids: list[int], workers_count
     t = time.perf_counter()
     host = await Treemail.connect(cfg, url)
     try:
-        registered = await balanced_trees(host, trees, children, streams, children_send=both_ways)
+        registered = await balanced_trees(host, trees, children, streams, children_send=both_ways,
+                                          partitions=cfg.service.partitions)
     finally:
         await host.close()
     r = client(url, cluster)
