@@ -126,6 +126,9 @@ async def run_one(url: str, cluster: bool, server_pids: list[int], workers_count
             if nodes:
                 probed = await per_master.probe_crossslot(nodes[0])
                 held = [sum(1 for name in names if r.get_node_from_key(name).port == port) for port in master_ports]
+                feeds = [keys.feed(p) for p in range(cfg.service.partitions)]
+                partitions_held = [sum(1 for name in feeds if r.get_node_from_key(name).port == port)
+                                   for port in master_ports]
             drain = await timed_drain(r, names, workers, workers_count, commands, server_pids,
                                       sample=(lambda: per_master.sample(nodes)) if nodes else None)
         finally:
@@ -142,13 +145,14 @@ async def run_one(url: str, cluster: bool, server_pids: list[int], workers_count
         f"{drain['seconds']:.2f} s = {rate:,.0f} commands/s; outcomes {outcomes}; CPU: valkey {drain['valkey_cpu_s']:.1f} s, "
         f"workers {drain['worker_cpu_s']:.1f} s, other processes on the machine {drain['other_cpu_s']:.1f} s")
     if master_ports:
-        drain["per_master"] = per_master.summary(*drain.pop("samples"), commands, held)
+        drain["per_master"] = per_master.summary(*drain.pop("samples"), commands, held, partitions_held)
         drain["per_master"]["crossslot_probe"] = probed
         pm = drain["per_master"]
         shares = " / ".join(f"{m['share']:.2f}" for m in pm["masters"])
         log(f"  per master: CPU shares {shares}, Valkey "
             f"{pm['valkey_us_per_decision']:.1f} us per decision, command streams held "
-            f"{' / '.join(str(m['streams_held']) for m in pm['masters'])}; cross-slot "
+            f"{' / '.join(str(m['streams_held']) for m in pm['masters'])}, partitions held "
+            f"{' / '.join(str(m['partitions_held']) for m in pm['masters'])}; cross-slot "
             f"refusals {pm['crossslot']} (the probe's own: {probed}), errors {pm['errors']}")
     return {"workers": workers_count, **drain, "rate": rate, "outcomes": outcomes,
             "per_stream": list(per_stream.values())}

@@ -115,7 +115,7 @@ def _units(partitions: int, streams: int) -> list[_Unit]:
     return [by_slot[s] for s in sorted(by_slot)]
 
 
-def _quotas(masters: int, partitions: int, streams: int) -> tuple[list[int], list[int]]:
+def quotas(masters: int, partitions: int, streams: int) -> tuple[list[int], list[int]]:
     """Each master's partitions and command streams: the extra partitions to the first masters, the extra
     streams to the last, so a master holds both extras only when there are more extras than masters."""
     need_p = [partitions // masters + (1 if i < partitions % masters else 0) for i in range(masters)]
@@ -258,7 +258,7 @@ def plan(masters: int, partitions: int, streams: int) -> SlotPlan:
         raise ValueError(f"masters must be between 1 and {MAX_MASTERS}, not {masters}")
     if partitions < 1 or streams < 1:
         raise ValueError("partitions and command streams must be at least 1")
-    need_p, need_s = _quotas(masters, partitions, streams)
+    need_p, need_s = quotas(masters, partitions, streams)
     units = _units(partitions, streams)
     runs = _walk(units, masters, need_p, need_s)
     owner: list[int] = []
