@@ -13,8 +13,8 @@ from treemail.host import SendContext
 from ..conftest import CLUSTER
 from .conftest import make_config, running_stack
 
-pytestmark = [pytest.mark.cluster,
-              pytest.mark.skipif(not CLUSTER, reason="the cluster suite's: starts a cluster of its own")]
+# The cluster suite's (each starts a cluster of its own, so it runs once, not in the single-server suite too).
+OWN_CLUSTER = pytest.mark.skipif(not CLUSTER, reason="starts a cluster of its own: run in the cluster suite")
 
 
 def shards(port: int) -> dict[int, list[tuple[int, int]]]:
@@ -30,6 +30,18 @@ def shards(port: int) -> dict[int, list[tuple[int, int]]]:
     return out
 
 
+def settled(cluster, timeout: float = 10.0) -> None:
+    """Until every node reports the same slots (the moves' new owners reach the others by gossip)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while len({str(sorted(shards(node.port).items())) for node in cluster.nodes}) > 1:
+        assert time.monotonic() < deadline, "the nodes never agreed on the slots"
+        time.sleep(0.05)
+
+
+@pytest.mark.cluster
+@OWN_CLUSTER
 async def test_a_planned_cluster_holds_each_partition_where_the_plan_says():
     config = make_config("redis://unused")
     plan = slotplan.plan(3, config.service.partitions, config.service.command_streams)
@@ -66,3 +78,77 @@ async def test_a_planned_cluster_holds_each_partition_where_the_plan_says():
                 assert moved.value.port == ports[master]
     finally:
         cluster.cleanup()
+
+
+def migrate(move: dict, timeout: float = 30.0) -> str:
+    """One printed move, run on its source; waits for the migration job to end and returns its state."""
+    import time
+
+    source = move["source_node"]
+    with redis.Redis(host=source["host"], port=source["port"], decode_responses=True) as node:
+        node.execute_command("CLUSTER", "MIGRATESLOTS", "SLOTSRANGE", move["first"], move["last"],
+                             "NODE", move["target_node"]["id"])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for job in node.execute_command("CLUSTER", "GETSLOTMIGRATIONS"):
+                job = dict(zip(job[::2], job[1::2])) if isinstance(job, list) else job
+                if (job["operation"] == "EXPORT" and job["slot_ranges"] == f"{move['first']}-{move['last']}"
+                        and job["state"] in ("success", "failed", "cancelled")):
+                    return job["state"]
+            time.sleep(0.05)
+    return "timed out"
+
+
+@pytest.mark.cluster
+@OWN_CLUSTER
+def test_the_live_moves_bring_an_evenly_split_cluster_to_the_plan(monkeypatch, capsys):
+    """`cluster-plan --live` on a running cluster split evenly: its MIGRATESLOTS moves, run one by one as
+    printed, leave the cluster holding the plan, the trees' keys moved with their partitions; asked again, it
+    has nothing left to move (a move that failed under load would be listed again: run what is left)."""
+    import json
+
+    from treemail.entrypoints.cli import main
+
+    cluster = LocalValkeyCluster(masters=3).start()
+    try:
+        monkeypatch.setenv("REDIS_URL", cluster.url)
+        monkeypatch.delenv("TREEMAIL_CONFIG", raising=False)
+        plan = slotplan.plan(3, 16, 4)
+        client = redis.RedisCluster.from_url(cluster.url)
+        for p in range(16):
+            client.set(f"{keys.feed(p)}:probe", p)
+        client.close()
+        for attempt in range(3):
+            assert main(["cluster-plan", "--live", "--json"]) == 0
+            moves = json.loads(capsys.readouterr().out)["from_live"]
+            if attempt == 0:
+                assert any(m["partitions"] for m in moves)
+            if not moves:
+                break
+            states = [migrate(move) for move in moves]
+            settled(cluster)
+            if attempt == 0 and set(states) != {"success"}:
+                print(f"moves left after the first round: {states}")
+        assert main(["cluster-plan", "--live"]) == 0
+        assert "this cluster already holds this plan: nothing to move." in capsys.readouterr().out
+        assert sorted(shards(cluster.nodes[0].port).values()) == sorted(sorted(m.ranges) for m in plan.masters)
+        client = redis.RedisCluster.from_url(cluster.url)
+        assert [int(client.get(f"{keys.feed(p)}:probe")) for p in range(16)] == list(range(16))
+        layout = shards(cluster.nodes[0].port)
+        for p in range(16):
+            node = client.get_node_from_key(keys.feed(p))
+            assert layout[node.port] == sorted(plan.masters[plan.owner(slotplan.partition_slot(p))].ranges)
+        client.close()
+    finally:
+        cluster.cleanup()
+
+
+@pytest.mark.skipif(CLUSTER, reason="needs a server that is not a cluster")
+def test_live_on_a_server_that_is_not_a_cluster_is_one_line(valkey, monkeypatch, capsys):
+    from treemail.entrypoints.cli import main
+
+    monkeypatch.setenv("REDIS_URL", valkey.url)
+    monkeypatch.delenv("TREEMAIL_CONFIG", raising=False)
+    assert main(["cluster-plan", "--live"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--live reads a Redis/Valkey Cluster's slots" in err, err

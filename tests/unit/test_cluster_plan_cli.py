@@ -41,3 +41,12 @@ def test_a_bad_number_of_masters_is_one_line(capsys, monkeypatch):
     assert main(["cluster-plan", "--masters", "many"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--masters" in err
+
+
+def test_live_without_a_server_is_one_line(capsys, monkeypatch):
+    monkeypatch.delenv("TREEMAIL_CONFIG", raising=False)
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.delenv("TREEMAIL_SERVICE_REDIS_URL", raising=False)
+    assert main(["cluster-plan", "--live"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("treemail: error: no server: set REDIS_URL")
