@@ -142,3 +142,10 @@ def test_a_cluster_placed_by_the_plan_needs_no_moves():
     assert slotplan.moves(p, [list(m.ranges) for m in p.masters]) == []
     with pytest.raises(ValueError, match="the cluster has 2 masters, the plan 3"):
         slotplan.moves(p, [[(0, 8191)], [(8192, 16383)]])
+
+
+def test_masters_beyond_the_tags_still_own_an_even_share_each():
+    p = plan(1000, 16, 4)
+    assert owned(p) == [1] * SLOTS
+    assert {m.slots for m in p.masters} == {16, 17}
+    assert sum(1 for m in p.masters if m.partitions or m.streams) == 20

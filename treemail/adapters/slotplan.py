@@ -132,12 +132,11 @@ def _walk(units: list[_Unit], masters: int, need_p: list[int], need_s: list[int]
         return p[k] >= len(unit.partitions) and s[k] >= len(unit.streams)
 
     def reach(k: int, start: int) -> int:
-        p, s, n = list(need_p), list(need_s), 0
-        for unit in units[start:]:
-            if not fits(k, unit, p, s):
+        p, s, n = need_p[k], need_s[k], 0
+        for j in range(start, len(units)):
+            p, s = p - len(units[j].partitions), s - len(units[j].streams)
+            if p < 0 or s < 0:
                 break
-            p[k] -= len(unit.partitions)
-            s[k] -= len(unit.streams)
             n += 1
         return n
 
@@ -165,14 +164,16 @@ def _cuts(runs: list[tuple[int, list[_Unit]]], masters: int) -> list[int]:
     about its even share of the slots (a few sweeps, each moving a master's cuts by what it still lacks)."""
     n = len(runs)
     target = [SLOTS // masters + (1 if k < SLOTS % masters else 0) for k in range(masters)]
-    lower, upper = [], []
+    lower = []
     seen_last = -1
     for j, (_, units) in enumerate(runs):
         if units:
             seen_last = units[-1].slot
         lower.append(seen_last + 1)
-        after = [u.slot for _, us in runs[j + 1:] for u in us[:1]]
-        upper.append(min(after) if after else SLOTS - (n - 1 - j))
+    upper = [SLOTS - (n - 1 - j) for j in range(n)]
+    for j in range(n - 2, -1, -1):  # the first tagged slot of any later run
+        following = runs[j + 1][1]
+        upper[j] = min(upper[j], upper[j + 1], following[0].slot if following else SLOTS)
     # The first guess: cuts midway between the runs' tagged slots, each master's runs scaled to its share.
     midway = [(lower[j] + upper[j]) / 2 for j in range(n - 1)] + [SLOTS]
     natural = [max(1.0, midway[j] - (midway[j - 1] if j else 0)) for j in range(n)]
@@ -181,6 +182,9 @@ def _cuts(runs: list[tuple[int, list[_Unit]]], masters: int) -> list[int]:
         mine[owner] += length
     natural = [length * target[owner] / mine[owner] for (owner, _), length in zip(runs, natural)]
     want = list(natural)
+    held = [0] * masters  # runs per master
+    for owner, _ in runs:
+        held[owner] += 1
     cuts: list[int] = []
     for _ in range(64):
         cuts, start = [], 0
@@ -199,54 +203,57 @@ def _cuts(runs: list[tuple[int, list[_Unit]]], masters: int) -> list[int]:
         if all(abs(got[k] - target[k]) <= 1 for k in range(masters)):
             break
         for j, (owner, _) in enumerate(runs):
-            share = sum(1 for o, _ in runs if o == owner)
-            want[j] = max(1.0, want[j] + (target[owner] - got[owner]) / share)
+            want[j] = max(1.0, want[j] + (target[owner] - got[owner]) / held[owner])
     return cuts
+
+
+def _free_blocks(owner: list[int], tagged: set[int], master: int) -> list[tuple[int, int]]:
+    """(start, end exclusive) of each stretch of ``master``'s slots that no tag uses."""
+    blocks, slot = [], 0
+    while slot < SLOTS:
+        if owner[slot] != master or slot in tagged:
+            slot += 1
+            continue
+        end = slot
+        while end < SLOTS and owner[end] == master and end not in tagged:
+            end += 1
+        blocks.append((slot, end))
+        slot = end
+    return blocks
 
 
 def _even_out(owner: list[int], tagged: set[int], masters: int) -> None:
     """Moves slots no tag uses from the masters over their share to those under it, until every master owns
     its share (16384 / masters, give or take one): a block next to the taker's own slots first (no new
-    range), then one at the edge of the giver's range (no split), else from the middle of the widest."""
+    range), then one at the end of the giver's range (no split), else from the middle of the widest."""
     target = [SLOTS // masters + (1 if k < SLOTS % masters else 0) for k in range(masters)]
     count = [0] * masters
     for k in owner:
         count[k] += 1
     while True:
         short = max(range(masters), key=lambda k: (target[k] - count[k], -k))
-        over = max(range(masters), key=lambda k: (count[k] - target[k], -k))
-        want = min(target[short] - count[short], count[over] - target[over])
-        if want <= 0:
-            return
-        blocks = []  # (start, end exclusive) of the giver's slots no tag uses
-        slot = 0
-        while slot < SLOTS:
-            if owner[slot] != over or slot in tagged:
-                slot += 1
-                continue
-            end = slot
-            while end < SLOTS and owner[end] == over and end not in tagged:
-                end += 1
-            blocks.append((slot, end))
-            slot = end
+        givers = sorted((k for k in range(masters) if count[k] > target[k]), key=lambda k: (target[k] - count[k], k))
+        found = next(((k, blocks) for k in givers if (blocks := _free_blocks(owner, tagged, k))), None)
+        if count[short] >= target[short] or found is None:
+            return  # even, or every slot over a share carries a tag (tags outnumber what a share can hold)
+        over, blocks = found
 
-        def rank(block: tuple[int, int]) -> tuple:
-            start, end = block
-            beside = (start > 0 and owner[start - 1] == short) or (end < SLOTS and owner[end] == short)
-            edge = start == 0 or end == SLOTS or owner[start - 1] != over or owner[end] != over
-            return (beside, edge, end - start, -start)
+        def beside(start: int, end: int) -> tuple[bool, bool]:
+            return start > 0 and owner[start - 1] == short, end < SLOTS and owner[end] == short
 
-        start, end = max(blocks, key=rank)
-        take = min(want, end - start)
-        if end < SLOTS and owner[end] == short or not (start > 0 and owner[start - 1] == short) and (
-                end == SLOTS or owner[end] != over):
-            first = end - take  # from the end that touches the taker, or the range's end
-        elif start > 0 and owner[start - 1] == short or start == 0 or owner[start - 1] != over:
+        def edges(start: int, end: int) -> tuple[bool, bool]:
+            return start == 0 or owner[start - 1] != over, end == SLOTS or owner[end] != over
+
+        start, end = max(blocks, key=lambda b: (any(beside(*b)), any(edges(*b)), b[1] - b[0], -b[0]))
+        take = min(target[short] - count[short], count[over] - target[over], end - start)
+        (left, right), (left_edge, right_edge) = beside(start, end), edges(start, end)
+        if right or (not left and right_edge and not left_edge):
+            first = end - take
+        elif left or left_edge:
             first = start
         else:
             first = start + (end - start - take) // 2
-        for slot in range(first, first + take):
-            owner[slot] = short
+        owner[first:first + take] = [short] * take
         count[short] += take
         count[over] -= take
 
