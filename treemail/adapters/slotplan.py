@@ -341,6 +341,14 @@ def matched(p: SlotPlan, current: list[list[tuple[int, int]]]) -> list[int]:
     return [out[m.index] for m in p.masters]
 
 
+def aligned(p: SlotPlan, current: list[list[tuple[int, int]]]) -> SlotPlan:
+    """The plan with each master numbered as the current master that takes its place (``matched``), so the
+    plan's master k is the cluster's master k."""
+    where = matched(p, current)
+    return SlotPlan(p.partitions, p.streams, tuple(sorted(
+        (MasterPlan(where[m.index], m.ranges, m.partitions, m.streams) for m in p.masters), key=lambda m: m.index)))
+
+
 def moves(p: SlotPlan, current: list[list[tuple[int, int]]]) -> list[Move]:
     """What to move to bring a cluster whose masters own ``current`` (each master's ranges, in the cluster's
     order) to the plan, the planned masters matched to the current ones (``matched``)."""

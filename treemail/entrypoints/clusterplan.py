@@ -76,8 +76,6 @@ def cluster_plan(
     """Which slots each cluster master should own so the partitions and command streams spread evenly."""
     from treemail.domain.errors import ConfigError
 
-    from .output import table
-
     cfg = config_of(ctx, config)
     service = cfg.service
     running = asyncio.run(_live_masters(url_of(cfg))) if live else None
@@ -89,22 +87,35 @@ def cluster_plan(
         raise ConfigError("the running cluster leaves slots unassigned: give each master its planned ranges "
                           "with CLUSTER ADDSLOTSRANGE (`treemail cluster-plan` without --live)")
     current = [m.ranges for m in running] if running is not None else [[r] for r in slotplan.even_split(masters)]
+    plan = slotplan.aligned(plan, current)  # its master k is the cluster's master k (numbered by first slot)
     moves = slotplan.moves(plan, current)
     if as_json:
-        out = {**plan.to_json(), "new_cluster": [_addslots(m) for m in plan.masters]}
-        if running is None:
-            out["from_even_split"] = [m.to_json() for m in moves]
-        else:
-            nodes = [{"id": m.node_id, "host": m.host, "port": m.port} for m in running]
-            out["from_live"] = [{**m.to_json(), "source_node": nodes[m.source], "target_node": nodes[m.target]}
-                                for m in moves]
-        print(json.dumps(out, sort_keys=True))
-        return
-    print(f"slot plan for {masters} masters, {plan.partitions} partitions, {plan.streams} command streams "
+        print(json.dumps(_as_json(plan, moves, running), sort_keys=True))
+    else:
+        _show(plan, moves, running)
+
+
+def _as_json(plan: slotplan.SlotPlan, moves: list[slotplan.Move], running: list[LiveMaster] | None) -> dict:
+    out = {**plan.to_json(), "new_cluster": [_addslots(m) for m in plan.masters]}
+    if running is None:
+        out["from_even_split"] = [m.to_json() for m in moves]
+    else:
+        nodes = [{"id": m.node_id, "host": m.host, "port": m.port} for m in running]
+        out["from_live"] = [{**m.to_json(), "source_node": nodes[m.source], "target_node": nodes[m.target]}
+                            for m in moves]
+    return out
+
+
+def _show(plan: slotplan.SlotPlan, moves: list[slotplan.Move], running: list[LiveMaster] | None) -> None:
+    from .output import table
+
+    print(f"slot plan for {len(plan.masters)} masters, {plan.partitions} partitions, {plan.streams} command streams "
           "(a master's CPU follows the partitions' and command streams' hash tags it holds):")
+    node = (lambda k: f" {running[k].host}:{running[k].port}") if running is not None else (lambda k: "")
     table([("master", "right"), ("slots", "right"), ("ranges", "left"), ("partitions", "left"),
            ("command streams", "left")],
-          [[m.index, m.slots, _spans(m.ranges), _ids(m.partitions), _ids(m.streams)] for m in plan.masters])
+          [[f"{m.index}{node(m.index)}", m.slots, _spans(m.ranges), _ids(m.partitions), _ids(m.streams)]
+           for m in plan.masters])
     print("service-wide keys: " + "; ".join(f"{k['key']} (slot {k['slot']}) on master {k['master']}"
                                           for k in plan.service_keys()))
     print("keys named by an id (" + ", ".join(slotplan.SPREAD_KEYS) + ") hash over every slot: each master "
@@ -134,6 +145,8 @@ def cluster_plan(
     print("  older servers, per slot: CLUSTER SETSLOT <slot> IMPORTING <source id> on the target, CLUSTER SETSLOT "
           "<slot> MIGRATING <target id> on the source, MIGRATE its keys (CLUSTER GETKEYSINSLOT), then "
           "CLUSTER SETSLOT <slot> NODE <target id> on both")
+
+
 
 
 def register(app: typer.Typer) -> None:
