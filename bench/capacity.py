@@ -9,10 +9,11 @@ streams (reads and acknowledgements of the stream a command came on).
 
 What is assumed, each a limit of its own:
 - a master is one core (Valkey executes commands on one thread), a worker process one core;
-- trees spread evenly over the partitions (crc32 of the root) and partitions and command streams over the
-  masters as their slots fall, so the busiest master holds ceil(partitions / M) of the partitions and
-  ceil(streams / M) of the streams: at most ``partitions`` masters ever hold sessions, at most ``streams``
-  hold command streams;
+- trees spread evenly over the partitions (crc32 of the root), and partitions and command streams over the
+  masters as the slot plan places them (``treemail cluster-plan``, ``slotplan.quotas``): each master holds
+  both within one of an even share, the extra streams on the masters without an extra partition first, so
+  the busiest master is the costliest of those shares: at most ``partitions`` masters ever hold sessions, at
+  most ``streams`` hold command streams;
 - each command stream has one reader at a time, so there are at most ``streams`` useful workers;
 - nothing else shares those cores: no hosts, projections or pumps, no network; every figure is at saturation
   (plan for about 70 % of it).
@@ -20,6 +21,8 @@ What is assumed, each a limit of its own:
 
 import math
 from dataclasses import dataclass
+
+from treemail.adapters import slotplan
 
 MASTERS = (3, 10, 30)
 
@@ -72,8 +75,8 @@ def costs(rows: list[dict], commands: int, streams: int) -> Costs:
 def predict(c: Costs, masters: int, partitions: int, streams: int) -> Prediction:
     """The rate the busiest master or the workers allow, whichever is lower, and the workers it takes."""
     session_us = c.valkey_us - c.stream_us
-    busiest = session_us * math.ceil(partitions / masters) / partitions + \
-        c.stream_us * math.ceil(streams / masters) / streams
+    held_p, held_s = slotplan.quotas(masters, partitions, streams)
+    busiest = max(session_us * p / partitions + c.stream_us * s / streams for p, s in zip(held_p, held_s))
     by_valkey = 1e6 / busiest
     per_worker = 1e6 / c.worker_us
     by_workers = streams * per_worker

@@ -42,15 +42,17 @@ def _delta(after: dict, before: dict) -> dict:
     return {k: v - before.get(k, 0) for k, v in after.items() if v - before.get(k, 0)}
 
 
-def summary(before: list[dict], after: list[dict], decisions: int, streams_held: list[int]) -> dict:
-    """Per master: its share of the masters' CPU, core-us per decision, the command streams it holds, its
-    script calls and errors over the run; over all of them, the cross-slot refusals per decision."""
+def summary(before: list[dict], after: list[dict], decisions: int, streams_held: list[int],
+            partitions_held: list[int] | None = None) -> dict:
+    """Per master: its share of the masters' CPU, core-us per decision, the command streams and partitions it
+    holds, its script calls and errors over the run; over all of them, the cross-slot refusals per decision."""
     rows = []
-    for b, a, held in zip(before, after, streams_held):
+    for index, (b, a, held) in enumerate(zip(before, after, streams_held)):
         calls = _delta(a["calls"], b["calls"])
         rows.append({
             "cpu_s": a["cpu_s"] - b["cpu_s"],
             "streams_held": held,
+            **({"partitions_held": partitions_held[index]} if partitions_held is not None else {}),
             "script_calls": calls.get("evalsha", 0) + calls.get("eval", 0) + calls.get("fcall", 0),
             "errors": _delta(a["errors"], b["errors"]),
         })

@@ -125,6 +125,8 @@ def cluster_rows(rows: list[dict]) -> list[tuple[str, str, str, str]]:
                     " / ".join(f"{m['share']:.2f}" for m in pm["masters"]),
                     f"{pm['valkey_us_per_decision']:.0f} us per decision over all; command streams held "
                     + " / ".join(str(m["streams_held"]) for m in pm["masters"])
+                    + ("; partitions held " + " / ".join(str(m["partitions_held"]) for m in pm["masters"])
+                       if all("partitions_held" in m for m in pm["masters"]) else "")
                     + f"; target: each within 15 % of 1/{n}", verdict(even)))
         out.append((f"{n}-master cluster, {row['workers']} worker(s): cross-slot operations per decision",
                     f"{pm['crossslot_per_decision']:g}",

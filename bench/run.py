@@ -316,14 +316,23 @@ async def phase_scale(url: str, sizes: Sizes, cluster: bool, server_pids: list[i
     return rows
 
 
-def run_cluster_phase(sizes: Sizes) -> list[dict]:
+def run_cluster_phase(sizes: Sizes, planned: bool = True) -> list[dict]:
+    """On a local 3-master cluster whose slots follow the slot plan (``planned``; else an even split), so each
+    master holds an even share of the partitions and of the command streams, as `treemail cluster-plan`
+    tells an operator to place them."""
+    from treemail.adapters import slotplan
+    from treemail.adapters.config import ServiceConfig
     from treemail.adapters.embedded import LocalValkeyCluster
 
-    cluster = LocalValkeyCluster(masters=3)
+    plan = slotplan.plan(3, ServiceConfig().partitions, sizes.scale_streams) if planned else None
+    cluster = LocalValkeyCluster(masters=3, plan=plan)
     try:
         cluster.start()
         pids = [node.pid for node in cluster.nodes]
-        log(f"  local cluster of {len(pids)} masters at {cluster.url}")
+        log(f"  local cluster of {len(pids)} masters at {cluster.url}, slots "
+            + ("as the slot plan places them: partitions " + " / ".join(str(len(m.partitions)) for m in plan.masters)
+               + ", command streams " + " / ".join(str(len(m.streams)) for m in plan.masters)
+               if plan else "split evenly"))
         return asyncio.run(phase_scale(cluster.url, sizes, True, pids, [node.port for node in cluster.nodes]))
     finally:
         cluster.cleanup()

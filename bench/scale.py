@@ -34,18 +34,27 @@ def client(url: str, cluster: bool):
     return RedisCluster.from_url(url) if cluster else aioredis.Redis.from_url(url)
 
 
-async def balanced_trees(host: Treemail, trees: int, children: int, streams: int, children_send: bool = False
-                         ) -> list[tuple[str, list[str]]]:
-    """`trees` roots, the same number on every command stream (roots whose stream is full are left unused);
-    ``children_send``: the children's runs are open too (only a session's open run may send: exact live sender)."""
-    per = -(-trees // streams)
+async def balanced_trees(host: Treemail, trees: int, children: int, streams: int, children_send: bool = False,
+                         partitions: int = 16) -> list[tuple[str, list[str]]]:
+    """`trees` roots spread evenly over the command streams and over the partitions alike, so each master's
+    share of the work is the share of the partitions and streams it holds (roots whose stream or partition
+    is full are left unused); ``children_send``: the children's runs are open too (only a session's open run
+    may send: exact live sender)."""
+    per_stream, per_partition = -(-trees // streams), -(-trees // partitions)
     roots: dict[int, list[str]] = {i: [] for i in range(streams)}
-    while sum(len(v) for v in roots.values()) < trees:
+    taken = [0] * partitions
+    for _ in range(50 * trees):
+        if sum(taken) >= trees:
+            break
         root = await host.register_root("planner", "root", rules={"child": "allow", "parent": "allow"},
                                         status="running")
         index = keys.command_shard(root.session_id, streams)
-        if len(roots[index]) < per:
+        partition = keys.partition_of(root.session_id, partitions)
+        if len(roots[index]) < per_stream and taken[partition] < per_partition:
             roots[index].append(root.session_id)
+            taken[partition] += 1
+    if sum(taken) < trees:
+        raise RuntimeError(f"no spread of {trees} trees over {streams} streams and {partitions} partitions")
     out = []
     for root in [r for v in roots.values() for r in v]:
         kids = await asyncio.gather(*[
@@ -97,7 +106,8 @@ async def run_one(url: str, cluster: bool, server_pids: list[int], workers_count
     t = time.perf_counter()
     host = await Treemail.connect(cfg, url)
     try:
-        registered = await balanced_trees(host, trees, children, streams, children_send=both_ways)
+        registered = await balanced_trees(host, trees, children, streams, children_send=both_ways,
+                                          partitions=cfg.service.partitions)
     finally:
         await host.close()
     r = client(url, cluster)
@@ -116,6 +126,9 @@ async def run_one(url: str, cluster: bool, server_pids: list[int], workers_count
             if nodes:
                 probed = await per_master.probe_crossslot(nodes[0])
                 held = [sum(1 for name in names if r.get_node_from_key(name).port == port) for port in master_ports]
+                feeds = [keys.feed(p) for p in range(cfg.service.partitions)]
+                partitions_held = [sum(1 for name in feeds if r.get_node_from_key(name).port == port)
+                                   for port in master_ports]
             drain = await timed_drain(r, names, workers, workers_count, commands, server_pids,
                                       sample=(lambda: per_master.sample(nodes)) if nodes else None)
         finally:
@@ -132,13 +145,14 @@ async def run_one(url: str, cluster: bool, server_pids: list[int], workers_count
         f"{drain['seconds']:.2f} s = {rate:,.0f} commands/s; outcomes {outcomes}; CPU: valkey {drain['valkey_cpu_s']:.1f} s, "
         f"workers {drain['worker_cpu_s']:.1f} s, other processes on the machine {drain['other_cpu_s']:.1f} s")
     if master_ports:
-        drain["per_master"] = per_master.summary(*drain.pop("samples"), commands, held)
+        drain["per_master"] = per_master.summary(*drain.pop("samples"), commands, held, partitions_held)
         drain["per_master"]["crossslot_probe"] = probed
         pm = drain["per_master"]
         shares = " / ".join(f"{m['share']:.2f}" for m in pm["masters"])
         log(f"  per master: CPU shares {shares}, Valkey "
             f"{pm['valkey_us_per_decision']:.1f} us per decision, command streams held "
-            f"{' / '.join(str(m['streams_held']) for m in pm['masters'])}; cross-slot "
+            f"{' / '.join(str(m['streams_held']) for m in pm['masters'])}, partitions held "
+            f"{' / '.join(str(m['partitions_held']) for m in pm['masters'])}; cross-slot "
             f"refusals {pm['crossslot']} (the probe's own: {probed}), errors {pm['errors']}")
     return {"workers": workers_count, **drain, "rate": rate, "outcomes": outcomes,
             "per_stream": list(per_stream.values())}

@@ -34,8 +34,9 @@ class Sizes:
 
 FULL = Sizes(trees=200, children=5, commands=100_000, latency_rate=2000, latency_seconds=5.0, latency_rounds=3,
              big_events=1_000_000, probe_sends=1000)
+# scale_trees: a tree for each of the 16 partitions, so even the smoke run spreads them over the cluster's masters.
 QUICK = Sizes(trees=20, children=5, commands=5_000, latency_rate=500, latency_seconds=1.0, latency_rounds=1,
               big_events=20_000, probe_sends=100, replay_trees=4, replay_children=4, replay_events=2000,
-              scale_trees=8, scale_children=20, scale_commands=3_000, memory_sends=1_000,
+              scale_trees=16, scale_children=10, scale_commands=3_000, memory_sends=1_000,
               million_sends=20_000, sessions=2_000, mcp_seconds=1.0, mcp_rounds=3, wake_sends=300,
               fanout_rounds=3, loop_rounds=2, priority_trials=3, decision_commands=1_000)

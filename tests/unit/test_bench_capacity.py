@@ -27,3 +27,14 @@ def test_few_command_streams_cap_the_workers_and_sized_streams_move_the_limit_to
     assert sized.rate > default.rate and sized.workers > 4 and "master" in sized.limit
     # 16 partitions over 30 masters: the busiest still holds one sixteenth of the sessions.
     assert "16 of 30 masters" in capacity.predict(c, masters=30, partitions=16, streams=1024).limit
+
+
+def test_the_busiest_master_is_the_one_the_slot_plan_loads_most():
+    """16 partitions and 4 streams on 3 masters: 6 / 5 / 5 partitions and 1 / 1 / 2 streams, never the extra
+    partition and the extra stream on one master (ceil of each would be 6 and 2)."""
+    sessions_only = capacity.Costs(worker_us=1, valkey_us=48, stream_us=0, rows=1)
+    assert round(capacity.predict(sessions_only, 3, 16, 4).rate) == round(1e6 / (48 * 6 / 16))
+    mixed = capacity.Costs(worker_us=1, valkey_us=48 + 16, stream_us=16, rows=1)
+    busiest = max(48 * 6 / 16 + 16 * 1 / 4, 48 * 5 / 16 + 16 * 2 / 4)
+    assert round(capacity.predict(mixed, 3, 16, 4).rate) == round(1e6 / busiest)
+    assert busiest < 48 * 6 / 16 + 16 * 2 / 4

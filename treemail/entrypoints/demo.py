@@ -222,9 +222,19 @@ def run_cluster(masters: int = 3, workers: int = 3, replicas: int = 0) -> None:
     """`treemail cluster` (`make cluster`): a local Valkey Cluster with workers and a projection worker.
     With ``replicas``, each primary has that many replicas and the workers wait for one of them
     (the replicated profile) unless the environment names another profile."""
-    cluster = LocalValkeyCluster(masters=masters, replicas=replicas).start()
+    from treemail.adapters import slotplan
+    from treemail.adapters.config import load_config
+
+    # Placed as `treemail cluster-plan` would place it: each master an even share of the partitions and the
+    # command streams the workers are configured with, not whatever an even split of slot ranges gives.
+    service = load_config().service
+    plan = slotplan.plan(masters, service.partitions, service.command_streams)
+    cluster = LocalValkeyCluster(masters=masters, replicas=replicas, plan=plan).start()
     primaries = ", ".join(f"127.0.0.1:{n.port}" for n in cluster.nodes[:masters])
     say(f"started a {masters}-master Valkey Cluster: {primaries}")
+    say("  slots as `treemail cluster-plan` places them: partitions "
+        + " / ".join(str(len(m.partitions)) for m in plan.masters) + ", command streams "
+        + " / ".join(str(len(m.streams)) for m in plan.masters))
     env = {**os.environ, "REDIS_URL": cluster.url, "TREEMAIL_SERVICE_CLUSTER": "true"}
     if replicas:
         say(f"  with {replicas} replica(s) each: " + ", ".join(f"127.0.0.1:{n.port}" for n in cluster.nodes[masters:]))
