@@ -105,7 +105,9 @@ def summary(runs: list[dict]) -> dict:
             "cpu_ms": {name: sum(run["cpu"][name] for run in runs) * 1000 / max(calls, 1) for name in sorted(processes)}}
 
 
-async def phase_mcp(url: str, seconds: float, rounds: int, log) -> dict:
+async def phase_mcp(url: str, seconds: float, rounds: int, log, valkey_pid: int | None = None) -> dict:
+    """``valkey_pid``: the server's, so each call's CPU is counted in every process it costs (on a machine
+    whose cores all four share, the rates follow the sum)."""
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared._httpx_utils import create_mcp_http_client
@@ -152,7 +154,8 @@ async def phase_mcp(url: str, seconds: float, rounds: int, log) -> dict:
             await settle(host, pairs)
             runs: dict[str, list[dict]] = {"noop": [], "send": [], "host": []}
             pids = {"client": os.getpid(), "server": server.pid, **{f"worker{'' if i == 0 else i + 1}": proc.pid
-                                                                    for i, proc in enumerate(workers.procs)}}
+                                                                    for i, proc in enumerate(workers.procs)},
+                    **({"valkey": valkey_pid} if valkey_pid else {})}
             for round_ in range(rounds):
                 for name, call, callers in (("noop", noop, clients), ("send", mcp_send, clients),
                                             ("host", host_send, list(range(CLIENTS)))):
@@ -174,13 +177,18 @@ async def phase_mcp(url: str, seconds: float, rounds: int, log) -> dict:
     out["clients"] = CLIENTS
     out["send_over_noop"] = statistics.median(
         send["rate"] / noop["rate"] for send, noop in zip(runs["send"], runs["noop"]))
+    # The ratio the CPU per call predicts (the empty tool's total over the send's): steadier than the rates'
+    # on a shared machine, and it says which process the difference is in.
+    if out["send"]["cpu_ms"] and out["noop"]["cpu_ms"]:
+        out["send_over_noop_by_cpu"] = sum(out["noop"]["cpu_ms"].values()) / sum(out["send"]["cpu_ms"].values())
     log(f"  MCP send {out['send']['rate']:,.0f}/s (p50 {out['send']['p50_ms']:.2f} ms, p99 "
         f"{out['send']['p99_ms']:.2f} ms), empty tool {out['noop']['rate']:,.0f}/s, host API "
         f"{out['host']['rate']:,.0f}/s; send / empty tool {out['send_over_noop']:.2f}")
     if out["send"]["cpu_ms"]:
         log("  CPU ms per call (" + ", ".join(out["send"]["cpu_ms"]) + "): " + "; ".join(
             f"{label} " + " / ".join(f"{v:.2f}" for v in out[name]["cpu_ms"].values())
-            for name, label in (("send", "MCP send"), ("noop", "empty tool"), ("host", "host API send"))))
+            for name, label in (("send", "MCP send"), ("noop", "empty tool"), ("host", "host API send")))
+            + f"; their sums predict send / empty tool {out.get('send_over_noop_by_cpu', 0):.2f}")
     return out
 
 

@@ -108,7 +108,10 @@ def mcp_rows(m: dict) -> list[tuple[str, str, str, str]]:
     ] + ([(f"CPU ms per call ({', '.join(m['send']['cpu_ms'])})",
            " / ".join(f"{v:.2f}" for v in m["send"]["cpu_ms"].values()),
            "MCP send; empty tool " + " / ".join(f"{v:.2f}" for v in m["noop"]["cpu_ms"].values()), "")]
-         if m["send"].get("cpu_ms") and m["noop"].get("cpu_ms") else [])
+         if m["send"].get("cpu_ms") and m["noop"].get("cpu_ms") else []) + (
+        [("MCP send / empty tool, as the CPU per call predicts", f"{m['send_over_noop_by_cpu']:.2f}",
+          "the empty tool's CPU per call over the send's, every process summed", "")]
+        if "send_over_noop_by_cpu" in m else [])
 
 
 def cluster_rows(rows: list[dict]) -> list[tuple[str, str, str, str]]:

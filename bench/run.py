@@ -460,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
              lambda: run_cluster_phase(sizes)),
             ("mcp", f"phase 9: MCP over streamable HTTP, {mcp.CLIENTS} clients: send_message next to an empty tool "
                     "and the host API",
-             lambda: asyncio.run(mcp.phase_mcp(url, sizes.mcp_seconds, sizes.mcp_rounds, log))),
+             lambda: asyncio.run(mcp.phase_mcp(url, sizes.mcp_seconds, sizes.mcp_rounds, log, VALKEY_PID))),
             ("fanout_loops", f"phase 10: loop detection, {fanout_loops.CHILDREN} children reporting to a parent and "
                              "answered, then a ping-pong",
              lambda: asyncio.run(fanout_loops.phase_fanout_loops(url, sizes.loop_rounds, log))),

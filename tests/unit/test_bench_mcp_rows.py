@@ -31,3 +31,12 @@ def test_mcp_rows_show_the_cpu_a_send_and_an_empty_call_cost_each_process_when_m
     m["noop"]["cpu_ms"] = {"client": 2.05, "server": 1.5, "worker": 0.1}
     assert report.mcp_rows(m)[4] == ("CPU ms per call (client, server, worker)", "2.10 / 2.00 / 1.30",
                                      "MCP send; empty tool 2.05 / 1.50 / 0.10", "")
+
+
+def test_mcp_rows_give_the_ratio_the_cpu_per_call_predicts_when_every_process_was_measured():
+    m = figures(350.0, 400.0)
+    m["send"]["cpu_ms"] = {"client": 1.0, "server": 1.0, "valkey": 0.5, "worker": 0.5}
+    m["noop"]["cpu_ms"] = {"client": 1.0, "server": 0.5, "valkey": 0.1, "worker": 0.0}
+    m["send_over_noop_by_cpu"] = 1.6 / 3.0
+    assert report.mcp_rows(m)[5] == ("MCP send / empty tool, as the CPU per call predicts", "0.53",
+                                     "the empty tool's CPU per call over the send's, every process summed", "")
