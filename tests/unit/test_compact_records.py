@@ -1,0 +1,81 @@
+"""The records kept per send in their least form read back exactly, and the earlier forms still read."""
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from treemail.adapters import compact
+from treemail.domain import ids
+from treemail.domain.decide import idempotency
+from treemail.domain.state import MailItem
+
+SENDER = "0190e8a4-7b3c-7d2e-9f1a-2b3c4d5e6f70"
+MESSAGE = "0190e8a4-7b3c-7d2e-9f1a-000000000001"
+ITEM = MailItem(MESSAGE, "agent", SENDER, 0, "steer", "accepted", None, 123, since=1796190271.6113834)
+
+
+@pytest.mark.parametrize("session_id", [SENDER, ids.uuid7(), "s-1", "~odd", "7e90e8a4-7b3c-7d2e-9f1a-2b3c4d5e6f70",
+                                        SENDER.upper(), "x" * 15, "y" * 16, ""])
+def test_an_id_reads_back_from_its_feed_and_record_forms(session_id):
+    assert compact.id_from_bytes(compact.id_bytes(session_id)) == session_id
+    assert compact.id_from_text(compact.id_text(session_id)) == session_id
+
+
+def test_a_uuid_is_16_bytes_in_a_feed_entry_and_22_characters_in_text():
+    assert len(compact.id_bytes(SENDER)) == 16 and len(compact.id_text(SENDER)) == 22
+    assert compact.id_bytes("s-1") == b"~s-1"
+
+
+def test_a_plain_accepted_item_is_its_position_its_budget_start_and_its_sender_in_at_most_64_bytes():
+    stored = compact.encode_item(ITEM)
+    assert json.loads(stored) == [123, 1796190271.6113834, compact.id_text(SENDER)]
+    # Valkey keeps a hash packed while each value is at most 64 bytes (hash-max-listpack-value).
+    assert len(stored) <= 64
+    assert compact.decode_item(MESSAGE, stored) == ITEM
+
+
+@pytest.mark.parametrize("item", [
+    ITEM,
+    replace(ITEM, sender_session_id=None, owner="plugin"),
+    replace(ITEM, sender_session_id="s-1", agent_hop=2, mode="queue", state="claimed", run_id="r1"),
+    replace(ITEM, attempts=3, claimed_at=5.5, retry_at=9.25, reason="timeout", trace="00-ab", peer=True,
+            expires_at=99.0, supersede_key="k", passed=2, urgent=True),
+    replace(ITEM, urgent=True),
+    replace(ITEM, since=0.0),
+])
+def test_every_item_reads_back_as_written(item):
+    assert compact.decode_item(item.message_id, compact.encode_item(item)) == item
+
+
+def test_items_an_earlier_version_wrote_still_read():
+    assert compact.decode_item(MESSAGE, ITEM.to_json()) == ITEM  # position first, owner second
+    full = [MESSAGE, "agent", SENDER, 0, "steer", "accepted", None, 123, 0, 1796190271.6113834]
+    assert compact.decode_item(MESSAGE, json.dumps(full)) == ITEM  # the message id first
+
+
+def test_an_accepted_sends_record_is_45_bytes_and_answers_a_retry_exactly():
+    outcome = {"ok": {"message_id": MESSAGE, "mode": "steer", "recipient_state": "running", "sequence": 7}}
+    record = idempotency.kept("0" * 31 + "f", outcome)
+    stored = compact.encode_record(record)
+    assert len(stored) == 45 and stored[:1] not in "[{"
+    assert compact.decode_record(stored) == record
+    assert idempotency.parse(compact.decode_record(stored.encode())) == ("0" * 31 + "f", outcome)
+
+
+@pytest.mark.parametrize("record", [
+    ["a" * 32, MESSAGE, "queue", "queued", 12345],
+    ["a" * 32, MESSAGE, "steer", "waking_finished", 1],
+    ["a" * 32, MESSAGE, "queue", "running", 0],
+    ["a" * 32, MESSAGE, "steer", "running"],  # no sequence: kept as JSON
+    ["a" * 32, "m-1", "steer", "running", 1],  # not a UUID: kept as JSON
+    ["a" * 32, {"error": {"code": "send_message:inbox_full", "message": "full"}}],
+    {"fp": "a" * 32, "outcome": {"ok": {"message_id": "m"}}},  # an earlier version's form
+])
+def test_every_record_reads_back_as_written(record):
+    assert compact.decode_record(compact.encode_record(record)) == record
+
+
+def test_a_record_that_is_not_one_is_a_clear_error():
+    with pytest.raises(ValueError, match="not an idempotency record"):
+        compact.decode_record("garbage")
