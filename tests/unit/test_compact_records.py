@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 
 from treemail.adapters import compact
-from treemail.domain import ids
+from treemail.domain import outbound
 from treemail.domain.decide import idempotency
 from treemail.domain.state import MailItem
 
@@ -15,7 +15,7 @@ MESSAGE = "0190e8a4-7b3c-7d2e-9f1a-000000000001"
 ITEM = MailItem(MESSAGE, "agent", SENDER, 0, "steer", "accepted", None, 123, since=1796190271.6113834)
 
 
-@pytest.mark.parametrize("session_id", [SENDER, ids.uuid7(), "s-1", "~odd", "7e90e8a4-7b3c-7d2e-9f1a-2b3c4d5e6f70",
+@pytest.mark.parametrize("session_id", [SENDER, "019a2b3c-4d5e-7f60-8a1b-2c3d4e5f6071", "s-1", "~odd", "7e90e8a4-7b3c-7d2e-9f1a-2b3c4d5e6f70",
                                         SENDER.upper(), "x" * 15, "y" * 16, ""])
 def test_an_id_reads_back_from_its_feed_and_record_forms(session_id):
     assert compact.id_from_bytes(compact.id_bytes(session_id)) == session_id
@@ -79,3 +79,13 @@ def test_every_record_reads_back_as_written(record):
 def test_a_record_that_is_not_one_is_a_clear_error():
     with pytest.raises(ValueError, match="not an idempotency record"):
         compact.decode_record("garbage")
+
+
+def test_an_outbound_index_entry_is_binary_and_reads_back_where_the_record_is():
+    pairs = outbound.index_entries(SENDER, [], 1) + [MESSAGE, f"{SENDER} 17", f"{MESSAGE}:settled", f"{SENDER} 42",
+                                                     "m-1", "s 1 2"]
+    stored = compact.encode_outbound(pairs)
+    sent, settled = compact.outbound_fields(MESSAGE)
+    assert stored[0::2] == [sent, settled, compact.outbound_fields("m-1")[0]]
+    assert len(sent) == 16 and len(stored[1]) == 18
+    assert [compact.decode_outbound(v) for v in stored[1::2]] == [(SENDER, 17), (SENDER, 42), ("s 1", 2)]

@@ -144,3 +144,47 @@ def decode_record(raw: str | bytes) -> list | dict:
         raise ValueError(f"not an idempotency record: {text!r}") from exc
     tail += _RECORD_DEFAULTS[len(tail):]
     return [fp, message_id, *tail, sequence]
+
+
+# ---- the outbound index ----------------------------------------------------------------------------
+#
+# One field per message for as long as the partition keeps it (and one more once it is settled): the
+# message id as ``id_bytes``, settled with ``\0s`` after it, and where the sender's record is, the
+# sender's ``id_bytes`` then its position on the sender's stream: 16 + about 20 bytes against 36 + 38 in
+# text, about half of the hash entry (the index holds more fields than a hash is kept packed for).
+# The fields an earlier version wrote (the message id as text) stay where they are: a reader asks for
+# both (``outbound_fields``), and the field it finds says the value's form.
+
+_SETTLED = b"\x00s"
+
+
+def outbound_fields(message_id: str) -> tuple[bytes, bytes]:
+    """The message's sent and settled fields in the index."""
+    name = id_bytes(message_id)
+    return name, name + _SETTLED
+
+
+def encode_outbound(pairs: list[str]) -> list[bytes]:
+    """The index's (field, value) pairs as ``outbound.index_entries`` writes them ("<message id>" or
+    "<message id>:settled" -> "<sender> <position>"), in their stored form."""
+    out: list[bytes] = []
+    for name, value in zip(pairs[::2], pairs[1::2]):
+        message_id, settled = (name[:-8], True) if name.endswith(":settled") else (name, False)
+        sender, _, position = value.rpartition(" ")
+        sent_field, settled_field = outbound_fields(message_id)
+        out.append(settled_field if settled else sent_field)
+        out.append(_sender_field(sender) + position.encode())
+    return out
+
+
+def _sender_field(sender: str) -> bytes:
+    name = id_bytes(sender)
+    return name + b" " if name[:1] == TEXT.encode() else name
+
+
+def decode_outbound(raw: bytes) -> tuple[str, int]:
+    """(sender, position) of a value ``encode_outbound`` wrote."""
+    if raw[:1] == TEXT.encode():
+        sender, _, position = raw.rpartition(b" ")
+        return id_from_bytes(sender), int(position)
+    return id_from_bytes(raw[:16]), int(raw[16:])

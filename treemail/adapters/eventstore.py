@@ -32,7 +32,7 @@ from ..domain.records import SessionRecord
 from ..domain.state import Applied, MailItem, SessionState
 from . import keys
 from .config import ServiceConfig
-from .compact import decode_item, decode_record, encode_item, encode_record, id_bytes
+from .compact import decode_item, decode_record, encode_item, encode_outbound, encode_record, id_bytes
 from .directory import Directory
 from .lanes import CommandBatch, Lanes, raise_refused
 from .replication import require_confirmed, run_waited, wait_command
@@ -363,7 +363,7 @@ class EventStore:
             operation, "" if when is None else repr(when),
         ]
         after = self._sources(p, plan.sources, held or {}, key_list, args)
-        args.extend((len(plan.outbound) // 2, *plan.outbound, id_bytes(sid)))
+        args.extend((len(plan.outbound) // 2, *encode_outbound(plan.outbound), id_bytes(sid)))
         if reply is not None:
             key_list.extend((reply.reply_list, reply.stream))
             args.extend((reply.answer, keys.REPLY_TTL_S, keys.COMMAND_GROUP, reply.entry_id))
@@ -394,7 +394,7 @@ class EventStore:
             operation, when = source.due
             args.extend((f"{loaded.etag} {left.etag}", left.state.to_json(), record.session_id,
                          id_bytes(record.session_id), len(source.events), *encoded,
-                         len(source.outbound) // 2, *source.outbound, len(changes) // 3, *changes, len(wakes), *wakes, operation,
+                         len(source.outbound) // 2, *encode_outbound(source.outbound), len(changes) // 3, *changes, len(wakes), *wakes, operation,
                          "" if when is None else repr(when)))
             after[record.session_id] = left
         return after
