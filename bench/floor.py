@@ -39,13 +39,17 @@ FEED_MAXLEN = 1_000_000  # treemail's default `feed_maxlen`
 
 # KEYS: 1 recipient stream, 2 recipient state, 3 sender stream, 4 sender state, 5 feed, 6 reply list
 # ARGV: 1 and 2 the recipient's and the sender's expected versions, 3 the message, 4 the sender's record,
-#       5 the idempotency key, 6 the message id, 7 the answer, 8 the feed's approximate length, 9 the recipient
+#       5 the idempotency key, 6 the message id (its 16 bytes), 7 the answer, 8 the feed's approximate length,
+#       9 and 10 the recipient and the sender (their 16 bytes)
 FLOOR_LUA = """
 local sender = redis.call('HMGET', KEYS[4], 'version', ARGV[5])
 if sender[2] then
   -- A retried tool call: the first answer again, and nothing written (idempotency).
-  redis.call('LPUSH', KEYS[6], '{"ok": {"message_id": "' .. sender[2] .. '"}}')
-  return {'dup', sender[2]}
+  local hex = string.gsub(sender[2], '.', function(c) return string.format('%02x', string.byte(c)) end)
+  local id = string.sub(hex, 1, 8) .. '-' .. string.sub(hex, 9, 12) .. '-' .. string.sub(hex, 13, 16) .. '-' ..
+    string.sub(hex, 17, 20) .. '-' .. string.sub(hex, 21)
+  redis.call('LPUSH', KEYS[6], '{"ok": {"message_id": "' .. id .. '"}}')
+  return {'dup', id}
 end
 if tonumber(sender[1] or '0') ~= tonumber(ARGV[2]) then return {'conflict', ''} end
 if tonumber(redis.call('HGET', KEYS[2], 'version') or '0') ~= tonumber(ARGV[1]) then return {'conflict', ''} end
@@ -54,7 +58,7 @@ redis.call('XADD', KEYS[1], version .. '-0', 'type', 'Accepted', 'data', ARGV[3]
 redis.call('HSET', KEYS[2], 'version', version, ARGV[6], '0')
 redis.call('XADD', KEYS[3], sent .. '-0', 'type', 'Sent', 'data', ARGV[4])
 redis.call('HSET', KEYS[4], 'version', sent, ARGV[5], ARGV[6])
-redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[8], '*', 'session', ARGV[9], 'seq', version)
+redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[8], '*', ARGV[9], version, ARGV[10], sent)
 redis.call('LPUSH', KEYS[6], ARGV[7])
 return {'ok', tostring(version)}
 """
@@ -107,8 +111,13 @@ def script_call(cmd: dict, versions: dict[str, int], message_id: str) -> tuple:
         json.dumps({"message_id": message_id, "from": sender, "mode": cmd["mode"], "hops": 1, "body": cmd["body"]}),
         json.dumps({"message_id": message_id, "to": to}),  # the sender's record of it (its retained status)
         f"{cmd['run']} {cmd['call']}",  # the idempotency key within the sender: (run, tool call)
-        message_id, json.dumps({"ok": {"message_id": message_id}}), FEED_MAXLEN, to,
+        binary(message_id), json.dumps({"ok": {"message_id": message_id}}), FEED_MAXLEN, binary(to), binary(sender),
     )
+
+
+def binary(uuid_text: str) -> bytes:
+    """A UUID's 16 bytes: how an id is kept where it is not part of an event."""
+    return bytes.fromhex(uuid_text.replace("-", ""))
 
 
 async def run_worker(url: str, total: int, batch: int = 100) -> tuple[float, int]:
