@@ -6,6 +6,7 @@ from dataclasses import replace
 import pytest
 
 from treemail.adapters import compact
+from treemail.domain import events as ev
 from treemail.domain import outbound
 from treemail.domain.decide import idempotency
 from treemail.domain.state import MailItem
@@ -89,3 +90,21 @@ def test_an_outbound_index_entry_is_binary_and_reads_back_where_the_record_is():
     assert stored[0::2] == [sent, settled, compact.outbound_fields("m-1")[0]]
     assert len(sent) == 16 and len(stored[1]) == 18
     assert [compact.decode_outbound(v) for v in stored[1::2]] == [(SENDER, 17), (SENDER, 42), ("s 1", 2)]
+
+
+def test_a_steer_message_and_a_running_recipients_receipt_leave_their_defaults_unwritten_and_old_entries_fold():
+    accepted = ev.ProducerMessageAccepted(message_id=MESSAGE, sender_session_id=SENDER, body="b", mode="steer")
+    sent = ev.MessageSent(message_id=MESSAGE, recipient_session_id=SENDER, position=4, recipient_state="running")
+    assert "mode" not in json.loads(ev.encode(accepted)[1])
+    assert "recipient_state" not in json.loads(ev.encode(sent)[1])
+    assert ev.decode(*ev.encode(accepted)) == accepted and ev.decode(*ev.encode(sent)) == sent
+    # Entries of protocol 5 and earlier always carry both.
+    old = ev.decode("MessageSent", json.dumps({"at": 1.0, "message_id": MESSAGE, "recipient_session_id": SENDER,
+                                               "position": 4, "recipient_state": "queued"}))
+    assert old.recipient_state == "queued"
+    queued = replace_event(accepted, mode="queue")
+    assert json.loads(ev.encode(queued)[1])["mode"] == "queue" and ev.decode(*ev.encode(queued)).mode == "queue"
+
+
+def replace_event(event, **changes):
+    return event.model_copy(update=changes)
