@@ -46,6 +46,7 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
+@functools.lru_cache(maxsize=4096)
 def id_text(session_id: str) -> str:
     """A session or message id in 22 characters when it is a UUID's canonical text, else ``~`` + the id."""
     if _UUID.match(session_id):
@@ -91,9 +92,10 @@ def encode_item(item: MailItem) -> str:
     rest = [sender, item.agent_hop, item.mode, item.state, item.owner, item.run_id, item.attempts,
             item.claimed_at, item.retry_at, item.reason, item.trace, item.peer, item.expires_at,
             item.supersede_key, item.passed, item.urgent]
-    while rest and rest[-1] == _ITEM_DEFAULTS[len(rest) - 1] and type(rest[-1]) is type(_ITEM_DEFAULTS[len(rest) - 1]):
-        rest.pop()
-    return compactjson.dumps([item.seq, item.since, *rest])
+    end = len(rest)
+    while end and rest[end - 1] == _ITEM_DEFAULTS[end - 1] and type(rest[end - 1]) is type(_ITEM_DEFAULTS[end - 1]):
+        end -= 1
+    return compactjson.dumps([item.seq, item.since, *rest[:end]])
 
 
 def decode_item(message_id: str, raw: str | bytes) -> MailItem:
@@ -121,15 +123,12 @@ _RECORD_DEFAULTS = ("steer", "running")
 
 
 def encode_record(record: list | dict) -> str:
-    if (isinstance(record, list) and len(record) == 5 and isinstance(record[0], str) and _HEX32.match(record[0])
-            and isinstance(record[1], str) and _UUID.match(record[1]) and type(record[4]) is int and record[4] >= 0
-            and all(isinstance(v, str) and v and " " not in v for v in record[2:4])):
+    if (type(record) is list and len(record) == 5 and type(record[4]) is int and record[4] >= 0
+            and type(record[0]) is str and _HEX32.match(record[0]) and type(record[1]) is str
+            and _UUID.match(record[1]) and all(type(v) is str and v and " " not in v for v in record[2:4])):
         fp, message_id, mode, state, sequence = record
-        tail = [mode, state]
-        while tail and tail[-1] == _RECORD_DEFAULTS[len(tail) - 1]:
-            tail.pop()
-        return " ".join([_b64(bytes.fromhex(fp)) + _b64(bytes.fromhex(message_id.replace("-", ""))) + str(sequence),
-                         *tail])
+        tail = f" {mode} {state}" if state != "running" else f" {mode}" if mode != "steer" else ""
+        return _b64(bytes.fromhex(fp)) + _b64(bytes.fromhex(message_id.replace("-", ""))) + str(sequence) + tail
     return compactjson.dumps(record)
 
 

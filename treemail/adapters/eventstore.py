@@ -394,8 +394,8 @@ class EventStore:
             operation, when = source.due
             args.extend((f"{loaded.etag} {left.etag}", left.state.to_json(), record.session_id,
                          id_bytes(record.session_id), len(source.events), *encoded,
-                         len(source.outbound) // 2, *encode_outbound(source.outbound), len(changes) // 3, *changes, len(wakes), *wakes, operation,
-                         "" if when is None else repr(when)))
+                         len(source.outbound) // 2, *encode_outbound(source.outbound), len(changes) // 3, *changes,
+                         len(wakes), *wakes, operation, "" if when is None else repr(when)))
             after[record.session_id] = left
         return after
 
