@@ -134,7 +134,8 @@ async def test_a_send_hook_refuses_with_its_reason_and_the_refusal_leaves_no_tra
     assert await stack.history(child.session_id) == before and await stack.obligations.pending_mail(child.session_id) == []
     record = await adapters(stack).sessions.record(root.session_id)
     recorded = keys.session_idempotency(record.partition, record.session_id)
-    assert not await adapters(stack).redis.hexists(recorded, idempotency.key_digest(context))
+    digest = idempotency.key_digest(context)
+    assert await adapters(stack).redis.hmget(recorded, [bytes.fromhex(digest), digest]) == [None, None]
     # The same tool call again: asked again, refused the same way; once the hook is gone it is decided afresh.
     assert await stack.send_message(context, {"to": child.handle, "body": "the secret is 42"}) == refused
     allowed = await stack.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "hello"})

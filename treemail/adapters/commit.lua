@@ -17,7 +17,7 @@
 --       then per companion its stream, its state hash, its pending-mail hash and its due-mail hash
 --       (all in one hash slot: the tree's partition tag)
 -- ARGV: 1 expected etag ('' for a new session) and new etag as "old new", 2 snapshot json,
---       3 idempotency record ('' none), 4 its field (the tool call's digest),
+--       3 idempotency record ('' none), 4 its field (the tool call's digest, ``compact.record_field``),
 --       5 the session's registration: '' none, '*' without a handle, else the handle to reserve,
 --       6 session id, 7 event count, then (type, data) per event,
 --       then mail change count, then (message id, item json or '' to delete, where it goes: 'due' or 'held',
@@ -33,6 +33,7 @@
 --       the due index operation and score (a notice on a parent's stream is mail like any other),
 --       then the session's own outbound index count, (field, value) each (its own records: a peer intent,
 --       and the receipt, refusal and settlement a peer driver records on it),
+--       then the record's field as an earlier version wrote it ('' none),
 --       then the session's name in the feed (``compact.id_bytes``),
 --       then the answer to push once applied ('' none), its list's lifetime, the command group and the
 --       command's entry id to acknowledge,
@@ -41,8 +42,9 @@
 -- The last KEY is the partition's copy of the service-wide drain flag (after the companions' keys); with an
 -- answer, the two before it are the producer's reply list and the command stream (one server only).
 if ARGV[3] ~= '' then
-  local existing = redis.call('HGET', KEYS[4], ARGV[4])
-  if existing then return {'dup', existing} end
+  -- Under its field, or under the field an earlier version wrote it in (the digest's text).
+  local existing = redis.call('HMGET', KEYS[4], ARGV[4], ARGV[#ARGV - 7])
+  if existing[1] or existing[2] then return {'dup', existing[1] or existing[2]} end
 end
 local state = redis.call('HMGET', KEYS[2], 'version', 'etag')
 local current = tonumber(state[1] or '0')

@@ -126,6 +126,12 @@ def decode_item(message_id: str, raw: str | bytes) -> MailItem:
 _RECORD_DEFAULTS = ("steer", "running")
 
 
+def record_field(digest: str) -> str | bytes:
+    """A tool call's field in its session's idempotency hash: the digest's 16 bytes (an earlier version
+    wrote its 32 hex characters, which readers still look for); any other key as it is."""
+    return bytes.fromhex(digest) if _HEX32.match(digest) else digest
+
+
 def encode_record(record: list | dict) -> str:
     if (type(record) is list and len(record) == 5 and type(record[4]) is int and record[4] >= 0
             and type(record[0]) is str and _HEX32.match(record[0]) and type(record[1]) is str

@@ -32,7 +32,8 @@ from ..domain.records import SessionRecord
 from ..domain.state import Applied, MailItem, SessionState
 from . import keys
 from .config import ServiceConfig
-from .compact import decode_item, decode_record, encode_item, encode_outbound, encode_record, id_bytes
+from .compact import (decode_item, decode_record, encode_item, encode_outbound, encode_record, id_bytes,
+                      record_field)
 from .directory import Directory
 from .lanes import CommandBatch, Lanes, raise_refused
 from .replication import require_confirmed, run_waited, wait_command
@@ -248,7 +249,7 @@ class EventStore:
             for record in records:
                 batch.hmget(self.state_key(record), *self.STATE_FIELDS)
             for session_id, partition, digest in calls:
-                batch.hget(keys.session_idempotency(partition, session_id), digest)
+                batch.hmget(keys.session_idempotency(partition, session_id), record_field(digest), digest)
             for root, partition in roots.items():
                 batch.execute_command("SMEMBERS", keys.tree_grants(partition, root))
             batch.execute_command("EXISTS", keys.service_drain())
@@ -257,8 +258,8 @@ class EventStore:
         loaded = {record.session_id: self.parse_loaded(record.session_id, r) for record, r in zip(records, replies)}
         replies = replies[len(records):]
         recorded = {
-            (session_id, digest): decode_record(raw) if raw is not None else None
-            for (session_id, _, digest), raw in zip(calls, replies)
+            (session_id, digest): decode_record(raw) if (raw := new if new is not None else old) is not None else None
+            for (session_id, _, digest), (new, old) in zip(calls, replies)
         }
         replies = replies[len(calls):]
         grants = {root: frozenset(v.decode() for v in labels) for root, labels in zip(roots, replies)}
@@ -266,7 +267,9 @@ class EventStore:
 
     async def recorded(self, record: SessionRecord, digest: str) -> list | dict | None:
         """The idempotency record kept under ``digest`` with ``record``'s session, or None."""
-        raw = await self.redis.hget(keys.session_idempotency(record.partition, record.session_id), digest)
+        new, old = await self.redis.hmget(keys.session_idempotency(record.partition, record.session_id),
+                                          [record_field(digest), digest])
+        raw = new if new is not None else old
         return decode_record(raw) if raw is not None else None
 
     @staticmethod
@@ -274,8 +277,8 @@ class EventStore:
         """Keep a refusal that touched no session under its tool call: set once, then read back, so a
         concurrent decision of the same call is answered with whichever record was kept (two replies)."""
         key = keys.session_idempotency(sender.partition, sender.session_id)
-        pipe.hsetnx(key, digest, encode_record(record))
-        pipe.hget(key, digest)
+        pipe.hsetnx(key, record_field(digest), encode_record(record))
+        pipe.hget(key, record_field(digest))
 
     async def load_mail(self, record: SessionRecord, which: str = "all", message_id: str | None = None
                         ) -> dict[str, MailItem]:
@@ -351,7 +354,7 @@ class EventStore:
             f"{loaded.etag} {left.etag}",
             applied.state.to_json(),
             encode_record(kept.record) if kept is not None else "",
-            kept.digest if kept is not None else "",
+            record_field(kept.digest) if kept is not None else "",
             registration_arg(applied),
             sid,
             len(plan.events), *encoded,
@@ -363,7 +366,8 @@ class EventStore:
             operation, "" if when is None else repr(when),
         ]
         after = self._sources(p, plan.sources, held or {}, key_list, args)
-        args.extend((len(plan.outbound) // 2, *encode_outbound(plan.outbound), id_bytes(sid)))
+        args.extend((len(plan.outbound) // 2, *encode_outbound(plan.outbound), kept.digest if kept is not None else "",
+                     id_bytes(sid)))
         if reply is not None:
             key_list.extend((reply.reply_list, reply.stream))
             args.extend((reply.answer, keys.REPLY_TTL_S, keys.COMMAND_GROUP, reply.entry_id))
