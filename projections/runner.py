@@ -82,13 +82,15 @@ class ProjectionRunner:
         return folded
 
     async def _fold(self, partition: int, entries: list) -> int:
-        decoded = []
+        decoded, entry_ids = [], []
         for entry in await feed.resolve(self.redis, partition, entries, self._read_types.__contains__):
             if entry.newer:
                 # Skipped and reported: folding what this version may misread would be worse.
                 log.warning("feed entry %s of partition %d: %s; skipped (run `treemail replay` after upgrading)",
                             entry.entry_id, partition, protocol.NewerProtocol(entry.version, "it"))
-            decoded.append((entry.entry_id, entry.session_id, entry.seq, entry.event))
+            if entry.session_id:  # a newer protocol's entry may name no session this reader can read
+                decoded.append((entry.entry_id, entry.session_id, entry.seq, entry.event))
+            entry_ids.append(entry.entry_id)
         async with self.redis.pipeline(transaction=True) as pipe:
             for name in self.names:
                 key = (name, partition)
@@ -103,13 +105,15 @@ class ProjectionRunner:
                     ):
                         metrics.WAKES.inc()
                     applied += 1
-                if applied:
-                    new_checkpoint = Checkpoint(decoded[-1][0], checkpoint.entries + applied)
+                # The checkpoint counts feed entries (what trimming counts), and one names a whole step.
+                entries = len({i for i in entry_ids if id_tuple(i) > id_tuple(checkpoint.entry_id)})
+                if entries:
+                    new_checkpoint = Checkpoint(entry_ids[-1], checkpoint.entries + entries)
                     queue_changes(pipe, partition, name, view, new_checkpoint)
                     self.checkpoints[key] = new_checkpoint
                     metrics.PROJECTION_EVENTS.labels(name).inc(applied)
             await pipe.execute()
-        return len(decoded)
+        return len(entry_ids)
 
     def report_views(self) -> None:
         """Aggregate gauges over this runner's partitions: bounded cardinality, never one series per session."""

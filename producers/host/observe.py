@@ -37,7 +37,7 @@ MAIL_EVENTS: frozenset[type[ev.Event]] = frozenset(
     cls for name, cls in ev.EVENT_TYPES.items() if name.startswith("ProducerMessage") or name == "ProducerRegistered"
 )
 START = "start"
-_PART = re.compile(r"^\d+-\d+/\d+$")
+_PART = re.compile(r"^\d+-\d+/\d+(/\d+)?$")
 
 
 class SubscriptionGap(LookupError):
@@ -60,24 +60,46 @@ class FeedPosition:
 
     The count is what makes a gap exact: trimming removed ``entries-added - length`` entries (treemail
     never deletes single entries), and a subscriber that had read fewer than that missed some.
+
+    A feed entry names a whole step, which may append several events; a position between two of them
+    says how many of the next entry's events were read (``within``, written as a third part): the id is
+    then the one just before that entry, so the next read starts with it again and skips them.
     """
 
     entries: tuple[tuple[str, int], ...]
+    within: tuple[int, ...] = ()
+
+    def skip(self, partition: int) -> int:
+        return self.within[partition] if self.within else 0
 
     def __str__(self) -> str:
-        return ",".join(f"{entry_id}/{count}" for entry_id, count in self.entries)
+        return ",".join(f"{entry_id}/{count}" + (f"/{self.skip(p)}" if self.skip(p) else "")
+                        for p, (entry_id, count) in enumerate(self.entries))
 
     @classmethod
     def parse(cls, text: str, partitions: int) -> "FeedPosition":
         parts = text.split(",")
         if len(parts) != partitions or not all(_PART.match(p) for p in parts):
             raise ValueError(f"not a subscription position of this deployment ({partitions} partitions): {text!r}")
-        return cls(tuple((entry_id, int(count)) for entry_id, count in (p.split("/") for p in parts)))
+        split = [p.split("/") for p in parts]
+        within = tuple(int(s[2]) if len(s) > 2 else 0 for s in split)
+        return cls(tuple((s[0], int(s[1])) for s in split), within if any(within) else ())
 
-    def after(self, partition: int, entry_id: str) -> "FeedPosition":
+    def after(self, partition: int, entry_id: str, read: int | None = None) -> "FeedPosition":
+        """Past the entry ``entry_id``, or (``read``) past the first ``read`` of the events it names."""
         entries = list(self.entries)
-        entries[partition] = (entry_id, entries[partition][1] + 1)
-        return FeedPosition(tuple(entries))
+        within = list(self.within or (0,) * len(entries))
+        if read is None:
+            entries[partition], within[partition] = (entry_id, entries[partition][1] + 1), 0
+        else:
+            entries[partition], within[partition] = (_before(entry_id), entries[partition][1]), read
+        return FeedPosition(tuple(entries), tuple(within) if any(within) else ())
+
+
+def _before(entry_id: str) -> str:
+    """The stream id just before ``entry_id``: a read after it starts with that entry."""
+    ms, seq = (int(part) for part in entry_id.split("-"))
+    return f"{ms}-{seq - 1}" if seq else f"{ms - 1}-{2 ** 64 - 1}"
 
 
 async def _feed_info(redis: Redis, partitions: int) -> list[dict | None]:
@@ -145,7 +167,11 @@ async def subscribe(
             await asyncio.sleep(0.25)  # a server blip: the position is kept, nothing is skipped
             continue
         for partition, entries in batches:
+            # Events of the first entry a position between two events of one step says were read already.
+            skip, first = position.skip(partition), entries[0].entry_id if entries else None
             for entry in entries:
-                position = position.after(partition, entry.entry_id)
+                if skip and entry.entry_id == first and entry.index < skip:
+                    continue
+                position = position.after(partition, entry.entry_id, None if entry.last else entry.index + 1)
                 if entry.event is not None:
                     yield Observed(str(position), entry.session_id, entry.event)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from treemail.adapters import keys
+from treemail.adapters.compact import record_field
 from treemail.domain.commands import SendArguments, SendContext
 from treemail.domain.decide import idempotency
 from treemail.domain.errors import Code
@@ -74,4 +75,6 @@ async def already_decided(redis: Redis, sender: SessionRecord | None, context: S
         return False
     # Sends never leave a tree, so the record lives in the sender's partition.
     key = keys.session_idempotency(sender.partition, sender.session_id)
-    return bool(await redis.hexists(key, idempotency.key_digest(context)))
+    digest = idempotency.key_digest(context)
+    # Under its field, or under the one an earlier version wrote it in (the digest's text).
+    return any(raw is not None for raw in await redis.hmget(key, record_field(digest), digest))

@@ -24,12 +24,13 @@ async def test_the_floor_keeps_each_record_of_a_send_once_and_answers_a_retried_
         records = [json.loads(fields[b"data"]) for _, fields in await r.xrange(floor.session_key(sender, "events"))]
         assert records == [{"message_id": first["message_id"], "to": recipient},
                            {"message_id": second["message_id"], "to": recipient}]
+        ids = [floor.binary(first["message_id"]), floor.binary(second["message_id"])]
         assert await r.hgetall(floor.session_key(sender, "state")) == {
-            b"version": b"2", b"run-1 call-0": first["message_id"].encode(),
-            b"run-1 call-1": second["message_id"].encode()}
-        assert await r.hgetall(floor.session_key(recipient, "state")) == {
-            b"version": b"2", first["message_id"].encode(): b"0", second["message_id"].encode(): b"0"}
-        assert [fields[b"session"] for _, fields in await r.xrange(floor.FEED)] == [recipient.encode()] * 2
+            b"version": b"2", b"run-1 call-0": ids[0], b"run-1 call-1": ids[1]}
+        assert await r.hgetall(floor.session_key(recipient, "state")) == {b"version": b"2", ids[0]: b"0", ids[1]: b"0"}
+        # One feed entry per send, naming both sessions and their new positions.
+        assert [fields for _, fields in await r.xrange(floor.FEED)] == [
+            {floor.binary(recipient): str(n).encode(), floor.binary(sender): str(n).encode()} for n in (1, 2)]
         answers = [json.loads(a)["ok"]["message_id"] for a in reversed(await r.lrange(floor.REPLY, 0, -1))]
         assert answers == [first["message_id"], second["message_id"], first["message_id"]]
         assert await r.ttl(floor.REPLY) > 0

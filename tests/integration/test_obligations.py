@@ -7,7 +7,7 @@ import collections
 
 import pytest
 
-from treemail.adapters import keys
+from treemail.adapters import compact, keys
 from treemail.adapters.connection import connect
 from treemail.adapters.eventstore import EventStore
 from treemail.domain import events as ev
@@ -160,10 +160,16 @@ async def test_the_outbound_index_points_at_the_senders_record_and_entries_writt
         sent = await host.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "hi"})
         message_id, partition = sent["message_id"], (await adapters(host).sessions.record(root.session_id)).partition
         index = keys.outbound_index(partition)
-        sender_id, position = (await adapters(host).redis.hget(index, message_id)).decode().split(" ")
-        [record] = [e for seq, e in await host.history(root.session_id) if seq == int(position)]
+        sent_field, _ = compact.outbound_fields(message_id)
+        sender_id, position = compact.decode_outbound(await adapters(host).redis.hget(index, sent_field))
+        [record] = [e for seq, e in await host.history(root.session_id) if seq == position]
         assert sender_id == root.session_id and isinstance(record, ev.MessageSent)
         assert record.message_id == message_id
+        # What an earlier version wrote: "<sender> <position>" under the message id as text.
+        await adapters(host).redis.hdel(index, sent_field)
+        await adapters(host).redis.hset(index, message_id, f"{root.session_id} {position}")
+        status = await host.obligations.inspect(message_id, root.session_id)
+        assert (status["status"], status["receipt"]["position"]) == ("accepted", record.position)
         # What an earlier release wrote: the record's fields as JSON, settled as well.
         await adapters(host).redis.hset(index, mapping={
             message_id: '{"sender":"%s","recipient":"%s","status":"accepted","position":7,'

@@ -12,7 +12,7 @@ import pytest
 from treemail.adapters.eventstore import EventStore
 from treemail.projections.replay import rebuild
 from treemail.projections.runner import ProjectionRunner
-from treemail.adapters.viewstore import load_view
+from treemail.adapters.viewstore import feed_position, load_view
 from treemail.projections.views import PROJECTIONS
 from treemail.projections.tail import tail
 
@@ -78,6 +78,9 @@ async def test_live_projection_equals_full_rebuild(redis_url):
         inbox = sum(int(v) for (name, _), view in live.items() if name == "inbox" for f, v in view.items()
                     if not f.startswith("seq:"))
         assert inbox > 0  # the comparison is not between two empty views
+        # A checkpoint counts feed entries, one per step (however many events it names), as trimming does.
+        for (_, p), checkpoint in runner.checkpoints.items():
+            assert checkpoint == (await feed_position(adapters(host).redis, p))[0]
 
 
 async def test_projection_added_later_starts_from_the_beginning(redis_url):

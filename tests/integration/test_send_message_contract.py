@@ -7,11 +7,12 @@ import pytest
 from treemail import PROTOCOL_VERSION
 from treemail.adapters import keys
 from treemail.adapters.codec import encode_command
+from treemail.adapters.compact import decode_record
 from treemail.adapters.eventstore import EventStore
 from treemail.domain import events as ev
 from treemail.domain import protocol
 from treemail.domain.commands import SendArguments, SendContext, SendMessage
-from treemail.domain.decide import guards
+from treemail.domain.decide import guards, idempotency
 from treemail.domain.state import fold
 from treemail.projections.replay import rebuild
 from treemail.services.sends import SendService
@@ -175,11 +176,15 @@ async def test_an_accepted_calls_record_is_kept_short_and_a_record_written_as_an
     first = await stack.send_message(ctx, {"to": a.handle, "body": "kept"})
     record = await adapters(stack).sessions.record(root.session_id)
     key = keys.session_idempotency(record.partition, root.session_id)
-    [(digest, raw)] = (await adapters(stack).redis.hgetall(key)).items()
-    fp, *outcome = json.loads(raw)
+    [(field, raw)] = (await adapters(stack).redis.hgetall(key)).items()
+    assert field == bytes.fromhex(idempotency.key_digest(ctx)) and len(raw) == 45  # the ids' bytes in base64url
+    fp, *outcome = decode_record(raw)
     assert outcome == [first["message_id"], first["mode"], first["recipient_state"], first["sequence"]]
-    # Written before the short form: an object. A retry gets the same outcome, a changed body a conflict.
-    await adapters(stack).redis.hset(key, digest, json.dumps({"fp": fp, "outcome": {"ok": first}}))
+    # Written by an earlier version: an object, under the digest's text. A retry gets the same outcome, a
+    # changed body a conflict.
+    await adapters(stack).redis.hdel(key, field)
+    old_object = json.dumps({"fp": fp, "outcome": {"ok": first}})
+    await adapters(stack).redis.hset(key, idempotency.key_digest(ctx), old_object)
     assert await stack.send_message(ctx, {"to": a.handle, "body": "kept"}) == first
     assert code(await stack.send_message(ctx, {"to": a.handle, "body": "changed"})) == "send_message:idempotency_conflict"
     assert len(await accepted_events(stack, a.session_id)) == 1

@@ -17,7 +17,7 @@
 --       then per companion its stream, its state hash, its pending-mail hash and its due-mail hash
 --       (all in one hash slot: the tree's partition tag)
 -- ARGV: 1 expected etag ('' for a new session) and new etag as "old new", 2 snapshot json,
---       3 idempotency record ('' none), 4 its field (the tool call's digest),
+--       3 idempotency record ('' none), 4 its field (the tool call's digest, ``compact.record_field``),
 --       5 the session's registration: '' none, '*' without a handle, else the handle to reserve,
 --       6 session id, 7 event count, then (type, data) per event,
 --       then mail change count, then (message id, item json or '' to delete, where it goes: 'due' or 'held',
@@ -28,11 +28,13 @@
 --       then the feed's approximate max length,
 --       then the due index operation ('', 'set', 'lt', 'del') and score,
 --       then companion count, then per companion: etag "old new", snapshot json, session id,
---       event count, (type, data) per event, outbound index count, (field, value) each,
+--       its name in the feed, event count, (type, data) per event, outbound index count, (field, value) each,
 --       mail change count, (message id, item json, where) each, wake count, one trigger each,
 --       the due index operation and score (a notice on a parent's stream is mail like any other),
 --       then the session's own outbound index count, (field, value) each (its own records: a peer intent,
 --       and the receipt, refusal and settlement a peer driver records on it),
+--       then the record's field as an earlier version wrote it ('' none),
+--       then the session's name in the feed (``compact.id_bytes``),
 --       then the answer to push once applied ('' none), its list's lifetime, the command group and the
 --       command's entry id to acknowledge,
 --       then whether the decision read the service as draining ('1', '0', or '' if it read nothing of it),
@@ -40,8 +42,9 @@
 -- The last KEY is the partition's copy of the service-wide drain flag (after the companions' keys); with an
 -- answer, the two before it are the producer's reply list and the command stream (one server only).
 if ARGV[3] ~= '' then
-  local existing = redis.call('HGET', KEYS[4], ARGV[4])
-  if existing then return {'dup', existing} end
+  -- Under its field, or under the field an earlier version wrote it in (the digest's text).
+  local existing = redis.call('HMGET', KEYS[4], ARGV[4], ARGV[#ARGV - 7])
+  if existing[1] or existing[2] then return {'dup', existing[1] or existing[2]} end
 end
 local state = redis.call('HMGET', KEYS[2], 'version', 'etag')
 local current = tonumber(state[1] or '0')
@@ -73,7 +76,7 @@ for n = 1, tonumber(ARGV[c]) do
   local cspace = string.find(ARGV[c], ' ', 1, true)
   if (cstate[2] or '') ~= string.sub(ARGV[c], 1, cspace - 1) then return {'conflict', tostring(current)} end
   companions[n] = {at = c, version = tonumber(cstate[1] or '0'), etag = string.sub(ARGV[c], cspace + 1)}
-  c = c + 3
+  c = c + 4
   c = c + 2 * tonumber(ARGV[c]) + 1
   c = c + 2 * tonumber(ARGV[c]) + 1
   c = c + 3 * tonumber(ARGV[c]) + 1
@@ -88,7 +91,6 @@ end
 local protocol = ARGV[#ARGV]
 local i = 8
 local version = current
-local events_start = i
 for _ = 1, tonumber(ARGV[7]) do
   version = version + 1
   -- The entry id is the event's position: readers address events by version.
@@ -138,14 +140,16 @@ for _ = 1, grants do
   i = i + 1
 end
 -- The partition feed lets projections follow every session of the partition
--- through one stream. It names each event (session, position, type) and carries no
--- copy of its data: readers take that from the session stream (feed.py), the truth.
+-- through one stream: one entry per step, naming each session the step appended to
+-- and the positions it appended there ("7", or "7-9" for several). It carries no copy
+-- of the events, nor their types: readers take those from the session streams (feed.py).
 local feed_maxlen = ARGV[i]
-local seq = current
-for j = events_start, events_start + 2 * tonumber(ARGV[7]) - 1, 2 do
-  seq = seq + 1
-  redis.call('XADD', KEYS[9], 'MAXLEN', '~', feed_maxlen, '*',
-    'session', ARGV[6], 'seq', seq, 'type', ARGV[j], 'v', protocol)
+local feed = {'v', protocol}
+local events = tonumber(ARGV[7])
+if events == 1 then
+  feed[3], feed[4] = ARGV[#ARGV - 6], version
+elseif events > 1 then
+  feed[3], feed[4] = ARGV[#ARGV - 6], (current + 1) .. '-' .. version
 end
 
 -- Mail as an obligation: when the delivery pump must next look at this session (the commit plan computes it).
@@ -161,13 +165,15 @@ for n, companion in ipairs(companions) do
   local k = companion.at
   local csid = ARGV[k + 2]
   local cversion = companion.version
-  local ccount = tonumber(ARGV[k + 3])
-  k = k + 4
+  local ccount = tonumber(ARGV[k + 4])
+  if ccount > 0 then
+    feed[#feed + 1] = ARGV[k + 3]
+    feed[#feed + 1] = ccount == 1 and (cversion + 1) or (cversion + 1) .. '-' .. (cversion + ccount)
+  end
+  k = k + 5
   for _ = 1, ccount do
     cversion = cversion + 1
     redis.call('XADD', KEYS[11 + 4 * n], cversion .. '-0', 'type', ARGV[k], 'data', ARGV[k + 1], 'v', protocol)
-    redis.call('XADD', KEYS[9], 'MAXLEN', '~', feed_maxlen, '*',
-      'session', csid, 'seq', cversion, 'type', ARGV[k], 'v', protocol)
     k = k + 2
   end
   redis.call('HSET', KEYS[12 + 4 * n], 'version', cversion, 'snapshot', ARGV[companion.at + 1], 'etag', companion.etag)
@@ -206,6 +212,7 @@ for n, companion in ipairs(companions) do
     redis.call('ZREM', KEYS[13], csid)
   end
 end
+if #feed > 2 then redis.call('XADD', KEYS[9], 'MAXLEN', '~', feed_maxlen, '*', unpack(feed)) end
 local own = c + 1
 for n = 1, tonumber(ARGV[own]) do
   redis.call('HSET', KEYS[14], ARGV[own + 2 * n - 1], ARGV[own + 2 * n])

@@ -12,7 +12,6 @@ sit beside the reads of the same keys, so the two cannot drift apart.
 """
 
 import functools
-import json
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -32,6 +31,8 @@ from ..domain.records import SessionRecord
 from ..domain.state import Applied, MailItem, SessionState
 from . import keys
 from .config import ServiceConfig
+from .compact import (decode_item, decode_record, encode_item, encode_outbound, encode_record, id_bytes,
+                      record_field)
 from .directory import Directory
 from .lanes import CommandBatch, Lanes, raise_refused
 from .replication import require_confirmed, run_waited, wait_command
@@ -63,7 +64,7 @@ def _mail_items(pairs) -> dict[str, MailItem]:
     items = {}
     for raw_id, raw_item in pairs:
         message_id = raw_id.decode()
-        items[message_id] = MailItem.from_json(message_id, raw_item)
+        items[message_id] = decode_item(message_id, raw_item)
     return items
 
 
@@ -163,7 +164,7 @@ def parse_append(reply: list) -> AppendResult:
     status = reply[0].decode() if isinstance(reply[0], bytes) else reply[0]
     value = reply[1]
     if status == "dup":
-        return AppendResult("dup", record=json.loads(value))
+        return AppendResult("dup", record=decode_record(value))
     if status in ("ok", "conflict"):
         return AppendResult(status, version=int(value))
     return AppendResult(status)
@@ -247,7 +248,7 @@ class EventStore:
             for record in records:
                 batch.hmget(self.state_key(record), *self.STATE_FIELDS)
             for session_id, partition, digest in calls:
-                batch.hget(keys.session_idempotency(partition, session_id), digest)
+                batch.hmget(keys.session_idempotency(partition, session_id), record_field(digest), digest)
             for root, partition in roots.items():
                 batch.execute_command("SMEMBERS", keys.tree_grants(partition, root))
             batch.execute_command("EXISTS", keys.service_drain())
@@ -256,8 +257,8 @@ class EventStore:
         loaded = {record.session_id: self.parse_loaded(record.session_id, r) for record, r in zip(records, replies)}
         replies = replies[len(records):]
         recorded = {
-            (session_id, digest): json.loads(raw) if raw is not None else None
-            for (session_id, _, digest), raw in zip(calls, replies)
+            (session_id, digest): decode_record(raw) if (raw := new if new is not None else old) is not None else None
+            for (session_id, _, digest), (new, old) in zip(calls, replies)
         }
         replies = replies[len(calls):]
         grants = {root: frozenset(v.decode() for v in labels) for root, labels in zip(roots, replies)}
@@ -265,16 +266,18 @@ class EventStore:
 
     async def recorded(self, record: SessionRecord, digest: str) -> list | dict | None:
         """The idempotency record kept under ``digest`` with ``record``'s session, or None."""
-        raw = await self.redis.hget(keys.session_idempotency(record.partition, record.session_id), digest)
-        return json.loads(raw) if raw is not None else None
+        new, old = await self.redis.hmget(keys.session_idempotency(record.partition, record.session_id),
+                                          [record_field(digest), digest])
+        raw = new if new is not None else old
+        return decode_record(raw) if raw is not None else None
 
     @staticmethod
     def record_outcome_call(sender: SessionRecord, digest: str, record: list | dict, pipe) -> None:
         """Keep a refusal that touched no session under its tool call: set once, then read back, so a
         concurrent decision of the same call is answered with whichever record was kept (two replies)."""
         key = keys.session_idempotency(sender.partition, sender.session_id)
-        pipe.hsetnx(key, digest, compactjson.dumps(record))
-        pipe.hget(key, digest)
+        pipe.hsetnx(key, record_field(digest), encode_record(record))
+        pipe.hget(key, record_field(digest))
 
     async def load_mail(self, record: SessionRecord, which: str = "all", message_id: str | None = None
                         ) -> dict[str, MailItem]:
@@ -314,7 +317,7 @@ class EventStore:
 
         due, held = await self.read_round_trip(build)
         return {
-            message_id: MailItem.from_json(message_id, raw)
+            message_id: decode_item(message_id, raw)
             for message_id, in_due, in_held in zip(message_ids, due, held)
             if (raw := in_due if in_due not in (None, _NAMED_ONLY) else in_held) is not None
         }
@@ -334,7 +337,7 @@ class EventStore:
         encoded = [part for event in plan.events for part in ev.encode(event)]
         # (message id, item or '' once done, which hash keeps it): the Lua keeps each item in one place.
         changes = [part for message_id, item, where in plan.mail
-                   for part in (message_id, item.to_json() if item else "", where)]
+                   for part in (message_id, encode_item(item) if item else "", where)]
         wakes = [wake_trigger(record, message_id, seq) for seq, message_id in applied.wakes]
         wakes += [interrupt_trigger(record, event, seq) for seq, event in applied.interrupts]
         index = approval_index(record, applied)
@@ -349,8 +352,8 @@ class EventStore:
         args: list[Any] = [
             f"{loaded.etag} {left.etag}",
             applied.state.to_json(),
-            compactjson.dumps(kept.record) if kept is not None else "",
-            kept.digest if kept is not None else "",
+            encode_record(kept.record) if kept is not None else "",
+            record_field(kept.digest) if kept is not None else "",
             registration_arg(applied),
             sid,
             len(plan.events), *encoded,
@@ -362,7 +365,8 @@ class EventStore:
             operation, "" if when is None else repr(when),
         ]
         after = self._sources(p, plan.sources, held or {}, key_list, args)
-        args.extend((len(plan.outbound) // 2, *plan.outbound))
+        args.extend((len(plan.outbound) // 2, *encode_outbound(plan.outbound), kept.digest if kept is not None else "",
+                     id_bytes(sid)))
         if reply is not None:
             key_list.extend((reply.reply_list, reply.stream))
             args.extend((reply.answer, keys.REPLY_TTL_S, keys.COMMAND_GROUP, reply.entry_id))
@@ -388,13 +392,13 @@ class EventStore:
             key_list.extend((own[0], own[1], own[2], own[11]))
             encoded = [part for event in source.events for part in ev.encode(event)]
             changes = [part for message_id, item, where in source.mail
-                       for part in (message_id, item.to_json() if item else "", where)]
+                       for part in (message_id, encode_item(item) if item else "", where)]
             wakes = [wake_trigger(record, message_id, seq) for seq, message_id in source.wakes]
             operation, when = source.due
             args.extend((f"{loaded.etag} {left.etag}", left.state.to_json(), record.session_id,
-                         len(source.events), *encoded, len(source.outbound) // 2, *source.outbound,
-                         len(changes) // 3, *changes, len(wakes), *wakes, operation,
-                         "" if when is None else repr(when)))
+                         id_bytes(record.session_id), len(source.events), *encoded,
+                         len(source.outbound) // 2, *encode_outbound(source.outbound), len(changes) // 3, *changes,
+                         len(wakes), *wakes, operation, "" if when is None else repr(when)))
             after[record.session_id] = left
         return after
 

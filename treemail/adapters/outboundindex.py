@@ -3,7 +3,8 @@
 The commit step writes it from the sender's ``MessageSent`` / ``MessageRefused`` /
 ``MessageSettled`` events, in the same atomic step. Each value says where its record
 is on the sender's stream (``domain.outbound.index_entries``); the record is read
-from there, so the events stay the truth and the only copy.
+from there, so the events stay the truth and the only copy. Stored in binary
+(``compact``); what earlier versions wrote (text, or copies as JSON) still reads.
 """
 
 import json
@@ -13,7 +14,7 @@ from redis.asyncio import Redis
 
 from ..domain import events as ev
 from ..domain.outbound import index_reference
-from . import keys
+from . import compact, keys
 from .eventstore import decode_entry
 
 
@@ -25,19 +26,35 @@ class Found(NamedTuple):
     settled: ev.MessageSettled | None
 
 
+async def reference(redis: Redis, partition: int, message_id: str) -> tuple[str, int] | None:
+    """(sender, position of its record) of the message's entry in the partition's index, or None."""
+    compact_field, _ = compact.outbound_fields(message_id)
+    raw, old = await redis.hmget(keys.outbound_index(partition), compact_field, message_id)
+    if raw is not None:
+        return compact.decode_outbound(raw)
+    return index_reference(old.decode()) if old is not None and not old.startswith(b"{") else None
+
+
 async def find(redis: Redis, message_id: str, partitions: list[int]) -> Found | None:
     """The sender's record of ``message_id`` and its settlement, from whichever of ``partitions`` holds it."""
+    fields = (*compact.outbound_fields(message_id), message_id, f"{message_id}:settled")
     async with redis.pipeline(transaction=False) as pipe:
         for p in partitions:
-            pipe.hmget(keys.outbound_index(p), message_id, f"{message_id}:settled")
+            pipe.hmget(keys.outbound_index(p), *fields)
         replies = await pipe.execute()
-    for (raw, settled), partition in zip(replies, partitions):
-        if raw is None:
+    for (raw, settled, old, old_settled), partition in zip(replies, partitions):
+        if raw is not None:  # the stored form (``compact``)
+            sender_id, position = compact.decode_outbound(raw)
+        elif old is None:
             continue
-        if raw.startswith(b"{"):
-            return _written_as_copies(message_id, partition, raw, settled)
-        sender_id, position = index_reference(raw.decode())
-        positions = [position] + ([index_reference(settled.decode())[1]] if settled else [])
+        elif old.startswith(b"{"):
+            return _written_as_copies(message_id, partition, old, old_settled)
+        else:  # an earlier version's text: "<sender> <position>"
+            sender_id, position = index_reference(old.decode())
+        # A message sent before an upgrade may be settled after it: either form of the settlement counts.
+        done_at = (compact.decode_outbound(settled)[1] if settled is not None else
+                   index_reference(old_settled.decode())[1] if old_settled is not None else None)
+        positions = [position] + ([done_at] if done_at is not None else [])
         stream = keys.session_stream(partition, sender_id)
         async with redis.pipeline(transaction=False) as pipe:
             for at in positions:

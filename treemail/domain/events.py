@@ -104,7 +104,8 @@ class ProducerMessageAccepted(Event):
     producer_id: str = Field(default_factory=_implied_producer, description=IMPLIED_PRODUCER)
     sender_handle: str | None = None
     body: str
-    mode: Mode
+    # Protocol 6: a default (not written when "steer"); every earlier entry carries it.
+    mode: Mode = "steer"
     # Internal chain length; never rendered to a model.
     agent_hop: int = 0
     run_id: str | None = None
@@ -323,7 +324,8 @@ class MessageSent(Event):
     recipient_session_id: str
     # The destination's receipt: the accepted event's position on its stream, and its state then.
     position: int
-    recipient_state: str
+    # Protocol 6: a default (not written when "running", what most sends find); every earlier entry carries it.
+    recipient_state: str = "running"
     # The route name of peer mail (its receipt came back from another slot); "" for tree mail.
     peer: str = ""
     # Order and priority: the number the message got in its pair where it landed (None: recorded before).

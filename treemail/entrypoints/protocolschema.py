@@ -36,9 +36,12 @@ LIFECYCLE_CODES = ["lifecycle:unknown_session", "lifecycle:unknown_message", "li
                    "lifecycle:contention"]
 
 
-def _entry(description: str, fields: dict, required: list[str]) -> dict:
-    return {"type": "object", "description": description, "properties": {**fields, "v": _VERSION_FIELD},
-            "required": required}
+def _entry(description: str, fields: dict, required: list[str], additional: dict | None = None) -> dict:
+    entry = {"type": "object", "description": description, "properties": {**fields, "v": _VERSION_FIELD},
+             "required": required}
+    if additional is not None:
+        entry["additionalProperties"] = additional
+    return entry
 
 
 def protocol_schemas() -> dict:
@@ -69,11 +72,14 @@ def protocol_schemas() -> dict:
         "stream_entries": {
             "session": _entry("tm:{pN}:s:<session>:events; the entry id is the event's position `<seq>-0`",
                               {"type": {"enum": sorted(events)}, "data": _JSON_TEXT}, ["type", "data", "v"]),
-            "feed": _entry("tm:{pN}:feed: every event of the partition, in commit order, named by its session "
-                           "and position; its data is read from the session stream (an entry of an earlier release "
-                           "may carry a copy in `data`)",
+            "feed": _entry("tm:{pN}:feed: one entry per commit step, naming each session the step appended to "
+                           "(the field: a UUID session id as its 16 bytes, any other id as `~` + the id) and the "
+                           "positions appended there (`7`, or `7-9` for several); the events, their types included, "
+                           "are read from the session streams. An entry of protocol 5 or earlier names one event "
+                           "in `session`, `seq` and `type` (some carry a copy in `data`)",
                            {"session": {"type": "string"}, "seq": {"type": "string"}, "type": {"enum": sorted(events)},
-                            "data": _JSON_TEXT}, ["session", "seq", "type", "v"]),
+                            "data": _JSON_TEXT},
+                           ["v"], additional={"type": "string", "pattern": r"^\d+(-\d+)?$"}),
             "wake": _entry("tm:{pN}:wakes: a wake trigger (`data` is a wake_trigger)",
                            {"session": {"type": "string"}, "data": _JSON_TEXT}, ["session", "data", "v"]),
             "command": {"type": "object", "description": "tm:cmd:{cK}: `__data__` is a command (it carries `v`)",

@@ -21,7 +21,7 @@ import logging
 
 from redis.exceptions import RedisError
 
-from ..adapters import keys, tracing
+from ..adapters import keys, outboundindex, tracing
 from ..adapters.eventstore import EventStore
 from ..adapters.peerdue import PeerDue
 from ..domain import digests, outbox, proof
@@ -32,7 +32,6 @@ from ..domain.decide.guards import Found
 from ..domain.decide.peerdelivery import AdmissionGiven, decide_admission
 from ..domain.decide.send import Refused, outcome_of
 from ..domain.errors import Code, LifecycleError, UnknownSessionError
-from ..domain.outbound import index_reference
 from ..domain.protocol import PROTOCOL_VERSION
 from ..domain.records import SessionRecord
 from . import contention, servicedrain
@@ -151,10 +150,10 @@ class PeerDriver:
 
     async def intent(self, source: SessionRecord, message_id: str) -> ev.PeerIntentStored | None:
         """The stored intent: its position is the outbound index's entry until a receipt replaces it."""
-        raw = await self.store.redis.hget(keys.outbound_index(source.partition), message_id)
-        if raw is None:
+        found = await outboundindex.reference(self.store.redis, source.partition, message_id)
+        if found is None:
             return None
-        _, position = index_reference(raw.decode())
+        _, position = found
         found = (await self.store.read_at(source, [position])).get(position)
         return found if isinstance(found, ev.PeerIntentStored) else None
 

@@ -11,12 +11,12 @@ across rounds, so any number of workers may race.
 Over the house's 200 lines: one batch's resolve, load, decide and commit read in order.
 """
 
-import json
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from ..adapters import keys, metrics
 from ..adapters.codec import encode_answer
+from ..adapters.compact import decode_record
 from ..adapters.eventstore import EventStore, Loaded, PreparedAppend, Reply, SendReads, parse_append
 from ..domain import ids, loops, proof
 from ..domain.commands import SendMessage
@@ -254,7 +254,7 @@ class SendService:
         for index, (w, _) in enumerate(alone):
             # The record kept (ours, or a concurrent decision's of the same call) is the answer.
             outcomes[w.command.command_id] = idempotency.replayed_outcome(
-                json.loads(kept[2 * index + 1]), w.command.arguments
+                decode_record(kept[2 * index + 1]), w.command.arguments
             )
         retry: list[_Work] = wanting
         for (w, outcome), reply in zip(committing, replies):
