@@ -72,10 +72,16 @@ async function select(sessionId) {
   await loadTrees();
 }
 
+// Each load is numbered: an answer to an older one (a live refresh sent before a scrub or a session switch and
+// answered after it) is dropped, so it cannot put back a position or a mailbox the reader has left.
+let timelineLoads = 0;
+
 async function loadTimeline() {
   if (!view.session) return;
+  const load = ++timelineLoads;
   const query = view.follow ? "" : `?at=${view.at}`;
   const t = await getJSON(`/api/sessions/${view.session}/timeline${query}`);
+  if (load !== timelineLoads) return;
   view.timeline = t;
   view.at = t.at;
   renderTimeline(t);
