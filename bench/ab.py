@@ -25,6 +25,7 @@ FIGURES = (
     ("one", "1 worker: worker CPU-s per run", ("worker_cpu_s",), True),
     ("one", "1 worker: Valkey CPU-s per run", ("valkey_cpu_s",), True),
     ("one", "1 worker: commands/s", ("rate",), False),
+    ("decision", "deciding alone: us per decision", ("us_per_decision",), True),
     ("durable", "1 worker, durable: commands/s", ("rate",), False),
     ("two", "2 workers: commands/s", ("rate",), False),
     ("memory", "memory: bytes per message", ("bytes_per_message",), True),
