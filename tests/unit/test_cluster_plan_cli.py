@@ -3,7 +3,7 @@ as text with what to run; a bad --masters is one line."""
 
 import json
 
-from treemail.adapters import slotplan
+from treemail.adapters import slotmoves, slotplan
 from treemail.entrypoints.cli import main
 
 
@@ -14,7 +14,7 @@ def test_the_plan_follows_the_configured_partitions_and_streams(capsys, monkeypa
     assert main(["cluster-plan", "--masters", "3", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert (out["partitions"], out["command_streams"]) == (8, 3)
-    planned = slotplan.aligned(slotplan.plan(3, 8, 3), [[r] for r in slotplan.even_split(3)])
+    planned = slotmoves.aligned(slotplan.plan(3, 8, 3), [[r] for r in slotmoves.even_split(3)])
     assert out == json.loads(json.dumps({**planned.to_json(), "new_cluster": out["new_cluster"],
                                          "from_even_split": out["from_even_split"]}))
     assert sorted(len(m["partitions"]) for m in out["masters"]) == [2, 3, 3]
@@ -29,7 +29,7 @@ def test_the_text_names_the_commands_for_a_new_and_a_running_cluster(capsys, mon
     assert "16 partitions, 4 command streams" in out
     assert out.count("CLUSTER ADDSLOTSRANGE") == 3
     assert "CLUSTER MIGRATESLOTS SLOTSRANGE" in out
-    moves = slotplan.moves(slotplan.plan(3, 16, 4), [[r] for r in slotplan.even_split(3)])
+    moves = slotmoves.moves(slotplan.plan(3, 16, 4), [[r] for r in slotmoves.even_split(3)])
     for move in moves:
         assert f"slots {move.first}-{move.last}: master {move.source} -> master {move.target}" in out
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from treemail.adapters import slotplan
+from treemail.adapters import slotmoves, slotplan
 from treemail.adapters.slotplan import SLOTS, partition_slot, plan, stream_slot
 
 SHAPES = [(m, 16, 4) for m in range(1, 17)] + [
@@ -74,7 +74,7 @@ def test_three_masters_for_the_default_service():
     p = plan(3, 16, 4)
     assert sorted((len(m.partitions), len(m.streams)) for m in p.masters) == [(5, 1), (5, 2), (6, 1)]
     assert sum(len(m.ranges) for m in p.masters) <= 8
-    even = slotplan.even_split(3)
+    even = slotmoves.even_split(3)
     assert sorted(sum(1 for x in range(16) if a <= partition_slot(x) <= b) for a, b in even) == [4, 5, 7]
 
 
@@ -100,9 +100,9 @@ def test_service_keys_are_named_with_their_master():
 
 
 def test_even_split_is_what_a_cluster_create_makes():
-    assert slotplan.even_split(3) == [(0, 5460), (5461, 10922), (10923, 16383)]
-    assert slotplan.even_split(1) == [(0, 16383)]
-    assert slotplan.even_split(16)[1] == (1024, 2047)
+    assert slotmoves.even_split(3) == [(0, 5460), (5461, 10922), (10923, 16383)]
+    assert slotmoves.even_split(1) == [(0, 16383)]
+    assert slotmoves.even_split(16)[1] == (1024, 2047)
 
 
 @pytest.mark.parametrize("masters", [0, -1, slotplan.MAX_MASTERS + 1])
@@ -114,14 +114,14 @@ def test_a_bad_number_of_masters_is_refused(masters):
 @pytest.mark.parametrize("masters", [2, 3, 5, 16])
 def test_the_moves_bring_an_even_split_to_the_plan(masters):
     p = plan(masters, 16, 4)
-    current = [[r] for r in slotplan.even_split(masters)]
-    where = slotplan.matched(p, current)
+    current = [[r] for r in slotmoves.even_split(masters)]
+    where = slotmoves.matched(p, current)
     assert sorted(where) == list(range(masters))
     owner = [0] * SLOTS
     for index, ranges in enumerate(current):
         for first, last in ranges:
             owner[first:last + 1] = [index] * (last - first + 1)
-    moved = slotplan.moves(p, current)
+    moved = slotmoves.moves(p, current)
     for move in moved:
         assert all(owner[s] == move.source for s in range(move.first, move.last + 1))
         owner[move.first:move.last + 1] = [move.target] * (move.last - move.first + 1)
@@ -139,9 +139,9 @@ def owner_of(current, slot: int) -> int:
 
 def test_a_cluster_placed_by_the_plan_needs_no_moves():
     p = plan(3, 16, 4)
-    assert slotplan.moves(p, [list(m.ranges) for m in p.masters]) == []
+    assert slotmoves.moves(p, [list(m.ranges) for m in p.masters]) == []
     with pytest.raises(ValueError, match="the cluster has 2 masters, the plan 3"):
-        slotplan.moves(p, [[(0, 8191)], [(8192, 16383)]])
+        slotmoves.moves(p, [[(0, 8191)], [(8192, 16383)]])
 
 
 def test_masters_beyond_the_tags_still_own_an_even_share_each():
@@ -152,10 +152,10 @@ def test_masters_beyond_the_tags_still_own_an_even_share_each():
 
 
 def test_an_aligned_plan_numbers_each_master_as_the_cluster_does():
-    current = [[r] for r in slotplan.even_split(3)]
+    current = [[r] for r in slotmoves.even_split(3)]
     p = plan(3, 16, 4)
-    a = slotplan.aligned(p, current)
-    assert slotplan.matched(a, current) == [0, 1, 2]
+    a = slotmoves.aligned(p, current)
+    assert slotmoves.matched(a, current) == [0, 1, 2]
     assert {m.ranges for m in a.masters} == {m.ranges for m in p.masters}
-    assert slotplan.moves(a, current) == slotplan.moves(p, current)
+    assert slotmoves.moves(a, current) == slotmoves.moves(p, current)
     assert owned(a) == [1] * SLOTS

@@ -101,7 +101,7 @@ class SlotPlan:
 
 
 @dataclass
-class _Unit:
+class TaggedSlot:
     """One slot some tags share (two tags may hash to one slot: they cannot be separated)."""
 
     slot: int
@@ -109,12 +109,13 @@ class _Unit:
     streams: list[int]
 
 
-def _units(partitions: int, streams: int) -> list[_Unit]:
-    by_slot: dict[int, _Unit] = {}
+def tagged_slots(partitions: int, streams: int) -> list[TaggedSlot]:
+    """The slots the partitions' and command streams' tags hash to, in order, with whose tags each holds."""
+    by_slot: dict[int, TaggedSlot] = {}
     for p in range(partitions):
-        by_slot.setdefault(partition_slot(p), _Unit(partition_slot(p), [], [])).partitions.append(p)
+        by_slot.setdefault(partition_slot(p), TaggedSlot(partition_slot(p), [], [])).partitions.append(p)
     for c in range(streams):
-        by_slot.setdefault(stream_slot(c), _Unit(stream_slot(c), [], [])).streams.append(c)
+        by_slot.setdefault(stream_slot(c), TaggedSlot(stream_slot(c), [], [])).streams.append(c)
     return [by_slot[s] for s in sorted(by_slot)]
 
 
@@ -126,12 +127,12 @@ def quotas(masters: int, partitions: int, streams: int) -> tuple[list[int], list
     return need_p, need_s
 
 
-def _walk(units: list[_Unit], masters: int, need_p: list[int], need_s: list[int]) -> list[tuple[int, list[_Unit]]]:
+def _walk(units: list[TaggedSlot], masters: int, need_p: list[int], need_s: list[int]) -> list[tuple[int, list[TaggedSlot]]]:
     """The tagged slots in order, cut into runs of one owner each: the current owner keeps taking while its
     quota allows; otherwise the master whose quota takes the longest run from here (a master with no run yet
     first, then the lowest index)."""
 
-    def fits(k: int, unit: _Unit, p: list[int], s: list[int]) -> bool:
+    def fits(k: int, unit: TaggedSlot, p: list[int], s: list[int]) -> bool:
         return p[k] >= len(unit.partitions) and s[k] >= len(unit.streams)
 
     def reach(k: int, start: int) -> int:
@@ -143,7 +144,7 @@ def _walk(units: list[_Unit], masters: int, need_p: list[int], need_s: list[int]
             n += 1
         return n
 
-    runs: list[tuple[int, list[_Unit]]] = []
+    runs: list[tuple[int, list[TaggedSlot]]] = []
     owned = [0] * masters
     for i, unit in enumerate(units):
         owner = runs[-1][0] if runs else None
@@ -162,7 +163,7 @@ def _walk(units: list[_Unit], masters: int, need_p: list[int], need_s: list[int]
     return runs
 
 
-def _cuts(runs: list[tuple[int, list[_Unit]]], masters: int) -> list[int]:
+def _cuts(runs: list[tuple[int, list[TaggedSlot]]], masters: int) -> list[int]:
     """Where each run ends (exclusive): within the gap its tagged slots leave, each master's runs adding up to
     about its even share of the slots (a few sweeps, each moving a master's cuts by what it still lacks)."""
     n = len(runs)
@@ -269,7 +270,7 @@ def plan(masters: int, partitions: int, streams: int) -> SlotPlan:
     if partitions < 1 or streams < 1:
         raise ValueError("partitions and command streams must be at least 1")
     need_p, need_s = quotas(masters, partitions, streams)
-    units = _units(partitions, streams)
+    units = tagged_slots(partitions, streams)
     runs = _walk(units, masters, need_p, need_s)
     owner: list[int] = []
     for (k, _), end in zip(runs, _cuts(runs, masters)):
@@ -295,88 +296,3 @@ def plan(masters: int, partitions: int, streams: int) -> SlotPlan:
     return SlotPlan(partitions, streams, tuple(
         MasterPlan(k, tuple(ranges[k]), tuple(sorted(held_p[k])), tuple(sorted(held_s[k]))) for k in range(masters)
     ))
-
-
-def even_split(masters: int) -> list[tuple[int, int]]:
-    """The ranges ``valkey-cli --cluster create`` gives ``masters`` masters: 16384 / masters each, rounded."""
-    per = SLOTS / masters
-    out, first, cursor = [], 0, 0.0
-    for i in range(masters):
-        last = SLOTS - 1 if i == masters - 1 else min(int(cursor + per - 1 + 0.5), SLOTS - 1)
-        last = max(last, first)
-        out.append((first, last))
-        first, cursor = last + 1, cursor + per
-    return out
-
-
-@dataclass(frozen=True)
-class Move:
-    """Slots ``first``..``last`` go from master ``source`` to master ``target`` (the current masters' order),
-    with the partitions and command streams whose tags are among them (the trees' keys move with them)."""
-
-    first: int
-    last: int
-    source: int
-    target: int
-    partitions: tuple[int, ...]
-    streams: tuple[int, ...]
-
-    def to_json(self) -> dict:
-        return {"first": self.first, "last": self.last, "source": self.source, "target": self.target,
-                "partitions": list(self.partitions), "command_streams": list(self.streams)}
-
-
-def matched(p: SlotPlan, current: list[list[tuple[int, int]]]) -> list[int]:
-    """Which current master takes each planned master's place: the one sharing the most slots with it
-    (greedily, the largest overlaps first), so the fewest slots move."""
-    if len(current) != len(p.masters):
-        raise ValueError(f"the cluster has {len(current)} masters, the plan {len(p.masters)}")
-
-    def overlap(a: tuple[tuple[int, int], ...] | list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
-        return sum(max(0, min(x[1], y[1]) - max(x[0], y[0]) + 1) for x in a for y in b)
-
-    pairs = sorted(((overlap(m.ranges, ranges), -m.index, -c) for m in p.masters for c, ranges in enumerate(current)),
-                   reverse=True)
-    out: dict[int, int] = {}
-    for _, planned, now in pairs:
-        if -planned not in out and -now not in out.values():
-            out[-planned] = -now
-    return [out[m.index] for m in p.masters]
-
-
-def aligned(p: SlotPlan, current: list[list[tuple[int, int]]]) -> SlotPlan:
-    """The plan with each master numbered as the current master that takes its place (``matched``), so the
-    plan's master k is the cluster's master k."""
-    where = matched(p, current)
-    return SlotPlan(p.partitions, p.streams, tuple(sorted(
-        (MasterPlan(where[m.index], m.ranges, m.partitions, m.streams) for m in p.masters), key=lambda m: m.index)))
-
-
-def moves(p: SlotPlan, current: list[list[tuple[int, int]]]) -> list[Move]:
-    """What to move to bring a cluster whose masters own ``current`` (each master's ranges, in the cluster's
-    order) to the plan, the planned masters matched to the current ones (``matched``)."""
-    where = matched(p, current)
-    now = [-1] * SLOTS
-    for index, ranges in enumerate(current):
-        for first, last in ranges:
-            now[first:last + 1] = [index] * (last - first + 1)
-    if -1 in now:
-        raise ValueError(f"slot {now.index(-1)} has no master")
-    then = [0] * SLOTS
-    for m in p.masters:
-        for first, last in m.ranges:
-            then[first:last + 1] = [where[m.index]] * (last - first + 1)
-    by_slot = {u.slot: u for u in _units(p.partitions, p.streams)}
-    out, slot = [], 0
-    while slot < SLOTS:
-        if now[slot] == then[slot]:
-            slot += 1
-            continue
-        end = slot
-        while end + 1 < SLOTS and now[end + 1] == now[slot] and then[end + 1] == then[slot]:
-            end += 1
-        tagged = [by_slot[x] for x in range(slot, end + 1) if x in by_slot]
-        out.append(Move(slot, end, now[slot], then[slot], tuple(sorted(x for u in tagged for x in u.partitions)),
-                        tuple(sorted(x for u in tagged for x in u.streams))))
-        slot = end + 1
-    return out

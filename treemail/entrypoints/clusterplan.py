@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from treemail.adapters import slotplan
+from treemail.adapters import slotmoves, slotplan
 
 from .clicommon import ConfigOpt, JsonOpt, config_of, url_of
 
@@ -86,16 +86,16 @@ def cluster_plan(
     if running is not None and sum(b - a + 1 for m in running for a, b in m.ranges) < slotplan.SLOTS:
         raise ConfigError("the running cluster leaves slots unassigned: give each master its planned ranges "
                           "with CLUSTER ADDSLOTSRANGE (`treemail cluster-plan` without --live)")
-    current = [m.ranges for m in running] if running is not None else [[r] for r in slotplan.even_split(masters)]
-    plan = slotplan.aligned(plan, current)  # its master k is the cluster's master k (numbered by first slot)
-    moves = slotplan.moves(plan, current)
+    current = [m.ranges for m in running] if running is not None else [[r] for r in slotmoves.even_split(masters)]
+    plan = slotmoves.aligned(plan, current)  # its master k is the cluster's master k (numbered by first slot)
+    moves = slotmoves.moves(plan, current)
     if as_json:
         print(json.dumps(_as_json(plan, moves, running), sort_keys=True))
     else:
         _show(plan, moves, running)
 
 
-def _as_json(plan: slotplan.SlotPlan, moves: list[slotplan.Move], running: list[LiveMaster] | None) -> dict:
+def _as_json(plan: slotplan.SlotPlan, moves: list[slotmoves.Move], running: list[LiveMaster] | None) -> dict:
     out = {**plan.to_json(), "new_cluster": [_addslots(m) for m in plan.masters]}
     if running is None:
         out["from_even_split"] = [m.to_json() for m in moves]
@@ -106,7 +106,7 @@ def _as_json(plan: slotplan.SlotPlan, moves: list[slotplan.Move], running: list[
     return out
 
 
-def _show(plan: slotplan.SlotPlan, moves: list[slotplan.Move], running: list[LiveMaster] | None) -> None:
+def _show(plan: slotplan.SlotPlan, moves: list[slotmoves.Move], running: list[LiveMaster] | None) -> None:
     from .output import table
 
     print(f"slot plan for {len(plan.masters)} masters, {plan.partitions} partitions, {plan.streams} command streams "
