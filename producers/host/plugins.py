@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from treemail.adapters import keys
-from treemail.adapters.compact import record_field
+from treemail.adapters.compact import record_fields
 from treemail.domain.commands import SendArguments, SendContext
 from treemail.domain.decide import idempotency
 from treemail.domain.errors import Code
@@ -76,5 +76,4 @@ async def already_decided(redis: Redis, sender: SessionRecord | None, context: S
     # Sends never leave a tree, so the record lives in the sender's partition.
     key = keys.session_idempotency(sender.partition, sender.session_id)
     digest = idempotency.key_digest(context)
-    # Under its field, or under the one an earlier version wrote it in (the digest's text).
-    return any(raw is not None for raw in await redis.hmget(key, record_field(digest), digest))
+    return any(raw is not None for raw in await redis.hmget(key, *record_fields(digest)))

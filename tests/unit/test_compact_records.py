@@ -108,3 +108,13 @@ def test_a_steer_message_and_a_running_recipients_receipt_leave_their_defaults_u
 
 def replace_event(event, **changes):
     return event.model_copy(update=changes)
+
+
+def test_a_tool_calls_record_is_read_under_its_field_first_then_under_the_text_field_an_earlier_version_wrote():
+    digest = "313fac707c95f033ecc1ba84ed4a39a3"
+    assert compact.record_fields(digest) == (bytes.fromhex(digest), digest)
+    new = compact.encode_record([digest, "01a23550-940b-74fc-a4cc-23a96c0ba82a", "steer", "running", 3])
+    old = b'["313fac707c95f033ecc1ba84ed4a39a3","01a23550-940b-74fc-a4cc-23a96c0ba82a","queue","idle",1]'
+    assert compact.kept_record([new.encode(), old])[4] == 3
+    assert compact.kept_record([None, old]) == [digest, "01a23550-940b-74fc-a4cc-23a96c0ba82a", "queue", "idle", 1]
+    assert compact.kept_record([None, None]) is None

@@ -132,6 +132,18 @@ def record_field(digest: str) -> str | bytes:
     return bytes.fromhex(digest) if _HEX32.match(digest) else digest
 
 
+def record_fields(digest: str) -> tuple[str | bytes, str]:
+    """Where a tool call's record may be, to read in one HMGET: its field, then the field an earlier version
+    wrote it under (the digest's text)."""
+    return record_field(digest), digest
+
+
+def kept_record(values: list) -> list | dict | None:
+    """The record an HMGET of ``record_fields`` found (under its field first), decoded; None if neither held one."""
+    raw = next((value for value in values if value is not None), None)
+    return decode_record(raw) if raw is not None else None
+
+
 def encode_record(record: list | dict) -> str:
     if (type(record) is list and len(record) == 5 and type(record[4]) is int and record[4] >= 0
             and type(record[0]) is str and _HEX32.match(record[0]) and type(record[1]) is str

@@ -32,7 +32,7 @@ from ..domain.state import Applied, MailItem, SessionState
 from . import keys
 from .config import ServiceConfig
 from .compact import (decode_item, decode_record, encode_item, encode_outbound, encode_record, id_bytes,
-                      record_field)
+                      kept_record, record_field, record_fields)
 from .directory import Directory
 from .lanes import CommandBatch, Lanes, raise_refused
 from .replication import require_confirmed, run_waited, wait_command
@@ -248,7 +248,7 @@ class EventStore:
             for record in records:
                 batch.hmget(self.state_key(record), *self.STATE_FIELDS)
             for session_id, partition, digest in calls:
-                batch.hmget(keys.session_idempotency(partition, session_id), record_field(digest), digest)
+                batch.hmget(keys.session_idempotency(partition, session_id), *record_fields(digest))
             for root, partition in roots.items():
                 batch.execute_command("SMEMBERS", keys.tree_grants(partition, root))
             batch.execute_command("EXISTS", keys.service_drain())
@@ -256,20 +256,15 @@ class EventStore:
         replies = await self.read_round_trip(build)
         loaded = {record.session_id: self.parse_loaded(record.session_id, r) for record, r in zip(records, replies)}
         replies = replies[len(records):]
-        recorded = {
-            (session_id, digest): decode_record(raw) if (raw := new if new is not None else old) is not None else None
-            for (session_id, _, digest), (new, old) in zip(calls, replies)
-        }
+        recorded = {(session_id, digest): kept_record(values) for (session_id, _, digest), values in zip(calls, replies)}
         replies = replies[len(calls):]
         grants = {root: frozenset(v.decode() for v in labels) for root, labels in zip(roots, replies)}
         return SendReads(loaded, recorded, grants, bool(replies[-1]))
 
     async def recorded(self, record: SessionRecord, digest: str) -> list | dict | None:
         """The idempotency record kept under ``digest`` with ``record``'s session, or None."""
-        new, old = await self.redis.hmget(keys.session_idempotency(record.partition, record.session_id),
-                                          [record_field(digest), digest])
-        raw = new if new is not None else old
-        return decode_record(raw) if raw is not None else None
+        return kept_record(await self.redis.hmget(keys.session_idempotency(record.partition, record.session_id),
+                                                  *record_fields(digest)))
 
     @staticmethod
     def record_outcome_call(sender: SessionRecord, digest: str, record: list | dict, pipe) -> None:
