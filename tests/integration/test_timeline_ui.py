@@ -113,6 +113,22 @@ return out;
 """
 
 
+# Holds the answers to the page's live timeline loads (no `?at=`), each read whole before it is held so that a
+# release hands it over at once; `releaseHeldAnswers()` hands over those held and stops holding.
+HOLD_LIVE_TIMELINE_ANSWERS = """
+const realFetch = window.fetch;
+window.heldAnswers = [];
+let holding = true;
+window.releaseHeldAnswers = () => { holding = false; window.heldAnswers.splice(0).forEach((hand) => hand()); };
+window.fetch = async (url, options) => {
+  const response = await realFetch(url, options);
+  if (!holding || !/\\/timeline$/.test(url)) return response;
+  await response.clone().text();
+  return new Promise((resolve) => window.heldAnswers.push(() => resolve(response)));
+};
+"""
+
+
 def shown(driver) -> dict[str, list[str]]:
     return driver.execute_script(SHOWN)
 
@@ -186,9 +202,15 @@ def test_the_page_shows_the_demo_tree_scrubs_a_mailbox_back_and_follows_a_live_s
     earlier = follow_up.position
     then = tl.timeline(explore_id, {explore_id: history}, earlier)
 
+    # A live refresh is in flight when the reader scrubs, and its answer (the mailbox now) arrives within the
+    # scrub's pause, before the scrub's own load: the page must still go to the position the reader picked.
+    browser.execute_script(HOLD_LIVE_TIMELINE_ANSWERS)
+    browser.execute_script("refresh()")
+    wait(browser, lambda d: d.execute_script("return window.heldAnswers.length") > 0, "a live refresh in flight")
     browser.execute_script(
         "const s = document.getElementById('scrubber'); s.value = arguments[0];"
-        "s.dispatchEvent(new Event('input', {bubbles: true}));", earlier)
+        "s.dispatchEvent(new Event('input', {bubbles: true}));"
+        "window.releaseHeldAnswers();", earlier)
     wait(browser, lambda d: d.execute_script("return document.getElementById('position').dataset.at") == str(earlier),
          "the scrubber moved back")
     wait(browser, lambda d: shown(d) == expected(then), "the mailbox then, as the streams say")

@@ -73,7 +73,9 @@ async function select(sessionId) {
 }
 
 // Each load is numbered: an answer to an older one (a live refresh sent before a scrub or a session switch and
-// answered after it) is dropped, so it cannot put back a position or a mailbox the reader has left.
+// answered after it) is dropped, so it cannot put back a position or a mailbox the reader has left. A scrub
+// supersedes the loads in flight at once, not when its own load starts after the pause: an answer arriving within
+// that pause would otherwise set the position the scrub's load then asks for.
 let timelineLoads = 0;
 
 async function loadTimeline() {
@@ -206,6 +208,7 @@ function follow() {
 $("scrubber").addEventListener("input", () => {
   view.follow = false;
   view.at = Number($("scrubber").value);
+  timelineLoads++;
   clearTimeout(view.scrubbing);
   view.scrubbing = setTimeout(loadTimeline, 80);
 });
