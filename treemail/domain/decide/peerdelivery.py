@@ -4,8 +4,8 @@ On the source's stream (``Given``): advance a delivery by the policy
 (``outbox.next_step``), record the destination's answer to an attempt, record
 its settlement, renew a parked budget. On the destination's stream
 (``AdmissionGiven``): the admission itself, decided by the send's own guards
-on the destination's state, with the identity, input, principal and hop the
-intent stored; the commit keys it by the message id, so a second attempt
+on the destination's state (its loop rule too), with the identity, input, principal
+and hop the intent stored; the commit keys it by the message id, so a second attempt
 after a lost reply is answered with the first receipt, never a second message.
 """
 
@@ -20,6 +20,7 @@ from ..outbound import bounded
 from ..records import SessionRecord
 from ..state import SessionState
 from . import endings, guards, send
+from . import loops as loop_guard
 from .guards import Found
 from .lifecycle import Given, require_registered
 from .routes import require_peer
@@ -139,6 +140,9 @@ def decide_admission(given: AdmissionGiven) -> Accepted | Refused:
         peerinput.require_input(route.input_schema, intent.body, intent.peer)
         guards.require_inbox_room(found.state, given.config)
         guards.require_window_room(found.state, given.sender.session_id, given.config)
+        # The loop rule on the destination's memory as committed: a refusal here is definite, and the
+        # source's outbox records it (``send_message:loop_detected``).
+        loop_guard.require_no_loop(given.sender, given.sender_state, found, intent.run_id, intent.body)
     except Rejected as rejection:
         return Refused(rejection.code, rejection.message)
     command = SendToPeer(

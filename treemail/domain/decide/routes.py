@@ -9,7 +9,8 @@ the peer name the model gave, and a ``send`` grant for it, whose principal
 is recorded on the message; routes and grants deny by default. A reply is
 authorized on its own: it names one of the replier's actual inbound
 references, whose recorded sender must be the peer it replies to. A driver
-then admits the intent to the target (``peerdelivery``).
+then admits the intent to the target (``peerdelivery``). A ping-pong with no new content is refused as
+on tree mail (``loops``), without the ancestor's notice: peers in two trees share no ancestor.
 """
 
 import json
@@ -21,6 +22,7 @@ from ..commands import PeerSendArguments, RegisterPeerRoute, RevokePeerRoute, Se
 from ..errors import Code, Rejected
 from ..records import SessionRecord
 from . import backpressure, endings, guards, idempotency
+from . import loops as loop_guard
 from .guards import Found
 from .lifecycle import Given, require_registered
 from .send import Accepted, Refused, SendDecision, SendGiven
@@ -132,6 +134,9 @@ def decide_peer_send(command: SendToPeer, given: SendGiven) -> SendDecision:
         guards.require_hops(hop, config)
         guards.require_source_capacity(given.sender_state, config)
         require_outbox_room(given.sender_state, config)
+        # A ping-pong over a route is refused as one over tree mail is: refused early here on the state read,
+        # and again at every admission on the destination's state as committed.
+        loop_guard.require_no_loop(sender, given.sender_state, found, command.context.run_id, arguments.body)
     except Rejected as rejection:
         message, pressure = backpressure.explain(rejection, given)  # flow control: when to retry, and why
         return Refused(rejection.code, message, backpressure=pressure)
