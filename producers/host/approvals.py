@@ -3,7 +3,8 @@
 A send whose decision is ``approval`` waits here (``ApprovalWait``), durably,
 until a person answers, the wait times out or the host closes; ``approve``
 and ``deny`` (``tm.permissions``) are one command each through the session
-service.
+service. The wait's deadline is read on the host's clock, so a test that moves
+its clock past ``approval_timeout_s`` ends the wait at its next look.
 """
 
 import time
@@ -17,29 +18,36 @@ from treemail.adapters.config import ServiceConfig
 from treemail.domain import commands as c
 from treemail.domain.commands import SendArguments, SendContext
 from treemail.domain.errors import LifecycleError
+from treemail.services.clock import SYSTEM_CLOCK, Clock
 from treemail.services.sessions import SessionService
 
 from ..client import CommandClient
 from ..tools import send_message as tool
 
 
+# How long one look waits for the answer's notification before it reads the request and the clock again.
+LOOK_S = 0.5
+
+
 class ApprovalWait:
     """A send through the command client that, under an `ask` rule, waits for the person's answer."""
 
-    def __init__(self, redis: aioredis.Redis, config: ServiceConfig, commands: CommandClient) -> None:
+    def __init__(self, redis: aioredis.Redis, config: ServiceConfig, commands: CommandClient,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self._redis = redis
         self._config = config
         self._commands = commands
+        self._clock = clock
 
     async def request(self, context: SendContext, parsed: SendArguments) -> dict:
-        deadline = None
+        # The send's own deadline, from when it was made: however late its first answer comes.
+        deadline = self._clock.monotonic() + self._config.approval_timeout_s
         while True:
             outcome = await self._commands.request(context, parsed, tracing.traceparent())
             if "approval" not in outcome:
                 break
             # An `ask` rule: the send completes when a person approves, or fails when they deny.
             request_id = outcome["approval"]["request_id"]
-            deadline = deadline or time.monotonic() + self._config.approval_timeout_s
             waited = await self._wait(request_id, deadline)
             if waited == "closing":
                 return tool.engine_shutdown("the engine is shutting down while the send awaits approval")
@@ -54,12 +62,12 @@ class ApprovalWait:
         "closing"; never raises. A server blip is retried (the request is durable and the next poll finds
         it) until the host closes or the deadline passes."""
         def over(_state=None) -> bool:
-            return self._commands.closing or deadline - time.monotonic() <= 0
+            return self._commands.closing or deadline - self._clock.monotonic() <= 0
 
         try:
             async for attempt in AsyncRetrying(
                 retry=retry_if_exception_type((RedisError, OSError)),
-                wait=lambda _: min(0.2, max(deadline - time.monotonic(), 0)), stop=over,
+                wait=lambda _: min(0.2, max(deadline - self._clock.monotonic(), 0)), stop=over,
             ):
                 with attempt:
                     answered = await self._poll(request_id, deadline)
@@ -69,7 +77,7 @@ class ApprovalWait:
 
     async def _poll(self, request_id: str, deadline: float) -> str:
         while not self._commands.closing:
-            left = deadline - time.monotonic()
+            left = deadline - self._clock.monotonic()
             if left <= 0:
                 return "timeout"
             request = await approvalindex.find(self._redis, request_id, self._config.partitions)
@@ -77,7 +85,7 @@ class ApprovalWait:
                 return "vanished"  # written in the same step as the answer we got: only data loss removes it
             if request["status"] != "pending":
                 return "resolved"
-            await self._redis.blpop([keys.approval_notify(request_id)], timeout=min(1.0, max(left, 0.01)))
+            await self._redis.blpop([keys.approval_notify(request_id)], timeout=min(LOOK_S, max(left, 0.01)))
         return "closing"
 
 

@@ -71,7 +71,7 @@ class Treemail:
     def __init__(self, redis: aioredis.Redis, listener: aioredis.Redis, config: Config,
                  clock: Clock = SYSTEM_CLOCK) -> None:
         self._services = s = wiring.build(redis, listener, config, clock)
-        self._approval_wait = ApprovalWait(redis, config.service, s.commands)
+        self._approval_wait = ApprovalWait(redis, config.service, s.commands, clock)
         self._deliveries = Deliveries(config, s.store, s.sessions, s.peers, s.keyring, self.discard)
         self.history = History(redis, config.service, s.store, s.sessions, s.drains, lambda: s.commands.closing)
         # Whole subtrees: the broadcast reads as mail (``tm.peers``), the cascading stop as disposal.

@@ -10,9 +10,10 @@ from treemail.adapters import keys
 from treemail.adapters.connection import connect
 from treemail.domain.commands import SendArguments
 from treemail.producers.client import CommandClient
+from treemail.producers.host import approvals
 
 from ..conftest import CLUSTER
-from .conftest import adapters, live, make_config, running_stack
+from .conftest import adapters, live, make_config, running_stack, timed_stack
 
 pytestmark = pytest.mark.cluster
 
@@ -30,14 +31,23 @@ async def command_stream_lengths(host) -> int:
     return sum([await adapters(host).redis.xlen(keys.command_stream(i)) for i in range(adapters(host).config.service.command_streams)])
 
 
-async def test_a_send_waiting_on_a_person_ends_at_its_own_deadline_with_approval_timeout(redis_url, calls):
-    async with stack_with(redis_url, approval_timeout_s=0.5) as host:
+async def test_a_send_waiting_on_a_person_ends_at_its_own_deadline_on_the_hosts_clock(redis_url, calls):
+    async with timed_stack(redis_url) as env:  # the host's clock moves only when the test moves it
+        host = env.tm
+        timeout_s = env.config.service.approval_timeout_s
         root = await host.register_root("planner", "x", rules={"child": "allow"})
         a = await host.register_child(root.session_id, "explore", "a", rules={"sibling": "ask"})
         b = await host.register_child(root.session_id, "review", "b", rules={"sibling": "ask"})
         await live(host, a)  # only a session's open run may send (exact live sender)
         ctx = calls.ctx(a.session_id)
-        result = await asyncio.wait_for(host.send_message(ctx, {"to": b.handle, "body": "may I?"}), 10)
+        waiting = asyncio.create_task(host.send_message(ctx, {"to": b.handle, "body": "may I?"}))
+        while not await host.permissions.pending_approvals():
+            await asyncio.sleep(0.01)
+        env.clock.advance(timeout_s - 1)
+        await asyncio.sleep(2 * approvals.LOOK_S)  # two looks at the clock: a second short of the deadline
+        assert not waiting.done()
+        env.clock.advance(1)
+        result = await asyncio.wait_for(waiting, 10)
         assert code(result) == "send_message:approval_timeout"
         [request] = await host.permissions.pending_approvals()
         assert request["request_id"] in result["error"]["message"]
@@ -45,6 +55,24 @@ async def test_a_send_waiting_on_a_person_ends_at_its_own_deadline_with_approval
         await host.permissions.approve(request["request_id"])
         again = await asyncio.wait_for(host.send_message(ctx, {"to": b.handle, "body": "may I?"}), 10)
         assert "message_id" in again
+
+
+async def test_a_send_that_opens_an_approval_request_is_answered_at_once_not_at_a_reclaim(redis_url, calls):
+    # Commands are reclaimed only after a minute here: an answer left to a reclaim would miss the deadline.
+    async with stack_with(redis_url, reclaim_idle_ms=60_000, decision_timeout_s=5) as host:
+        root = await host.register_root("planner", "x", rules={"child": "allow"})
+        a = await host.register_child(root.session_id, "explore", "a", rules={"sibling": "ask"})
+        b = await host.register_child(root.session_id, "review", "b", rules={"sibling": "ask"})
+        await live(host, a)
+        waiting = asyncio.create_task(host.send_message(calls.ctx(a.session_id), {"to": b.handle, "body": "may I?"}))
+        while not (pending := await host.permissions.pending_approvals()):
+            await asyncio.sleep(0.01)
+        await host.permissions.approve(pending[0]["request_id"])
+        result = await asyncio.wait_for(waiting, 4)
+        assert "message_id" in result, result
+        server = adapters(host)
+        for index in range(server.config.service.command_streams):
+            assert (await server.redis.xpending(keys.command_stream(index), keys.COMMAND_GROUP))["pending"] == 0
 
 
 async def test_an_oversized_body_is_refused_before_anything_is_stored(stack, calls):

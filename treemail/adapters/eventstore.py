@@ -88,6 +88,8 @@ class PreparedAppend:
     loaded: Loaded
     # session id -> the state each source (a sender whose records ride along) is left in, for chaining.
     sources: dict[str, Loaded] = field(default_factory=dict)
+    # Whether the append, once it applies, also answers its command and acknowledges its entry (``Reply``).
+    answers: bool = False
 
 
 @dataclass(frozen=True)
@@ -371,7 +373,7 @@ class EventStore:
         args.append("" if plan.read_draining is None else "1" if plan.read_draining else "0")
         # Last, wherever the sections before it end: the commit script reads it as ARGV[#ARGV].
         args.append(PROTOCOL_VERSION)
-        return PreparedAppend(key_list, args, plan, left, after)
+        return PreparedAppend(key_list, args, plan, left, after, answers=reply is not None)
 
     def _sources(self, partition: int, sources: list[SourceWrite], held: Mapping[str, Loaded],
                  key_list: list[str], args: list[Any]) -> dict[str, Loaded]:

@@ -257,11 +257,13 @@ class SendService:
                 decode_record(kept[2 * index + 1]), w.command.arguments
             )
         retry: list[_Work] = wanting
-        for (w, outcome), reply in zip(committing, replies):
+        for (w, outcome), prepared, reply in zip(committing, appends, replies):
             result = parse_append(reply)
             if result.status == "ok":
                 outcomes[w.command.command_id] = outcome
-                if w.entry is not None:
+                # Only an append that carried the answer acknowledged the entry: an approval request's does
+                # not, and its command is answered with the others (else it waited for a reclaim).
+                if prepared.answers:
                     acknowledged.add(w.entry[1])
             elif result.status == "dup":
                 outcomes[w.command.command_id] = idempotency.replayed_outcome(result.record, w.command.arguments)
