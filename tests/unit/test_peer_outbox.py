@@ -201,6 +201,17 @@ def test_consuming_peer_mail_writes_no_settlement_on_a_sender_in_the_same_slot()
     assert outbound.sources(ADVISOR.session_id, "running", events, 5, {}, outbound.peer_mail(mail)) == []
 
 
+def test_consumed_or_discarded_peer_mail_names_its_source_for_its_driver_and_tree_mail_names_none():
+    peer_message = accepted("m-1", PLANNER).model_copy(update={"principal": "acme", "peer": "advisor"})
+    mail = st.evolve_mail(st.evolve_mail({}, peer_message, 3), accepted("m-2", PLANNER), 4)
+    assert outbound.settled_peer_sources(mail, [consumed("m-1", PLANNER)]) == {PLANNER.session_id}
+    discarded = ev.ProducerMessageDiscarded(at=1.0, message_id="m-1", owner="agent",
+                                            sender_session_id=PLANNER.session_id, reason="expired")
+    assert outbound.settled_peer_sources(mail, [discarded]) == {PLANNER.session_id}
+    assert outbound.settled_peer_sources(mail, [consumed("m-2", PLANNER)]) == set()  # tree mail: settled in step
+    assert outbound.settled_peer_sources(mail, [consumed("m-9", PLANNER)]) == set()  # not read: nothing to say
+
+
 def test_the_intents_outbound_index_entry_points_at_it_until_its_receipt_replaces_it():
     pairs = outbound.index_entries(PLANNER.session_id, [intent()], 9)
     assert pairs == ["m-1", f"{PLANNER.session_id} 9"]

@@ -95,6 +95,13 @@ def peer_mail(mail: Mapping[str, MailItem]) -> frozenset[str]:
     return frozenset(message_id for message_id, item in mail.items() if item.peer)
 
 
+def settled_peer_sources(mail: Mapping[str, MailItem], events: list[ev.Event]) -> set[str]:
+    """The sources of the peer messages ``events`` consume or discard: each one's driver can settle it now."""
+    settled = (mail.get(e.message_id) for e in events
+               if isinstance(e, ev.ProducerMessageConsumed | ev.ProducerMessageDiscarded))
+    return {item.sender_session_id for item in settled if item is not None and item.peer and item.sender_session_id}
+
+
 def sources(recipient_id: str, recipient_status: str, events: list[ev.Event], version: int,
             senders: Mapping[str, Sender | None], peer_ids: Collection[str] = (),
             elsewhere: Mapping[str, list[ev.Event]] | None = None) -> list[Source]:

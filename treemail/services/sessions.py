@@ -5,13 +5,17 @@ in batches, ``services.sends``) goes through ``execute``: registration,
 status, runs, claims, acknowledgements, injected mail, wakes, approvals.
 """
 
+import logging
 from dataclasses import fields, replace
+
+from redis.exceptions import RedisError
 
 from ..adapters import keys
 from ..adapters.config import Config
 from ..adapters.eventstore import EventStore
+from ..adapters.peerdue import PeerDue
 from ..domain import events as ev
-from ..domain import actions, ids, limits
+from ..domain import actions, ids, limits, outbound
 from ..domain.commands import STATUSES, ForkSession, RegisterSession, SessionCommand
 from ..domain.commitplan import plan_commit
 from ..domain.decide.lifecycle import Given
@@ -23,6 +27,8 @@ from .clock import SYSTEM_CLOCK, Clock
 from .outbound import load_senders
 
 HANDLE_ATTEMPTS = 16
+
+log = logging.getLogger("treemail.sessions")
 
 
 class SessionService:
@@ -71,9 +77,25 @@ class SessionService:
             )
             result = await self.store.append(self.store.prepare(plan, loaded, held=held))
             if result.status == "ok":
+                await self._peer_settlements_due(mail, decision.events)
                 return decision.events
             if result.status == "handle_taken":
                 raise HandleTaken(record.handle)
+
+    async def _peer_settlements_due(self, mail, events: list[ev.Event]) -> None:
+        """Peer mail consumed or discarded here is settled by its source's driver: the source is due now, not
+        at the driver's next scheduled look (up to a minute away). Only a hint: if this write fails, that look
+        still finds it."""
+        sources = outbound.settled_peer_sources(mail, events)
+        if not sources:
+            return
+        now = self.clock.now()
+        try:
+            for record in (await self.store.directory.many(sorted(sources))).values():
+                if record is not None:
+                    await PeerDue(self.store.redis).touch(record, now)
+        except RedisError as error:
+            log.info("peer settlement left to the driver's schedule: %s", type(error).__name__)
 
     async def _history(self, handler, command, record: SessionRecord, version: int) -> tuple:
         if handler.reads_history is None:
