@@ -350,8 +350,8 @@ timed span, divided by the commands. Latencies are a host's `send_message` call 
   same run: at least 0.8 of its rate, at most 1.4x its worker CPU and 1.3x its Valkey CPU per decision, at most 1.3x
   its memory per message; and the floor itself at most 2.3x a bare `XADD`'s memory. The rate and the worker's CPU are
   this loop's own; a cleverer client does better. Memory: {sizes.memory_sends:,} sends of a 200-byte body, 20 roots to 5 children each, after one warm-up
-  send per pair, the command stream and reply list freed before the second read. Streams grow by whole 4 KB nodes
-  (`stream-node-max-bytes`): 100 messages per recipient fill them, the quick run's 10 do not and read low.
+  send per pair, the command stream and reply list freed before the second read. Streams grow by whole 2 KB nodes
+  (`stream-node-max-bytes 2048`, as deployed): 100 messages per recipient fill them, the quick run's 10 do not.
 - **deciding alone (no I/O)** (`bench/decision.py`): the first row's trees and backlog shape decided in the
   benchmark process on held states, 100 commands a batch, chained through the batch as a round chains them:
   parsed, resolved (the directory's cache), decided, planned and laid out as the commit script's arguments, and

@@ -216,6 +216,8 @@ def test_valkey_confs_are_durable():
         # The durable profile needs the append-only file, and the streams must never be evicted.
         assert conf["appendonly"] == "yes"
         assert conf["maxmemory-policy"] == "noeviction"
+        # What `treemail server` and the tests run with: small sessions' streams in 2 KB nodes.
+        assert conf["stream-node-max-bytes"] == "2048"
     # One server: WAITAOF confirms each fsync. A cluster: every primary must fsync each write itself
     # (treemail.adapters.connection.require_durable_server refuses anything else).
     assert single["appendfsync"] == "everysec"

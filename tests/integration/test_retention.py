@@ -142,3 +142,13 @@ async def test_claim_and_consume_read_only_the_mail_they_need(stack, monkeypatch
     assert read == {"ClaimMail": [1], "ConsumeMail": [1]}
     assert len(await stack.obligations.pending_mail(child.session_id)) == 1500
     print(f"\nclaim + consume beside 1,500 pending messages: {elapsed * 1000:.1f} ms")
+
+
+async def test_a_session_with_a_few_events_holds_a_stream_node_of_2_kb_not_4(stack):
+    # The tests' servers are configured as the deploy files and `treemail server` are (stream-node-max-bytes
+    # 2048): a stream's first node is allocated at that size, most of a small session's memory.
+    root = await stack.register_root("planner", "plans the work", rules={})
+    record = await adapters(stack).sessions.record(root.session_id)
+    stream = keys.session_stream(record.partition, record.session_id)
+    assert await adapters(stack).redis.xlen(stream) >= 1
+    assert await adapters(stack).redis.memory_usage(stream) < 2600

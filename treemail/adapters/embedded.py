@@ -93,6 +93,9 @@ class LocalValkey:
                 "appendonly": "yes" if self.durable else "no",
                 "appendfsync": "everysec",
                 "loglevel": "warning",
+                # A new stream node is allocated at this size: a session with few events costs about 3.3 KB
+                # instead of 5.3 at Valkey's 4096 (the operations guide, Retention).
+                "stream-node-max-bytes": 2048,
                 **self.config,
             }
             self.server = _valkey_server_class()(port=self.port, data_dir=self.directory, persist=True,
