@@ -9,7 +9,9 @@ import sys
 
 import pytest
 
+from treemail.adapters import keys
 from treemail.domain import events as ev
+from treemail.domain.errors import UnknownSessionError
 from treemail.projections import mailboxes
 from treemail.projections import timeline as tl
 
@@ -160,3 +162,43 @@ def test_ui_says_in_one_line_when_it_cannot_serve(redis_url):
     unreachable = cli("redis://127.0.0.1:1/0", "ui", "--port", "0")
     assert unreachable.returncode == 2 and "cannot reach Redis/Valkey" in unreachable.stderr
     assert len(unreachable.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.cluster
+async def test_a_history_cache_reads_only_what_was_appended_and_a_stream_behind_it_whole_again(stack, calls):
+    root, child, _, _ = await exchange(stack, calls)
+    store = adapters(stack).store
+    reads: list[tuple[str, int]] = []
+    real_read = store.read
+
+    async def counted(record, after=0, count=None):
+        reads.append((record.session_id, after))
+        return await real_read(record, after, count)
+
+    store.read = counted
+    cache = mailboxes.HistoryCache(store)
+    whole = await real_read(await adapters(stack).sessions.record(child.session_id))
+    assert await cache.read(child.session_id) == whole and reads == [(child.session_id, 0)]
+    assert await cache.read(child.session_id) == whole and len(reads) == 1  # nothing new: nothing read
+
+    await stack.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "and in db.py?"})
+    record = await adapters(stack).sessions.record(child.session_id)
+    grown = await real_read(record)
+    assert await cache.read(child.session_id) == grown and reads[-1] == (child.session_id, whole[-1][0])
+
+    # A server that lost its last writes: the stream and its version behind what was read.
+    redis = adapters(stack).redis
+    last = grown[-1][0]
+    await redis.xdel(keys.session_stream(record.partition, record.session_id), f"{last}-0")
+    await redis.hset(keys.session_snapshot(record.partition, record.session_id), "version", last - 1)
+    assert await cache.read(child.session_id) == grown[:-1] and reads[-1] == (child.session_id, 0)
+
+    # Bounded: past its events budget the least recently read session is let go (and read whole next time).
+    small = mailboxes.HistoryCache(store, max_events=len(grown))
+    await small.read(child.session_id)
+    await small.read(root.session_id)
+    reads.clear()
+    await small.read(child.session_id)
+    assert reads == [(child.session_id, 0)]
+    with pytest.raises(UnknownSessionError):
+        await cache.read("0190a000-0000-7000-8000-00000000dead")

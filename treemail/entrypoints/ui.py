@@ -53,6 +53,7 @@ class Page:
         self.token = token
         self.host: Treemail | None = None
         self.store: EventStore | None = None
+        self.histories: mailboxes.HistoryCache | None = None
         self.closing = False
 
     async def open(self) -> None:
@@ -60,6 +61,8 @@ class Page:
         url = self.config.service.redis_url
         self.host = await Treemail.connect(self.config, url)
         self.store = EventStore(await connect(url, self.config.service), self.config.service)
+        # The page reads the same sessions again at every live event: only what was appended is read then.
+        self.histories = mailboxes.HistoryCache(self.store)
 
     async def close(self) -> None:
         self.closing = True
@@ -101,7 +104,9 @@ class Page:
         if at is not None and not at.isdigit():
             return _error(400, "ui:invalid_position", f"at must be a non-negative integer, got {at!r}")
         try:
-            histories = await mailboxes.with_recipients(self.store, sid, await mailboxes.histories_for(self.store, sid))
+            read = self.histories.read
+            histories = await mailboxes.with_recipients(
+                self.store, sid, await mailboxes.histories_for(self.store, sid, read=read), read=read)
         except UnknownSessionError as error:
             return _error(404, "ui:unknown_session", str(error))
         return JSONResponse(tl.timeline(sid, histories, None if at is None else int(at)).to_json())
@@ -109,7 +114,7 @@ class Page:
     async def message_chain(self, request: Request) -> JSONResponse:
         sid, mid = request.path_params["session_id"], request.path_params["message_id"]
         try:
-            histories = await mailboxes.histories_for(self.store, sid, whole_tree=True)
+            histories = await mailboxes.histories_for(self.store, sid, whole_tree=True, read=self.histories.read)
         except UnknownSessionError as error:
             return _error(404, "ui:unknown_session", str(error))
         chain = tl.causal_chain(mid, histories)
