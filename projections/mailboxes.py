@@ -91,7 +91,7 @@ class HistoryCache:
             events, read_to = [], 0
         if version > read_to:
             new = await self.store.read(record, after=read_to)
-            events = events + new
+            events.extend(new)  # the cache's own list: every caller gets a copy
             read_to = max(version, new[-1][0] if new else 0)
         if len(events) <= self.max_events:
             self._keep(session_id, events, read_to)

@@ -89,11 +89,11 @@ class SessionService:
         sources = outbound.settled_peer_sources(mail, events)
         if not sources:
             return
-        now = self.clock.now()
+        now, due = self.clock.now(), PeerDue(self.store.redis)
         try:
             for record in (await self.store.directory.many(sorted(sources))).values():
                 if record is not None:
-                    await PeerDue(self.store.redis).touch(record, now)
+                    await due.touch(record, now)
         except RedisError as error:
             log.info("peer settlement left to the driver's schedule: %s", type(error).__name__)
 
