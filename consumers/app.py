@@ -25,7 +25,7 @@ off the hot path, and every worker reports the same group-wide values (so
 dashboards take ``max``, not ``sum``, across workers).
 
 Over the house's 200 lines: the worker's life cycle (share the streams out,
-decide, reclaim, trim, revive, stop) reads best as one class; its subscribers,
+decide, reclaim, trim, heal, stop) reads best as one class; its subscribers,
 one per command stream, are ``subscribers`` (``commandsubscribers.py``).
 """
 
@@ -124,16 +124,13 @@ class Worker:
         self.subscribers = CommandSubscribers(self.broker, config.service, self.consumer, self._handle_current)
         self.in_flight = BatchesInFlight(config.service.batches_in_flight)
         self._stopping = False
+        # The probe and the reclaim pass both heal; one at a time, so a loss is mended and logged once.
+        self._healing = asyncio.Lock()
 
     @property
     def owned(self) -> frozenset[int]:
         """The command streams this worker reads (by index)."""
         return self.subscribers.owned
-
-    @property
-    def revived(self) -> int:
-        """How many subscribers FastStream had stopped were restarted."""
-        return self.subscribers.revived
 
     async def _handle_current(self, body=None) -> None:
         # The batch from the broker's context: a ``RedisBatchStreamMessage`` parameter is a dependency
@@ -317,12 +314,22 @@ class Worker:
     async def _dead_letter(self, stream: str, letters: list[Letter]) -> None:
         await dead_letter(self.redis, stream, letters, self.consumer)
 
-    async def revive(self) -> int:
-        """Restart the subscribers FastStream stopped for good (``CommandSubscribers.revive``)."""
-        revived = await self.subscribers.revive(self._ensure_group)
-        if revived:
-            log.warning("%d subscriber(s) had stopped; recreated the consumer group and restarted them", revived)
-        return revived
+    async def heal(self) -> int:
+        """Recreate a lost command group and restart the subscribers FastStream stopped on its loss.
+
+        A server back without its data (no AOF, a flush) has no consumer group: whichever meets it first,
+        this probe or a subscriber's read (NOGROUP, which stops it for good), the worker reads again and
+        says so in one log line. Returns how many streams or subscribers it mended.
+        """
+        async with self._healing:
+            lost = await self._streams_without_group()
+            if lost:
+                await self._ensure_group()
+            restarted = await self.subscribers.revive(self._ensure_group)
+        if lost or restarted:
+            log.warning("the server had lost the command streams' consumer group: recreated it on %d stream(s) "
+                        "and restarted %d stopped subscriber(s); reading commands again", len(lost), restarted)
+        return len(lost) + restarted
 
     async def _ensure_group(self) -> None:
         await self.decider.store.ensure_command_group(self.config.service.command_streams)
@@ -376,7 +383,7 @@ class Worker:
                 self._failed(subject, exc)
 
     async def _reclaim_pass(self) -> None:
-        await self.revive()
+        await self.heal()
         await self.reclaim()
         await self.trim()
 
@@ -399,9 +406,7 @@ class Worker:
     async def probe(self) -> str | None:
         """None when ready; otherwise why not. Heals what it can: a lost group, stopped subscribers."""
         await self.redis.ping()
-        if await self._streams_without_group():
-            await self.decider.store.ensure_command_group(self.config.service.command_streams)
-        await self.revive()
+        await self.heal()
         missing = await self._streams_without_group()
         if missing:
             return f"consumer group {keys.COMMAND_GROUP} missing on {', '.join(missing)}"

@@ -48,7 +48,6 @@ class CommandSubscribers:
             subscriber(handler)
             self.all.append(subscriber)
         self.owned: frozenset[int] = frozenset()
-        self.revived = 0
         self._changing = asyncio.Lock()
 
     def stopped(self) -> list:
@@ -86,5 +85,4 @@ class CommandSubscribers:
                 await ensure_group()
                 for subscriber in stopped:
                     await subscriber.start()
-                self.revived += len(stopped)
         return len(stopped)
