@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: docs run test soak test-unit test-integration test-slow test-cluster cluster bench ab install clean prometheus chromium screenshot
+.PHONY: docs run test soak test-unit test-integration test-slow test-cluster cluster bench ab install clean prometheus chromium screenshot lock upgrade-check
 
 # pip's own progress, not --quiet: a first install takes a minute or two and must not look hung.
 # setuptools says "Editable installation ... Please be careful" on every editable install; it is
@@ -13,11 +13,16 @@ STAMP := $(VENV)/.installed
 PIP_ENV := PYTHONWARNINGS="ignore:Editable installation"
 EXTRAS := dev,server
 
-$(STAMP): pyproject.toml
-	@echo "make: installing treemail and its dependencies into $(VENV) (once; a minute or two)"
+# Every install takes the versions in $(LOCK), the whole resolved set the suite was last green with, so a
+# new release of any dependency cannot turn a fresh clone red; `make upgrade-check` meets new releases on
+# purpose. pip and setuptools come from the lock too, and build treemail itself (no isolated build
+# environment fetching whatever setuptools is newest).
+LOCK := constraints.txt
+$(STAMP): pyproject.toml $(LOCK)
+	@echo "make: installing treemail and its locked dependencies into $(VENV) (once; a minute or two)"
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(PIP_ENV) $(BIN)/pip install --progress-bar on -e '.[$(EXTRAS)]'
+	$(BIN)/pip install --quiet -c $(LOCK) pip setuptools
+	$(PIP_ENV) $(BIN)/pip install --progress-bar on -c $(LOCK) --no-build-isolation -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -28,17 +33,35 @@ run: $(STAMP)
 
 ## test: the docs site built strictly, then the whole suite (the docs' examples among it), slow fault
 ## tests included, on one Valkey; then every decision and delivery path again on a 3-master Valkey
-## Cluster. Starts its own servers. The 200,000-send soak (several minutes) runs with `make soak`.
-## TEST_JOBS test processes share the tests out (pytest-xdist), each with its own servers: most of a test's
-## time is spent waiting on servers, workers and spawned commands, so two overlap well on two cores.
-## loadgroup: tests marked with one xdist_group run in one process (those that build in the source tree).
-## The cluster suite stays in one process: shared out, every test passed but one process never ended its
-## session (a hang after the last test, not yet understood).
+## Cluster. Starts its own servers. Both suites run whatever the first one's result; the last lines name
+## each suite's result (tests/suites.py). The 200,000-send soak (several minutes) runs with `make soak`.
+## TEST_JOBS test processes share the single-server suite out (pytest-xdist), each with its own servers:
+## most of a test's time is spent waiting on servers, workers and spawned commands, so two overlap well
+## on two cores. loadgroup: tests marked with one xdist_group run in one process (those that build in the
+## source tree).
 TEST_JOBS ?= 2
-XDIST := $(if $(filter-out 0 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadgroup)
 test: $(STAMP) prometheus chromium docs
-	$(BIN)/pytest -q -m "not soak" $(XDIST)
-	TREEMAIL_TEST_BACKEND=cluster $(BIN)/pytest -q -m cluster tests/integration
+	$(BIN)/python -m tests.suites --jobs $(TEST_JOBS)
+
+## lock: resolve the newest versions pyproject.toml allows in a scratch environment and write them to
+## $(LOCK); run `make upgrade-check` first to see the suites pass with them.
+UPGRADE := .venv-upgrade
+lock: $(UPGRADE)/constraints.txt
+	cp $(UPGRADE)/constraints.txt $(LOCK)
+	@echo "make: $(LOCK) now holds the newest versions pyproject.toml allows"
+
+## upgrade-check: the same resolution, then both suites run in that scratch environment; what changed
+## against $(LOCK) is printed first. The project's own environment and lock are left as they are.
+upgrade-check: $(UPGRADE)/constraints.txt prometheus chromium
+	-diff $(LOCK) $(UPGRADE)/constraints.txt
+	$(UPGRADE)/bin/python -m tests.suites --jobs $(TEST_JOBS)
+
+$(UPGRADE)/constraints.txt: pyproject.toml
+	rm -rf $(UPGRADE)
+	$(PYTHON) -m venv $(UPGRADE)
+	$(UPGRADE)/bin/pip install --quiet --upgrade pip setuptools
+	$(PIP_ENV) $(UPGRADE)/bin/pip install --quiet --upgrade --no-build-isolation -e '.[$(EXTRAS)]'
+	{ sed -n '/^#/p' $(LOCK); $(UPGRADE)/bin/pip freeze --all --exclude-editable | grep -v '^treemail=='; } > $@
 
 ## soak: 200,000 sends through real workers; reports memory per retained message
 soak: $(STAMP)
@@ -119,4 +142,4 @@ ab: $(STAMP)
 	$(BIN)/python -m bench.ab $(BEFORE) $(AFTER) $(if $(ONLY),--only $(ONLY)) $(if $(ROUNDS),--rounds $(ROUNDS))
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(UPGRADE) build *.egg-info
