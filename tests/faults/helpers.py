@@ -26,6 +26,24 @@ def config_for(url: str, profile: str = "fast", decision_timeout_s: float = 20.0
     return base.model_copy(update={"service": base.service.model_copy(update={"decision_timeout_s": decision_timeout_s})})
 
 
+async def load_until(enough, at_least_s: float, deadline_s: float = 240.0, what: str = "the load") -> float:
+    """Let a load run for at least ``at_least_s`` and until ``enough()`` holds: a load is sized by what it
+    must exercise, never by a count reached in a fixed time, which a busy machine misses. Fails only past
+    ``deadline_s``, far from what a loaded machine needs. Returns the seconds it ran."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await asyncio.sleep(at_least_s)
+    while not enough():
+        assert loop.time() - started < deadline_s, f"{what} did not reach its amounts within {deadline_s:g} s"
+        await asyncio.sleep(0.1)
+    return loop.time() - started
+
+
+def accepted(results) -> int:
+    """How many of a load's results (tuples ending in the send's result) were accepted."""
+    return sum(1 for *_, result in results if "message_id" in result)
+
+
 def code(result: dict) -> str | None:
     return result.get("error", {}).get("code")
 

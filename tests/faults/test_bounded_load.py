@@ -15,7 +15,7 @@ from treemail.projections.views import PROJECTIONS
 from treemail.host import SendContext
 from treemail.domain import events as ev
 
-from .helpers import WorkerPool, build_tree, check_streams, config_for, histories
+from .helpers import WorkerPool, accepted, build_tree, check_streams, config_for, histories, load_until
 from tests.integration.conftest import adapters, close_host, connect_host
 
 MESSAGING = {"max_pending_per_session": 20, "max_inflight_per_pair": 3}
@@ -33,7 +33,7 @@ async def stored_views(redis, partitions):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(90)
+@pytest.mark.expected_duration_s(17)
 async def test_bounded_load_invariants(redis_url):
     rng = random.Random(7)
     config = config_for(redis_url, decision_timeout_s=20, **MESSAGING)
@@ -109,7 +109,8 @@ async def test_bounded_load_invariants(redis_url):
             started = time.monotonic()
             tasks = [asyncio.create_task(sender(n)) for n in range(SENDERS)]
             background = [asyncio.create_task(host_runner(n)) for n in range(2)] + [asyncio.create_task(follow())]
-            await asyncio.sleep(LOAD_S)
+            await load_until(lambda: accepted(results) > 500 and served["runs"] > 50 and served["consumed"] > 500,
+                             LOAD_S, what="the bounded load")
             loading.clear()
             await asyncio.gather(*tasks)
             elapsed = time.monotonic() - started

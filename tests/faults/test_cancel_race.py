@@ -25,7 +25,7 @@ async def run_host(url: str, operation: str, target: str, run_id: str, after: in
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(120)
+@pytest.mark.expected_duration_s(20)
 async def test_cancel_racing_a_claim_under_kill_9_never_both_delivers_and_cancels(redis_url):
     async with running_stack(redis_url, workers=2) as host:
         root = await host.register_root("plan", "planner", rules=RULES)

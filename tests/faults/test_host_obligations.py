@@ -59,7 +59,7 @@ async def announced_child(host, root, n: int, consume: bool = True):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(60)
+@pytest.mark.expected_duration_s(14)
 async def test_kill_9_at_each_point_of_finish_run_repeated_leaves_exactly_one_notice(redis_url):
     async with running_stack(redis_url) as host:
         root = await host.register_root("planner", "x", rules=RULES, status="idle")
@@ -80,7 +80,7 @@ async def test_kill_9_at_each_point_of_finish_run_repeated_leaves_exactly_one_no
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(60)
+@pytest.mark.expected_duration_s(27)
 async def test_kill_9_at_each_point_of_dispose_repeated_leaves_exactly_one_notice(redis_url):
     async with running_stack(redis_url) as host:
         root = await host.register_root("planner", "x", rules=RULES, status="idle")
@@ -105,7 +105,7 @@ async def test_kill_9_at_each_point_of_dispose_repeated_leaves_exactly_one_notic
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(60)
+@pytest.mark.expected_duration_s(10)
 async def test_a_provider_that_never_claims_stays_within_the_attempt_budget(redis_url):
     """Every wake starts a run that ends before its first claim (the provider is down), for 60 s of a controlled
     clock, then 200 s more: the session is woken once per backed-off attempt, and parked after the budget."""

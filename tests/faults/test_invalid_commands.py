@@ -59,7 +59,7 @@ async def batches_observed() -> tuple[float, float]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(60)
+@pytest.mark.expected_duration_s(10)
 async def test_invalid_commands_in_a_batch_are_dead_lettered_at_once_and_the_rest_decided_in_that_batch(
     redis_url,
 ):
@@ -113,7 +113,7 @@ async def test_invalid_commands_in_a_batch_are_dead_lettered_at_once_and_the_res
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(60)
+@pytest.mark.expected_duration_s(10)
 async def test_a_command_whose_decision_fails_does_not_hold_back_its_batch(redis_url):
     config = config_for(redis_url, max_pending_per_session=1000, max_inflight_per_pair=0)
     config = config.model_copy(update={"service": config.service.model_copy(update={

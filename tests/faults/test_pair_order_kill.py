@@ -16,7 +16,7 @@ PER_SENDER = 25
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(90)
+@pytest.mark.expected_duration_s(15)
 async def test_pair_numbers_and_claim_order_survive_kill_9_of_workers(redis_url):
     rng = random.Random(20261202)
     config = config_for(redis_url, decision_timeout_s=20, **MESSAGING)

@@ -74,7 +74,7 @@ async def pair(host):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(120)
+@pytest.mark.expected_duration_s(20)
 async def test_a_driver_killed_mid_admission_leaves_exactly_one_admission(redis_url):
     config = config_for(redis_url, peer_admit_inline=False)
     host = await connect_host(config, redis_url)
@@ -113,7 +113,7 @@ async def test_a_driver_killed_mid_admission_leaves_exactly_one_admission(redis_
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(150)
+@pytest.mark.expected_duration_s(25)
 async def test_the_shared_capacity_is_exact_with_several_senders_while_a_worker_is_killed(redis_url):
     capacity = 12
     messaging = {"max_outstanding_per_source": capacity, "max_pending_per_session": 1000,

@@ -27,7 +27,7 @@ async def stored_views(redis, partitions: int) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(120)
+@pytest.mark.expected_duration_s(20)
 async def test_replay_racing_registrations_drops_no_session(redis_url):
     config = config_for(redis_url)
     partitions = config.service.partitions

@@ -38,7 +38,7 @@ async def approve_whatever_is_asked(host, stop: asyncio.Event) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(120)
+@pytest.mark.expected_duration_s(20)
 @pytest.mark.parametrize("kill", [False, True], ids=["restart", "kill -9"])
 async def test_a_send_waiting_on_an_approval_survives_a_server_restart(kill):
     server = LocalValkey(durable=True).start()
@@ -78,7 +78,7 @@ async def test_a_send_waiting_on_an_approval_survives_a_server_restart(kill):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(60)
+@pytest.mark.expected_duration_s(10)
 async def test_send_message_answers_rather_than_raises_when_the_server_goes_away_mid_send():
     server = LocalValkey(durable=False).start()
     host = None

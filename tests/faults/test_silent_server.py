@@ -18,7 +18,7 @@ from treemail.adapters import keys
 from treemail.consumers.app import Worker
 from treemail.domain.commands import SendArguments, SendContext, SendMessage
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.slow, pytest.mark.expected_duration_s(9)]
 
 
 async def test_a_silent_server_fails_the_batch_within_its_deadline_and_it_is_decided_when_the_server_answers(

@@ -44,7 +44,7 @@ async def memory(redis) -> tuple[int, int]:
 
 @pytest.mark.slow
 @pytest.mark.soak
-@pytest.mark.timeout(1200)
+@pytest.mark.expected_duration_s(120)
 async def test_soak_keeps_only_history_and_returns_every_transient_structure_to_near_empty():
     server = LocalValkey(durable=False).start()
     try:

@@ -16,7 +16,7 @@ RULES = {"*": "allow"}
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(60)
+@pytest.mark.expected_duration_s(10)
 async def test_a_broadcast_cut_by_kill_9_mid_fan_out_resumes_with_exactly_one_copy_each(redis_url):
     async with running_stack(redis_url, workers=2) as tm:
         root = await tm.register_root("lead", "leads", rules=RULES)

@@ -11,7 +11,7 @@ from treemail.adapters.embedded import free_port
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(60)
+@pytest.mark.expected_duration_s(10)
 def test_unreachable_valkey_at_start_is_a_clear_error():
     url = f"redis://127.0.0.1:{free_port()}/0"  # a closed port: nothing listens
     env = {**os.environ, "REDIS_URL": url, "TREEMAIL_SERVICE_CONNECT_ATTEMPTS": "3",

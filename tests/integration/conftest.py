@@ -21,12 +21,17 @@ _db = itertools.count(1)
 WORKER_TIMEOUT_MS = 2000
 
 
-def make_config(url: str, profile: str = "fast", **messaging) -> Config:
+# For a test that sends thousands at once: how long a host waits for each decision, far from what a
+# loaded machine needs to decide them all (the outcome is asserted, never the pace).
+LOADED_DECISION_TIMEOUT_S = 180.0
+
+
+def make_config(url: str, profile: str = "fast", decision_timeout_s: float = 10, **messaging) -> Config:
     return Config(
         messaging=MessagingConfig(**messaging),
         service=ServiceConfig(
             redis_url=url, command_streams=2, reclaim_idle_ms=500, worker_timeout_ms=WORKER_TIMEOUT_MS,
-            decision_timeout_s=10, profile=profile, cluster=CLUSTER,
+            decision_timeout_s=decision_timeout_s, profile=profile, cluster=CLUSTER,
         ),
     )
 

@@ -9,7 +9,7 @@ import pytest
 
 from treemail.host import SendContext, Treemail
 
-from .conftest import live, make_config, worker_processes
+from .conftest import LOADED_DECISION_TIMEOUT_S, live, make_config, worker_processes
 
 pytestmark = pytest.mark.cluster
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.cluster
 async def test_kill_9_worker_mid_batch_every_command_decided_once(redis_url):
     # One sender may have at most 1000 unsettled sends (per-source capacity): a third go down, the rest come back up.
     messaging = {"max_pending_per_session": 100000, "max_inflight_per_pair": 0, "max_outstanding_per_source": 1000}
-    config = make_config(redis_url, **messaging)
+    config = make_config(redis_url, decision_timeout_s=LOADED_DECISION_TIMEOUT_S, **messaging)
     async with worker_processes(redis_url, 3, **messaging) as pool:
         host = await Treemail.connect(config, redis_url)
         try:

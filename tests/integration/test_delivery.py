@@ -12,7 +12,7 @@ from treemail.domain.errors import LifecycleError
 from treemail.host import SendContext, Treemail
 
 from ..conftest import CLUSTER
-from .conftest import Calls, live, make_config, running_stack, worker_processes
+from .conftest import LOADED_DECISION_TIMEOUT_S, Calls, live, make_config, running_stack, worker_processes
 
 pytestmark = pytest.mark.cluster
 
@@ -216,7 +216,7 @@ async def test_restart_before_delivery_still_delivers():
 async def test_worker_told_to_stop_finishes_its_batch_and_nothing_is_lost(redis_url):
     # One sender may have at most 1000 unsettled sends (per-source capacity): the 2000 go both ways.
     messaging = {"max_pending_per_session": 100000, "max_inflight_per_pair": 0, "max_outstanding_per_source": 1000}
-    config = make_config(redis_url, **messaging)
+    config = make_config(redis_url, decision_timeout_s=LOADED_DECISION_TIMEOUT_S, **messaging)
     async with worker_processes(redis_url, 2, **messaging) as pool:
         host = await Treemail.connect(config, redis_url)
         try:
