@@ -26,9 +26,8 @@ def pytest_collection_modifyitems(items) -> None:
     for item in items:
         expected = item.get_closest_marker("expected_duration_s")
         if expected is not None:
-            seconds = expected.args[0]
-            limit = max(item.config.getini("timeout") and float(item.config.getini("timeout")), SLACK * seconds)
-            item.add_marker(pytest.mark.timeout(limit))
+            suite_timeout = float(item.config.getini("timeout") or 0)
+            item.add_marker(pytest.mark.timeout(max(suite_timeout, SLACK * expected.args[0])))
 
 
 def backend_env() -> dict[str, str]:
