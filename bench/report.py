@@ -215,6 +215,12 @@ def report(results: dict, env: dict, sizes: Sizes, quick: bool, wall: float) -> 
         rows.append(("wake latency p99, commit to trigger", f"{wake['p99_ms']:.2f} ms",
                      f"p50 {wake['p50_ms']:.2f} ms over {wake['wakes']:,} wakes at {wake['rate']}/s (a host runner's "
                      "blocking read)", ""))
+    back = results.get("recovery")
+    if back is not None:
+        rows.append((f"first decision after a {back['outage_s']} s server outage / healthy round trip",
+                     f"{back['ratio']:.0f}", f"{back['after_p50_s']:.2f} s (max {back['after_max_s']:.2f} s over "
+                     f"{back['rounds']} outages) against {back['healthy_p50_ms']:.2f} ms; the send is made 0.5 s after "
+                     "the server is back", ""))
     fan = results.get("fanout")
     if fan is not None:
         rows.append((f"broadcast fan-out p99, {fan['descendants']} descendants", f"{fan['p99_ms']:.1f} ms",

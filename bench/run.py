@@ -14,6 +14,7 @@ Phases (the Valkey is flushed between the throughput phases):
   4. host round-trip latency at a steady send rate, one worker running
      (each rate also through a bare XADD + BLMPOP round trip to an echo consumer: host CPU per send)
   4d. subtree broadcast: from the call until each of 100 descendants' copies is claimable, two workers
+  4g. the first decision after a 0.3 s server outage (kill -9 and restart), next to a healthy round trip
   5. send latency to a recipient whose stream holds ~1M events vs a fresh one
   5b. 100,000 sessions registered on the Valkey: memory per session, send latency vs a fresh server's
   6. replay rate: projections.replay.rebuild(write=False, and write=True) vs raw XRANGE + json.loads, ~500k events
@@ -44,7 +45,7 @@ from treemail.domain import events as ev
 from treemail.domain.state import evolve
 
 from . import (backpressure, decision, fanout, fanout_loops, floor, latency, mcp, memory, million, population, priority, raw,
-               replay, scale, wakes)
+               recovery, replay, scale, wakes)
 from .report import ROOT, report, write_markdown
 from .sizes import FULL, QUICK, Sizes
 from .common import (Server, open_server, server_of, busy_seconds, cpu_seconds, Workers, bench_config, flush, machine, percentile, prefill_commands, count_replies,
@@ -392,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench.run")
     parser.add_argument("--quick", action="store_true", help="shrink every phase for a smoke run")
     parser.add_argument("--no-write", action="store_true", help="print only, leave BENCHMARKS.md alone")
-    parser.add_argument("--only", default="", help="comma-separated phases (one,decision,raw,floor,durable,replicated,memory,two,latency,latency_low,wake_latency,fanout,backpressure,"
+    parser.add_argument("--only", default="", help="comma-separated phases (one,decision,raw,floor,durable,replicated,memory,two,latency,latency_low,wake_latency,fanout,backpressure,recovery,"
                         "priority,history,sessions,replay,scale_single,routing,scale_cluster,mcp,fanout_loops); implies --no-write")
     args = parser.parse_args(argv)
     only = [p for p in args.only.split(",") if p]
@@ -442,6 +443,8 @@ def main(argv: list[str] | None = None) -> int:
              lambda: asyncio.run(backpressure.phase_backpressure(url, 20.0 if quick else 120.0, log))),
             ("priority", f"phase 4f: an urgent steer behind {priority.CHATTER} queued messages, next to a normal one",
              lambda: asyncio.run(priority.phase_priority(url, sizes.priority_trials, log))),
+            ("recovery", f"phase 4g: the first decision after a {recovery.OUTAGE_S} s server outage, on its own "
+                         "durable Valkey", lambda: asyncio.run(recovery.phase_recovery(sizes.recovery_rounds, log))),
             ("history", "phase 5: decision latency on a long stream", lambda: asyncio.run(phase_history(url, sizes))),
             ("sessions", f"phase 5b: {sizes.sessions:,} sessions on one Valkey: memory per session, decision latency "
                          "vs a fresh server", lambda: asyncio.run(population.phase_sessions(url, sizes.sessions,
