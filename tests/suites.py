@@ -66,12 +66,13 @@ def suites(jobs: int) -> list[Suite]:
 
 
 def run(suite: Suite) -> Outcome:
-    """Runs one suite, its output passed through as it comes; its result from pytest's closing line."""
+    """Runs one suite, its output passed through as it comes (unbuffered: pytest writing to a pipe would
+    otherwise show its progress in 8 KB chunks); its result from pytest's closing line."""
     started = time.monotonic()
     summary = ""
     command = [sys.executable, "-m", "pytest", *suite.args]
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-                          env={**os.environ, **dict(suite.env)}) as process:
+                          env={**os.environ, "PYTHONUNBUFFERED": "1", **dict(suite.env)}) as process:
         for line in process.stdout:
             sys.stdout.write(line)
             sys.stdout.flush()
