@@ -296,7 +296,8 @@ class Treemail:
         return await self._send(context, arguments)
 
     async def _send(self, context: SendContext, arguments, urgent: bool | None = None,
-                    expires_in_s: float | None = None, supersede_key: str | None = None) -> dict:
+                    expires_in_s: float | None = None, supersede_key: str | None = None,
+                    numbered: bool = False) -> dict:
         """``send_message``, with the host's own send options when it gave them. ``urgent``: the host's own
         choice for this send; None: the model's `urgent` argument, where the host enabled it for the sender
         (only then is the sender's state read for it). Expiry and supersede key: the host's, or the model's
@@ -308,6 +309,8 @@ class Treemail:
                                           messaging.mail_control, may_urgent)
             if urgent is not None:
                 parsed = dataclasses.replace(parsed, urgent=urgent)
+            if numbered:
+                parsed = dataclasses.replace(parsed, numbered=True)
             tool.require_storable(parsed, messaging)
             if expires_in_s is not None or supersede_key is not None:
                 parsed = mail_options(parsed, expires_in_s, supersede_key)
@@ -342,6 +345,8 @@ class Treemail:
         model; settled as expired). ``supersede_key``: it replaces the unclaimed older message this sender
         sent the recipient with the same key. Both: see the mail-control page. ``urgent``: claimed ahead of
         the recipient's normal mail, within ``[messaging] urgent_starvation_bound``; every guard still applies.
+        The result is ``send_message``'s with the message's number in its pair (``sequence``) always added.
         """
         context = await host_context(self._services.store, sender_session_id, idempotency_key, run_id)
-        return await self._send(context, {"to": to, "body": body, "mode": mode}, urgent, expires_in_s, supersede_key)
+        return await self._send(context, {"to": to, "body": body, "mode": mode}, urgent, expires_in_s, supersede_key,
+                                numbered=True)

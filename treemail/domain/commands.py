@@ -52,6 +52,9 @@ class SendArguments:
     supersede_key: str | None = None
     # Order and priority: sent urgent (the host's option, or the model's argument where the host enabled it).
     urgent: bool = False
+    # Order and priority: the host asked for the message's number in its pair in the result (its own richer
+    # send); the plain tool result is the three contract keys unless the sender has the read receipt tool.
+    numbered: bool = False
 
 
 @dataclass(frozen=True)
@@ -461,6 +464,8 @@ class RetryPeerDelivery:
 # (which the rules govern) are offered to a session only once its host installs them.
 # Installed like a tool, it adds no tool: it offers send_message's optional `urgent` argument.
 URGENT_SEND = "urgent_send"
+# Order and priority: the tool that reads how far a recipient has read; with it, a send result carries `sequence`.
+READ_RECEIPT = "read_receipt"
 
 
 INSTALLABLE_TOOLS = ("inspect_message", "retry_message", "send_to_peer", "reply_to_peer", "peer_inbox", "search_mail",
@@ -469,7 +474,7 @@ INSTALLABLE_TOOLS = ("inspect_message", "retry_message", "send_to_peer", "reply_
                      # Cancel: take back one's own undelivered message.
                      "cancel_message",
                      # Order and priority: the read receipt tool, and send_message's `urgent` argument.
-                     "read_receipt", URGENT_SEND)
+                     READ_RECEIPT, URGENT_SEND)
 
 
 @dataclass(frozen=True)
