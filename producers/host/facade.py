@@ -174,14 +174,17 @@ class Treemail:
         await self._services.sessions.execute(c.StartRun(session_id, run_id))
 
     async def finish_run(
-        self, session_id: str, run_id: str, reason: str | None = None, closing_text: str | None = None
+        self, session_id: str, run_id: str, reason: str | None = None, closing_text: str | list | None = None
     ) -> str | None:
         """The run ended; unacknowledged claims are released and the session is idle.
 
         ``reason``: how it ended (completed, aborted, max_tokens, refusal or
         error). Given one, the run's turn is over and the parent is told (the
         settlement a finish owes): a settlement notice with the summary line
-        for the reason and ``closing_text`` (the child's last words), gated;
+        for the reason and ``closing_text``, the child's closing message: a
+        string, or its last message's content blocks (the text blocks are kept
+        in order, byte for byte; reasoning and tool calls are left out); an
+        empty one reads as no closing message. Gated;
         returns the gate (``not_announced``, ``parent_unavailable``,
         ``injected``, ``queued``, ``steered``, or ``failed``: logged and
         counted, the finish stands). Without one the run is recorded as
@@ -189,7 +192,7 @@ class Treemail:
         returns None.
         """
         check_stop_reason(reason)
-        check_closing_text(closing_text)
+        closing_text = check_closing_text(closing_text)
         return await self._services.settlement.finish(session_id, run_id, reason, closing_text)
 
     async def wakes(self, consumer: str, count: int = 10, block_ms: int = 1000) -> list[Wake]:

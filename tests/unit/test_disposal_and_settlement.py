@@ -198,9 +198,13 @@ def test_a_busy_parent_gets_the_notice_steered_into_its_turn():
 
 
 def test_a_notice_is_treemails_words_never_credited_to_the_child_and_never_counted():
+    """A runtime notice with its own source kind and the child's session id, never the child's words."""
     settlement = settle(ANNOUNCED, (registered(T.root), run_started("run-p")))
     [notice] = of(settlement.parent_events, ev.ProducerMessageAccepted)
-    assert notice.owner == "settlement" and notice.sender_session_id is None and notice.sender_handle is None
+    # the settlement owner (its own kind), naming the child it reports on, with no agent's handle or producer
+    assert notice.owner == "settlement" and notice.sender_session_id == T.child.session_id
+    assert notice.sender_handle is None and notice.producer_id == "settlement:treemail"
+    assert notice.return_address is None and notice.implied() is None
     assert notice.body == (
         f"Background subagent {T.child.handle} (session {T.child.session_id}) finished and will do no further "
         "work unless you send it more.\n\ndone: 3 bugs"
@@ -209,17 +213,35 @@ def test_a_notice_is_treemails_words_never_credited_to_the_child_and_never_count
     assert parent.pending_agent == 0 and parent.pair_inflight == {} and parent.pending_all == 1
 
 
-@pytest.mark.parametrize("stop_reason, ended", [
-    ("completed", "finished"),
-    ("aborted", "was stopped before it finished"),
-    ("max_tokens", "stopped at its output token limit"),
-    ("refusal", "stopped because it refused to continue"),
-    ("error", "stopped after an error"),
+@pytest.mark.parametrize("stop_reason, line", [
+    ("completed", "Background subagent explore_1 finished and will do no further work unless you send it more."),
+    ("aborted", "Background subagent explore_1 was stopped before it finished."),
+    ("max_tokens", "Background subagent explore_1 ran out of room before it finished."),
+    ("refusal", "Background subagent explore_1 declined the task."),
+    ("policy_rejected", "Background subagent explore_1 declined the task."),
+    ("error", "Background subagent explore_1 failed before it finished."),
+    ("host_crashed", "Background subagent explore_1 ended abnormally (reason: host_crashed)."),
 ])
-def test_each_stop_reason_has_its_summary_line(stop_reason, ended):
-    assert notices.summary_line("explore_1", stop_reason) == (
-        f"Background subagent explore_1 {ended} and will do no further work unless you send it more."
-    )
+def test_each_stop_reason_has_its_summary_line(stop_reason, line):
+    """The summary line per stop reason: finished and will do no further work unless you send it more;
+    stopped before it finished; ran out of room; declined the task (a delivery a pre-step policy rejected
+    included); failed before it finished; any other ended abnormally, with its reason."""
+    assert notices.summary_line("explore_1", stop_reason) == line
+
+
+def test_the_closing_message_is_its_text_blocks_in_order_byte_exact_without_reasoning_or_tool_calls():
+    """The child's closing message as text blocks in order, byte-exact; none: "It left no closing message"."""
+    blocks = [{"type": "thinking", "thinking": "hidden"}, {"type": "text", "text": "  Found it:\tcache.py \n"},
+              {"type": "tool_use", "id": "t1", "name": "grep", "input": {}}, {"type": "text", "text": "Fixed. 🎉"}]
+    closing = notices.closing_message(blocks)
+    assert closing == "  Found it:\tcache.py \n\n\nFixed. 🎉"
+    assert notices.settlement_text("explore_1", "completed", closing).endswith("\n\n" + closing)
+    for nothing in ("", "  \n", [], [{"type": "tool_use", "id": "t", "name": "x", "input": {}}], None):
+        assert notices.closing_message(nothing) is None
+        assert notices.settlement_text("explore_1", "completed", notices.closing_message(nothing)).endswith(
+            "\n\nIt left no closing message.")
+    with pytest.raises(ValueError):
+        notices.closing_message([{"type": "text", "text": 3}])
 
 
 def test_a_disposed_child_is_not_said_to_take_more_work_and_a_missing_closing_text_is_said():
@@ -307,7 +329,8 @@ def test_a_settling_finish_writes_the_childs_record_and_the_parents_notice_in_on
     assert source.record == T.root and source.version == 7
     [notice] = [e for e in source.events if isinstance(e, ev.ProducerMessageAccepted)]
     assert notice.message_id == "n-1" and notice.owner == "settlement" and T.child.session_id in notice.body
-    assert notice.body.startswith(f"Background subagent {T.child.handle} (session {T.child.session_id}) stopped ")
+    assert notice.body.startswith(f"Background subagent {T.child.handle} (session {T.child.session_id}) ended abnormally "
+                                   "(reason: context_window_exceeded).")
     assert isinstance(source.events[-1], ev.SessionWakeRequested)  # the idle parent is woken for it
     # Repeated (the host died before it heard the answer): nothing more, on either stream.
     h.then(decision.events)

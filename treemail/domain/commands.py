@@ -14,7 +14,8 @@ from . import limits
 
 Status = Literal["queued", "running", "idle", "finished"]
 STATUSES = ("queued", "running", "idle", "finished")
-StopReason = Literal["completed", "aborted", "max_tokens", "refusal", "error"]
+# policy_rejected: a delivery a pre-step policy of the host rejected; its parent reads it as declined.
+StopReason = Literal["completed", "aborted", "max_tokens", "refusal", "policy_rejected", "error"]
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ Mode = Literal["steer", "queue"]
 OwnerKind = Literal["agent", "plugin", "delegation", "goal", "settlement", "returned", "loop"]
 # The stop reasons treemail words a notice for; a host may report any other (bounded, ``limits``): it is
 # stored as reported and worded generically.
-StopReason = Literal["completed", "aborted", "max_tokens", "refusal", "error"]
+StopReason = Literal["completed", "aborted", "max_tokens", "refusal", "policy_rejected", "error"]
 
 
 class Event(BaseModel):

@@ -61,6 +61,9 @@ def parent_notice(child_id: str, child_handle: str | None, child_state: SessionS
     events.append(
         ev.ProducerMessageAccepted(
             at=now, message_id=notice_id, producer_id=SETTLEMENT_PRODUCER, owner="settlement",
+            # The child it is about, under treemail's own owner: a host tells whose end it reports without
+            # ever crediting the words to the child (agent mail is the ``agent`` owner alone).
+            sender_session_id=child_id,
             body=notices.settlement_text(child_handle or child_id, stop_reason, closing_text, disposed,
                                          session_id=child_id, resumable=child_state.continuable),
             mode="queue" if delivery == "queued" else "steer",
