@@ -73,7 +73,8 @@ async def test_a_settlement_notice_names_the_child_carries_its_closing_block_and
         assert await host.finish_run(child.session_id, "run-1", "context_window_exceeded", closing) == "steered"
         [notice] = [d for d in await host.claim(root.session_id, "run-root") if d.owner == "settlement"]
         assert child.handle in notice.text and child.session_id in notice.text
-        assert f"Background subagent {child.handle} (session {child.session_id}) stopped and will do" in notice.text
+        assert (f"Background subagent {child.handle} (session {child.session_id}) ended abnormally "
+                "(reason: context_window_exceeded).") in notice.text
         assert closing in notice.text
         # Repeated, the finish neither fails nor tells the parent twice.
         assert await host.finish_run(child.session_id, "run-1", "context_window_exceeded", closing) == "steered"
@@ -127,9 +128,10 @@ async def test_an_aborted_one_shot_child_is_finished_and_never_resumed(redis_url
     async with running_stack(redis_url) as host:
         root, child = await tree(host, continuable=False)
         await host.start_run(child.session_id, "run-1")
-        await host.interrupts.interrupt_agent(SendContext(root.session_id, "run-root", "i1"), {"to": child.handle})
-        [interrupt] = await host.interrupts.read("runner", block_ms=2000)
-        assert await host.interrupts.abort_run(interrupt)
+        # A model cannot interrupt a one-shot child (an accepted no-op); its host can abort the run itself.
+        noop = await host.interrupts.interrupt_agent(SendContext(root.session_id, "run-root", "i1"), {"to": child.handle})
+        assert (noop["result"], noop["reason"]) == ("no_op", "one_shot")
+        await host.finish_run(child.session_id, "run-1", "aborted")
         record = await adapters(host).sessions.record(child.session_id)
         assert (await adapters(host).store.load(record)).state.status == "finished"
         refused = await send(host, root, "run-root", "c1", child.handle, "more")
