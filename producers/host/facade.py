@@ -140,24 +140,26 @@ class Treemail:
     async def register_child(
         self, parent_session_id: str, agent_type: str, description: str = "", *, rules=None,
         send_message_tool: bool = True, status: str = "queued", with_handle: bool = True, resident: bool = True,
-        continuable: bool = True, accepts_images: bool = False,
+        continuable: bool = True, accepts_images: bool = False, announced: bool = False,
     ) -> Registration:
         """``resident``/``continuable``: what direct routing asks of a child writing to its parent.
         ``continuable=False`` also says the host never runs it again once it finished (not resumable):
-        treemail never wakes it, and mail to it, finished, is refused (``send_message:not_resumable``)."""
+        treemail never wakes it, and mail to it, finished, is refused (``send_message:not_resumable``).
+        ``announced=True``: the host hands the child its task directly (not as treemail mail), so its end
+        is owed to its parent as a settlement notice (``tm.obligations.announce``)."""
         return await self._register(
             agent_type, description, rules, send_message_tool, status, parent_session_id, with_handle=with_handle,
-            resident=resident, continuable=continuable, accepts_images=accepts_images,
+            resident=resident, continuable=continuable, accepts_images=accepts_images, announced=announced,
         )
 
     async def _register(
         self, agent_type, description, rules, send_message_tool, status, parent, *, with_handle: bool = True,
-        resident: bool = True, continuable: bool = True, accepts_images: bool = False,
+        resident: bool = True, continuable: bool = True, accepts_images: bool = False, announced: bool = False,
     ) -> Registration:
         record = await self._services.sessions.register(
             agent_type=agent_type, description=description, rules=rules,
             send_message_tool=send_message_tool, status=status, parent_session_id=parent, with_handle=with_handle,
-            resident=resident, continuable=continuable, accepts_images=accepts_images,
+            resident=resident, continuable=continuable, accepts_images=accepts_images, announced=announced,
         )
         if parent is not None:
             await self._services.drains.inherit(record)
@@ -170,8 +172,10 @@ class Treemail:
 
     # ---- runs and wakes ---------------------------------------------------------------------------
 
-    async def start_run(self, session_id: str, run_id: str) -> None:
-        await self._services.sessions.execute(c.StartRun(session_id, run_id))
+    async def start_run(self, session_id: str, run_id: str, *, announced: bool = False) -> None:
+        """``announced=True``: this run carries the task the host gave the child directly (its first run), so
+        the child is announced in the same step (``tm.obligations.announce``)."""
+        await self._services.sessions.execute(c.StartRun(session_id, run_id, announced))
 
     async def finish_run(
         self, session_id: str, run_id: str, reason: str | None = None, closing_text: str | list | None = None

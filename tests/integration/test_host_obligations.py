@@ -96,6 +96,32 @@ async def test_a_child_given_its_task_directly_and_never_messaged_owes_no_notice
         assert await host.finish_run(through.session_id, "run-1", "completed", "done") == "steered"
 
 
+async def test_a_host_says_a_child_given_its_task_directly_was_announced_at_registration_first_run_or_later(
+        redis_url):
+    """A child handed its task directly (not as treemail mail) gets a settlement notice once its host says it
+    was announced; no notice for a child that never received anything."""
+    async with running_stack(redis_url) as host:
+        root, _ = await tree(host)
+        at_registration = await host.register_child(root.session_id, "explore", "reads", rules=RULES, status="idle",
+                                                    announced=True)
+        with_first_run = await host.register_child(root.session_id, "review", "reviews", rules=RULES, status="idle")
+        later = await host.register_child(root.session_id, "grep", "greps", rules=RULES, status="idle")
+        never = await host.register_child(root.session_id, "lint", "lints", rules=RULES, status="idle")
+        await host.start_run(at_registration.session_id, "run-1")
+        await host.start_run(with_first_run.session_id, "run-1", announced=True)
+        await host.start_run(later.session_id, "run-1")
+        await host.obligations.announce(later.session_id)
+        await host.obligations.announce(later.session_id)  # idempotent
+        await host.start_run(never.session_id, "run-1")
+        for child in (at_registration, with_first_run, later):
+            assert await host.finish_run(child.session_id, "run-1", "completed", "done") == "steered"
+            assert len(of(await host.history(child.session_id), ev.SessionAnnounced)) == 1
+        assert await host.finish_run(never.session_id, "run-1", "completed", "done") == "not_announced"
+        notices = [d for d in await host.claim(root.session_id, "run-root") if d.owner == "settlement"]
+        assert sorted(d.sender_session_id for d in notices) == sorted(
+            c.session_id for c in (at_registration, with_first_run, later))
+
+
 async def test_a_repeated_disposal_settles_once_and_writes_one_settled_record(redis_url):
     async with running_stack(redis_url) as host:
         root, child = await tree(host)

@@ -5,6 +5,7 @@ import pytest
 from treemail.domain import envelope, notices
 from treemail.domain import events as ev
 from treemail.domain.commands import (
+    AnnounceSession,
     ClaimMail,
     CloseSession,
     DisposeSession,
@@ -12,6 +13,7 @@ from treemail.domain.commands import (
     FinishRun,
     InjectMail,
     LiftDrain,
+    RegisterSession,
     ReturnMail,
     SettleSession,
     StartRun,
@@ -25,7 +27,9 @@ from treemail.domain.decide.disposal import (
     decide_return_mail,
     returned_reason,
 )
-from treemail.domain.decide.lifecycle import decide_claim, decide_finish_run, decide_inject, decide_start_run
+from treemail.domain.decide.lifecycle import (decide_announce, decide_claim, decide_finish_run, decide_inject,
+                                              decide_register, decide_start_run)
+from treemail.domain.state import SessionState
 from treemail.domain.decide.settlement import SettlementGiven, decide_settle
 from treemail.domain.errors import LifecycleError
 from treemail.domain.state import fold
@@ -167,6 +171,42 @@ ANNOUNCED = (registered(T.child), accepted("m-0", T.root))
 def test_a_child_never_sent_a_message_owes_no_notice():
     settlement = settle((registered(T.child),), (registered(T.root),))
     assert settlement.notice == "not_announced" and settlement.parent_events == []
+
+
+def announced_by(how: str) -> tuple[ev.Event, ...]:
+    """A child whose host said it gave the task directly: at registration, with its first run, or on its own."""
+    if how == "registration":
+        command = RegisterSession(T.child.session_id, T.root.session_id, T.root.session_id, "explore", "reads",
+                                  T.child.handle, [], True, "queued", announced=True)
+        return tuple(decide_register(command, given_lifecycle(History())))
+    h = History(registered(T.child, status="queued"))
+    if how == "first run":
+        h.then(decide_start_run(StartRun(T.child.session_id, "run-1", announced=True), given_lifecycle(h)))
+    else:
+        h.then(decide_announce(AnnounceSession(T.child.session_id), given_lifecycle(h)))
+    return tuple(h.events)
+
+
+@pytest.mark.parametrize("how", ["registration", "first run", "on its own"])
+def test_a_child_its_host_announced_owes_a_notice_though_it_never_received_mail(how):
+    """A host says a child was announced (given its task directly, not as treemail mail): its settlement is
+    then owed; "no notice for a child that never received anything" otherwise."""
+    events = announced_by(how)
+    assert [type(e) for e in events if isinstance(e, ev.SessionAnnounced)] == [ev.SessionAnnounced]
+    assert not any(isinstance(e, ev.ProducerMessageAccepted) for e in events)
+    settlement = settle(events, (registered(T.root), run_started("run-p")))
+    assert settlement.notice == "steered" and len(of(settlement.parent_events, ev.ProducerMessageAccepted)) == 1
+
+
+def test_announcing_is_written_once_and_needs_a_registered_session():
+    h = History(*ANNOUNCED)  # announced by the mail it was sent
+    assert decide_announce(AnnounceSession(T.child.session_id), given_lifecycle(h)) == []
+    assert decide_start_run(StartRun(T.child.session_id, "run-1", announced=True), given_lifecycle(h)) == \
+        decide_start_run(StartRun(T.child.session_id, "run-1"), given_lifecycle(h))
+    assert lifecycle_code(lambda: decide_announce(AnnounceSession(T.child.session_id),
+                                                  given_lifecycle(History()))) == "lifecycle:unknown_session"
+    assert fold([registered(T.child), ev.SessionAnnounced()]).announced
+    assert not SessionState().announced
 
 
 @pytest.mark.parametrize("parent", [None, (registered(T.root), closing(), closed()),

@@ -91,6 +91,8 @@ class RegisterSession:
     continuable: bool = True
     accepts_images: bool = False
     interrupt_rules: list[tuple[str, str]] = field(default_factory=list)
+    # The host gives the child its task directly (not as treemail mail): announced in the same step.
+    announced: bool = False
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,15 @@ class ChangeStatus:
 class StartRun:
     session_id: str
     run_id: str
+    # The run carries the task the host gave the child directly (its first run): announced in the same step.
+    announced: bool = False
+
+
+@dataclass(frozen=True)
+class AnnounceSession:
+    """The host says it gave the session its task directly: it owes its parent a settlement notice."""
+
+    session_id: str
 
 
 @dataclass(frozen=True)
@@ -557,4 +568,5 @@ SessionCommand = (
     # Whole subtrees.
     | BroadcastToSubtree | RecordBroadcastDelivery | StopSubtree | InterruptRun
     | CancelMail | CancelPeerDelivery
+    | AnnounceSession
 )

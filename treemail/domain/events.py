@@ -437,6 +437,14 @@ class SessionClosed(Event):
     """Disposal is complete: every message still pending was returned to its sender or set aside with its reason."""
 
 
+class SessionAnnounced(Event):
+    """The host gave the session its task directly, not as treemail mail: from now on it owes its parent a
+    settlement notice, as a session sent mail does. ``run_id``: the run it was announced with (its first),
+    None: at registration or on its own."""
+
+    run_id: str | None = None
+
+
 class SessionSettled(Event):
     """The session's run ended for good, or it was disposed; and what treemail told its parent about it."""
 
@@ -555,6 +563,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         SessionClosing,
         SessionClosed,
         SessionSettled,
+        SessionAnnounced,
         SessionResumed,
         SessionDrainStarted,
         SessionDrainLifted,
