@@ -133,6 +133,28 @@ async def test_a_repeated_disposal_settles_once_and_writes_one_settled_record(re
                     if e.owner == "settlement"]) == 1
 
 
+async def test_each_run_that_ends_for_good_is_told_once_and_a_disposal_right_after_adds_nothing(redis_url):
+    """Where the contract's sources disagree, chosen: a finished child woken by mail and finished again tells
+    its parent again (one notice per run that ends for good); finish_run(reason) then dispose(reason) tells
+    the parent once."""
+    async with running_stack(redis_url) as host:
+        root, child = await tree(host)
+        await send(host, root, "run-root", "c1", child.handle, "go")
+        await host.start_run(child.session_id, "run-1")
+        assert await host.finish_run(child.session_id, "run-1", "completed", "first answer") == "steered"
+        await send(host, root, "run-root", "c2", child.handle, "one more thing")  # wakes the finished child
+        await host.start_run(child.session_id, "run-2")
+        assert await host.finish_run(child.session_id, "run-2", "completed", "second answer") == "steered"
+        disposed = await host.disposal.dispose(child.session_id, "completed")
+        assert disposed.settlement == "already_told"
+        notices = [e.body for e in of(await host.history(root.session_id), ev.ProducerMessageAccepted)
+                   if e.owner == "settlement"]
+        assert [body.rsplit("\n\n", 1)[-1] for body in notices] == ["first answer", "second answer"]
+        settled = of(await host.history(child.session_id), ev.SessionSettled)
+        assert [(s.run_id, s.disposed, s.notice) for s in settled] == [
+            ("run-1", False, "steered"), ("run-2", False, "steered"), (None, True, "already_told")]
+
+
 async def test_after_an_abort_the_childs_mail_waits_until_a_new_send_wakes_it(redis_url):
     async with running_stack(redis_url) as host:
         root, child = await tree(host)

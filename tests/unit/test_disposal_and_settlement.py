@@ -30,7 +30,8 @@ from treemail.domain.decide.disposal import (
 from treemail.domain.decide.lifecycle import (decide_announce, decide_claim, decide_finish_run, decide_inject,
                                               decide_register, decide_start_run)
 from treemail.domain.state import SessionState
-from treemail.domain.decide.settlement import SettlementGiven, decide_settle
+from treemail.domain.decide.settlement import SettlementGiven, decide_settle, end_already_told
+from treemail.domain.handlers import decide_command
 from treemail.domain.errors import LifecycleError
 from treemail.domain.state import fold
 
@@ -392,3 +393,47 @@ def test_a_repeated_close_settles_nothing_twice():
     assert [type(e).__name__ for e in events][-2:] == ["SessionClosed", "SessionSettled"]
     h.then(events)
     assert decide_close(CloseSession(T.child.session_id, (), settle), given_lifecycle(h)) == []
+
+
+# ---- where the contract's two sources disagree: one end, one notice; every run's end told --------------------
+
+
+def test_a_child_woken_by_mail_that_finishes_again_tells_its_parent_again():
+    """Chosen: every run that ends for good is told (the runtime's notice per settled run), though the
+    woken child sent nothing; the delegation itself is not reopened (no event on the parent but the notice)."""
+    h = child(accepted("m-0", T.root), run_started("run-1"))
+    parent = History(registered(T.root, status="idle"))
+    h.then(settling_finish(h, parent).events)
+    h.then([accepted("m-1", T.root), run_started("run-2")])  # woken by more mail, a new run
+    again = settling_finish(h, parent, run_id="run-2")
+    [settled] = of(again.events, ev.SessionSettled)
+    assert (settled.run_id, settled.notice) == ("run-2", "queued")
+    [source] = again.sources
+    [notice] = of(source.events, ev.ProducerMessageAccepted)
+    assert notice.owner == "settlement" and notice.sender_session_id == T.child.session_id
+    assert not of(source.events, ev.SessionRegistered) and not of(source.events, ev.SessionStatusChanged)
+
+
+def test_a_disposal_right_after_a_told_finish_tells_the_parent_nothing_more():
+    """Chosen: finish_run(reason) then dispose(reason) tells the parent once: the disposal is recorded on the
+    child's stream as already_told, and nothing is written on the parent's."""
+    from treemail.domain.commands import Settle
+    from treemail.domain.outbound import Sender
+
+    h = child(accepted("m-0", T.root), run_started("run-1"))
+    parent = History(registered(T.root, status="idle"))
+    h.then(settling_finish(h, parent).events)
+    h.then(decide_dispose(DisposeSession(T.child.session_id), given_lifecycle(h)))
+    settle = Settle("completed", None, "n-2", T.root.session_id, T.child.handle)
+    given = given_lifecycle(h)
+    given = type(given)(**{**given.__dict__, "senders": {T.root.session_id: Sender(T.root, parent.state, 3)},
+                           "session_id": T.child.session_id})
+    decision = decide_command(CloseSession(T.child.session_id, (("m-0", "returned"),), settle), given)
+    [settled] = of(decision.events, ev.SessionSettled)
+    assert (settled.disposed, settled.notice, settled.message_id) == (True, "already_told", None)
+    assert not [e for source in decision.sources for e in source.events if isinstance(e, ev.ProducerMessageAccepted)]
+    # A run since the told end is a new end: a disposal then is told.
+    h2 = child(accepted("m-0", T.root), run_started("run-1"))
+    h2.then(settling_finish(h2, parent).events)
+    h2.then([run_started("run-2")])
+    assert end_already_told(h.state) and not end_already_told(h2.state)

@@ -452,7 +452,8 @@ class SessionSettled(Event):
     stop_reason: str
     closing_text: str | None = None
     disposed: bool = False
-    # not_announced, parent_unavailable, injected, queued or steered (the notice's gates, in order).
+    # already_told (a disposal right after a run's end already told), not_announced, parent_unavailable,
+    # injected, queued or steered (the notice's gates, in order), or failed (the parent was unreadable).
     notice: str
     message_id: str | None = None
 
