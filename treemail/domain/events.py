@@ -143,6 +143,8 @@ class ProducerMessageAccepted(Event):
     # lands on this stream, and whether it was sent urgent (claimed ahead of normal mail, within the bound).
     pair_seq: int | None = None
     urgent: bool = False
+    # Peer mail: the code version of the host that stored its intent (every admission attempt carries it).
+    code_version: str | None = None
 
     def implied(self) -> set[str] | None:
         return _implied_by_sender(self)
@@ -330,6 +332,8 @@ class MessageSent(Event):
     peer: str = ""
     # Order and priority: the number the message got in its pair where it landed (None: recorded before).
     pair_seq: int | None = None
+    # Peer mail: the code version its intent was stored with (None: none given).
+    code_version: str | None = None
 
 
 class MessageSettled(Event):
@@ -401,6 +405,9 @@ class PeerIntentStored(Event):
     traceparent: str | None = None
     # The protocol of the treemail that stored it: only a driver at least as new admits it.
     protocol: int = 4
+    # The code version of the host that stored it (``[messaging] peer_code_version``; None: none given): the
+    # admission identity's companion, carried unchanged by every automatic attempt.
+    code_version: str | None = None
 
 
 class PeerAttemptStarted(Event):
