@@ -299,8 +299,11 @@ class Treemail:
         result = await self.send_message(context, arguments)
         return ToolResult(result, tool.result_text(result), "error" in result)
 
-    async def send_message(self, context: SendContext, arguments) -> dict:
-        return await self._send(context, arguments)
+    async def send_message(self, context: SendContext, arguments, *, numbered: bool = False) -> dict:
+        """A model's send_message call. Its result is exactly ``message_id``, ``mode`` and ``recipient_state``;
+        ``sequence`` (the message's number in its pair) is added where the sender has the ``read_receipt`` tool,
+        or where the host asks for it here (``numbered=True``)."""
+        return await self._send(context, arguments, numbered=numbered)
 
     async def _send(self, context: SendContext, arguments, urgent: bool | None = None,
                     expires_in_s: float | None = None, supersede_key: str | None = None,

@@ -14,3 +14,6 @@ async def test_parent_sends_to_child(stack, calls):
     assert [type(e).__name__ for _, e in history] == [
         "SessionRegistered", "ProducerRegistered", "ProducerMessageAccepted"
     ]
+    # the host may ask for the number in the pair; a model's plain result never carries it
+    asked = await stack.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "again"}, numbered=True)
+    assert set(asked) == {"message_id", "mode", "recipient_state", "sequence"} and asked["sequence"] == 2
