@@ -37,6 +37,7 @@ from treemail.adapters.eventstore import EventStore
 from treemail.adapters.health import UNREACHABLE, Health, OutageLog
 from treemail.adapters.lifecycle import serve_until_signalled
 from treemail.adapters.proofkeys import load_keyring
+from treemail.domain import events as ev
 from treemail.services.clock import SYSTEM_CLOCK, Clock
 from treemail.services.obligations import ObligationService
 from treemail.services.peerdelivery import PeerDriver
@@ -76,10 +77,16 @@ class Pump:
         return swept.sessions
 
     async def step(self) -> int:
+        return len(await self.run_pass())
+
+    async def run_pass(self) -> list[ev.Event]:
+        """One pass of every timed rule at the clock's present reading: the delivery obligations due by now,
+        then the peer deliveries due by now (attempts, backoff, parking, settlement). Returns the events
+        appended, which is what ``treemail.testing`` hands a test."""
         done = await self.service.step()
-        await self.peer_driver.step()
+        driven = await self.peer_driver.step()
         self.passes += 1
-        return len(done.events)
+        return done.events + driven.events
 
     async def run(self, stopping: asyncio.Event) -> None:
         while not stopping.is_set():

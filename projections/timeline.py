@@ -356,7 +356,9 @@ def threads(session_id: str, histories: Histories, at: int | None = None) -> lis
                 continue
             mine = (recipient == session_id and seq <= limit) or event.message_id in sent
             if mine:
-                found[event.message_id] = Post(event.message_id, 0, event.in_reply_to, event.sender_session_id,
+                # A notice is about a session (its sender_session_id), not written by it: no author shown.
+                author = event.sender_session_id if event.owner == "agent" else None
+                found[event.message_id] = Post(event.message_id, 0, event.in_reply_to, author,
                                                event.sender_handle, recipient, handles.get(recipient), event.at,
                                                event.body)
                 thread_of[event.message_id] = event.thread_of

@@ -22,12 +22,13 @@ class Disposal:
         self._drains = drains
         self._subtree = subtree
 
-    async def dispose(self, session_id: str, reason: str | None = None, closing_text: str | None = None) -> Disposed:
+    async def dispose(self, session_id: str, reason: str | None = None,
+                      closing_text: str | list | None = None) -> Disposed:
         """Closing (the cutoff: sends to and from it are refused), pending agent mail returned to its
         senders as notices, closed; then, with a stop ``reason``, the parent's settlement notice.
         Safe to call again to complete a disposal that was interrupted."""
         check_stop_reason(reason)
-        check_closing_text(closing_text)
+        closing_text = check_closing_text(closing_text)
         return await self._disposal.dispose(session_id, reason, closing_text)
 
     async def drain(self, session_id: str | None = None) -> int:

@@ -140,24 +140,26 @@ class Treemail:
     async def register_child(
         self, parent_session_id: str, agent_type: str, description: str = "", *, rules=None,
         send_message_tool: bool = True, status: str = "queued", with_handle: bool = True, resident: bool = True,
-        continuable: bool = True, accepts_images: bool = False,
+        continuable: bool = True, accepts_images: bool = False, announced: bool = False,
     ) -> Registration:
         """``resident``/``continuable``: what direct routing asks of a child writing to its parent.
         ``continuable=False`` also says the host never runs it again once it finished (not resumable):
-        treemail never wakes it, and mail to it, finished, is refused (``send_message:not_resumable``)."""
+        treemail never wakes it, and mail to it, finished, is refused (``send_message:not_resumable``).
+        ``announced=True``: the host hands the child its task directly (not as treemail mail), so its end
+        is owed to its parent as a settlement notice (``tm.obligations.announce``)."""
         return await self._register(
             agent_type, description, rules, send_message_tool, status, parent_session_id, with_handle=with_handle,
-            resident=resident, continuable=continuable, accepts_images=accepts_images,
+            resident=resident, continuable=continuable, accepts_images=accepts_images, announced=announced,
         )
 
     async def _register(
         self, agent_type, description, rules, send_message_tool, status, parent, *, with_handle: bool = True,
-        resident: bool = True, continuable: bool = True, accepts_images: bool = False,
+        resident: bool = True, continuable: bool = True, accepts_images: bool = False, announced: bool = False,
     ) -> Registration:
         record = await self._services.sessions.register(
             agent_type=agent_type, description=description, rules=rules,
             send_message_tool=send_message_tool, status=status, parent_session_id=parent, with_handle=with_handle,
-            resident=resident, continuable=continuable, accepts_images=accepts_images,
+            resident=resident, continuable=continuable, accepts_images=accepts_images, announced=announced,
         )
         if parent is not None:
             await self._services.drains.inherit(record)
@@ -170,18 +172,23 @@ class Treemail:
 
     # ---- runs and wakes ---------------------------------------------------------------------------
 
-    async def start_run(self, session_id: str, run_id: str) -> None:
-        await self._services.sessions.execute(c.StartRun(session_id, run_id))
+    async def start_run(self, session_id: str, run_id: str, *, announced: bool = False) -> None:
+        """``announced=True``: this run carries the task the host gave the child directly (its first run), so
+        the child is announced in the same step (``tm.obligations.announce``)."""
+        await self._services.sessions.execute(c.StartRun(session_id, run_id, announced))
 
     async def finish_run(
-        self, session_id: str, run_id: str, reason: str | None = None, closing_text: str | None = None
+        self, session_id: str, run_id: str, reason: str | None = None, closing_text: str | list | None = None
     ) -> str | None:
         """The run ended; unacknowledged claims are released and the session is idle.
 
         ``reason``: how it ended (completed, aborted, max_tokens, refusal or
         error). Given one, the run's turn is over and the parent is told (the
         settlement a finish owes): a settlement notice with the summary line
-        for the reason and ``closing_text`` (the child's last words), gated;
+        for the reason and ``closing_text``, the child's closing message: a
+        string, or its last message's content blocks (the text blocks are kept
+        in order, byte for byte; reasoning and tool calls are left out); an
+        empty one reads as no closing message. Gated;
         returns the gate (``not_announced``, ``parent_unavailable``,
         ``injected``, ``queued``, ``steered``, or ``failed``: logged and
         counted, the finish stands). Without one the run is recorded as
@@ -189,7 +196,7 @@ class Treemail:
         returns None.
         """
         check_stop_reason(reason)
-        check_closing_text(closing_text)
+        closing_text = check_closing_text(closing_text)
         return await self._services.settlement.finish(session_id, run_id, reason, closing_text)
 
     async def wakes(self, consumer: str, count: int = 10, block_ms: int = 1000) -> list[Wake]:
@@ -292,11 +299,15 @@ class Treemail:
         result = await self.send_message(context, arguments)
         return ToolResult(result, tool.result_text(result), "error" in result)
 
-    async def send_message(self, context: SendContext, arguments) -> dict:
-        return await self._send(context, arguments)
+    async def send_message(self, context: SendContext, arguments, *, numbered: bool = False) -> dict:
+        """A model's send_message call. Its result is exactly ``message_id``, ``mode`` and ``recipient_state``;
+        ``sequence`` (the message's number in its pair) is added where the sender has the ``read_receipt`` tool,
+        or where the host asks for it here (``numbered=True``)."""
+        return await self._send(context, arguments, numbered=numbered)
 
     async def _send(self, context: SendContext, arguments, urgent: bool | None = None,
-                    expires_in_s: float | None = None, supersede_key: str | None = None) -> dict:
+                    expires_in_s: float | None = None, supersede_key: str | None = None,
+                    numbered: bool = False) -> dict:
         """``send_message``, with the host's own send options when it gave them. ``urgent``: the host's own
         choice for this send; None: the model's `urgent` argument, where the host enabled it for the sender
         (only then is the sender's state read for it). Expiry and supersede key: the host's, or the model's
@@ -308,6 +319,8 @@ class Treemail:
                                           messaging.mail_control, may_urgent)
             if urgent is not None:
                 parsed = dataclasses.replace(parsed, urgent=urgent)
+            if numbered:
+                parsed = dataclasses.replace(parsed, numbered=True)
             tool.require_storable(parsed, messaging)
             if expires_in_s is not None or supersede_key is not None:
                 parsed = mail_options(parsed, expires_in_s, supersede_key)
@@ -342,6 +355,8 @@ class Treemail:
         model; settled as expired). ``supersede_key``: it replaces the unclaimed older message this sender
         sent the recipient with the same key. Both: see the mail-control page. ``urgent``: claimed ahead of
         the recipient's normal mail, within ``[messaging] urgent_starvation_bound``; every guard still applies.
+        The result is ``send_message``'s with the message's number in its pair (``sequence``) always added.
         """
         context = await host_context(self._services.store, sender_session_id, idempotency_key, run_id)
-        return await self._send(context, {"to": to, "body": body, "mode": mode}, urgent, expires_in_s, supersede_key)
+        return await self._send(context, {"to": to, "body": body, "mode": mode}, urgent, expires_in_s, supersede_key,
+                                numbered=True)

@@ -70,8 +70,9 @@ class Interrupts:
     async def interrupt_agent(self, context: SendContext, arguments) -> dict:
         """A model's interrupt_agent call; like send_message it never raises for model input.
 
-        ``{"result": "interrupt_requested", "interrupt_id", "agent", "message"}``, or for a target
-        with no run open ``{"result": "not_running", ...}``, or ``{"error": {"code", "message"}}``.
+        ``{"result": "interrupt_requested", "interrupt_id", "agent", "message"}``; an accepted no-op that
+        touches nothing ``{"result": "no_op", "reason", "agent", "message"}`` (``reason``: ``absent``,
+        ``settled``, ``one_shot`` or ``not_running``); or ``{"error": {"code", "message"}}``.
         """
         return await answered(
             lambda: self._service.interrupt(InterruptAgent(context, interrupt_tool.parse_arguments(arguments))),

@@ -66,6 +66,14 @@ class Obligations:
         self._peers = peers
         self._peer_driver = peer_driver
 
+    async def announce(self, session_id: str) -> None:
+        """Say that the host gave this child its task directly, not as treemail mail: its end is then owed to
+        its parent as a settlement notice, like that of a child sent mail. A child never announced and never
+        sent anything owes none (``not_announced``). Idempotent: ``SessionAnnounced`` is written once. At
+        registration or with the first run: ``register_child(..., announced=True)``,
+        ``start_run(..., announced=True)``, each in the same step."""
+        await self._sessions.execute(c.AnnounceSession(session_id))
+
     async def ancestors(self, record: SessionRecord) -> list[str]:
         """The sessions ``record`` was delegated from, parent first."""
         out: list[str] = []

@@ -138,12 +138,18 @@ class Peers:
 
     async def inbox(self, context: SendContext, arguments=None) -> dict:
         """The calling session's latest peer mail with its provenance, newest first: only from senders it holds
-        a ``read`` grant on, a page at a time (``next_cursor`` when more remain)."""
+        a ``read`` grant on, a page at a time (``next_cursor`` when more remain). A caller that holds no read
+        grant at all (from none of its inbox's senders, and on none of its routes) is refused
+        (``peer_message:not_granted``), never shown an empty page it could take for an empty inbox."""
         try:
             limit, cursor = peer_tools.parse_inbox(arguments)
             record = await self._sessions.record(context.session_id)
             entries, back = await self._service.inbox(record)
             readable = await self._service.readable(record, {e.sender_session_id for e in entries})
+            if not readable and not await self._service.holds_read(record):
+                return error_result(Code.PEER_NOT_GRANTED.value,
+                                    "reading your peer inbox needs a read grant from a peer, and you hold none; "
+                                    "nothing is shown")
         except Rejected as rejection:
             return error_result(rejection.code.value, rejection.message)
         except UnknownSessionError:

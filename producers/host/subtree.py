@@ -121,7 +121,7 @@ class Subtree:
         if how not in subtree.STOP_HOWS:
             raise ValueError(f"how must be interrupt or dispose, got {how!r}")
         check_stop_reason(reason)
-        check_closing_text(closing_text)
+        closing_text = check_closing_text(closing_text)
         limits.require_text("idempotency_key", idempotency_key, limits.MAX_IDEMPOTENCY_KEY_BYTES, optional=True)
         top = await self._service.sessions.record(session_id)
         stop_id, order = await self._service.start_stop(top, how, reason, idempotency_key)

@@ -2,6 +2,8 @@
 
 from dataclasses import dataclass
 
+from treemail.domain.notices import NOTICE_KINDS
+
 
 @dataclass(frozen=True)
 class Registration:
@@ -25,6 +27,13 @@ class Delivery:
     # Mail over a peer route: its principal; verified: its source proof held (proofs on).
     principal: str | None = None
     verified: bool = False
+
+    @property
+    def source_kind(self) -> str:
+        """What the text is: ``agent_message`` (words an agent chose to send), or the kind of a notice that
+        is treemail's own (``subagent_settled``, ``message_returned``, ``loop_stopped``), which a transcript
+        must never credit to ``sender_session_id`` (for a settlement, the child it reports on)."""
+        return NOTICE_KINDS.get(self.owner, "agent_message" if self.owner == "agent" else self.owner)
 
 
 @dataclass(frozen=True)

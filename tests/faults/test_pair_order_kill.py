@@ -29,6 +29,8 @@ async def test_pair_numbers_and_claim_order_survive_kill_9_of_workers(redis_url)
             sibling = await host.register_child(root.session_id, "review", "reviews", rules={"sibling": "allow"})
             for session in (root, child, sibling):
                 await host.start_run(session.session_id, "run-1")
+            for session in (root, sibling):  # they read receipts: their results carry each message's number
+                await host.tools.install(session.session_id, ["read_receipt"])
             numbers: dict[str, list[int]] = {root.session_id: [], sibling.session_id: []}
             sequence_of: dict[str, int] = {}
             claimed: list[tuple[str, int]] = []

@@ -73,7 +73,8 @@ async def test_a_settlement_notice_names_the_child_carries_its_closing_block_and
         assert await host.finish_run(child.session_id, "run-1", "context_window_exceeded", closing) == "steered"
         [notice] = [d for d in await host.claim(root.session_id, "run-root") if d.owner == "settlement"]
         assert child.handle in notice.text and child.session_id in notice.text
-        assert f"Background subagent {child.handle} (session {child.session_id}) stopped and will do" in notice.text
+        assert (f"Background subagent {child.handle} (session {child.session_id}) ended abnormally "
+                "(reason: context_window_exceeded).") in notice.text
         assert closing in notice.text
         # Repeated, the finish neither fails nor tells the parent twice.
         assert await host.finish_run(child.session_id, "run-1", "context_window_exceeded", closing) == "steered"
@@ -95,6 +96,32 @@ async def test_a_child_given_its_task_directly_and_never_messaged_owes_no_notice
         assert await host.finish_run(through.session_id, "run-1", "completed", "done") == "steered"
 
 
+async def test_a_host_says_a_child_given_its_task_directly_was_announced_at_registration_first_run_or_later(
+        redis_url):
+    """A child handed its task directly (not as treemail mail) gets a settlement notice once its host says it
+    was announced; no notice for a child that never received anything."""
+    async with running_stack(redis_url) as host:
+        root, _ = await tree(host)
+        at_registration = await host.register_child(root.session_id, "explore", "reads", rules=RULES, status="idle",
+                                                    announced=True)
+        with_first_run = await host.register_child(root.session_id, "review", "reviews", rules=RULES, status="idle")
+        later = await host.register_child(root.session_id, "grep", "greps", rules=RULES, status="idle")
+        never = await host.register_child(root.session_id, "lint", "lints", rules=RULES, status="idle")
+        await host.start_run(at_registration.session_id, "run-1")
+        await host.start_run(with_first_run.session_id, "run-1", announced=True)
+        await host.start_run(later.session_id, "run-1")
+        await host.obligations.announce(later.session_id)
+        await host.obligations.announce(later.session_id)  # idempotent
+        await host.start_run(never.session_id, "run-1")
+        for child in (at_registration, with_first_run, later):
+            assert await host.finish_run(child.session_id, "run-1", "completed", "done") == "steered"
+            assert len(of(await host.history(child.session_id), ev.SessionAnnounced)) == 1
+        assert await host.finish_run(never.session_id, "run-1", "completed", "done") == "not_announced"
+        notices = [d for d in await host.claim(root.session_id, "run-root") if d.owner == "settlement"]
+        assert sorted(d.sender_session_id for d in notices) == sorted(
+            c.session_id for c in (at_registration, with_first_run, later))
+
+
 async def test_a_repeated_disposal_settles_once_and_writes_one_settled_record(redis_url):
     async with running_stack(redis_url) as host:
         root, child = await tree(host)
@@ -104,6 +131,28 @@ async def test_a_repeated_disposal_settles_once_and_writes_one_settled_record(re
         assert len(of(await host.history(child.session_id), ev.SessionSettled)) == 1
         assert len([e for e in of(await host.history(root.session_id), ev.ProducerMessageAccepted)
                     if e.owner == "settlement"]) == 1
+
+
+async def test_each_run_that_ends_for_good_is_told_once_and_a_disposal_right_after_adds_nothing(redis_url):
+    """Where the contract's sources disagree, chosen: a finished child woken by mail and finished again tells
+    its parent again (one notice per run that ends for good); finish_run(reason) then dispose(reason) tells
+    the parent once."""
+    async with running_stack(redis_url) as host:
+        root, child = await tree(host)
+        await send(host, root, "run-root", "c1", child.handle, "go")
+        await host.start_run(child.session_id, "run-1")
+        assert await host.finish_run(child.session_id, "run-1", "completed", "first answer") == "steered"
+        await send(host, root, "run-root", "c2", child.handle, "one more thing")  # wakes the finished child
+        await host.start_run(child.session_id, "run-2")
+        assert await host.finish_run(child.session_id, "run-2", "completed", "second answer") == "steered"
+        disposed = await host.disposal.dispose(child.session_id, "completed")
+        assert disposed.settlement == "already_told"
+        notices = [e.body for e in of(await host.history(root.session_id), ev.ProducerMessageAccepted)
+                   if e.owner == "settlement"]
+        assert [body.rsplit("\n\n", 1)[-1] for body in notices] == ["first answer", "second answer"]
+        settled = of(await host.history(child.session_id), ev.SessionSettled)
+        assert [(s.run_id, s.disposed, s.notice) for s in settled] == [
+            ("run-1", False, "steered"), ("run-2", False, "steered"), (None, True, "already_told")]
 
 
 async def test_after_an_abort_the_childs_mail_waits_until_a_new_send_wakes_it(redis_url):
@@ -127,9 +176,10 @@ async def test_an_aborted_one_shot_child_is_finished_and_never_resumed(redis_url
     async with running_stack(redis_url) as host:
         root, child = await tree(host, continuable=False)
         await host.start_run(child.session_id, "run-1")
-        await host.interrupts.interrupt_agent(SendContext(root.session_id, "run-root", "i1"), {"to": child.handle})
-        [interrupt] = await host.interrupts.read("runner", block_ms=2000)
-        assert await host.interrupts.abort_run(interrupt)
+        # A model cannot interrupt a one-shot child (an accepted no-op); its host can abort the run itself.
+        noop = await host.interrupts.interrupt_agent(SendContext(root.session_id, "run-root", "i1"), {"to": child.handle})
+        assert (noop["result"], noop["reason"]) == ("no_op", "one_shot")
+        await host.finish_run(child.session_id, "run-1", "aborted")
         record = await adapters(host).sessions.record(child.session_id)
         assert (await adapters(host).store.load(record)).state.status == "finished"
         refused = await send(host, root, "run-root", "c1", child.handle, "more")

@@ -76,7 +76,7 @@ async def test_interrupting_an_idle_session_is_a_no_op_and_a_session_without_rul
     await stack.finish_run(child.session_id, "run-c1")
     before = len(await stack.history(child.session_id))
     result = await stack.interrupts.interrupt_agent(calls.ctx(root.session_id), {"to": child.session_id})
-    assert result["result"] == "not_running" and result["recipient_state"] == "idle"
+    assert (result["result"], result["reason"], result["recipient_state"]) == ("no_op", "not_running", "idle")
     assert len(await stack.history(child.session_id)) == before
     assert await stack.interrupts.read("runner-1", block_ms=50) == []
 
@@ -97,11 +97,59 @@ async def test_interrupting_an_unknown_handle_is_an_accepted_no_op_that_lists_th
     await live(stack, child)
     before = [len(await stack.history(s.session_id)) for s in (root, child, sibling, grandchild)]
     result = await stack.interrupts.interrupt_agent(calls.ctx(child.session_id), {"to": "nobody_00000000"})
-    assert "error" not in result and result["result"] == "no_such_agent"
+    assert "error" not in result and (result["result"], result["reason"]) == ("no_op", "absent")
     listing = result["message"]
     assert listing.startswith("nothing was done")
     assert [len(await stack.history(s.session_id)) for s in (root, child, sibling, grandchild)] == before
     assert root.handle in listing and grandchild.handle in listing and sibling.handle not in listing
+
+
+async def test_an_interrupted_child_stays_resident_and_idle_and_its_mail_waits_in_order_for_a_waking_send(stack,
+                                                                                                        calls):
+    """Interrupting a running child ends its run aborted, keeps it resident and idle as the same incarnation,
+    and holds its accepted mail: handled in order only after a later waking send."""
+    root, child = await family(stack)
+    await stack.start_run(child.session_id, "run-c1")
+    ctx = calls.ctx
+    first = await stack.send_message(ctx(root.session_id), {"to": child.handle, "body": "one", "mode": "queue"})
+    second = await stack.send_message(ctx(root.session_id), {"to": child.handle, "body": "two", "mode": "queue"})
+    await stack.interrupts.interrupt_agent(ctx(root.session_id), {"to": child.handle})
+    [trigger] = await interrupts_for(stack)
+    assert await stack.interrupts.abort_run(trigger) is True
+    # aborted, idle, the same incarnation (never resumed), nothing woken for its mail, the pump included
+    [finished] = await of_type(stack, child.session_id, ev.SessionRunFinished)
+    assert finished.reason == "aborted"
+    assert await of_type(stack, child.session_id, ev.SessionResumed) == []
+    await stack.obligations.reconcile()  # what the delivery pump does at start: it wakes nobody either
+    assert [w for w in await stack.wakes("runner-1", block_ms=50) if w.session_id == child.session_id] == []
+    assert await of_type(stack, child.session_id, ev.SessionWakeRequested) == []
+    for sent in (first, second):
+        assert (await stack.obligations.inspect(sent["message_id"]))["status"] == "accepted"
+    # a later send wakes it, and its run takes the held mail first, in order
+    third = await stack.send_message(ctx(root.session_id), {"to": child.handle, "body": "three", "mode": "queue"})
+    assert third["recipient_state"] == "queued"
+    [wake] = [w for w in await stack.wakes("runner-1", block_ms=2000) if w.session_id == child.session_id]
+    assert await stack.wake_run(wake, "run-c2")
+    claimed = await stack.claim(child.session_id, "run-c2")
+    assert [d.message_id for d in claimed] == [first["message_id"], second["message_id"], third["message_id"]]
+
+
+async def test_interrupting_a_one_shot_or_settled_child_is_an_accepted_no_op_touching_nothing(stack, calls):
+    """An interrupt whose target is absent, settled, one-shot or already completed is an accepted no-op
+    touching nothing."""
+    root, _ = await family(stack)
+    once = await stack.register_child(root.session_id, "once", "runs once", continuable=False)
+    gone = await stack.register_child(root.session_id, "gone", "disposed")
+    await stack.start_run(once.session_id, "run-1")
+    await stack.disposal.dispose(gone.session_id)
+    for target, why in ((once, "one_shot"), (gone, "settled")):
+        before = await stack.history(target.session_id)
+        result = await stack.interrupts.interrupt_agent(calls.ctx(root.session_id), {"to": target.session_id})
+        assert (result["result"], result["reason"]) == ("no_op", why), result
+        assert await stack.history(target.session_id) == before
+    assert await stack.interrupts.read("runner-1", block_ms=50) == []
+    # the one-shot child's run goes on, untouched
+    assert await stack.finish_run(once.session_id, "run-1") is None
 
 
 async def test_an_unacknowledged_interrupt_is_reclaimed_by_another_runner(stack, calls):

@@ -106,8 +106,9 @@ async def test_a_settlement_notice_is_mail_with_attempts_and_never_a_message_the
     assert await stack.finish_run(child.session_id, "run-1", "refusal", "I will not do that.") == "steered"
 
     [notice] = [d for d in await stack.claim(root.session_id, "run-1") if d.owner == "settlement"]
-    assert "stopped because it refused to continue" in notice.text and "I will not do that." in notice.text
-    assert notice.sender_session_id is None
+    assert "declined the task." in notice.text and "I will not do that." in notice.text
+    # the child it reports on, under treemail's own kind: never its words
+    assert notice.sender_session_id == child.session_id and notice.source_kind == "subagent_settled"
     status_before = [m for m in await stack.obligations.pending_mail(root.session_id) if m.message_id == notice.message_id]
     assert status_before[0].attempts == 1  # claimed like any mail (a delivery attempt)
     await stack.release(root.session_id, notice.message_id)

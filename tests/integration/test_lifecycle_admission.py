@@ -234,7 +234,7 @@ async def test_settlement_gates_in_their_order(stack):
         "send it more.\n\n"
         "3 bugs found\n</treemail_notice>"
     )
-    assert notice.sender_session_id is None
+    assert notice.sender_session_id == a.session_id and notice.source_kind == "subagent_settled"
     # Idle parent: queued as a new turn, and woken for it.
     await stack.consume(root.session_id, notice.message_id)
     await stack.finish_run(root.session_id, "run-root")
@@ -243,9 +243,35 @@ async def test_settlement_gates_in_their_order(stack):
     [wake] = [w for w in await stack.wakes("runner", block_ms=2000) if w.session_id == root.session_id]
     assert await stack.wake_run(wake, "run-root-2")
     [queued] = await stack.claim(root.session_id, "run-root-2")
-    assert "output token limit" in queued.text and "It left no closing message." in queued.text
+    assert "ran out of room before it finished." in queued.text and "It left no closing message." in queued.text
     settled = of_type(await stack.history(a.session_id), "SessionSettled")
     assert [(s.notice, s.stop_reason) for s in settled] == [("steered", "completed"), ("queued", "max_tokens")]
+
+
+async def test_the_notice_carries_the_closing_text_blocks_byte_exact_and_comes_even_after_the_child_reported(stack):
+    """Then the child's closing message as text blocks in order (reasoning and tool calls left out), or
+    "It left no closing message."; a runtime notice sent even when the child already reported by mail."""
+    root, a, b = await family(stack)
+    await send(stack, root, "run-root", "c1", a.handle, "go")
+    await send(stack, root, "run-root", "c2", b.handle, "go too")
+    # the child already reported its result by mail
+    assert "message_id" in await send(stack, a, "run-1", "r1", root.handle, "result: 3 bugs")
+    closing = [{"type": "thinking", "thinking": "let me sum up"}, {"type": "text", "text": "Fixed:\n  cache.py "},
+               {"type": "tool_use", "id": "t1", "name": "done", "input": {}}, {"type": "text", "text": "Bye. ✓"}]
+    assert await stack.finish_run(a.session_id, "run-1", "completed", closing) == "steered"
+    # an empty closing output is no closing message, never an error
+    assert await stack.finish_run(b.session_id, "run-1", "error", "") == "steered"
+    claimed = await stack.claim(root.session_id, "run-root")
+    assert [d.source_kind for d in claimed] == ["agent_message", "subagent_settled", "subagent_settled"]
+    report, settled_a, settled_b = claimed
+    assert report.sender_session_id == a.session_id and "result: 3 bugs" in report.text
+    body = {e.message_id: e.body for e in of_type(await stack.history(root.session_id), "ProducerMessageAccepted")}
+    assert body[settled_a.message_id] == (
+        f"Background subagent {a.handle} (session {a.session_id}) finished and will do no further work unless you "
+        "send it more.\n\nFixed:\n  cache.py \n\nBye. ✓")
+    assert body[settled_b.message_id] == (
+        f"Background subagent {b.handle} (session {b.session_id}) failed before it finished.\n\n"
+        "It left no closing message.")
 
 
 async def test_a_parent_being_disposed_has_the_notice_injected_and_a_gone_parent_gets_nothing(stack):

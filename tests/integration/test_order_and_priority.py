@@ -28,9 +28,9 @@ async def test_two_workers_number_each_pair_and_claims_keep_its_order_and_the_re
         calls = Calls()
         # when two senders race ten and six sends at the child through two workers
         sends = [(root, i) for i in range(10)] + [(sibling, i) for i in range(6)]
+        # (the host's own sends: their results always carry the number)
         results = await asyncio.gather(*[
-            tm.send_message(calls.ctx(sender.session_id), {"to": child.handle, "body": f"{sender.handle} {i}"})
-            for sender, i in sends])
+            tm.send(sender.session_id, child.handle, f"{sender.handle} {i}") for sender, i in sends])
         # then each pair's numbers are exactly 1..n, none lost or given twice
         number = {r["message_id"]: r["sequence"] for r in results}
         by_sender = {root.session_id: [], sibling.session_id: []}
@@ -85,7 +85,7 @@ async def urgent_within_the_bound(stack, calls):
     assert plain["error"]["code"] == Code.INVALID_ARGUMENTS.value
     definition = next(d for d in await stack.tools.definitions(sibling.session_id) if d["name"] == "send_message")
     assert "urgent" not in definition["input_schema"]["properties"]
-    await stack.tools.install(sibling.session_id, ["urgent_send"])
+    await stack.tools.install(sibling.session_id, ["urgent_send", "read_receipt"])
     definition = next(d for d in await stack.tools.definitions(sibling.session_id) if d["name"] == "send_message")
     assert definition["input_schema"]["properties"]["urgent"]["type"] == "boolean"
     chatter = await stack.send_message(calls.ctx(sibling.session_id), {"to": child.handle, "body": "fyi"})

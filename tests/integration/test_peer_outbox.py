@@ -275,7 +275,9 @@ async def test_the_peer_inbox_shows_only_readable_senders_a_page_at_a_time_with_
         sent = [(await host.peers.send(calls.ctx(planner.session_id), {"peer": "advisor", "body": f"m{i}"}))
                 ["message_id"] for i in range(5)]
         context = calls.ctx(advisor.session_id)
-        assert (await host.peers.inbox(context, {}))["messages"] == []  # no read grant on the sender
+        # An inbox read without the read grant is refused, not an empty page.
+        refused = await host.peers.inbox(context, {})
+        assert refused["error"]["code"] == "peer_message:not_granted" and "messages" not in refused
         await host.peers.set_grant(planner.session_id, source_session_id=advisor.session_id, read=True)
         pages, cursor = [], None
         while True:
@@ -287,6 +289,16 @@ async def test_the_peer_inbox_shows_only_readable_senders_a_page_at_a_time_with_
         assert pages == [sent[4:2:-1], sent[2:0:-1], sent[0:1]]
         bad = await host.peers.inbox(context, {"cursor": "not-a-cursor"})
         assert bad["error"]["code"] == "peer_message:invalid_arguments"
+        # The inbox lists provenance only from senders the reader is authorized for: a second sender
+        # without a read grant sends too, and only the first one's mail is listed.
+        other = await host.register_root("planner", "another planner", rules={})
+        await host.start_run(other.session_id, "run-1")
+        await route(host, other, advisor, send=True)
+        unreadable = await host.peers.send(calls.ctx(other.session_id), {"peer": "advisor", "body": "x"})
+        unreadable = unreadable["message_id"]
+        listed = await host.peers.inbox(context, {"limit": 32})
+        assert [m["message_id"] for m in listed["messages"]] == sent[::-1]
+        assert unreadable not in str(listed) and other.session_id not in str(listed)
 
 
 async def test_the_delivery_pump_is_a_peer_driver(host, calls):

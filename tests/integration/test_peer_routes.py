@@ -113,7 +113,7 @@ async def test_receiving_grants_nothing_back_and_a_reply_needs_its_own_route_and
     # The advisor received it, and holds nothing back: not even its inbox shows the sender without `read`.
     assert await host.peers.inbox_tool_definition(advisor.session_id) is not None
     assert await host.peers.reply_tool_definition(advisor.session_id) is None
-    assert (await host.peers.inbox(calls.ctx(advisor.session_id), {}))["messages"] == []
+    assert (await host.peers.inbox(calls.ctx(advisor.session_id), {}))["error"]["code"] == "peer_message:not_granted"
     for operation in ("context", "read", "send", "control"):
         assert not (await host.peers.authorize(advisor.session_id, planner.session_id, operation)).allowed
     await host.peers.set_grant(planner.session_id, source_session_id=advisor.session_id, read=True,

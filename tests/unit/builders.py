@@ -241,6 +241,7 @@ def send(
     message_id: str = "m-1",
     recorded: dict | None = None,
     service_draining: bool = False,
+    numbered: bool = False,
 ):
     """Decide one send. ``approval``: what a person already said about this exact send (None: never asked).
     ``recorded``: the idempotency record of this tool call, when it was decided before."""
@@ -252,7 +253,8 @@ def send(
         events += approval_events(sender, target.record.session_id, approval, to=to, body=body, mode=mode,
                                   run_id=run_id, tool_call_id=tool_call_id)
     ctx = SendContext(session_id=sender.session_id if sender else NOBODY_ID, run_id=run_id, tool_call_id=tool_call_id)
-    command = SendMessage("cmd-1", ctx, SendArguments(to=to, body=body, mode=mode), "client-1")
+    command = SendMessage("cmd-1", ctx, SendArguments(to=to, body=body, mode=mode, numbered=numbered),
+                          "client-1")
     label = "sibling"
     given = SendGiven(
         sender=sender, sender_state=st.fold(events), target=target, config=cfg or config(),

@@ -55,6 +55,14 @@ def test_items_an_earlier_version_wrote_still_read():
     assert compact.decode_item(MESSAGE, json.dumps(full)) == ITEM  # the message id first
 
 
+def test_a_plain_sends_record_is_44_bytes_and_answers_a_retry_with_its_three_keys():
+    outcome = {"ok": {"message_id": MESSAGE, "mode": "steer", "recipient_state": "running"}}
+    record = idempotency.kept("0" * 31 + "f", outcome)
+    stored = compact.encode_record(record)
+    assert len(stored) == 44 and stored[:1] not in "[{"
+    assert idempotency.parse(compact.decode_record(stored.encode())) == ("0" * 31 + "f", outcome)
+
+
 def test_an_accepted_sends_record_is_45_bytes_and_answers_a_retry_exactly():
     outcome = {"ok": {"message_id": MESSAGE, "mode": "steer", "recipient_state": "running", "sequence": 7}}
     record = idempotency.kept("0" * 31 + "f", outcome)
@@ -68,7 +76,8 @@ def test_an_accepted_sends_record_is_45_bytes_and_answers_a_retry_exactly():
     ["a" * 32, MESSAGE, "queue", "queued", 12345],
     ["a" * 32, MESSAGE, "steer", "waking_finished", 1],
     ["a" * 32, MESSAGE, "queue", "running", 0],
-    ["a" * 32, MESSAGE, "steer", "running"],  # no sequence: kept as JSON
+    ["a" * 32, MESSAGE, "steer", "running"],  # no sequence: the plain result's record
+    ["a" * 32, MESSAGE, "queue", "waking_finished"],
     ["a" * 32, "m-1", "steer", "running", 1],  # not a UUID: kept as JSON
     ["a" * 32, {"error": {"code": "send_message:inbox_full", "message": "full"}}],
     {"fp": "a" * 32, "outcome": {"ok": {"message_id": "m"}}},  # an earlier version's form

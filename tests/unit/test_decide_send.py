@@ -59,8 +59,22 @@ def test_an_allowed_send_to_a_child_is_accepted_with_its_events_and_result():
     assert message.sender_handle == t.root.handle
     assert (message.body, message.mode, message.agent_hop) == ("look at src/", "queue", 0)
     assert (message.run_id, message.tool_call_id) == ("run-1", "call-1")
-    assert decision.result == {"message_id": "m-42", "mode": "queue", "recipient_state": "running", "sequence": 1}
+    assert decision.result == {"message_id": "m-42", "mode": "queue", "recipient_state": "running"}
     assert outcome_of(decision) == {"ok": decision.result}
+
+
+def test_the_result_is_exactly_three_keys_unless_the_sender_reads_receipts_or_its_host_asked_for_the_number():
+    """Success returns message_id, effective mode, and recipient_state: a default send's result has exactly
+    those keys; the number in its pair only for a sender with the read receipt tool, or a host that asked."""
+    t = tree()
+    plain = send(t.root, found(t.child), message_id="m-1")
+    assert set(plain.result) == {"message_id", "mode", "recipient_state"}
+    with_receipts = send(t.root, found(t.child), message_id="m-2",
+                         sender_events=(registered(t.root), ev.ToolsInstalled(at=0.0, tools=["read_receipt"]),
+                                        run_started("run-1")))
+    assert with_receipts.result == {"message_id": "m-2", "mode": "steer", "recipient_state": "running", "sequence": 1}
+    asked = send(t.root, found(t.child), message_id="m-3", numbered=True)
+    assert asked.result["sequence"] == 1 and len(asked.result) == 4
 
 
 # ---- disabled --------------------------------------------------------------------------------

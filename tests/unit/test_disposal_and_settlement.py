@@ -5,6 +5,7 @@ import pytest
 from treemail.domain import envelope, notices
 from treemail.domain import events as ev
 from treemail.domain.commands import (
+    AnnounceSession,
     ClaimMail,
     CloseSession,
     DisposeSession,
@@ -12,6 +13,7 @@ from treemail.domain.commands import (
     FinishRun,
     InjectMail,
     LiftDrain,
+    RegisterSession,
     ReturnMail,
     SettleSession,
     StartRun,
@@ -25,8 +27,11 @@ from treemail.domain.decide.disposal import (
     decide_return_mail,
     returned_reason,
 )
-from treemail.domain.decide.lifecycle import decide_claim, decide_finish_run, decide_inject, decide_start_run
-from treemail.domain.decide.settlement import SettlementGiven, decide_settle
+from treemail.domain.decide.lifecycle import (decide_announce, decide_claim, decide_finish_run, decide_inject,
+                                              decide_register, decide_start_run)
+from treemail.domain.state import SessionState
+from treemail.domain.decide.settlement import SettlementGiven, decide_settle, end_already_told
+from treemail.domain.handlers import decide_command
 from treemail.domain.errors import LifecycleError
 from treemail.domain.state import fold
 
@@ -169,6 +174,42 @@ def test_a_child_never_sent_a_message_owes_no_notice():
     assert settlement.notice == "not_announced" and settlement.parent_events == []
 
 
+def announced_by(how: str) -> tuple[ev.Event, ...]:
+    """A child whose host said it gave the task directly: at registration, with its first run, or on its own."""
+    if how == "registration":
+        command = RegisterSession(T.child.session_id, T.root.session_id, T.root.session_id, "explore", "reads",
+                                  T.child.handle, [], True, "queued", announced=True)
+        return tuple(decide_register(command, given_lifecycle(History())))
+    h = History(registered(T.child, status="queued"))
+    if how == "first run":
+        h.then(decide_start_run(StartRun(T.child.session_id, "run-1", announced=True), given_lifecycle(h)))
+    else:
+        h.then(decide_announce(AnnounceSession(T.child.session_id), given_lifecycle(h)))
+    return tuple(h.events)
+
+
+@pytest.mark.parametrize("how", ["registration", "first run", "on its own"])
+def test_a_child_its_host_announced_owes_a_notice_though_it_never_received_mail(how):
+    """A host says a child was announced (given its task directly, not as treemail mail): its settlement is
+    then owed; "no notice for a child that never received anything" otherwise."""
+    events = announced_by(how)
+    assert [type(e) for e in events if isinstance(e, ev.SessionAnnounced)] == [ev.SessionAnnounced]
+    assert not any(isinstance(e, ev.ProducerMessageAccepted) for e in events)
+    settlement = settle(events, (registered(T.root), run_started("run-p")))
+    assert settlement.notice == "steered" and len(of(settlement.parent_events, ev.ProducerMessageAccepted)) == 1
+
+
+def test_announcing_is_written_once_and_needs_a_registered_session():
+    h = History(*ANNOUNCED)  # announced by the mail it was sent
+    assert decide_announce(AnnounceSession(T.child.session_id), given_lifecycle(h)) == []
+    assert decide_start_run(StartRun(T.child.session_id, "run-1", announced=True), given_lifecycle(h)) == \
+        decide_start_run(StartRun(T.child.session_id, "run-1"), given_lifecycle(h))
+    assert lifecycle_code(lambda: decide_announce(AnnounceSession(T.child.session_id),
+                                                  given_lifecycle(History()))) == "lifecycle:unknown_session"
+    assert fold([registered(T.child), ev.SessionAnnounced()]).announced
+    assert not SessionState().announced
+
+
 @pytest.mark.parametrize("parent", [None, (registered(T.root), closing(), closed()),
                                     (registered_as(T.root, continuable=False), status_changed("finished"))],
                          ids=["no record", "disposed", "finished for good"])
@@ -198,9 +239,13 @@ def test_a_busy_parent_gets_the_notice_steered_into_its_turn():
 
 
 def test_a_notice_is_treemails_words_never_credited_to_the_child_and_never_counted():
+    """A runtime notice with its own source kind and the child's session id, never the child's words."""
     settlement = settle(ANNOUNCED, (registered(T.root), run_started("run-p")))
     [notice] = of(settlement.parent_events, ev.ProducerMessageAccepted)
-    assert notice.owner == "settlement" and notice.sender_session_id is None and notice.sender_handle is None
+    # the settlement owner (its own kind), naming the child it reports on, with no agent's handle or producer
+    assert notice.owner == "settlement" and notice.sender_session_id == T.child.session_id
+    assert notice.sender_handle is None and notice.producer_id == "settlement:treemail"
+    assert notice.return_address is None and notice.implied() is None
     assert notice.body == (
         f"Background subagent {T.child.handle} (session {T.child.session_id}) finished and will do no further "
         "work unless you send it more.\n\ndone: 3 bugs"
@@ -209,17 +254,35 @@ def test_a_notice_is_treemails_words_never_credited_to_the_child_and_never_count
     assert parent.pending_agent == 0 and parent.pair_inflight == {} and parent.pending_all == 1
 
 
-@pytest.mark.parametrize("stop_reason, ended", [
-    ("completed", "finished"),
-    ("aborted", "was stopped before it finished"),
-    ("max_tokens", "stopped at its output token limit"),
-    ("refusal", "stopped because it refused to continue"),
-    ("error", "stopped after an error"),
+@pytest.mark.parametrize("stop_reason, line", [
+    ("completed", "Background subagent explore_1 finished and will do no further work unless you send it more."),
+    ("aborted", "Background subagent explore_1 was stopped before it finished."),
+    ("max_tokens", "Background subagent explore_1 ran out of room before it finished."),
+    ("refusal", "Background subagent explore_1 declined the task."),
+    ("policy_rejected", "Background subagent explore_1 declined the task."),
+    ("error", "Background subagent explore_1 failed before it finished."),
+    ("host_crashed", "Background subagent explore_1 ended abnormally (reason: host_crashed)."),
 ])
-def test_each_stop_reason_has_its_summary_line(stop_reason, ended):
-    assert notices.summary_line("explore_1", stop_reason) == (
-        f"Background subagent explore_1 {ended} and will do no further work unless you send it more."
-    )
+def test_each_stop_reason_has_its_summary_line(stop_reason, line):
+    """The summary line per stop reason: finished and will do no further work unless you send it more;
+    stopped before it finished; ran out of room; declined the task (a delivery a pre-step policy rejected
+    included); failed before it finished; any other ended abnormally, with its reason."""
+    assert notices.summary_line("explore_1", stop_reason) == line
+
+
+def test_the_closing_message_is_its_text_blocks_in_order_byte_exact_without_reasoning_or_tool_calls():
+    """The child's closing message as text blocks in order, byte-exact; none: "It left no closing message"."""
+    blocks = [{"type": "thinking", "thinking": "hidden"}, {"type": "text", "text": "  Found it:\tcache.py \n"},
+              {"type": "tool_use", "id": "t1", "name": "grep", "input": {}}, {"type": "text", "text": "Fixed. 🎉"}]
+    closing = notices.closing_message(blocks)
+    assert closing == "  Found it:\tcache.py \n\n\nFixed. 🎉"
+    assert notices.settlement_text("explore_1", "completed", closing).endswith("\n\n" + closing)
+    for nothing in ("", "  \n", [], [{"type": "tool_use", "id": "t", "name": "x", "input": {}}], None):
+        assert notices.closing_message(nothing) is None
+        assert notices.settlement_text("explore_1", "completed", notices.closing_message(nothing)).endswith(
+            "\n\nIt left no closing message.")
+    with pytest.raises(ValueError):
+        notices.closing_message([{"type": "text", "text": 3}])
 
 
 def test_a_disposed_child_is_not_said_to_take_more_work_and_a_missing_closing_text_is_said():
@@ -307,7 +370,8 @@ def test_a_settling_finish_writes_the_childs_record_and_the_parents_notice_in_on
     assert source.record == T.root and source.version == 7
     [notice] = [e for e in source.events if isinstance(e, ev.ProducerMessageAccepted)]
     assert notice.message_id == "n-1" and notice.owner == "settlement" and T.child.session_id in notice.body
-    assert notice.body.startswith(f"Background subagent {T.child.handle} (session {T.child.session_id}) stopped ")
+    assert notice.body.startswith(f"Background subagent {T.child.handle} (session {T.child.session_id}) ended abnormally "
+                                   "(reason: context_window_exceeded).")
     assert isinstance(source.events[-1], ev.SessionWakeRequested)  # the idle parent is woken for it
     # Repeated (the host died before it heard the answer): nothing more, on either stream.
     h.then(decision.events)
@@ -329,3 +393,47 @@ def test_a_repeated_close_settles_nothing_twice():
     assert [type(e).__name__ for e in events][-2:] == ["SessionClosed", "SessionSettled"]
     h.then(events)
     assert decide_close(CloseSession(T.child.session_id, (), settle), given_lifecycle(h)) == []
+
+
+# ---- where the contract's two sources disagree: one end, one notice; every run's end told --------------------
+
+
+def test_a_child_woken_by_mail_that_finishes_again_tells_its_parent_again():
+    """Chosen: every run that ends for good is told (the runtime's notice per settled run), though the
+    woken child sent nothing; the delegation itself is not reopened (no event on the parent but the notice)."""
+    h = child(accepted("m-0", T.root), run_started("run-1"))
+    parent = History(registered(T.root, status="idle"))
+    h.then(settling_finish(h, parent).events)
+    h.then([accepted("m-1", T.root), run_started("run-2")])  # woken by more mail, a new run
+    again = settling_finish(h, parent, run_id="run-2")
+    [settled] = of(again.events, ev.SessionSettled)
+    assert (settled.run_id, settled.notice) == ("run-2", "queued")
+    [source] = again.sources
+    [notice] = of(source.events, ev.ProducerMessageAccepted)
+    assert notice.owner == "settlement" and notice.sender_session_id == T.child.session_id
+    assert not of(source.events, ev.SessionRegistered) and not of(source.events, ev.SessionStatusChanged)
+
+
+def test_a_disposal_right_after_a_told_finish_tells_the_parent_nothing_more():
+    """Chosen: finish_run(reason) then dispose(reason) tells the parent once: the disposal is recorded on the
+    child's stream as already_told, and nothing is written on the parent's."""
+    from treemail.domain.commands import Settle
+    from treemail.domain.outbound import Sender
+
+    h = child(accepted("m-0", T.root), run_started("run-1"))
+    parent = History(registered(T.root, status="idle"))
+    h.then(settling_finish(h, parent).events)
+    h.then(decide_dispose(DisposeSession(T.child.session_id), given_lifecycle(h)))
+    settle = Settle("completed", None, "n-2", T.root.session_id, T.child.handle)
+    given = given_lifecycle(h)
+    given = type(given)(**{**given.__dict__, "senders": {T.root.session_id: Sender(T.root, parent.state, 3)},
+                           "session_id": T.child.session_id})
+    decision = decide_command(CloseSession(T.child.session_id, (("m-0", "returned"),), settle), given)
+    [settled] = of(decision.events, ev.SessionSettled)
+    assert (settled.disposed, settled.notice, settled.message_id) == (True, "already_told", None)
+    assert not [e for source in decision.sources for e in source.events if isinstance(e, ev.ProducerMessageAccepted)]
+    # A run since the told end is a new end: a disposal then is told.
+    h2 = child(accepted("m-0", T.root), run_started("run-1"))
+    h2.then(settling_finish(h2, parent).events)
+    h2.then([run_started("run-2")])
+    assert end_already_told(h.state) and not end_already_told(h2.state)

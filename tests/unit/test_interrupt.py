@@ -19,7 +19,8 @@ from treemail.domain.handlers import HANDLERS
 from treemail.domain.permissions import InvalidRules
 from treemail.producers.tools import interrupt as interrupt_tool
 
-from .builders import History, found, given_lifecycle, registered, run_finished, run_started, status_changed, tree
+from .builders import (History, found, given_lifecycle, registered, registered_as, run_finished, run_started,
+                       status_changed, tree)
 
 MAY_INTERRUPT_CHILDREN = [("child", "allow")]
 
@@ -69,8 +70,23 @@ def test_interrupting_a_session_with_no_run_open_is_a_clear_no_op(history, statu
     t = family()
     decision = decide(t.root, found(t.child, registered(t.child, status="queued"), *history))
     assert isinstance(decision, Accepted) and decision.events == []
-    assert decision.result["result"] == "not_running" and decision.result["recipient_state"] == status
-    assert "nothing was done" in decision.result["message"]
+    assert decision.result["result"] == "no_op" and decision.result["reason"] == "not_running"
+    assert decision.result["recipient_state"] == status and "nothing was done" in decision.result["message"]
+
+
+@pytest.mark.parametrize("why, history", [
+    ("settled", (registered(tree().child), run_started("r"), ev.SessionClosing(stop_reason="aborted"))),
+    ("settled", (registered(tree().child), ev.SessionClosing(stop_reason="aborted"), ev.SessionClosed())),
+    ("one_shot", (registered_as(tree().child, continuable=False), run_started("r"))),
+])
+def test_a_settled_or_one_shot_target_is_an_accepted_no_op_that_touches_nothing_even_while_it_runs(why, history):
+    """An interrupt whose target is absent, settled, one-shot or already completed is an accepted no-op:
+    no event on its stream, and (``is_no_op``) nothing recorded under the tool call."""
+    t = family()
+    decision = decide(t.root, found(t.child, *history))
+    assert isinstance(decision, Accepted) and decision.events == []
+    assert (decision.result["result"], decision.result["reason"]) == ("no_op", why)
+    assert interrupt.is_no_op(decision) and "nothing was done" in decision.result["message"]
 
 
 def test_without_interrupt_rules_there_is_no_tool_and_no_interrupt():
@@ -110,7 +126,8 @@ def test_only_a_direct_neighbour_can_be_interrupted_whatever_the_rules_say():
 def test_interrupting_an_unknown_agent_is_an_accepted_no_op_and_self_has_its_own_code():
     t = family()
     gone = decide(t.root, NoSuchSession("0190a000-0000-7000-8000-00000000beef"))
-    assert isinstance(gone, Accepted) and gone.events == [] and gone.result["result"] == "no_such_agent"
+    assert isinstance(gone, Accepted) and gone.events == [] and interrupt.is_no_op(gone)
+    assert (gone.result["result"], gone.result["reason"], gone.result["agent"]) == ("no_op", "absent", None)
     listed = decide(t.root, NoSuchHandle("nobody_00000000", []))
     assert isinstance(listed, Accepted) and listed.events == []
     assert "nothing was done" in listed.result["message"] and "direct neighbours" in listed.result["message"]
@@ -131,10 +148,10 @@ def test_a_retried_tool_call_gets_the_first_outcome_and_other_arguments_are_a_co
     t = family()
     first = decide(t.root, found(t.child, registered(t.child), run_started()), to=t.child.handle)
     recorded = interrupt.record(InterruptArguments(t.child.handle), outcome_of(first))
-    # The run ended since: deciding again would say not_running, but the record answers the retry.
+    # The run ended since: deciding again would be a no-op, but the record answers the retry.
     again = decide(t.root, found(t.child, registered(t.child), run_started(), run_finished()), to=t.child.handle,
                    new_id="int-2")
-    assert again.result["result"] == "not_running"
+    assert again.result["reason"] == "not_running"
     assert interrupt.replayed_outcome(json.loads(json.dumps(recorded)), InterruptArguments(t.child.handle)) == \
         outcome_of(first)
     conflict = interrupt.replayed_outcome(recorded, InterruptArguments(t.child.handle, "another reason"))

@@ -39,8 +39,8 @@ def test_each_directed_pair_counts_its_own_messages_from_one_where_they_land():
     # given a child that received two messages from the root and one from its sibling
     child = found(T.child, numbered("a", T.root, 1), numbered("b", T.root, 2), numbered("c", T.sibling, 1))
     # when the root and the grandchild send to it
-    from_root = send(T.root, child, message_id="m-1")
-    from_grandchild = send(T.grandchild, child, message_id="m-2")
+    from_root = send(T.root, child, message_id="m-1", numbered=True)
+    from_grandchild = send(T.grandchild, child, message_id="m-2", numbered=True)
     # then each send carries the next number of its own pair, in its event and its result
     assert isinstance(from_root, Accepted) and isinstance(from_grandchild, Accepted)
     assert from_root.result["sequence"] == 3 and from_root.events[-1].pair_seq == 3

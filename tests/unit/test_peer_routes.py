@@ -5,10 +5,11 @@ import json
 import pytest
 
 from treemail.domain import events as ev
-from treemail.domain import grants, peers
+from treemail.domain import grants, outbox, peers
 from treemail.domain import state as st
 from treemail.domain.commands import (
     PeerSendArguments,
+    RecordPeerAdmission,
     RegisterPeerRoute,
     RevokePeerRoute,
     SendContext,
@@ -97,6 +98,31 @@ def test_its_admission_accepts_it_on_the_destination_under_the_same_identity_pri
     # The receipt names the accepted event's position on the destination's stream (after the producer's).
     assert admitted.result == {"message_id": "m-1", "position": 6, "recipient_state": "running", "sequence": 1}
     assert admitted.sources == []  # nothing of this step goes on the source's stream
+
+
+def test_the_intent_keeps_the_hosts_code_version_and_every_attempt_carries_it_whatever_the_driver_runs():
+    """Each stored intent keeps a host-supplied code version; automatic retries preserve the exact destination,
+    input, principal, code version, and admission identity."""
+    found = target(ADVISOR, route(), grant(send=True, principal="acme/planning"))
+    [intent] = decide(PLANNER, found, cfg=config(peer_code_version="host-1.4.2")).events
+    assert intent.code_version == "host-1.4.2"
+    # a later attempt, made by a driver configured with another version, admits the intent as stored
+    admitted = admit(PLANNER, found, intent, cfg=config(peer_code_version="driver-2.0.0"))
+    [message] = [e for e in admitted.events if isinstance(e, ev.ProducerMessageAccepted)]
+    assert (message.message_id, message.principal, message.body, message.code_version) == (
+        "m-1", "acme/planning", "hello", "host-1.4.2")
+    # the source's row keeps it for inspect at every stage, and its receipt carries it
+    source = st.fold([registered(PLANNER), intent])
+    assert source.outbox["m-1"].code_version == "host-1.4.2"
+    assert outbox.status_of(source.outbox["m-1"], PLANNER.session_id, config(), 5.0)["code_version"] == "host-1.4.2"
+    receipt = peerdelivery.decide_record_admission(
+        RecordPeerAdmission(PLANNER.session_id, "m-1", 1, "accepted", position=6, recipient_state="running"),
+        given_lifecycle(History(registered(PLANNER), intent)))
+    assert receipt[0].code_version == "host-1.4.2"
+    # none given: nothing stored, and a row reads back as before
+    [plain] = decide(PLANNER, found).events
+    assert plain.code_version is None and len(st.fold([registered(PLANNER), plain]).outbox["m-1"].to_list()) == 11
+    assert outbox.Row.from_list(source.outbox["m-1"].to_list()) == source.outbox["m-1"]
 
 
 def test_without_a_route_or_with_a_route_under_another_name_the_peer_is_unknown():

@@ -213,6 +213,7 @@ def one_of_each_event_type() -> list[ev.Event]:
         ev.SessionClosed(),
         ev.SessionResumed(),
         ev.SessionSettled(run_id="r", stop_reason="completed", notice="queued", message_id="m"),
+        ev.SessionAnnounced(run_id="r"),
         ev.SessionDrainStarted(by="s1"),
         ev.SessionDrainLifted(by="s1"),
         ev.ToolsInstalled(tools=["inspect_message"]),

@@ -61,6 +61,8 @@ def encode_command(command: SendMessage) -> str:
         data["mc"] = [a.expires_in_s, a.supersede_key]  # expiry and supersede: only a send that uses them
     if a.urgent:
         data["u"] = True  # order and priority: only an urgent send carries it
+    if a.numbered:
+        data["n"] = True  # order and priority: only a send whose host asked for its number carries it
     return json.dumps(data, separators=(",", ":"))
 
 
@@ -138,6 +140,9 @@ def parse_command(data: str | bytes, *, check_version: bool = True) -> SendMessa
     urgent = decoded.get("u", False)
     if not isinstance(urgent, bool):
         raise invalid("`u` must be true or false")
+    numbered = decoded.get("n", False)
+    if not isinstance(numbered, bool):
+        raise invalid("`n` must be true or false")
     sid, run, call = ctx
     to, body, mode = args[:3]
     try:
@@ -146,6 +151,7 @@ def parse_command(data: str | bytes, *, check_version: bool = True) -> SendMessa
         # A producer older than the limits (or not this one) sent it: refused like any malformed command.
         raise invalid(error.message) from None
     return SendMessage(
-        command_id, context, SendArguments(to, body, mode, parsed_blocks, *thread, *control, urgent), reply_to,
+        command_id, context, SendArguments(to, body, mode, parsed_blocks, *thread, *control, urgent, numbered),
+        reply_to,
         traceparent
     )

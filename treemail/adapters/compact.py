@@ -117,10 +117,11 @@ def decode_item(message_id: str, raw: str | bytes) -> MailItem:
 
 # ---- the idempotency record ------------------------------------------------------------------------
 #
-# An accepted send's record (``[fingerprint, message id, mode, recipient state, sequence]`` in the domain)
-# is kept as text: the fingerprint's 16 bytes and the message id's in base64url (22 characters each), the
-# sequence, then the mode and the recipient state only where they are not ``steer`` and ``running``:
-# ``<fp><id>7``, 45 bytes against the array's 95. Told from the JSON forms by its first character (theirs
+# An accepted send's record (``[fingerprint, message id, mode, recipient state]`` in the domain, and the
+# sequence after them where the result carried it) is kept as text: the fingerprint's 16 bytes and the
+# message id's in base64url (22 characters each), the sequence if any, then the mode and the recipient state
+# only where they are not ``steer`` and ``running``: ``<fp><id>`` (44 bytes against the array's 93), or
+# ``<fp><id>7``. Told from the JSON forms by its first character (theirs
 # is ``[`` or ``{``). Any other record is kept as JSON, as before.
 
 _RECORD_DEFAULTS = ("steer", "running")
@@ -145,12 +146,14 @@ def kept_record(values: list) -> list | dict | None:
 
 
 def encode_record(record: list | dict) -> str:
-    if (type(record) is list and len(record) == 5 and type(record[4]) is int and record[4] >= 0
+    numbered = type(record) is list and len(record) == 5 and type(record[4]) is int and record[4] >= 0
+    if ((numbered or (type(record) is list and len(record) == 4))
             and type(record[0]) is str and _HEX32.match(record[0]) and type(record[1]) is str
             and _UUID.match(record[1]) and all(type(v) is str and v and " " not in v for v in record[2:4])):
-        fp, message_id, mode, state, sequence = record
+        fp, message_id, mode, state = record[:4]
+        sequence = str(record[4]) if numbered else ""  # unnumbered: the result's three keys only
         tail = f" {mode} {state}" if state != "running" else f" {mode}" if mode != "steer" else ""
-        return _b64(bytes.fromhex(fp)) + _b64(bytes.fromhex(message_id.replace("-", ""))) + str(sequence) + tail
+        return _b64(bytes.fromhex(fp)) + _b64(bytes.fromhex(message_id.replace("-", ""))) + sequence + tail
     return compactjson.dumps(record)
 
 
@@ -160,11 +163,14 @@ def decode_record(raw: str | bytes) -> list | dict:
         return orjson.loads(text)
     head, *tail = text.split(" ")
     try:
-        fp, message_id, sequence = _unb64(head[:22]).hex(), _uuid_text(_unb64(head[22:44])), int(head[44:])
+        if len(head) < 44:
+            raise ValueError("too short")
+        fp, message_id = _unb64(head[:22]).hex(), _uuid_text(_unb64(head[22:44]))
+        sequence = [int(head[44:])] if head[44:] else []
     except (binascii.Error, ValueError) as exc:
         raise ValueError(f"not an idempotency record: {text!r}") from exc
     tail += _RECORD_DEFAULTS[len(tail):]
-    return [fp, message_id, *tail, sequence]
+    return [fp, message_id, *tail, *sequence]
 
 
 # ---- the outbound index ----------------------------------------------------------------------------

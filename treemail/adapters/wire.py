@@ -39,6 +39,8 @@ class CommandPayload(BaseModel):
     reply_to: str = Field(description="the producer's client id: the decision goes to the list `tm:reply:<reply_to>`")
     tp: str | None = Field(default=None, description="W3C traceparent of the send's preparation, when tracing is on")
     u: bool | None = Field(default=None, description="true: an urgent send (absent for a normal one)")
+    n: bool | None = Field(default=None, description="true: the host asked for `sequence` in the result "
+                                                      "(absent: only a sender with the read receipt tool gets it)")
 
 
 class SendResult(BaseModel):
@@ -47,7 +49,8 @@ class SendResult(BaseModel):
     message_id: str
     mode: Literal["steer", "queue"]
     recipient_state: Literal["running", "queued", "waking_finished"]
-    sequence: int | None = Field(default=None, description="the message's number in its directed pair")
+    sequence: int | None = Field(default=None, description="the message's number in its directed pair: only for a "
+                                                           "sender with the read receipt tool, or a host that asked")
 
 
 class ErrorDetail(BaseModel):

@@ -14,7 +14,8 @@ from . import limits
 
 Status = Literal["queued", "running", "idle", "finished"]
 STATUSES = ("queued", "running", "idle", "finished")
-StopReason = Literal["completed", "aborted", "max_tokens", "refusal", "error"]
+# policy_rejected: a delivery a pre-step policy of the host rejected; its parent reads it as declined.
+StopReason = Literal["completed", "aborted", "max_tokens", "refusal", "policy_rejected", "error"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,9 @@ class SendArguments:
     supersede_key: str | None = None
     # Order and priority: sent urgent (the host's option, or the model's argument where the host enabled it).
     urgent: bool = False
+    # Order and priority: the host asked for the message's number in its pair in the result (its own richer
+    # send); the plain tool result is the three contract keys unless the sender has the read receipt tool.
+    numbered: bool = False
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,8 @@ class RegisterSession:
     continuable: bool = True
     accepts_images: bool = False
     interrupt_rules: list[tuple[str, str]] = field(default_factory=list)
+    # The host gives the child its task directly (not as treemail mail): announced in the same step.
+    announced: bool = False
 
 
 @dataclass(frozen=True)
@@ -99,6 +105,15 @@ class ChangeStatus:
 class StartRun:
     session_id: str
     run_id: str
+    # The run carries the task the host gave the child directly (its first run): announced in the same step.
+    announced: bool = False
+
+
+@dataclass(frozen=True)
+class AnnounceSession:
+    """The host says it gave the session its task directly: it owes its parent a settlement notice."""
+
+    session_id: str
 
 
 @dataclass(frozen=True)
@@ -461,6 +476,8 @@ class RetryPeerDelivery:
 # (which the rules govern) are offered to a session only once its host installs them.
 # Installed like a tool, it adds no tool: it offers send_message's optional `urgent` argument.
 URGENT_SEND = "urgent_send"
+# Order and priority: the tool that reads how far a recipient has read; with it, a send result carries `sequence`.
+READ_RECEIPT = "read_receipt"
 
 
 INSTALLABLE_TOOLS = ("inspect_message", "retry_message", "send_to_peer", "reply_to_peer", "peer_inbox", "search_mail",
@@ -469,7 +486,7 @@ INSTALLABLE_TOOLS = ("inspect_message", "retry_message", "send_to_peer", "reply_
                      # Cancel: take back one's own undelivered message.
                      "cancel_message",
                      # Order and priority: the read receipt tool, and send_message's `urgent` argument.
-                     "read_receipt", URGENT_SEND)
+                     READ_RECEIPT, URGENT_SEND)
 
 
 @dataclass(frozen=True)
@@ -551,4 +568,5 @@ SessionCommand = (
     # Whole subtrees.
     | BroadcastToSubtree | RecordBroadcastDelivery | StopSubtree | InterruptRun
     | CancelMail | CancelPeerDelivery
+    | AnnounceSession
 )

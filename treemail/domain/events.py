@@ -20,7 +20,7 @@ Mode = Literal["steer", "queue"]
 OwnerKind = Literal["agent", "plugin", "delegation", "goal", "settlement", "returned", "loop"]
 # The stop reasons treemail words a notice for; a host may report any other (bounded, ``limits``): it is
 # stored as reported and worded generically.
-StopReason = Literal["completed", "aborted", "max_tokens", "refusal", "error"]
+StopReason = Literal["completed", "aborted", "max_tokens", "refusal", "policy_rejected", "error"]
 
 
 class Event(BaseModel):
@@ -143,6 +143,8 @@ class ProducerMessageAccepted(Event):
     # lands on this stream, and whether it was sent urgent (claimed ahead of normal mail, within the bound).
     pair_seq: int | None = None
     urgent: bool = False
+    # Peer mail: the code version of the host that stored its intent (every admission attempt carries it).
+    code_version: str | None = None
 
     def implied(self) -> set[str] | None:
         return _implied_by_sender(self)
@@ -330,6 +332,8 @@ class MessageSent(Event):
     peer: str = ""
     # Order and priority: the number the message got in its pair where it landed (None: recorded before).
     pair_seq: int | None = None
+    # Peer mail: the code version its intent was stored with (None: none given).
+    code_version: str | None = None
 
 
 class MessageSettled(Event):
@@ -401,6 +405,9 @@ class PeerIntentStored(Event):
     traceparent: str | None = None
     # The protocol of the treemail that stored it: only a driver at least as new admits it.
     protocol: int = 4
+    # The code version of the host that stored it (``[messaging] peer_code_version``; None: none given): the
+    # admission identity's companion, carried unchanged by every automatic attempt.
+    code_version: str | None = None
 
 
 class PeerAttemptStarted(Event):
@@ -437,6 +444,14 @@ class SessionClosed(Event):
     """Disposal is complete: every message still pending was returned to its sender or set aside with its reason."""
 
 
+class SessionAnnounced(Event):
+    """The host gave the session its task directly, not as treemail mail: from now on it owes its parent a
+    settlement notice, as a session sent mail does. ``run_id``: the run it was announced with (its first),
+    None: at registration or on its own."""
+
+    run_id: str | None = None
+
+
 class SessionSettled(Event):
     """The session's run ended for good, or it was disposed; and what treemail told its parent about it."""
 
@@ -444,7 +459,8 @@ class SessionSettled(Event):
     stop_reason: str
     closing_text: str | None = None
     disposed: bool = False
-    # not_announced, parent_unavailable, injected, queued or steered (the notice's gates, in order).
+    # already_told (a disposal right after a run's end already told), not_announced, parent_unavailable,
+    # injected, queued or steered (the notice's gates, in order), or failed (the parent was unreadable).
     notice: str
     message_id: str | None = None
 
@@ -555,6 +571,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         SessionClosing,
         SessionClosed,
         SessionSettled,
+        SessionAnnounced,
         SessionResumed,
         SessionDrainStarted,
         SessionDrainLifted,

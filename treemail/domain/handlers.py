@@ -25,6 +25,7 @@ from .decide.approvals import decide_resolve_approval
 from .decide.branches import decide_fork, decide_revert, restored_senders
 from .decide.lifecycle import (
     Given,
+    decide_announce,
     decide_claim,
     decide_claim_turn,
     decide_consume,
@@ -123,6 +124,8 @@ HANDLERS: dict[type, Handler] = {
     c.CloseSession: Handler(decide_close, reads_mail="all", reads_senders=close_reads,
                             elsewhere=settlement_elsewhere),
     c.SettleSession: Handler(decide_settle),
+    # The announced gate, said directly by a host that gave a child its task outside treemail.
+    c.AnnounceSession: Handler(decide_announce),
     c.DrainSession: Handler(decide_drain),
     c.LiftDrain: Handler(decide_lift_drain),
     # Tools installed one by one.

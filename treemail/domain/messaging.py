@@ -45,6 +45,10 @@ class MessagingConfig(BaseModel):
     # The host makes the first admission attempt of a peer send itself, before answering the model (the
     # pump makes the others); off leaves every attempt to the pump.
     peer_admit_inline: bool = True
+    # The version of the host's own code (a release, a commit), kept with every peer intent it stores and carried
+    # unchanged by every automatic attempt to admit it, so a delivery retried after a deploy still says which
+    # code decided to send it; inspect shows it. "": none given.
+    peer_code_version: str = Field(default="", max_length=64)
     # Expiry and supersede: send_message takes optional `expires_in_s` and `supersede_key` (the host API has them
     # either way); off keeps the plain send_message surface.
     mail_control: bool = False

@@ -5,8 +5,10 @@ agent with words it never wrote, and neither ever counts against the agent
 guards:
 
 - ``settlement``: a child's run ended for good, or it was disposed. A
-  summary line for the stop reason, then the child's closing text (or "It left
-  no closing message."). Delivered to the parent.
+  summary line for the stop reason, then the child's closing message (its text
+  blocks in order, byte-exact, or "It left no closing message."). Delivered to
+  the parent, naming the child's session as its subject (``sender_session_id``)
+  under the settlement owner, so it is never taken for the child's own words.
 - ``returned``: a message accepted before its recipient's disposal cutoff that
   the recipient never processed, handed back to its sender with the reason.
 - ``loop``: two sessions were stopped answering each other with no new
@@ -30,42 +32,77 @@ from .state import SessionState
 
 NOTICE_KINDS = {"settlement": "subagent_settled", "returned": "message_returned", "loop": "loop_stopped"}
 
-# The summary line for a completed run, and its variants per stop reason.
+# How the child's run ended, per stop reason: what a parent reads first. A finished child's line says
+# what it will do next; every other says only how it ended, so a parent never reads a failure as a finish.
 _ENDED = {
     "completed": "finished",
     "aborted": "was stopped before it finished",
-    "max_tokens": "stopped at its output token limit",
-    "refusal": "stopped because it refused to continue",
-    "error": "stopped after an error",
+    "max_tokens": "ran out of room before it finished",
+    "refusal": "declined the task",
+    # A delivery a pre-step policy of the host rejected: the child declined it, as far as its parent can tell.
+    "policy_rejected": "declined the task",
+    "error": "failed before it finished",
 }
+FINISHED_TAIL = "will do no further work unless you send it more"
 NO_CLOSING_TEXT = "It left no closing message."
+# Closing message blocks are joined by a blank line, each kept byte for byte.
+BLOCK_SEPARATOR = "\n\n"
 
 
-# Any other stop reason a host reports: worded generically, never refused (it is the host's word, bounded).
-ENDED_OTHERWISE = "stopped"
+def ended(stop_reason: str) -> str:
+    """Any other stop reason a host reports ends abnormally, with its reason (the host's word, bounded): never
+    refused, never dressed up as one of the known ends."""
+    return _ENDED.get(stop_reason) or f"ended abnormally (reason: {stop_reason})"
 
 
 def summary_line(handle: str, stop_reason: str, disposed: bool = False, session_id: str | None = None,
                  resumable: bool = False) -> str:
-    ended = _ENDED.get(stop_reason, ENDED_OTHERWISE)
+    how = ended(stop_reason)
     # The handle is what the parent addresses; the session id is what a host's logs and tools show.
     who = f"{handle} (session {session_id})" if session_id and session_id != handle else handle
     if disposed and resumable:
         # A continuable child is resumed by the next message sent to it (cold resume).
-        return (f"Background subagent {who} {ended} and was disposed: it will do no further work unless you "
+        return (f"Background subagent {who} {how} and was disposed: it will do no further work unless you "
                 "send it more, which starts it again.")
     if disposed:
         # A disposed session is never resumed (no cold resume after disposal): mail to it is refused.
         return (
-            f"Background subagent {who} {ended} and was disposed: it will do no further work "
+            f"Background subagent {who} {how} and was disposed: it will do no further work "
             "and cannot receive messages."
         )
-    return f"Background subagent {who} {ended} and will do no further work unless you send it more."
+    if stop_reason == "completed":
+        return f"Background subagent {who} {how} and {FINISHED_TAIL}."
+    return f"Background subagent {who} {how}."
+
+
+def closing_message(closing) -> str | None:
+    """The child's closing message as its parent reads it, from what the host gave: a string (one text block)
+    or the content blocks of the child's last message, whose text blocks are kept in order and byte for byte
+    (reasoning, tool calls and any other block left out). None when nothing readable is left: an empty
+    string, no text blocks, or only blank text reads as no closing message, never as an error.
+    Raises ValueError for a block list that is not one (a block that is not an object, a text that is not text)."""
+    if closing is None:
+        return None
+    if isinstance(closing, str):
+        texts = [closing]
+    elif isinstance(closing, (list, tuple)):
+        texts = []
+        for block in closing:
+            if not isinstance(block, dict):
+                raise ValueError("closing message blocks must be objects like {\"type\": \"text\", \"text\": ...}")
+            if block.get("type") == "text":
+                if not isinstance(block.get("text"), str):
+                    raise ValueError("a closing message text block's `text` must be a string")
+                texts.append(block["text"])
+    else:
+        raise ValueError("the closing message is a string or a list of content blocks")
+    texts = [text for text in texts if text.strip()]
+    return BLOCK_SEPARATOR.join(texts) if texts else None
 
 
 def settlement_text(handle: str, stop_reason: str, closing_text: str | None, disposed: bool = False,
                     session_id: str | None = None, resumable: bool = False) -> str:
-    """The summary line, then the child's closing message block (its last words, as the host gave them)."""
+    """The summary line, then the child's closing message (its last words, as the host gave them, byte-exact)."""
     closing = closing_text if closing_text and closing_text.strip() else NO_CLOSING_TEXT
     return f"{summary_line(handle, stop_reason, disposed, session_id, resumable)}\n\n{closing}"
 

@@ -165,6 +165,8 @@ def status_of(message_id: str, sender_id: str, sent: ev.MessageSent | ev.Message
                       "recipient_state": sent.recipient_state, "accepted_at": sent.at}
     if sent.pair_seq is not None:
         out["receipt"]["sequence"] = sent.pair_seq  # order and priority: what the read receipt counts to
+    if getattr(sent, "code_version", None):
+        out["code_version"] = sent.code_version  # peer mail: the code version its intent was stored with
     if settled is not None:
         return {**out, "status": "processed", "reason": settled.reason or None,
                 "settlement": {"outcome": settled.outcome, "reason": settled.reason, "at": settled.at}}

@@ -49,10 +49,14 @@ class Row:
     # Accepted: when, and the accepted event's position on the destination's stream.
     accepted_at: float = 0.0
     position: int = 0
+    # The code version its intent was stored with ("": none): what inspect shows at every stage.
+    code_version: str = ""
 
     def to_list(self) -> list:
-        return [self.message_id, self.destination, self.peer, self.status, self.attempts, self.since,
-                self.started_at, self.retry_at, self.reason, self.accepted_at, self.position]
+        row = [self.message_id, self.destination, self.peer, self.status, self.attempts, self.since,
+               self.started_at, self.retry_at, self.reason, self.accepted_at, self.position]
+        # Written only when there is one: a row without it reads as it did before.
+        return [*row, self.code_version] if self.code_version else row
 
     @classmethod
     def from_list(cls, data: list) -> "Row":
@@ -68,7 +72,8 @@ def evolve(rows: dict[str, Row], event: ev.Event) -> dict[str, Row]:
     settlements are folded by ``state.evolve``, which also keeps the capacity."""
     match event:
         case ev.PeerIntentStored():
-            row = Row(event.message_id, event.destination_session_id, event.peer, since=event.at)
+            row = Row(event.message_id, event.destination_session_id, event.peer, since=event.at,
+                      code_version=event.code_version or "")
             return {**rows, event.message_id: row}
     row = rows.get(getattr(event, "message_id", ""))
     if row is None:
@@ -183,6 +188,8 @@ def status_of(row: Row, sender_id: str, policy: MessagingConfig, now: float) -> 
     out = {"message_id": row.message_id, "sender_session_id": sender_id, "recipient_session_id": row.destination,
            "peer": row.peer, "status": row.status,
            "attempts": row.attempts, "reason": row.reason or None}
+    if row.code_version:
+        out["code_version"] = row.code_version
     if row.status == "pending":
         if row.retry_at > now:
             out["next_attempt_at"] = row.retry_at

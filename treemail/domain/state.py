@@ -391,6 +391,8 @@ def _evolve_common(state: SessionState, event: ev.Event) -> SessionState:
             return replace(state, outstanding=max(0, state.outstanding - 1),
                            settled_pace=flow.observe(state.settled_pace, event.at))
         # Disposal, settlement notices, draining.
+        case ev.SessionAnnounced():
+            return replace(state, announced=True)
         case ev.SessionClosing():
             return replace(state, disposal="closing")
         case ev.SessionClosed():

@@ -57,7 +57,8 @@ def protocol_schemas() -> dict:
         "type": "object", "required": ["message_id", "mode", "recipient_state"], "properties": {
             "message_id": {"type": "string"}, "mode": {"enum": list(tool.MODES)},
             "recipient_state": {"enum": ["running", "queued", "waking_finished"]},
-            # Order and priority (additive): the message's number in its directed pair.
+            # Order and priority: the message's number in its directed pair, only for a sender with the read
+            # receipt tool or a host that asked (`n`); the plain result is exactly the three keys.
             "sequence": {"type": "integer", "minimum": 1}},
     }
     return {
@@ -107,6 +108,7 @@ def protocol_schemas() -> dict:
                                                             {"type": ["string", "null"], "title": "thread id"}],
                            "minItems": 2, "maxItems": 2},
                     "u": {"type": "boolean", "title": "urgent (absent for a normal send)"},
+                    "n": {"type": "boolean", "title": "the host asked for `sequence` in the result (absent: no)"},
                 },
             },
         },

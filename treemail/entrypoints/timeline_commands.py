@@ -98,7 +98,8 @@ def print_timeline(found) -> None:
         mailbox.add_column(header, overflow="fold")
     for state, messages in found.mailbox().items():
         for m in messages:
-            sender = m.sender_handle or m.sender_session_id or m.owner
+            # A notice names the session it is about, never as its author: it shows as treemail's (its owner).
+            sender = (m.sender_handle or m.sender_session_id) if m.owner == "agent" else m.owner
             reason = f" ({m.reason})" if m.reason and state in ("parked", "returned", "discarded") else ""
             mailbox.add_row(state + reason, m.message_id, sender, m.mode, m.run_id or "",
                             "" if m.step is None else str(m.step), str(m.position), _thread_mark(found, m),

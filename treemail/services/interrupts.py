@@ -48,8 +48,9 @@ class InterruptService:
             decision = decide_interrupt(command, interrupt.InterruptGiven(
                 sender, sender_state, target, new_id=ids.uuid7(), now=self.clock.now(), recorded=recorded,
             ))
-            if not isinstance(decision, Accepted) or not isinstance(target, Found):
-                # A refusal, or an accepted no-op on an agent that does not exist: nothing to append anywhere.
+            if not isinstance(decision, Accepted) or not isinstance(target, Found) or interrupt.is_no_op(decision):
+                # A refusal, or an accepted no-op (an absent, settled, one-shot or idle target): nothing is
+                # appended or recorded anywhere.
                 return outcome_of(decision)
             answer = await append_keyed(
                 self.store, interrupt.INTERRUPTS, arguments, interrupt.key_digest(context), target.record,

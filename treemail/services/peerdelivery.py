@@ -18,6 +18,7 @@ another driver records it failed and makes the next attempt with the same identi
 """
 
 import logging
+from dataclasses import dataclass, field
 
 from redis.exceptions import RedisError
 
@@ -53,6 +54,16 @@ def admission_digest(message_id: str) -> str:
     return digests.digest(["peer-admission", message_id])
 
 
+@dataclass
+class DriverPass:
+    """What one driver pass did: the sources it looked at and the events it appended on their streams
+    (attempts, receipts, refusals, parking, settlements; an admission's own events are on its
+    destination's stream), which ``treemail.testing`` hands a test as the pump's."""
+
+    sources: int = 0
+    events: list[ev.Event] = field(default_factory=list)
+
+
 class PeerDriver:
     def __init__(self, store: EventStore, sessions: SessionService, keyring: proof.Keyring | None,
                  clock: Clock) -> None:
@@ -79,21 +90,23 @@ class PeerDriver:
                     await self.drive(record)
         return seen
 
-    async def step(self, limit: int = 500) -> int:
-        """Every source whose time has come, at most ``limit`` per partition. Returns sources looked at."""
+    async def step(self, limit: int = 500) -> DriverPass:
+        """Every source whose time has come, at most ``limit`` per partition."""
         now = self.clock.now()
-        seen = 0
+        done = DriverPass()
         for partition in self.partitions:
             for session_id in await self.due.due(partition, now, limit):
                 record = await self.store.directory.get(session_id)
                 if record is None:
                     continue
-                seen += 1
-                await self.drive(record)
-        return seen
+                done.sources += 1
+                done.events.extend(await self.drive(record))
+        return done
 
-    async def drive(self, source: SessionRecord, only: str | None = None) -> None:
-        """Everything due on this source's outbox now (``only``: one delivery), then its next due time."""
+    async def drive(self, source: SessionRecord, only: str | None = None) -> list[ev.Event]:
+        """Everything due on this source's outbox now (``only``: one delivery), then its next due time.
+        Returns the events appended."""
+        appended: list[ev.Event] = []
         loaded = await self.store.load(source)
         for row in list(loaded.state.outbox.values()):
             if only is not None and row.message_id != only:
@@ -103,27 +116,28 @@ class PeerDriver:
                 if step is None:
                     continue
                 if step.action == "settle":
-                    await self._settle(source, row)
+                    appended += await self._settle(source, row)
                 else:
-                    await self._advance(source, row.message_id)
+                    appended += await self._advance(source, row.message_id)
             except (UnknownSessionError, LifecycleError):
-                return  # the source is gone: nothing is owed any more
+                return appended  # the source is gone: nothing is owed any more
         loaded = await self.store.load(source)
         await self.due.reschedule(source, loaded.version,
                                   outbox.next_check(loaded.state.outbox, self.policy, self.clock.now()))
+        return appended
 
     # ---- one delivery -------------------------------------------------------------------------------------
 
-    async def _advance(self, source: SessionRecord, message_id: str) -> None:
+    async def _advance(self, source: SessionRecord, message_id: str) -> list[ev.Event]:
         events = await self.sessions.execute(DrivePeerDelivery(source.session_id, message_id), source)
         started = next((e for e in events if isinstance(e, ev.PeerAttemptStarted)), None)
         if started is None:
-            return
+            return events
         intent = await self.intent(source, message_id)
         if intent is None:
-            return
+            return events
         if intent.protocol > PROTOCOL_VERSION:
-            return  # a newer treemail stored it: its admission is a newer driver's to make (it times out here)
+            return events  # a newer treemail stored it: its admission is a newer driver's to make (it times out here)
         # One span per admission attempt, in the message's own trace (from its preparation on).
         with tracing.span("treemail.peer.admit", intent.traceparent, message_id=message_id,
                           session_id=intent.destination_session_id, attempt=started.attempt) as span:
@@ -135,7 +149,7 @@ class PeerDriver:
                 outcome = {"error": {"code": "unanswered"}}
             if span is not None:
                 span.set_attribute("treemail.outcome", "accepted" if "ok" in outcome else outcome["error"]["code"])
-        await self.sessions.execute(self._record(message_id, started.attempt, outcome, source), source)
+        return events + await self.sessions.execute(self._record(message_id, started.attempt, outcome, source), source)
 
     @staticmethod
     def _record(message_id: str, attempt: int, outcome: dict, source: SessionRecord) -> RecordPeerAdmission:
@@ -204,13 +218,13 @@ class PeerDriver:
                                                                  "it is accepted, not parked")
         await self.sessions.execute(DiscardPeerDelivery(source.session_id, message_id, reason), source)
 
-    async def _settle(self, source: SessionRecord, row: outbox.Row) -> None:
+    async def _settle(self, source: SessionRecord, row: outbox.Row) -> list[ev.Event]:
         """Whether the destination processed the message: gone from its pending mail, and settled on its stream."""
         destination = await self.store.directory.get(row.destination)
         if destination is None:
-            return
+            return []
         if await self.store.load_mail_items(destination, [row.message_id]):
-            return
+            return []
         after = row.position
         while True:
             page = await self.store.read(destination, after=after, count=SETTLEMENT_PAGE)
@@ -219,8 +233,7 @@ class PeerDriver:
                 if isinstance(event, ev.ProducerMessageConsumed | ev.ProducerMessageDiscarded) and (
                         event.message_id == row.message_id):
                     outcome = "consumed" if isinstance(event, ev.ProducerMessageConsumed) else "discarded"
-                    await self.sessions.execute(SettlePeerDelivery(
+                    return await self.sessions.execute(SettlePeerDelivery(
                         source.session_id, row.message_id, outcome, getattr(event, "reason", "")), source)
-                    return
             if len(page) < SETTLEMENT_PAGE:
-                return
+                return []

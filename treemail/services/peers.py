@@ -162,6 +162,10 @@ class PeerService:
         back = {v.target.session_id: v.name for v in await self.views(record)}
         return list(reversed(state.peers.inbox)), back
 
+    async def holds_read(self, record: SessionRecord) -> bool:
+        """Whether this session holds a ``read`` grant on any peer it has a route to."""
+        return any(view.allows("read") for view in await self.views(record))
+
     async def readable(self, record: SessionRecord, senders: set[str]) -> set[str]:
         """The senders among ``senders`` on which this session holds a ``read`` grant (its inbox shows theirs)."""
         found = [r for r in (await self.store.directory.many(sorted(senders))).values() if r is not None]

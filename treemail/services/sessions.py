@@ -119,6 +119,7 @@ class SessionService:
         resident: bool = True,
         continuable: bool = True,
         accepts_images: bool = False,
+        announced: bool = False,
     ) -> SessionRecord:
         normalized, interrupt_rules = actions.split_actions(rules)
         session_id = ids.uuid7()
@@ -127,7 +128,7 @@ class SessionService:
             session_id=session_id, root_session_id=root_id, parent_session_id=parent_session_id,
             agent_type=agent_type, description=description, handle=None, rules=normalized,
             send_message_tool=send_message_tool, status=status, resident=resident, continuable=continuable,
-            accepts_images=accepts_images, interrupt_rules=interrupt_rules,
+            accepts_images=accepts_images, interrupt_rules=interrupt_rules, announced=announced,
         )
         return await self._register(origin, with_handle, lambda registration: registration)
 

@@ -13,7 +13,7 @@ import logging
 
 from ..adapters import metrics
 from ..domain import events as ev
-from ..domain import ids, limits
+from ..domain import ids, limits, notices
 from ..domain.commands import CloseSession, FinishRun, Settle
 from ..domain.decide.obligations import RUN_FINISHED, WAKE_UNCLAIMED
 from ..domain.decide.settlement import UNREADABLE_PARENT
@@ -29,9 +29,16 @@ def check_stop_reason(reason) -> None:
     limits.require_name("stop reason", reason, optional=True)
 
 
-def check_closing_text(text) -> None:
+def check_closing_text(closing) -> str | None:
+    """The closing message a host gave (a string, or the child's last content blocks) as the notice carries
+    it (``notices.closing_message``), bounded; None: no closing message (an empty one included)."""
+    try:
+        text = notices.closing_message(closing)
+    except ValueError as error:
+        raise limits.IdentifierError(limits.INVALID, str(error)) from None
     if text is not None:
         limits.require_text("closing_text", text, limits.MAX_CLOSING_TEXT_BYTES)
+    return text
 
 
 def settlement_for(record: SessionRecord, stop_reason: str, closing_text: str | None,

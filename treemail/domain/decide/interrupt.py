@@ -3,15 +3,23 @@
 An interrupt stops a direct neighbour's current run at its next safe point:
 the decision records ``SessionInterruptRequested`` on the target's stream
 (its trigger reaches a host runner in the same atomic step), and the host
-later reports ``SessionRunFinished`` with reason ``aborted``. A target with
-no run open (queued, idle, finished) is a no-op result, not an error.
+later reports ``SessionRunFinished`` with reason ``aborted``: the child stays
+resident and idle, the same incarnation, and its waiting mail is held until a
+later send wakes it (``abort_hold``).
+
+Only a resident continuable child's open run is interrupted. Every other
+target is an accepted no-op that touches nothing (no event, no record on its
+keys): one that is absent, settled (being disposed or disposed), one-shot, or
+with no run open (queued, idle, already completed). The result says which
+(``{"result": "no_op", "reason": ...}``).
 
 Idempotent per tool call like send_message: the key is the tool call
-(namespaced apart from send_message's), and interrupts and no-ops are both
-recorded under it, so a retry gets the first answer even if the run has
-ended since: the record is answered before any check. Refusals depend only on
-the registrations and the caller's run (exact live sender: only the caller's
-open run may interrupt, as only it may send) and are decided again.
+(namespaced apart from send_message's), and an interrupt is recorded under it,
+so a retry gets the first answer even if the run has ended since: the record
+is answered before any check. A no-op is not recorded (it touches nothing)
+and is decided again; refusals depend only on the registrations and the
+caller's run (exact live sender: only the caller's open run may interrupt, as
+only it may send) and are decided again.
 """
 
 from dataclasses import dataclass
@@ -80,8 +88,7 @@ def decide_interrupt(command: InterruptAgent, given: InterruptGiven) -> Interrup
                 raise
             # Interrupting an agent that does not exist (or no longer does) stops nothing that runs: an
             # accepted no-op, which still tells the model whom it could have meant.
-            return Accepted([], {"result": "no_such_agent", "agent": None,
-                                 "message": f"nothing was done: {unknown.message}"})
+            return no_op("absent", None, f"nothing was done: {unknown.message}")
         routing.require_direct(sender, found.record, routing.INTERRUPT)
         label = permissions.relationship(sender.origin, found.record.origin)
         if permissions.evaluate(sender.interrupt_rules, label) != "allow":
@@ -89,11 +96,10 @@ def decide_interrupt(command: InterruptAgent, given: InterruptGiven) -> Interrup
     except Rejected as rejection:
         return Refused(rejection.code, rejection.message)
     state, handle = found.state, found.record.handle
-    if state.current_run is None:
-        return Accepted([], {
-            "result": "not_running", "agent": handle, "recipient_state": state.status,
-            "message": f"{handle} is {state.status} with no run to interrupt; nothing was done",
-        })
+    why = nothing_to_interrupt(state)
+    if why is not None:
+        return no_op(why, handle, NO_OP_MESSAGES[why].format(handle=handle, status=state.status),
+                     recipient_state=state.status)
     event = ev.SessionInterruptRequested(
         at=given.now, interrupt_id=given.new_id, run_id=state.current_run, sender_session_id=sender.session_id,
         sender_handle=sender.handle, reason=command.arguments.reason, tool_call_id=command.context.tool_call_id,
@@ -102,6 +108,36 @@ def decide_interrupt(command: InterruptAgent, given: InterruptGiven) -> Interrup
         "result": "interrupt_requested", "interrupt_id": given.new_id, "agent": handle,
         "message": f"{handle}'s current run will stop at its next step",
     })
+
+
+# ---- no-ops ----------------------------------------------------------------------------------------
+
+NO_OP_MESSAGES = {
+    "settled": "{handle} has been disposed; there is nothing to interrupt and nothing was done",
+    "one_shot": "{handle} is a one-shot agent, which is not interrupted; nothing was done",
+    "not_running": "{handle} is {status} with no run to interrupt; nothing was done",
+}
+
+
+def nothing_to_interrupt(state: SessionState) -> str | None:
+    """Why a target's run is not interrupted, or None when it is: only a resident continuable child with an
+    open run is; a settled or one-shot one is left exactly as it is, whatever it is doing."""
+    if state.disposal is not None:
+        return "settled"
+    if not state.continuable:
+        return "one_shot"
+    if state.current_run is None:
+        return "not_running"
+    return None
+
+
+def no_op(reason: str, handle: str | None, message: str, **more) -> Accepted:
+    """An accepted interrupt that does nothing: no event anywhere, and nothing recorded under the tool call."""
+    return Accepted([], {"result": "no_op", "reason": reason, "agent": handle, **more, "message": message})
+
+
+def is_no_op(decision) -> bool:
+    return isinstance(decision, Accepted) and decision.result.get("result") == "no_op"
 
 
 # ---- idempotency ---------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from .. import events as ev
 from ..commands import (
+    AnnounceSession,
     ChangeStatus,
     ClaimMail,
     ClaimTurn,
@@ -98,16 +99,26 @@ def in_order(mail: Mapping[str, MailItem]) -> list[MailItem]:
 def decide_register(command: RegisterSession, given: Given) -> list[ev.Event]:
     if given.state.registered:
         return []
-    return [
-        ev.SessionRegistered(
-            at=given.now, session_id=command.session_id, root_session_id=command.root_session_id,
-            parent_session_id=command.parent_session_id, agent_type=command.agent_type,
-            description=command.description, handle=command.handle, rules=command.rules,
-            send_message_tool=command.send_message_tool, status=command.status,
-            resident=command.resident, continuable=command.continuable, accepts_images=command.accepts_images,
-            interrupt_rules=command.interrupt_rules,
-        )
-    ]
+    registered = ev.SessionRegistered(
+        at=given.now, session_id=command.session_id, root_session_id=command.root_session_id,
+        parent_session_id=command.parent_session_id, agent_type=command.agent_type,
+        description=command.description, handle=command.handle, rules=command.rules,
+        send_message_tool=command.send_message_tool, status=command.status,
+        resident=command.resident, continuable=command.continuable, accepts_images=command.accepts_images,
+        interrupt_rules=command.interrupt_rules,
+    )
+    return [registered, *(announcing(SessionState(), None, given.now) if command.announced else [])]
+
+
+def announcing(state: SessionState, run_id: str | None, now: float) -> list[ev.Event]:
+    """The announcement of a child its host gave the task directly, once: a session already announced (sent
+    mail, or announced before) owes its parent the same one notice, so nothing is written again."""
+    return [] if state.announced else [ev.SessionAnnounced(at=now, run_id=run_id)]
+
+
+def decide_announce(command: AnnounceSession, given: Given) -> list[ev.Event]:
+    require_registered(given.state)
+    return announcing(given.state, None, given.now)
 
 
 def decide_status(command: ChangeStatus, given: Given) -> list[ev.Event]:
@@ -129,6 +140,8 @@ def decide_start_run(command: StartRun, given: Given) -> list[ev.Event]:
             "lifecycle:run_active", f"run {state.current_run} is still active; finish it before starting {run_id}"
         )
     events: list[ev.Event] = [ev.SessionRunStarted(at=given.now, run_id=run_id)]
+    if command.announced:
+        events += announcing(state, run_id, given.now)
     for item in in_order(given.mail):
         if item.state not in ("claimed", "parked"):
             events.append(message_event(ev.ProducerMessageAdmitted, item, run_id, given.now))

@@ -65,7 +65,7 @@ def decide_record_admission(command: RecordPeerAdmission, given: Given) -> list[
     if command.outcome == "accepted":
         return [ev.MessageSent(at=given.now, message_id=row.message_id, recipient_session_id=row.destination,
                                position=command.position, recipient_state=command.recipient_state, peer=row.peer,
-                               pair_seq=command.sequence)]
+                               pair_seq=command.sequence, code_version=row.code_version or None)]
     if not outbox.in_flight(row) or row.attempts != command.attempt:
         return []
     if command.outcome == "refused":
@@ -153,7 +153,10 @@ def decide_admission(given: AdmissionGiven) -> Accepted | Refused:
         sender=given.sender, sender_state=given.sender_state, target=found, config=given.config,
         new_id=intent.message_id, now=given.now, target_version=given.target_version, keyring=given.keyring,
     )
+    # The intent as stored, whichever attempt this is: destination, input, principal and code version alike.
+    provenance = {"code_version": intent.code_version} if intent.code_version else {}
     accepted = send.accept(command, send_given, given.sender, found, intent.agent_hop, principal=intent.principal,
+                           **provenance,
                            peer=intent.peer, in_reply_to=intent.in_reply_to, reply=intent.reply)
     position = given.target_version + 1 + next(
         i for i, e in enumerate(accepted.events) if isinstance(e, ev.ProducerMessageAccepted))

@@ -145,7 +145,7 @@ def decide_peer_send(command: SendToPeer, given: SendGiven) -> SendDecision:
         peer=arguments.peer, principal=principal, body=arguments.body, mode=arguments.mode, agent_hop=hop,
         run_id=command.context.run_id, tool_call_id=command.context.tool_call_id,
         in_reply_to=arguments.in_reply_to, reply=arguments.reply,
-        traceparent=getattr(command, "traceparent", "") or None,
+        traceparent=getattr(command, "traceparent", "") or None, code_version=config.peer_code_version or None,
     )
     result = {"message_id": given.new_id, "peer": arguments.peer, "mode": arguments.mode, "status": "pending"}
     if arguments.reply:

@@ -3,12 +3,13 @@
 A little over the house's 200 lines: decide_send and the admission steps every agent send shares.
 """
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass, field
 
 from .. import blocks, digests, effective, loops, permissions, proof
 from .. import events as ev
-from ..commands import SendArguments, SendMessage
+from ..commands import READ_RECEIPT, SendArguments, SendMessage
 from ..errors import Code, Rejected
 from ..messaging import MessagingConfig
 from ..outbound import Sender, Source, recipient_state_label, sources
@@ -165,7 +166,19 @@ def decide_send(command: SendMessage, given: SendGiven) -> SendDecision:
         loop_guard.require_no_loop(sender, given.sender_state, found, context.run_id, arguments.body)
     except Rejected as rejection:
         return refused(given, rejection)
-    return accept(command, given, sender, found, hop)
+    return numbered(accept(command, given, sender, found, hop), arguments, given.sender_state)
+
+
+def numbered(accepted: Accepted, arguments: SendArguments, sender_state: SessionState) -> Accepted:
+    """The answer a send's caller reads: exactly ``message_id``, ``mode`` and ``recipient_state``, so a
+    model that was promised those three is never handed a fourth; the message's number in its pair
+    (``sequence``) only where it means something to the caller: the sender has the read receipt tool,
+    which counts to it, or the host asked for it (its own richer send). Decided here, so a retry of the
+    tool call is answered with the same keys as the first."""
+    if arguments.numbered or READ_RECEIPT in sender_state.installed_tools:
+        return accepted
+    result = {key: value for key, value in accepted.result.items() if key != "sequence"}
+    return dataclasses.replace(accepted, result=result)
 
 
 def refused(given: SendGiven, rejection: Rejected) -> Refused:
@@ -305,7 +318,8 @@ def accept(command, given: SendGiven, sender: SessionRecord, found: Found, hop: 
         "message_id": given.new_id,
         "mode": command.arguments.mode,
         "recipient_state": recipient_state_label(found.state.status),
-        # Order and priority (additive): the message's number in its pair, what a read receipt counts to.
+        # Order and priority: the message's number in its pair, what a read receipt counts to (``numbered``
+        # decides whether a send_message caller reads it).
         "sequence": events[-1].pair_seq,
     }
     events = proof.sign_events(events, found.record.session_id, given.keyring)

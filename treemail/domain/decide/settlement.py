@@ -1,7 +1,10 @@
 """Settlement notices: what treemail tells a parent when a child's run ends for good, or it is disposed.
 
-The gates, in order: a child never announced owes no account (nobody ever
-gave it mail or its task through treemail); a parent that is gone gets
+The gates, in order: a disposal that follows a run's end already told to
+the parent, with no run since, tells nothing more (``already_told``: the
+parent knows how the child ended, and one end is one notice); a child never
+announced owes no account (nobody ever gave it mail or its task through
+treemail, and its host never said it did); a parent that is gone gets
 nothing (the child's stream records it); a parent being disposed has the
 notice injected; an idle parent gets it as a new turn (queued, woken if need
 be); a busy one gets it steered into the running turn. The notice is
@@ -26,6 +29,17 @@ from .wake import with_wake
 SETTLEMENT_PRODUCER = "settlement:treemail"
 # The gate recorded when the parent's state could not be read at all: the child's end stands, nobody is told.
 UNREADABLE_PARENT = "failed"
+# The gate of a disposal right after a run's end whose notice reached the parent: nothing more is told.
+ALREADY_TOLD = "already_told"
+TOLD = ("injected", "queued", "steered")
+
+
+def end_already_told(state: SessionState) -> bool:
+    """The child's last run ended for good, its parent was given that notice, and nothing ran since: a
+    disposal now would tell the parent the same end twice. Every new run's end is told anew, so a child
+    woken by mail that finishes again tells its parent again."""
+    return (state.current_run is None and state.last_run is not None and state.settled == state.last_run
+            and state.settled_notice in TOLD)
 
 
 @dataclass(frozen=True)
@@ -50,6 +64,8 @@ def parent_notice(child_id: str, child_handle: str | None, child_state: SessionS
                   parent_state: SessionState | None, stop_reason: str, closing_text: str | None, disposed: bool,
                   notice_id: str, now: float) -> Settlement:
     """The gates, in order, and the notice's events on the parent's stream."""
+    if disposed and end_already_told(child_state):
+        return Settlement(ALREADY_TOLD, [])
     if not child_state.announced:
         return Settlement("not_announced", [])
     delivery = notices.notice_delivery(parent_state)
@@ -61,6 +77,9 @@ def parent_notice(child_id: str, child_handle: str | None, child_state: SessionS
     events.append(
         ev.ProducerMessageAccepted(
             at=now, message_id=notice_id, producer_id=SETTLEMENT_PRODUCER, owner="settlement",
+            # The child it is about, under treemail's own owner: a host tells whose end it reports without
+            # ever crediting the words to the child (agent mail is the ``agent`` owner alone).
+            sender_session_id=child_id,
             body=notices.settlement_text(child_handle or child_id, stop_reason, closing_text, disposed,
                                          session_id=child_id, resumable=child_state.continuable),
             mode="queue" if delivery == "queued" else "steer",
