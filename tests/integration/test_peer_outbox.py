@@ -289,6 +289,35 @@ async def test_the_peer_inbox_shows_only_readable_senders_a_page_at_a_time_with_
         assert bad["error"]["code"] == "peer_message:invalid_arguments"
 
 
+async def test_a_reader_following_the_inbox_cursor_reaches_every_message_while_more_arrive(redis_url, calls):
+    # The pending and pair guards out of the way: the peer inbox's own bound is what is met here.
+    async with running_stack(redis_url, max_inflight_per_pair=100, max_pending_per_session=100) as host:
+        planner, advisor = await independent_trees(host)
+        await route(host, planner, advisor, send=True)
+        await host.peers.set_grant(planner.session_id, source_session_id=advisor.session_id, read=True)
+
+        async def send(body):
+            return (await host.peers.send(calls.ctx(planner.session_id), {"peer": "advisor", "body": body}))[
+                "message_id"]
+
+        first = [await send(f"m{i}") for i in range(30)]
+        context = calls.ctx(advisor.session_id)
+        page = await host.peers.inbox(context, {"limit": 10})
+        seen = [m["message_id"] for m in page["messages"]]
+        # More mail than the inbox keeps arrives while the reader is on its first page.
+        later = [await send(f"late{i}") for i in range(5)]
+        while page["next_cursor"] is not None:
+            page = await host.peers.inbox(context, {"limit": 10, "cursor": page["next_cursor"]})
+            seen += [m["message_id"] for m in page["messages"]]
+        assert seen == first[::-1]
+        # Two fit beside the 30 unread; the others wait on their source, refused for now, never dropped.
+        state = await state_of(host, planner)
+        waiting = [state.outbox[m] for m in later[2:]]
+        assert [(row.status, row.reason) for row in waiting] == [("pending", "peer_message:inbox_full")] * 3
+        newest = await host.peers.inbox(context, {"limit": 32})
+        assert [m["message_id"] for m in newest["messages"]] == [*later[1::-1], *first[::-1]]
+
+
 async def test_the_delivery_pump_is_a_peer_driver(host, calls):
     from treemail.consumers.pump import Pump
 

@@ -28,7 +28,7 @@ STATUSES = ("pending", "parked", "accepted")
 # A destination's refusal that may pass later: the attempt failed, the delivery is tried again.
 TRANSIENT = frozenset({
     "send_message:inbox_full", "send_message:inflight_full", "send_message:draining",
-    "send_message:engine_shutdown", "peer_message:engine_shutdown",
+    "send_message:engine_shutdown", "peer_message:engine_shutdown", "peer_message:inbox_full",
 })
 ATTEMPT_TIMEOUT = "attempt_timeout"
 
