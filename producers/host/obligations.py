@@ -21,7 +21,7 @@ from treemail.adapters.eventstore import EventStore
 from treemail.domain import commands as c
 from treemail.domain import events as ev
 from treemail.domain.errors import Code, LifecycleError, UnknownSessionError
-from treemail.domain import outbox
+from treemail.domain import limits, outbox
 from treemail.domain.outbound import may_inspect, status_of
 from treemail.domain.records import SessionRecord
 from treemail.domain.results import error_result
@@ -42,12 +42,12 @@ MAX_DEPTH = 256
 
 
 def unknown(message_id: str) -> dict:
-    return error_result(Code.UNKNOWN_MESSAGE.value, f"no message you may see has id {message_id}")
+    return error_result(Code.UNKNOWN_MESSAGE.value, f"no message you may see has id {limits.shown(message_id, 80)}")
 
 
 def settled(message_id: str) -> dict:
-    return error_result(Code.SETTLED.value,
-                        f"message {message_id} was already processed or refused; it cannot be retried, send a new one")
+    return error_result(Code.SETTLED.value, f"message {limits.shown(message_id, 80)} was already processed or "
+                                            "refused; it cannot be retried, send a new one")
 
 
 class Obligations:

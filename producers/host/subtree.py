@@ -119,7 +119,7 @@ class Subtree:
         "interrupted"}``. The same ``idempotency_key`` resumes an interrupted stop in its recorded order.
         """
         if how not in subtree.STOP_HOWS:
-            raise ValueError(f"how must be interrupt or dispose, got {how!r}")
+            raise limits.invalid(f"how must be interrupt or dispose, got {limits.shown(how)}")
         check_stop_reason(reason)
         check_closing_text(closing_text)
         limits.require_text("idempotency_key", idempotency_key, limits.MAX_IDEMPOTENCY_KEY_BYTES, optional=True)

@@ -38,6 +38,7 @@ class SessionService:
         self.clock = clock
 
     async def record(self, session_id: str) -> SessionRecord:
+        limits.require_id("session_id", session_id)  # never looked up (nor echoed) whatever its size
         record = await self.store.directory.get(session_id)
         if record is None:
             raise UnknownSessionError(f"no session has id {session_id}")
@@ -147,7 +148,7 @@ class SessionService:
 
     async def _register(self, origin: RegisterSession, with_handle: bool, command_for) -> SessionRecord:
         if origin.status not in STATUSES:
-            raise ValueError(f"status must be queued, running, idle or finished, got {origin.status!r}")
+            raise limits.IdentifierError(limits.INVALID, "status must be queued, running, idle or finished")
         limits.check_command(origin)  # before the directory entry: a refused registration stores nothing
         partition = keys.partition_of(origin.root_session_id, self.config.service.partitions)
         # A session without a handle cannot collide with another: one attempt.
