@@ -11,6 +11,7 @@ import time
 import pytest
 
 from treemail.adapters import keys
+from treemail.domain.commands import SendContext
 from treemail.domain import events as ev
 from treemail.services.peerdelivery import PeerDriver, admission_digest
 from treemail.services.sessions import SessionService
@@ -354,3 +355,30 @@ async def test_the_host_discards_a_parked_delivery_which_frees_its_capacity_and_
         "processed", "discarded", "the advisor is retired")
     assert await outstanding(host, planner) == 0
     assert await of_type(host, advisor.session_id, ev.ProducerMessageAccepted) == []
+
+
+async def test_a_retried_peer_send_gets_its_first_refusal_whatever_changed_since(redis_url):
+    async with running_stack(redis_url, peer_admit_inline=False, max_pending_peer_deliveries=2,
+                             max_outstanding_per_source=3) as host:
+        planner, advisor = await independent_trees(host, rules={"child": "allow"})
+        await route(host, planner, advisor, send=True)
+        child = await host.register_child(planner.session_id, "explore", "reads", rules={"parent": "allow"},
+                                          status="idle")
+        for i in range(2):
+            assert "message_id" in await host.peers.send(SendContext(planner.session_id, "run-1", f"p{i}"),
+                                                         {"peer": "advisor", "body": f"p{i}"})
+        call = SendContext(planner.session_id, "run-1", "the-third")
+        first = await host.peers.send(call, {"peer": "advisor", "body": "third"})
+        assert first["error"]["code"] == "peer_message:outbox_full"
+        # Now the source's capacity is full too: the same tool call is still answered its first refusal.
+        assert "message_id" in await host.send_message(calls_ctx(planner), {"to": child.handle, "body": "tree"})
+        assert await outstanding(host, planner) == 3
+        again = await host.peers.send(call, {"peer": "advisor", "body": "third"})
+        assert again["error"]["code"] == "peer_message:outbox_full"
+        # Other arguments under the same call are a conflict, never a second decision.
+        other = await host.peers.send(call, {"peer": "advisor", "body": "another"})
+        assert other["error"]["code"] == "peer_message:idempotency_conflict"
+
+
+def calls_ctx(session) -> SendContext:
+    return SendContext(session.session_id, "run-1", "tree-send")

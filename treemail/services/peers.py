@@ -221,7 +221,7 @@ class PeerService:
                 service_draining=draining, keyring=self.keyring,
             )
             decision = decide_peer_send(command, given)
-            if isinstance(decision, Refused) and not decision.recorded:
+            if isinstance(decision, Refused) and (sender is None or not idempotency.answers_retries(decision.code)):
                 return outcome_of(decision)
             if not isinstance(decision, Refused):
                 # Before the commit and after it: a driver that finds the outbox empty meanwhile cannot
