@@ -10,7 +10,9 @@ interrupted without sending any copy twice. Refusals are per recipient.
 
 A cascading stop interrupts or disposes the subtree bottom-up: every session
 after all of its descendants (deepest level first, the top last), so each
-settlement notice reaches a parent that is still there, leaves first.
+settlement notice reaches a parent that is still there, leaves first. A
+cascading disposal closes the subtree for good: every session is sealed first
+(no child registers under it any more, and no mail resumes it), then disposed.
 """
 
 import asyncio
@@ -125,6 +127,9 @@ class Subtree:
         limits.require_text("idempotency_key", idempotency_key, limits.MAX_IDEMPOTENCY_KEY_BYTES, optional=True)
         top = await self._service.sessions.record(session_id)
         stop_id, order = await self._service.start_stop(top, how, reason, idempotency_key)
+        if how == "dispose":
+            # Closed for good: sealed first, so no child joins the subtree while it is being disposed.
+            order = await self._service.seal(top, stop_id, order)
         records = await self._store.directory.many(order)
         rows = []
         for sid in order:

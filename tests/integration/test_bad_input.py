@@ -18,15 +18,16 @@ SURROGATE = "plans \ud800 things"
 RULES = {"child": "allow", "parent": "allow"}
 # A refusal's text is a bounded prefix of the input at most: never the 4 MiB itself.
 MAX_ECHO = 1000
-# Written by the live processes on their own clock, not by a call.
-VOLATILE = (b"tm:workers",)
+# Written by the live processes on their own clock, not by a call: the worker registry, and the command
+# streams the workers trim as they acknowledge (a refused host call never reaches them: it is refused first).
+VOLATILE = (b"tm:workers", b"tm:cmd:")
 
 
 async def everything(redis) -> dict:
     """Every key with its type and size: what a refused call must leave exactly as it was."""
     out = {}
     for key in await redis.keys("*"):
-        if key in VOLATILE:
+        if key.startswith(VOLATILE):
             continue
         kind = (await redis.type(key)).decode()
         size = {"stream": redis.xlen, "hash": redis.hlen, "set": redis.scard, "zset": redis.zcard,

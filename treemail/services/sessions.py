@@ -18,7 +18,7 @@ from ..domain import events as ev
 from ..domain import actions, ids, limits, outbound
 from ..domain.commands import STATUSES, ForkSession, RegisterSession, SessionCommand
 from ..domain.commitplan import plan_commit
-from ..domain.decide.lifecycle import Given
+from ..domain.decide.lifecycle import Given, require_parent_unsealed
 from ..domain.errors import LifecycleError, UnknownSessionError
 from ..domain.handlers import HANDLERS, decide_command
 from ..domain.records import SessionRecord
@@ -151,6 +151,10 @@ class SessionService:
             raise limits.IdentifierError(limits.INVALID, "status must be queued, running, idle or finished")
         limits.check_command(origin)  # before the directory entry: a refused registration stores nothing
         partition = keys.partition_of(origin.root_session_id, self.config.service.partitions)
+        if origin.parent_session_id is not None:
+            # Refused before the directory entry too; the registration's own step checks it again, atomically.
+            parent = await self.record(origin.parent_session_id)
+            require_parent_unsealed(parent.session_id, (await self.store.load(parent)).state)
         # A session without a handle cannot collide with another: one attempt.
         for _ in range(HANDLE_ATTEMPTS if with_handle else 1):
             registration = replace(origin, handle=ids.new_handle(origin.agent_type) if with_handle else None)
