@@ -281,3 +281,27 @@ async def test_mail_held_for_a_next_incarnation_goes_back_to_its_sender_when_a_s
     returned = await of_type(stack, root.session_id, ev.ProducerMessageAccepted, owner="returned")
     assert len(returned) == 1 and "for your next run" in returned[0].body
     assert await of_type(stack, a1.session_id, ev.SessionResumed) == []
+
+
+async def test_a_broadcast_accounts_for_every_descendant_whatever_its_end(stack):
+    """Open, closing, disposed and resumable, one-shot disposed, stopped for good: each descendant is in
+    ``delivered`` or in ``refused`` with its code, never in neither."""
+    root, a, b, a1, a2, b1 = await three_levels(stack)
+    one_shot = await stack.register_child(b.session_id, "worker", "once", rules=RULES, continuable=False)
+    closing = await stack.register_child(b.session_id, "worker", "closing", rules=RULES)
+    await live(stack, root)
+    await stack.disposal.stop_subtree(a.session_id, "dispose")           # a, a1, a2: closed for good
+    await stack.disposal.dispose(b1.session_id, "done")                  # resumable
+    await stack.disposal.dispose(one_shot.session_id, "done")            # one-shot: closed for good
+    await adapters(stack).sessions.execute(DisposeSession(closing.session_id, "done"))  # cut short: closing
+
+    result = await stack.peers.broadcast_subtree(root.session_id, "status?")
+    delivered = {d["session_id"] for d in result["delivered"]}
+    refused = {r["session_id"]: r["code"] for r in result["refused"]}
+    everyone = ids_of([a, b, a1, a2, b1, one_shot, closing])
+    assert result["recipients"] == len(everyone)
+    assert delivered | set(refused) == set(everyone) and not delivered & set(refused)
+    assert refused == {s: "send_message:recipient_closing" for s in ids_of([a, a1, a2, one_shot])}
+    assert delivered == set(ids_of([b, b1, closing]))
+    [recorded] = await of_type(stack, root.session_id, ev.SubtreeBroadcastDelivered)
+    assert set(recorded.accepted) == delivered and recorded.refused == refused
