@@ -315,6 +315,9 @@ async def test_a_reader_following_the_inbox_cursor_reaches_every_message_while_m
         state = await state_of(host, planner)
         waiting = [state.outbox[m] for m in later[2:]]
         assert [(row.status, row.reason) for row in waiting] == [("pending", "peer_message:inbox_full")] * 3
+        status = await host.obligations.inspect(later[2])
+        assert (status["status"], status["reason"]) == ("pending", "peer_message:inbox_full")
+        assert status["retry_after_ms"] > 0
         newest = await host.peers.inbox(context, {"limit": 32})
         assert [m["message_id"] for m in newest["messages"]] == [*later[1::-1], *first[::-1]]
 

@@ -186,5 +186,7 @@ def status_of(row: Row, sender_id: str, policy: MessagingConfig, now: float) -> 
     if row.status == "pending":
         if row.retry_at > now:
             out["next_attempt_at"] = row.retry_at
+            # Typed backpressure, as on a refusal that may pass later: when the next attempt is made.
+            out["retry_after_ms"] = int(round((row.retry_at - now) * 1000))
         out["deadline_at"] = deadline_of(row, policy)
     return out
