@@ -385,3 +385,22 @@ async def test_a_retried_peer_send_gets_its_first_refusal_whatever_changed_since
 
 def calls_ctx(session) -> SendContext:
     return SendContext(session.session_id, "run-1", "tree-send")
+
+
+async def test_a_stranger_inspecting_or_cancelling_peer_mail_gets_permission_denied_from_every_partition(host, calls):
+    planner, advisor = await independent_trees(host)
+    await route(host, planner, advisor, send=True, read=True, control=True)
+    sent = await host.peers.send(calls.ctx(planner.session_id), {"peer": "advisor", "body": "review this"})
+    partitions = adapters(host).config.service.partitions
+    here = keys.partition_of(planner.root_session_id, partitions)
+    strangers = {}
+    for _ in range(200):
+        other = await host.register_root("critic", "reviews", rules={})
+        strangers.setdefault(keys.partition_of(other.root_session_id, partitions) == here, other)
+        if len(strangers) == 2:
+            break
+    for stranger in strangers.values():
+        for call in (host.obligations.inspect, host.obligations.cancel, host.obligations.retry):
+            answer = await call(sent["message_id"], stranger.session_id)
+            assert answer["error"]["code"] == "permission_denied", (call.__name__, answer)
+    assert (await host.obligations.inspect(sent["message_id"], planner.session_id))["status"] == "pending"
