@@ -197,3 +197,22 @@ def test_a_sealed_session_returns_the_mail_held_for_its_next_incarnation_and_is_
     events = HANDLERS[CloseSession].decide(close, Given(st.fold(sealed), mail, config(), 3.0))
     assert [type(e) for e in events] == [ev.ProducerMessageDiscarded, ev.SessionClosed]
     assert events[0].reason == "returned to its sender as notice n-1"
+
+
+def test_a_fork_under_a_sealed_parent_is_refused_as_a_registration_is():
+    from treemail.domain.commands import ForkSession, RegisterSession
+    from treemail.domain.handlers import decide_command
+    from treemail.domain.outbound import Sender
+
+    f = family()
+    registration = RegisterSession(session_id=sid(112), root_session_id=ROOT, parent_session_id=f["a1"].session_id,
+                                   agent_type="worker", description="", handle=None, rules=[],
+                                   send_message_tool=True, status="idle")
+    parent = Sender(f["a1"], st.fold([registered(f["a1"]), ev.SessionSealed(stop_id="st-1")]), 2)
+    given = Given(st.INITIAL, {}, config(), 3.0, history=((1, registered(f["a11"])),), session_id=sid(112),
+                  senders={f["a1"].session_id: parent})
+    assert HANDLERS[ForkSession].reads_senders(ForkSession(registration, f["a11"].session_id, 1), {}, ()) == {
+        f["a1"].session_id}
+    with pytest.raises(LifecycleError) as refused:
+        decide_command(ForkSession(registration, f["a11"].session_id, 1), given)
+    assert refused.value.code == "lifecycle:parent_stopped"

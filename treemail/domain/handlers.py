@@ -98,7 +98,8 @@ HANDLERS: dict[type, Handler] = {
     # unsettled again: its sender counts it again.
     c.RevertSession: Handler(decide_revert, reads_mail="all", reads_history=attrgetter("session_id"),
                              reads_senders=restored_senders),
-    c.ForkSession: Handler(decide_fork, reads_history=attrgetter("source_session_id")),
+    c.ForkSession: Handler(decide_fork, reads_history=attrgetter("source_session_id"),
+                           reads_senders=registration_parent, elsewhere=held_parent),
     # effective permissions: the session overlay
     c.OverlayMessageRules: Handler(decide_overlay_rules),
     # Delivery as an obligation.

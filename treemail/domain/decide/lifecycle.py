@@ -95,16 +95,21 @@ def in_order(mail: Mapping[str, MailItem]) -> list[MailItem]:
     return sorted(mail.values(), key=lambda m: m.seq)
 
 
+def _parent_of(command) -> str | None:
+    """The parent a registration (or a fork's registration) names."""
+    return getattr(getattr(command, "registration", command), "parent_session_id", None)
+
+
 def registration_parent(command, _mail=None, _history=()) -> set[str]:
     """The parent a child's registration is decided against (``Handler.reads_senders``)."""
-    parent = getattr(command, "parent_session_id", None)
+    parent = _parent_of(command)
     return {parent} if parent else set()
 
 
 def held_parent(command, given: Given, _events) -> dict[str, list[ev.Event]]:
     """The parent's stream joins the registration's atomic step with no event of its own: its etag is checked,
     so a registration decided before a cascading stop sealed the parent is decided again, and refused."""
-    parent = getattr(command, "parent_session_id", None)
+    parent = _parent_of(command)
     return {parent: []} if parent and given.senders.get(parent) is not None else {}
 
 
