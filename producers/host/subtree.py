@@ -37,6 +37,27 @@ Send = Callable[[SendContext, dict], Awaitable[dict]]
 FAN_OUT = 32
 
 
+def accounted(recipients, results: list[dict], records: dict) -> tuple[list[dict], list[dict]]:
+    """(delivered, refused): every recipient in exactly one of them, a refusal with its code. An answer that
+    names neither a message nor an error (none should) is a refusal, never a recipient left out of both."""
+    delivered, refused = [], []
+    for recipient, result in zip(recipients, results, strict=True):
+        record = records.get(recipient)
+        handle = record.handle if record is not None else None
+        error = result.get("error") if isinstance(result, dict) else None
+        message_id = result.get("message_id") if isinstance(result, dict) and error is None else None
+        if message_id is not None:
+            delivered.append({"session_id": recipient, "handle": handle, "message_id": message_id,
+                              "recipient_state": result.get("recipient_state")})
+        elif error is not None and error.get("code"):
+            refused.append({"session_id": recipient, "handle": handle, **error})
+        else:
+            refused.append({"session_id": recipient, "handle": handle, "code": Code.SUBTREE_ENGINE_SHUTDOWN.value,
+                            "message": "the copy got no answer that names a message or a refusal; broadcast "
+                                       "again with the same call to resume it"})
+    return delivered, refused
+
+
 class Subtree:
     def __init__(self, store: EventStore, service: SubtreeService, disposal: DisposalService, send: Send,
                  max_body_bytes: Callable[[], int]) -> None:
@@ -88,15 +109,7 @@ class Subtree:
                 )
 
         results = await asyncio.gather(*(copy(r) for r in broadcast.recipients))
-        delivered, refused = [], []
-        for recipient, result in zip(broadcast.recipients, results):
-            record = records.get(recipient)
-            handle = record.handle if record is not None else None
-            if "error" in result:
-                refused.append({"session_id": recipient, "handle": handle, **result["error"]})
-            else:
-                delivered.append({"session_id": recipient, "handle": handle, "message_id": result["message_id"],
-                                  "recipient_state": result.get("recipient_state")})
+        delivered, refused = accounted(broadcast.recipients, results, records)
         await self._service.finish_broadcast(
             sender, broadcast, {d["session_id"]: d["message_id"] for d in delivered},
             {r["session_id"]: r["code"] for r in refused},

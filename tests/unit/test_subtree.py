@@ -216,3 +216,19 @@ def test_a_fork_under_a_sealed_parent_is_refused_as_a_registration_is():
     with pytest.raises(LifecycleError) as refused:
         decide_command(ForkSession(registration, f["a11"].session_id, 1), given)
     assert refused.value.code == "lifecycle:parent_stopped"
+
+
+def test_every_recipient_of_a_broadcast_is_delivered_or_refused_with_a_code_never_neither():
+    from treemail.producers.host.subtree import accounted
+
+    f = family()
+    recipients = [f[name].session_id for name in ("a", "a1", "b", "b1")]
+    results = [{"message_id": "m-a", "recipient_state": "queued"},
+               {"error": {"code": "send_message:recipient_closing", "message": "stopped for good"}},
+               {"result": "something else"},  # neither: refused all the same
+               {}]
+    delivered, refused = accounted(recipients, results, {f["a"].session_id: f["a"]})
+    assert [d["session_id"] for d in delivered] == [f["a"].session_id]
+    assert {r["session_id"]: r["code"] for r in refused} == {
+        f["a1"].session_id: "send_message:recipient_closing",
+        f["b"].session_id: Code.SUBTREE_ENGINE_SHUTDOWN.value, f["b1"].session_id: Code.SUBTREE_ENGINE_SHUTDOWN.value}
