@@ -167,6 +167,12 @@ class SessionService:
                 await self.execute(command_for(registration), record)
             except HandleTaken:
                 continue
+            except LifecycleError as refused:
+                if refused.code == "lifecycle:parent_stopped":
+                    # A stop sealed the parent between the check above and the registration's own step: the
+                    # refused session was never registered, so its directory entry goes too.
+                    await self.store.directory.withdraw(record.session_id)
+                raise
             return record
         raise RuntimeError(f"no free handle for agent type {origin.agent_type!r} after {HANDLE_ATTEMPTS} attempts")
 
