@@ -26,7 +26,7 @@ from treemail.adapters import metrics, tracing
 from treemail.adapters.config import Config, load_config
 from treemail.adapters.connection import connect
 from treemail.domain import commands as c
-from treemail.domain import ids
+from treemail.domain import ids, limits
 from treemail.domain.commands import SendContext
 from treemail.domain.decide.mailcontrol import with_send_options as mail_options
 from treemail.domain.errors import LifecycleError, Rejected
@@ -63,7 +63,7 @@ __all__ = [
 
 def _count(name: str, value: int | None) -> int | None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+        raise limits.invalid(f"{name} must be a non-negative integer, got {limits.shown(value)}")
     return value
 
 
@@ -167,7 +167,7 @@ class Treemail:
 
     async def set_status(self, session_id: str, status: str) -> None:
         if status not in c.STATUSES:
-            raise ValueError(f"status must be queued, running, idle or finished, got {status!r}")
+            raise limits.invalid(f"status must be queued, running, idle or finished, got {limits.shown(status)}")
         await self._services.sessions.execute(c.ChangeStatus(session_id, status))
 
     # ---- runs and wakes ---------------------------------------------------------------------------
@@ -267,17 +267,22 @@ class Treemail:
             yield
 
     async def inject(self, session_id: str, owner: str, body: str, mode: str = "queue") -> str:
-        """Mail from a plugin, a delegation notification or a goal: never counted by the agent guards."""
+        """Mail from a plugin, a delegation notification or a goal: never counted by the agent guards.
+
+        Input that is not what is asked for (an owner or mode outside theirs, a body that is not text, blank,
+        or over ``max_injected_body_bytes``) is refused with ``IdentifierError`` (a ValueError with its code),
+        nothing stored."""
         if owner not in ("plugin", "delegation", "goal"):
-            raise ValueError(f"owner must be plugin, delegation or goal, got {owner!r}")
+            raise limits.IdentifierError(limits.INVALID, "owner must be plugin, delegation or goal")
         if mode not in ("steer", "queue"):
-            raise ValueError(f"mode must be steer or queue, got {mode!r}")
+            raise limits.IdentifierError(limits.INVALID, "mode must be steer or queue")
+        limits.require_text("body", body, self._services.config.messaging.max_injected_body_bytes, empty=True)
         message_id = ids.uuid7()
         try:
             await self._services.sessions.execute(c.InjectMail(session_id, message_id, owner, body, mode))
         except LifecycleError as error:
             if error.code == "lifecycle:invalid_body":
-                raise ValueError(error.message) from None
+                raise limits.IdentifierError(limits.INVALID, error.message) from None
             raise
         return message_id
 

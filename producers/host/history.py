@@ -151,13 +151,22 @@ class History:
         accepted at < ``until`` (seconds since the epoch). ``own``: only mail the session sent or received
         (what a model may read about itself: the ``search_mail`` tool). Raises ValueError for a criterion
         out of bounds, UnknownSessionError for an unknown session."""
+        return (await self.search_page(session_id, text=text, sender=sender, since=since, until=until,
+                                       limit=limit, own=own))["messages"]
+
+    async def search_page(self, session_id: str, *, text: str | None = None, sender: str | None = None,
+                          since: float | None = None, until: float | None = None,
+                          limit: int = mail_search.DEFAULT_LIMIT, own: bool = False,
+                          cursor: str | None = None) -> dict:
+        """``search`` a page at a time: ``{"messages", "next_cursor"}``; ``next_cursor`` (None when nothing
+        older matches) passed back as ``cursor`` gives the next page, exactly after the last row shown."""
         query = mail_search.checked(MailQuery(text, sender, since, until, limit))
         record = await self._sessions.record(session_id)
         found = await self._tree_rows(record, query)
         if own:  # what it received, and what it sent (on its recipients' streams)
             found = [row for row in found if session_id in (row["recipient_session_id"], row["sender_session_id"])]
-        found.sort(key=lambda row: (row["at"], row["message_id"]), reverse=True)
-        return found[:query.limit]
+        shown, next_cursor = mail_search.page(found, query.limit, cursor)
+        return {"messages": shown, "next_cursor": next_cursor}
 
 
 def _found(recipient, seq: int, event: ev.ProducerMessageAccepted) -> dict:

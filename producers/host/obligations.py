@@ -21,7 +21,7 @@ from treemail.adapters.eventstore import EventStore
 from treemail.domain import commands as c
 from treemail.domain import events as ev
 from treemail.domain.errors import Code, LifecycleError, UnknownSessionError
-from treemail.domain import outbox
+from treemail.domain import limits, outbox
 from treemail.domain.outbound import may_inspect, status_of
 from treemail.domain.records import SessionRecord
 from treemail.domain.results import error_result
@@ -42,12 +42,18 @@ MAX_DEPTH = 256
 
 
 def unknown(message_id: str) -> dict:
-    return error_result(Code.UNKNOWN_MESSAGE.value, f"no message you may see has id {message_id}")
+    return error_result(Code.UNKNOWN_MESSAGE.value, f"no message you may see has id {limits.shown(message_id, 80)}")
+
+
+def denied() -> dict:
+    return error_result(Code.PERMISSION_DENIED.value,
+                        "permission denied: only the sender, the sessions it was delegated from and the host "
+                        "may inspect, cancel or retry a message")
 
 
 def settled(message_id: str) -> dict:
-    return error_result(Code.SETTLED.value,
-                        f"message {message_id} was already processed or refused; it cannot be retried, send a new one")
+    return error_result(Code.SETTLED.value, f"message {limits.shown(message_id, 80)} was already processed or "
+                                            "refused; it cannot be retried, send a new one")
 
 
 class Obligations:
@@ -94,23 +100,28 @@ class Obligations:
 
     async def _locate(self, message_id: str, caller: str | None, operation: str = "read"):
         """(the index's find: sender and its records, recipient record, pending item) or an error dict."""
+        everywhere = list(range(self._config.service.partitions))
+        found = None
         if caller is not None:
             record = await self._store.directory.get(caller)
-            if record is None:
+            # The sender and the sessions it was delegated from share its tree's partition: looked at first.
+            found = await outboundindex.find(self._redis, message_id, [record.partition]) if record else None
+            if found is None:
+                # Elsewhere, the caller is a stranger to the message whichever partition holds it: the answer
+                # is the same from every partition, ``permission_denied`` for a message that exists.
+                elsewhere = [p for p in everywhere if record is None or p != record.partition]
+                if await outboundindex.find(self._redis, message_id, elsewhere) is not None:
+                    return denied()
                 return unknown(message_id)
-            partitions = [record.partition]
         else:
-            partitions = list(range(self._config.service.partitions))
-        found = await outboundindex.find(self._redis, message_id, partitions)
+            found = await outboundindex.find(self._redis, message_id, everywhere)
         if found is None:
             return unknown(message_id)
         sender = await self._store.directory.get(found.sender_id)
         if sender is None:
             return unknown(message_id)
         if not may_inspect(caller, sender.session_id, await self.ancestors(sender)):
-            return error_result(Code.PERMISSION_DENIED.value,
-                                "permission denied: only the sender, the sessions it was delegated from and the host "
-                                "may inspect or retry a message")
+            return denied()
         destination = _destination(found.sent)
         if caller is not None and _is_peer(found.sent) and not await self._granted(sender, destination, operation):
             # Peer mail: the destination decides what its sources may read or control there, deny by default.

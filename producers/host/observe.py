@@ -30,6 +30,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from treemail.adapters import feed, keys
 from treemail.adapters.config import ServiceConfig
+from treemail.domain import limits
 from treemail.domain import events as ev
 
 # The mail traffic plugins observe: producers and every ProducerMessage* step.
@@ -80,7 +81,7 @@ class FeedPosition:
     def parse(cls, text: str, partitions: int) -> "FeedPosition":
         parts = text.split(",")
         if len(parts) != partitions or not all(_PART.match(p) for p in parts):
-            raise ValueError(f"not a subscription position of this deployment ({partitions} partitions): {text!r}")
+            raise ValueError(f"not a subscription position of this deployment ({partitions} partitions): {limits.shown(text)}")
         split = [p.split("/") for p in parts]
         within = tuple(int(s[2]) if len(s) > 2 else 0 for s in split)
         return cls(tuple((s[0], int(s[1])) for s in split), within if any(within) else ())

@@ -137,9 +137,10 @@ class Peers:
             pass
 
     async def inbox(self, context: SendContext, arguments=None) -> dict:
-        """The calling session's latest peer mail with its provenance, newest first: only from senders it holds
-        a ``read`` grant on, a page at a time (``next_cursor`` when more remain). A caller that holds no read
-        grant at all (from none of its inbox's senders, and on none of its routes) is refused
+        """The calling session's peer mail with its provenance, newest first: only from senders it holds a
+        ``read`` grant on, a page at a time (``next_cursor`` when more remain). A cursor stays valid while mail
+        arrives: following it reaches every entry older than the page it came with, none twice. A caller that
+        holds no read grant at all (from none of its inbox's senders, and on none of its routes) is refused
         (``peer_message:not_granted``), never shown an empty page it could take for an empty inbox."""
         try:
             limit, cursor = peer_tools.parse_inbox(arguments)
@@ -157,15 +158,13 @@ class Peers:
         except RedisError as error:
             return error_result(Code.PEER_ENGINE_SHUTDOWN.value, f"the inbox could not be read ({type(error).__name__})")
         shown = [e for e in entries if e.sender_session_id in readable]
-        if cursor is not None:
-            after = next((i for i, e in enumerate(shown) if e.message_id == cursor), None)
-            if after is None:
-                return error_result(Code.PEER_INVALID_ARGUMENTS.value,
-                                    "`cursor` is not a cursor of your inbox; call peer_inbox without it to start over")
-            shown = shown[after + 1:]
-        page = shown[:limit]
+        before = peer_tools.cursor_position(cursor)
+        if cursor is not None and before is None:
+            return error_result(Code.PEER_INVALID_ARGUMENTS.value,
+                                "`cursor` is not a cursor of your inbox; call peer_inbox without it to start over")
+        page, next_cursor = peers.page(shown, limit, before)
         return {"messages": [{
             "message_id": e.message_id, "sender": e.sender_handle, "sender_session_id": e.sender_session_id,
             "principal": e.principal, "at": datetime.fromtimestamp(e.at, timezone.utc).isoformat(timespec="seconds"),
             "in_reply_to": e.in_reply_to, "reply_peer": back.get(e.sender_session_id),
-        } for e in page], "next_cursor": page[-1].message_id if len(shown) > limit else None}
+        } for e in page], "next_cursor": peer_tools.cursor_of(next_cursor)}

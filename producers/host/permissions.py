@@ -10,6 +10,7 @@ import redis.asyncio as aioredis
 
 from treemail.adapters.config import Config
 from treemail.adapters.eventstore import EventStore
+from treemail.domain import limits
 from treemail.domain import commands as c
 from treemail.domain import effective, notices, permissions
 from treemail.domain.commands import SendArguments, SendContext
@@ -77,7 +78,7 @@ class Permissions:
 
     async def approve(self, request_id: str, scope: str = "once") -> dict:
         if scope not in ("once", "tree"):
-            raise ValueError(f"scope must be once or tree, got {scope!r}")
+            raise limits.invalid(f"scope must be once or tree, got {limits.shown(scope)}")
         decision = "approve_tree" if scope == "tree" else "approve_once"
         return await approvals.resolve(self._redis, self._sessions, self._config.service.partitions, request_id,
                                        decision)

@@ -10,7 +10,9 @@ interrupted without sending any copy twice. Refusals are per recipient.
 
 A cascading stop interrupts or disposes the subtree bottom-up: every session
 after all of its descendants (deepest level first, the top last), so each
-settlement notice reaches a parent that is still there, leaves first.
+settlement notice reaches a parent that is still there, leaves first. A
+cascading disposal closes the subtree for good: every session is sealed first
+(no child registers under it any more, and no mail resumes it), then disposed.
 """
 
 import asyncio
@@ -33,6 +35,27 @@ from .hostcall import host_context
 Send = Callable[[SendContext, dict], Awaitable[dict]]
 # Copies in flight at once: enough to keep a worker pool busy, few enough not to flood the command stream.
 FAN_OUT = 32
+
+
+def accounted(recipients, results: list[dict], records: dict) -> tuple[list[dict], list[dict]]:
+    """(delivered, refused): every recipient in exactly one of them, a refusal with its code. An answer that
+    names neither a message nor an error (none should) is a refusal, never a recipient left out of both."""
+    delivered, refused = [], []
+    for recipient, result in zip(recipients, results, strict=True):
+        record = records.get(recipient)
+        handle = record.handle if record is not None else None
+        error = result.get("error") if isinstance(result, dict) else None
+        message_id = result.get("message_id") if isinstance(result, dict) and error is None else None
+        if message_id is not None:
+            delivered.append({"session_id": recipient, "handle": handle, "message_id": message_id,
+                              "recipient_state": result.get("recipient_state")})
+        elif error is not None and error.get("code"):
+            refused.append({"session_id": recipient, "handle": handle, **error})
+        else:
+            refused.append({"session_id": recipient, "handle": handle, "code": Code.SUBTREE_ENGINE_SHUTDOWN.value,
+                            "message": "the copy got no answer that names a message or a refusal; broadcast "
+                                       "again with the same call to resume it"})
+    return delivered, refused
 
 
 class Subtree:
@@ -86,15 +109,7 @@ class Subtree:
                 )
 
         results = await asyncio.gather(*(copy(r) for r in broadcast.recipients))
-        delivered, refused = [], []
-        for recipient, result in zip(broadcast.recipients, results):
-            record = records.get(recipient)
-            handle = record.handle if record is not None else None
-            if "error" in result:
-                refused.append({"session_id": recipient, "handle": handle, **result["error"]})
-            else:
-                delivered.append({"session_id": recipient, "handle": handle, "message_id": result["message_id"],
-                                  "recipient_state": result.get("recipient_state")})
+        delivered, refused = accounted(broadcast.recipients, results, records)
         await self._service.finish_broadcast(
             sender, broadcast, {d["session_id"]: d["message_id"] for d in delivered},
             {r["session_id"]: r["code"] for r in refused},
@@ -119,12 +134,15 @@ class Subtree:
         "interrupted"}``. The same ``idempotency_key`` resumes an interrupted stop in its recorded order.
         """
         if how not in subtree.STOP_HOWS:
-            raise ValueError(f"how must be interrupt or dispose, got {how!r}")
+            raise limits.invalid(f"how must be interrupt or dispose, got {limits.shown(how)}")
         check_stop_reason(reason)
         closing_text = check_closing_text(closing_text)
         limits.require_text("idempotency_key", idempotency_key, limits.MAX_IDEMPOTENCY_KEY_BYTES, optional=True)
         top = await self._service.sessions.record(session_id)
         stop_id, order = await self._service.start_stop(top, how, reason, idempotency_key)
+        if how == "dispose":
+            # Closed for good: sealed first, so no child joins the subtree while it is being disposed.
+            order = await self._service.seal(top, stop_id, order)
         records = await self._store.directory.many(order)
         rows = []
         for sid in order:

@@ -59,7 +59,7 @@ class Tools:
         retry_message, send_to_peer, reply_to_peer, peer_inbox, search_mail, message_subtree); the peer tools
         still need their grant. An event on the session's stream (``ToolsInstalled``). Returns what is installed now."""
         if isinstance(names, str):
-            raise ValueError("names must be a list of tool names, not one string")
+            raise limits.invalid("names must be a list of tool names, not one string")
         await self._sessions.execute(c.InstallTools(session_id, tuple(names)))
         record = await self._sessions.record(session_id)
         return list((await self._store.load(record)).state.installed_tools)

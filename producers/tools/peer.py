@@ -211,3 +211,20 @@ def parse_inbox(raw: Any) -> tuple[int, str | None]:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= INBOX_LIMIT:
         raise _invalid(f"`limit` must be an integer from 1 to {INBOX_LIMIT}")
     return limit, _reference(raw, "cursor", False)
+
+
+# A page's cursor names an arrival number, never a message id: an entry read and let go still leaves the
+# cursor that named it meaningful.
+CURSOR_PREFIX = "before-"
+
+
+def cursor_of(position: int | None) -> str | None:
+    return None if position is None else f"{CURSOR_PREFIX}{position}"
+
+
+def cursor_position(cursor: str | None) -> int | None:
+    """The arrival number a cursor names; None for no cursor or for a text no page handed out."""
+    if cursor is None or not cursor.startswith(CURSOR_PREFIX):
+        return None
+    digits = cursor[len(CURSOR_PREFIX):]
+    return int(digits) if digits.isascii() and digits.isdigit() and len(digits) <= 12 and int(digits) > 0 else None

@@ -219,3 +219,11 @@ async def test_operators_drain_and_dispose_by_handle_and_sends_are_refused_after
     # Any stop reason a host reports is taken (worded generically); one over its byte limit is refused.
     assert "identifier:too_long" in one_line_error(cli(redis_url, "dispose", root.handle, "--stop-reason", "b" * 65))
     assert await stack.history(root.session_id) == before  # nothing changed
+
+
+@pytest.mark.parametrize("ref,code", [("x" * 100_000, "identifier:too_long"),
+                                      (os.fsdecode(b"planner_\xff"), "identifier:invalid")])
+def test_a_session_reference_too_long_or_not_text_is_a_one_line_coded_error_with_a_bounded_echo(redis_url, ref,
+                                                                                                  code):
+    line = one_line_error(cli(redis_url, "history", ref))
+    assert code in line and len(line) < 600

@@ -175,3 +175,15 @@ async def test_interrupt_agent_is_a_row_of_the_tool_registry_every_adapter_serve
     assert result["result"] == "interrupt_requested"
     refused = await stack.tools.call(calls.ctx(child.session_id), "interrupt_agent", {"to": root.handle})
     assert refused["error"]["code"] == "unknown_tool"
+
+
+async def test_a_refused_interrupt_is_kept_under_its_tool_call_like_an_accepted_one(stack, calls):
+    root, child = await family(stack)
+    await stack.start_run(child.session_id, "run-c1")
+    ctx = calls.ctx(child.session_id, "run-c1")
+    first = await stack.interrupts.interrupt_agent(ctx, {"to": root.handle})  # the child may not interrupt
+    assert first["error"]["code"] == "interrupt_agent:permission_denied"
+    assert await stack.interrupts.interrupt_agent(ctx, {"to": root.handle}) == first
+    # The same call with other arguments is a conflict: the call was decided, not forgotten.
+    conflict = await stack.interrupts.interrupt_agent(ctx, {"to": root.handle, "reason": "other"})
+    assert conflict["error"]["code"] == "interrupt_agent:idempotency_conflict"

@@ -316,3 +316,26 @@ async def test_the_cli_functions_print_the_status_or_fail_in_one_line(stack, cal
         await inspection.cli_retry(stack.obligations, sent["message_id"])
     with pytest.raises(LookupError, match="^message:unknown: "):
         await inspection.cli_inspect(stack.obligations, "no-such-message")
+
+
+async def test_a_stranger_gets_permission_denied_from_every_partition_and_every_call(stack, calls):
+    root = await stack.register_root("planner", "plans", rules={"child": "allow"})
+    child = await stack.register_child(root.session_id, "explore", "reads", rules={}, status="idle")
+    await stack.start_run(root.session_id, "run-1")
+    sent = await stack.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "work"})
+    partitions = adapters(stack).config.service.partitions
+    here = keys.partition_of(root.session_id, partitions)
+    strangers = {}
+    for _ in range(200):
+        other = await stack.register_root("critic", "reviews", rules={})
+        strangers.setdefault(keys.partition_of(other.root_session_id, partitions) == here, other)
+        if len(strangers) == 2:
+            break
+    assert set(strangers) == {True, False}
+    for same_partition, stranger in strangers.items():
+        for call in (stack.obligations.inspect, stack.obligations.cancel, stack.obligations.retry):
+            answer = await call(sent["message_id"], stranger.session_id)
+            assert code(answer) == "permission_denied", (call.__name__, same_partition, answer)
+        assert code(await stack.obligations.inspect("0190a000-0000-7000-8000-00000000dead",
+                                                    stranger.session_id)) == "message:unknown"
+    assert (await stack.obligations.inspect(sent["message_id"], root.session_id))["status"] == "accepted"

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from treemail.adapters import keys
+from treemail.domain.commands import SendContext
 from treemail.domain import events as ev
 from treemail.services.peerdelivery import PeerDriver, admission_digest
 from treemail.services.sessions import SessionService
@@ -301,6 +302,38 @@ async def test_the_peer_inbox_shows_only_readable_senders_a_page_at_a_time_with_
         assert unreadable not in str(listed) and other.session_id not in str(listed)
 
 
+async def test_a_reader_following_the_inbox_cursor_reaches_every_message_while_more_arrive(redis_url, calls):
+    # The pending and pair guards out of the way: the peer inbox's own bound is what is met here.
+    async with running_stack(redis_url, max_inflight_per_pair=100, max_pending_per_session=100) as host:
+        planner, advisor = await independent_trees(host)
+        await route(host, planner, advisor, send=True)
+        await host.peers.set_grant(planner.session_id, source_session_id=advisor.session_id, read=True)
+
+        async def send(body):
+            return (await host.peers.send(calls.ctx(planner.session_id), {"peer": "advisor", "body": body}))[
+                "message_id"]
+
+        first = [await send(f"m{i}") for i in range(30)]
+        context = calls.ctx(advisor.session_id)
+        page = await host.peers.inbox(context, {"limit": 10})
+        seen = [m["message_id"] for m in page["messages"]]
+        # More mail than the inbox keeps arrives while the reader is on its first page.
+        later = [await send(f"late{i}") for i in range(5)]
+        while page["next_cursor"] is not None:
+            page = await host.peers.inbox(context, {"limit": 10, "cursor": page["next_cursor"]})
+            seen += [m["message_id"] for m in page["messages"]]
+        assert seen == first[::-1]
+        # Two fit beside the 30 unread; the others wait on their source, refused for now, never dropped.
+        state = await state_of(host, planner)
+        waiting = [state.outbox[m] for m in later[2:]]
+        assert [(row.status, row.reason) for row in waiting] == [("pending", "peer_message:inbox_full")] * 3
+        status = await host.obligations.inspect(later[2])
+        assert (status["status"], status["reason"]) == ("pending", "peer_message:inbox_full")
+        assert status["retry_after_ms"] > 0
+        newest = await host.peers.inbox(context, {"limit": 32})
+        assert [m["message_id"] for m in newest["messages"]] == [*later[1::-1], *first[::-1]]
+
+
 async def test_the_delivery_pump_is_a_peer_driver(host, calls):
     from treemail.consumers.pump import Pump
 
@@ -337,3 +370,49 @@ async def test_the_host_discards_a_parked_delivery_which_frees_its_capacity_and_
         "processed", "discarded", "the advisor is retired")
     assert await outstanding(host, planner) == 0
     assert await of_type(host, advisor.session_id, ev.ProducerMessageAccepted) == []
+
+
+async def test_a_retried_peer_send_gets_its_first_refusal_whatever_changed_since(redis_url):
+    async with running_stack(redis_url, peer_admit_inline=False, max_pending_peer_deliveries=2,
+                             max_outstanding_per_source=3) as host:
+        planner, advisor = await independent_trees(host, rules={"child": "allow"})
+        await route(host, planner, advisor, send=True)
+        child = await host.register_child(planner.session_id, "explore", "reads", rules={"parent": "allow"},
+                                          status="idle")
+        for i in range(2):
+            assert "message_id" in await host.peers.send(SendContext(planner.session_id, "run-1", f"p{i}"),
+                                                         {"peer": "advisor", "body": f"p{i}"})
+        call = SendContext(planner.session_id, "run-1", "the-third")
+        first = await host.peers.send(call, {"peer": "advisor", "body": "third"})
+        assert first["error"]["code"] == "peer_message:outbox_full"
+        # Now the source's capacity is full too: the same tool call is still answered its first refusal.
+        assert "message_id" in await host.send_message(calls_ctx(planner), {"to": child.handle, "body": "tree"})
+        assert await outstanding(host, planner) == 3
+        again = await host.peers.send(call, {"peer": "advisor", "body": "third"})
+        assert again["error"]["code"] == "peer_message:outbox_full"
+        # Other arguments under the same call are a conflict, never a second decision.
+        other = await host.peers.send(call, {"peer": "advisor", "body": "another"})
+        assert other["error"]["code"] == "peer_message:idempotency_conflict"
+
+
+def calls_ctx(session) -> SendContext:
+    return SendContext(session.session_id, "run-1", "tree-send")
+
+
+async def test_a_stranger_inspecting_or_cancelling_peer_mail_gets_permission_denied_from_every_partition(host, calls):
+    planner, advisor = await independent_trees(host)
+    await route(host, planner, advisor, send=True, read=True, control=True)
+    sent = await host.peers.send(calls.ctx(planner.session_id), {"peer": "advisor", "body": "review this"})
+    partitions = adapters(host).config.service.partitions
+    here = keys.partition_of(planner.root_session_id, partitions)
+    strangers = {}
+    for _ in range(200):
+        other = await host.register_root("critic", "reviews", rules={})
+        strangers.setdefault(keys.partition_of(other.root_session_id, partitions) == here, other)
+        if len(strangers) == 2:
+            break
+    for stranger in strangers.values():
+        for call in (host.obligations.inspect, host.obligations.cancel, host.obligations.retry):
+            answer = await call(sent["message_id"], stranger.session_id)
+            assert answer["error"]["code"] == "permission_denied", (call.__name__, answer)
+    assert (await host.obligations.inspect(sent["message_id"], planner.session_id))["status"] == "pending"

@@ -79,3 +79,26 @@ async def test_cli_search_prints_rows_and_json_and_refuses_a_bad_time_in_one_lin
     assert [json.loads(line)["message_id"] for line in machine.stdout.splitlines()] == [sent["a_to_b"]]
     bad = cli(redis_url, "search", root.session_id, "--since", "yesterday")
     assert bad.returncode != 0 and bad.stderr.count("\n") == 1 and "--since" in bad.stderr
+
+
+async def test_search_mail_never_ends_a_page_silently_and_its_cursor_reaches_every_match(stack):
+    root = await stack.register_root("planner", "plans", rules={"child": "allow"})
+    child = await stack.register_child(root.session_id, "explore", "reads", rules={}, status="idle")
+    await stack.start_run(root.session_id, "r-run")
+    calls = Calls()
+    sent = [(await stack.send_message(calls.ctx(root.session_id, "r-run"), {"to": child.handle,
+                                                                              "body": f"note {i}"}))["message_id"]
+            for i in range(4)]  # the pair window holds four
+    await stack.tools.install(root.session_id, ["search_mail"])
+    context = calls.ctx(root.session_id, "r-run")
+    seen, arguments = [], {"text": "note", "limit": 3}
+    while True:
+        page = await stack.tools.call(context, "search_mail", arguments)
+        seen += [r["message_id"] for r in page["messages"]]
+        if page["next_cursor"] is None:
+            break
+        assert "call search_mail again with cursor=" in stack.tools.result_text("search_mail", page)
+        arguments = {**arguments, "cursor": page["next_cursor"]}
+    assert sorted(seen) == sorted(sent) and len(seen) == len(sent)
+    bad = await stack.tools.call(context, "search_mail", {"text": "note", "cursor": "nowhere"})
+    assert bad["error"]["code"] == "search_mail:invalid_arguments"

@@ -5,7 +5,10 @@ import asyncio
 
 import pytest
 
+from treemail.adapters import keys
 from treemail.domain import events as ev
+from treemail.domain.commands import DisposeSession
+from treemail.domain.errors import LifecycleError
 from treemail.domain.decide.subtree import copy_call
 from treemail.host import SendContext
 from treemail.services.disposal import DisposalService
@@ -207,3 +210,102 @@ async def test_a_cascading_interrupt_reaches_the_runners_bottom_up_and_leaves_id
     await asyncio.gather(*(stack.interrupts.abort_run(t) for t in triggers))
     [finished] = await of_type(stack, a1.session_id, ev.SessionRunFinished)
     assert finished.reason == "aborted"
+
+
+# ---- the ends of a subtree: closed for good ----------------------------------------------------------------
+
+
+async def test_a_cascading_stop_closes_its_subtree_for_good_and_an_ordinary_dispose_stays_resumable(stack):
+    root, a, b, a1, a2, b1 = await three_levels(stack)
+    await live(stack, root)
+    await stack.disposal.stop_subtree(a.session_id, "dispose")
+    await stack.disposal.dispose(b1.session_id, "done")
+    for stopped in (a, a1):
+        refused = await stack.send(root.session_id, stopped.handle, "are you there?")
+        assert refused["error"]["code"] == "send_message:recipient_closing", refused
+        assert "stopped for good" in refused["error"]["message"]
+        assert await of_type(stack, stopped.session_id, ev.SessionResumed) == []
+    # An ordinary disposal of a continuable child: the next message starts its next incarnation.
+    resumed = await stack.send(root.session_id, b1.handle, "one more thing")
+    assert "message_id" in resumed
+    assert len(await of_type(stack, b1.session_id, ev.SessionResumed)) == 1
+
+
+async def test_a_child_registered_under_a_session_a_cascading_stop_reached_is_refused_and_nothing_stored(stack):
+    root, a, b, a1, a2, b1 = await three_levels(stack)
+    await stack.disposal.stop_subtree(a.session_id, "dispose")
+    partition = (await adapters(stack).sessions.record(a.session_id)).partition
+    members = await adapters(stack).redis.scard(keys.tree_members(partition, root.session_id))
+    for parent in (a, a1):
+        with pytest.raises(LifecycleError) as refused:
+            await stack.register_child(parent.session_id, "worker", "late", rules=RULES)
+        assert refused.value.code == "lifecycle:parent_stopped"
+    assert await adapters(stack).redis.scard(keys.tree_members(partition, root.session_id)) == members
+    # Outside the stopped subtree registration goes on.
+    assert (await stack.register_child(b.session_id, "worker", "works", rules=RULES)).session_id
+
+
+async def test_no_child_is_left_open_under_a_subtree_a_racing_cascading_stop_closed(redis_url):
+    """Registrations race the stop on two workers' worth of concurrency: each is refused, or it joined the
+    subtree in time and was closed with it; none stays open under a closed parent."""
+    async with running_stack(redis_url, workers=2) as tm:
+        for attempt in range(6):
+            root, a, b, a1, a2, b1 = await three_levels(tm)
+
+            async def register(parent):
+                try:
+                    return await tm.register_child(parent.session_id, "worker", "racing", rules=RULES)
+                except LifecycleError as error:
+                    assert error.code == "lifecycle:parent_stopped"
+                    return None
+
+            directory = len(await adapters(tm).redis.keys("tm:dir:*"))
+            stop = asyncio.create_task(tm.disposal.stop_subtree(a.session_id, "dispose"))
+            racers = await asyncio.gather(*(register(p) for p in (a, a1, a2, a, a1, a2)))
+            await stop
+            # A refused registration leaves no directory entry behind, however late it was refused.
+            joined = [c for c in racers if c is not None]
+            assert len(await adapters(tm).redis.keys("tm:dir:*")) == directory + len(joined)
+            for child in joined:
+                closed = await of_type(tm, child.session_id, ev.SessionClosed)
+                sealed = await of_type(tm, child.session_id, ev.SessionSealed)
+                assert closed and sealed, (attempt, child)
+
+
+async def test_mail_held_for_a_next_incarnation_goes_back_to_its_sender_when_a_stop_closes_the_session(stack):
+    root, a, b, a1, a2, b1 = await three_levels(stack)
+    await live(stack, root)
+    # An ordinary disposal of a1 cut short after its cutoff: mail sent now waits for a next incarnation.
+    await adapters(stack).sessions.execute(DisposeSession(a1.session_id, "done"))
+    held = await stack.send(root.session_id, a1.handle, "for your next run")
+    assert "message_id" in held
+    await stack.disposal.stop_subtree(a.session_id, "dispose")
+    [discarded] = await of_type(stack, a1.session_id, ev.ProducerMessageDiscarded, message_id=held["message_id"])
+    assert "returned to its sender" in discarded.reason
+    returned = await of_type(stack, root.session_id, ev.ProducerMessageAccepted, owner="returned")
+    assert len(returned) == 1 and "for your next run" in returned[0].body
+    assert await of_type(stack, a1.session_id, ev.SessionResumed) == []
+
+
+async def test_a_broadcast_accounts_for_every_descendant_whatever_its_end(stack):
+    """Open, closing, disposed and resumable, one-shot disposed, stopped for good: each descendant is in
+    ``delivered`` or in ``refused`` with its code, never in neither."""
+    root, a, b, a1, a2, b1 = await three_levels(stack)
+    one_shot = await stack.register_child(b.session_id, "worker", "once", rules=RULES, continuable=False)
+    closing = await stack.register_child(b.session_id, "worker", "closing", rules=RULES)
+    await live(stack, root)
+    await stack.disposal.stop_subtree(a.session_id, "dispose")           # a, a1, a2: closed for good
+    await stack.disposal.dispose(b1.session_id, "done")                  # resumable
+    await stack.disposal.dispose(one_shot.session_id, "done")            # one-shot: closed for good
+    await adapters(stack).sessions.execute(DisposeSession(closing.session_id, "done"))  # cut short: closing
+
+    result = await stack.peers.broadcast_subtree(root.session_id, "status?")
+    delivered = {d["session_id"] for d in result["delivered"]}
+    refused = {r["session_id"]: r["code"] for r in result["refused"]}
+    everyone = ids_of([a, b, a1, a2, b1, one_shot, closing])
+    assert result["recipients"] == len(everyone)
+    assert delivered | set(refused) == set(everyone) and not delivered & set(refused)
+    assert refused == {s: "send_message:recipient_closing" for s in ids_of([a, a1, a2, one_shot])}
+    assert delivered == set(ids_of([b, b1, closing]))
+    [recorded] = await of_type(stack, root.session_id, ev.SubtreeBroadcastDelivered)
+    assert set(recorded.accepted) == delivered and recorded.refused == refused

@@ -23,3 +23,27 @@ def test_an_event_without_its_own_row_prints_as_key_value_fields(event, fields):
 def test_a_field_with_spaces_is_quoted_so_the_row_still_splits_into_fields():
     row = history_row(1, ev.SessionRunStarted(run_id="run one"))
     assert row.endswith("run_id='run one'")
+
+
+# ---- search pages ----------------------------------------------------------------------------------------
+
+
+def test_search_pages_follow_their_cursor_to_every_match_even_when_times_tie():
+    from treemail.domain import search
+
+    # Twelve messages accepted within three instants: a page boundary falls inside a tie.
+    rows = [{"message_id": f"m{i:02d}", "at": 100.0 + i // 4} for i in range(12)]
+    seen, cursor = [], None
+    while True:
+        shown, cursor = search.page(rows, 5, cursor)
+        seen += [row["message_id"] for row in shown]
+        if cursor is None:
+            break
+    assert seen == [f"m{i:02d}" for i in reversed(range(12))]
+    # Paging by time alone would have lost the rest of the tie at the first page's end.
+    first, _ = search.page(rows, 5, None)
+    by_time = [row for row in rows if row["at"] < first[-1]["at"]]
+    assert len(first) + len(by_time) < len(rows)
+    import pytest
+    with pytest.raises(ValueError):
+        search.cursor_key("not-a-cursor")

@@ -22,7 +22,8 @@ from treemail.domain.decide.send import Accepted, Refused, SendGiven
 from treemail.domain.errors import Code
 from treemail.domain.handlers import HANDLERS
 
-from .builders import History, accepted, claimed, config, given_lifecycle, registered, run_started, session_record
+from .builders import (History, accepted, claimed, config, consumed, discarded, given_lifecycle, registered, run_started,
+                       session_record)
 
 PLANNER = session_record("0190a000-0000-7000-8000-0000000000a1", agent_type="planner", rules=[])
 ADVISOR = session_record("0190a000-0000-7000-8000-0000000000b1", agent_type="advisor", rules=[])
@@ -283,13 +284,51 @@ def test_in_reply_to_on_a_plain_send_is_correlation_only_and_grants_nothing():
     assert (unchecked.events[-1].in_reply_to, unchecked.events[-1].reply) == ("anything", False)
 
 
-def test_the_inbox_keeps_the_latest_peer_mail_with_its_provenance_and_is_bounded():
+def test_the_inbox_keeps_every_unread_peer_message_with_its_provenance_and_arrival_number():
     events = [peer_accepted(f"m{i}", PLANNER, principal=f"p{i}") for i in range(peers.INBOX_LIMIT + 3)]
     inbox = st.fold([registered(ADVISOR), accepted("tree", OTHER_PLANNER), *events]).peers.inbox
-    assert len(inbox) == peers.INBOX_LIMIT
+    # Nothing read yet (a stream from before the admission guard): nothing is let go.
+    assert len(inbox) == peers.INBOX_LIMIT + 3
     assert inbox[-1] == peers.InboxEntry(f"m{peers.INBOX_LIMIT + 2}", PLANNER.session_id, PLANNER.handle,
-                                         f"p{peers.INBOX_LIMIT + 2}", 0.0, None)
-    assert inbox[0].message_id == "m3"
+                                         f"p{peers.INBOX_LIMIT + 2}", 0.0, None, peers.INBOX_LIMIT + 3)
+    assert [e.number for e in inbox] == list(range(1, peers.INBOX_LIMIT + 4))
+
+
+def test_only_read_entries_make_room_oldest_first_and_an_unread_one_never_goes():
+    first = [peer_accepted(f"m{i}", PLANNER) for i in range(peers.INBOX_LIMIT)]
+    read = [consumed("m3", PLANNER), discarded("m7", PLANNER), consumed("m9", PLANNER)]
+    later = [peer_accepted(f"n{i}", PLANNER) for i in range(2)]
+    state = st.fold([registered(ADVISOR), *first, *read, *later])
+    ids = [e.message_id for e in state.peers.inbox]
+    assert len(ids) == peers.INBOX_LIMIT and "m3" not in ids and "m7" not in ids and "m9" in ids
+    assert ids[-2:] == ["n0", "n1"] and state.peers.arrivals == peers.INBOX_LIMIT + 2
+    assert peers.unread(state.peers) == peers.INBOX_LIMIT - 1
+
+
+def test_a_destination_whose_inbox_bound_is_all_unread_refuses_more_peer_mail_for_now():
+    base = (route(), grant(send=True))
+    [intent] = decide(PLANNER, target(ADVISOR, *base)).events
+    full = [peer_accepted(f"m{i}", OTHER_PLANNER) for i in range(peers.INBOX_LIMIT)]
+    roomy = config(max_pending_per_session=1000, max_inflight_per_pair=1000)
+    refused = admit(PLANNER, target(ADVISOR, *base, *full), intent, cfg=roomy)
+    assert code_of(refused) is Code.PEER_INBOX_FULL and Code.PEER_INBOX_FULL.value in outbox.TRANSIENT
+    one_read = admit(PLANNER, target(ADVISOR, *base, *full, consumed("m0", OTHER_PLANNER)), intent, cfg=roomy)
+    assert isinstance(one_read, Accepted)
+
+
+def test_inbox_pages_follow_their_cursor_to_the_oldest_entry_while_new_mail_arrives():
+    state = st.fold([registered(ADVISOR), *[peer_accepted(f"m{i}", PLANNER) for i in range(30)]])
+    seen, before = [], None
+    while True:
+        entries = list(reversed(state.peers.inbox))
+        page, before = peers.page(entries, 10, before)
+        seen += [e.message_id for e in page]
+        if before is None:
+            break
+        # Between two pages: what was shown is read, and more mail arrives (the bound is passed).
+        state = st.fold([*(consumed(e.message_id, PLANNER) for e in page),
+                         *(peer_accepted(f"late{len(seen)}-{i}", PLANNER) for i in range(12))], state)
+    assert seen == [f"m{i}" for i in reversed(range(30))]
 
 
 def test_peer_state_survives_the_snapshot_and_an_empty_one_costs_the_snapshot_nothing():

@@ -221,6 +221,7 @@ def one_of_each_event_type() -> list[ev.Event]:
         ev.SubtreeBroadcastStarted(broadcast_id="b1", run_id="r1", body="hi", recipients=["s2"]),
         ev.SubtreeBroadcastDelivered(broadcast_id="b1", accepted={"s2": "m1"}),
         ev.SubtreeStopStarted(stop_id="x1", how="dispose", order=["s2", "s1"]),
+        ev.SessionSealed(stop_id="x1"),
         ev.MessageCancelAnswered(message_id="m", outcome="cancelled"),
     ]
 

@@ -4,14 +4,15 @@ import pytest
 
 from treemail.domain import events as ev
 from treemail.domain import state as st
-from treemail.domain.commands import BroadcastToSubtree, InterruptRun, RecordBroadcastDelivery, StopSubtree
+from treemail.domain.commands import (BroadcastToSubtree, CloseSession, InterruptRun, RecordBroadcastDelivery,
+                                      SealSession, StopSubtree)
 from treemail.domain.decide import subtree
 from treemail.domain.decide.lifecycle import Given
 from treemail.domain.errors import Code, LifecycleError, Rejected
 from treemail.domain.handlers import HANDLERS
 from treemail.producers.tools import subtree as subtree_tool
 
-from .builders import closing, config, registered, run_started, session_record
+from .builders import accepted, closing, config, given_mail, registered, run_started, session_record
 
 ROOT = "00000000-0000-7000-8000-000000000000"
 
@@ -139,3 +140,95 @@ def test_the_tool_takes_a_body_and_an_optional_mode_and_nothing_else():
             subtree_tool.parse_arguments(bad)
         assert refused.value.code == Code.SUBTREE_INVALID_ARGUMENTS
     assert subtree_tool.tool_definition()["input_schema"]["additionalProperties"] is False
+
+
+# ---- closed for good ---------------------------------------------------------------------------------------
+
+
+def registration_of(child, parent_record, *parent_events):
+    """The registration of ``child`` decided with its parent read as ``parent_events`` fold."""
+    from treemail.domain.commands import RegisterSession
+    from treemail.domain.handlers import decide_command
+    from treemail.domain.outbound import Sender
+
+    command = RegisterSession(session_id=child.session_id, root_session_id=ROOT, parent_session_id=
+                              parent_record.session_id, agent_type="worker", description="", handle=None, rules=[],
+                              send_message_tool=True, status="queued")
+    parent = Sender(parent_record, st.fold([registered(parent_record), *parent_events]), 1 + len(parent_events))
+    given = Given(st.INITIAL, {}, config(), 3.0, session_id=child.session_id,
+                  senders={parent_record.session_id: parent})
+    return decide_command(command, given)
+
+
+def test_a_stop_seals_each_session_once_and_a_sealed_parent_takes_no_new_child():
+    f = family()
+    seal = SealSession(f["a"].session_id, "st-1")
+    [sealed] = decide(seal, registered(f["a"]))
+    assert sealed == ev.SessionSealed(at=3.0, stop_id="st-1")
+    assert decide(SealSession(f["a"].session_id, "st-2"), registered(f["a"]), sealed) == []
+    with pytest.raises(LifecycleError) as refused:
+        registration_of(f["a11"], f["a"], sealed)
+    assert refused.value.code == "lifecycle:parent_stopped"
+
+
+def test_a_registration_holds_its_parents_stream_so_a_seal_in_between_makes_it_decide_again():
+    f = family()
+    decision = registration_of(f["a11"], f["a"])
+    [registered_event] = decision.events
+    assert isinstance(registered_event, ev.SessionRegistered)
+    # The parent joins the atomic step with no event: its etag is checked, nothing is written there.
+    [held] = decision.sources
+    assert held.record.session_id == f["a"].session_id and held.events == []
+
+
+def test_a_sealed_session_returns_the_mail_held_for_its_next_incarnation_and_is_never_resumed():
+    f = family()
+    a1 = f["a1"]
+    held = accepted("m-held", f["a"]).model_copy(update={"next_incarnation": True})
+    history = [registered(a1), closing(), held]
+    close = CloseSession(a1.session_id, returned=(("m-held", "returned to its sender as notice n-1"),))
+    mail = given_mail(*history)
+    ordinary = HANDLERS[CloseSession].decide(CloseSession(a1.session_id), Given(st.fold(history), mail, config(), 3.0))
+    assert ev.SessionResumed in {type(e) for e in ordinary}
+    sealed = [*history, ev.SessionSealed(stop_id="st-1")]
+    with pytest.raises(LifecycleError) as unreturned:
+        HANDLERS[CloseSession].decide(CloseSession(a1.session_id), Given(st.fold(sealed), mail, config(), 3.0))
+    assert unreturned.value.code == "lifecycle:unreturned_mail"
+    events = HANDLERS[CloseSession].decide(close, Given(st.fold(sealed), mail, config(), 3.0))
+    assert [type(e) for e in events] == [ev.ProducerMessageDiscarded, ev.SessionClosed]
+    assert events[0].reason == "returned to its sender as notice n-1"
+
+
+def test_a_fork_under_a_sealed_parent_is_refused_as_a_registration_is():
+    from treemail.domain.commands import ForkSession, RegisterSession
+    from treemail.domain.handlers import decide_command
+    from treemail.domain.outbound import Sender
+
+    f = family()
+    registration = RegisterSession(session_id=sid(112), root_session_id=ROOT, parent_session_id=f["a1"].session_id,
+                                   agent_type="worker", description="", handle=None, rules=[],
+                                   send_message_tool=True, status="idle")
+    parent = Sender(f["a1"], st.fold([registered(f["a1"]), ev.SessionSealed(stop_id="st-1")]), 2)
+    given = Given(st.INITIAL, {}, config(), 3.0, history=((1, registered(f["a11"])),), session_id=sid(112),
+                  senders={f["a1"].session_id: parent})
+    assert HANDLERS[ForkSession].reads_senders(ForkSession(registration, f["a11"].session_id, 1), {}, ()) == {
+        f["a1"].session_id}
+    with pytest.raises(LifecycleError) as refused:
+        decide_command(ForkSession(registration, f["a11"].session_id, 1), given)
+    assert refused.value.code == "lifecycle:parent_stopped"
+
+
+def test_every_recipient_of_a_broadcast_is_delivered_or_refused_with_a_code_never_neither():
+    from treemail.producers.host.subtree import accounted
+
+    f = family()
+    recipients = [f[name].session_id for name in ("a", "a1", "b", "b1")]
+    results = [{"message_id": "m-a", "recipient_state": "queued"},
+               {"error": {"code": "send_message:recipient_closing", "message": "stopped for good"}},
+               {"result": "something else"},  # neither: refused all the same
+               {}]
+    delivered, refused = accounted(recipients, results, {f["a"].session_id: f["a"]})
+    assert [d["session_id"] for d in delivered] == [f["a"].session_id]
+    assert {r["session_id"]: r["code"] for r in refused} == {
+        f["a1"].session_id: "send_message:recipient_closing",
+        f["b"].session_id: Code.SUBTREE_ENGINE_SHUTDOWN.value, f["b1"].session_id: Code.SUBTREE_ENGINE_SHUTDOWN.value}

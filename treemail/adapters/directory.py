@@ -26,6 +26,11 @@ class Directory:
     async def put(self, record: SessionRecord) -> None:
         await self.redis.set(keys.directory(record.session_id), record.to_json())
 
+    async def withdraw(self, session_id: str) -> None:
+        """The entry of a registration that was refused after it was written: no stream ever names it."""
+        self._records.pop(session_id, None)
+        await self.redis.delete(keys.directory(session_id))
+
     async def many(self, session_ids: list[str]) -> dict[str, SessionRecord | None]:
         found: dict[str, SessionRecord | None] = {}
         missing = []

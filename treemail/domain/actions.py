@@ -15,6 +15,7 @@ tool is hidden without an allowing rule.
 from collections.abc import Mapping
 
 from .permissions import InvalidRules, Rules, normalize_rules
+from .results import clip
 
 ACTIONS = ("message", "interrupt")
 # An interrupt cannot wait for a person: by the time one answered, the run it
@@ -30,7 +31,7 @@ def split_actions(rules) -> tuple[Rules, Rules]:
     rule with an odd effect.
     """
     if isinstance(rules, Mapping) and _keyed_by_action(rules):
-        unknown = [str(key) for key in rules if key not in ACTIONS]
+        unknown = [clip(str(key), 40) for key in rules if key not in ACTIONS][:5]
         if unknown:
             raise InvalidRules(
                 f"rules keyed by action take message and interrupt, got {', '.join(map(repr, unknown))}"
@@ -41,7 +42,8 @@ def split_actions(rules) -> tuple[Rules, Rules]:
         message, interrupt = normalize_rules(rules), []
     for pattern, effect in interrupt:
         if effect not in INTERRUPT_EFFECTS:
-            raise InvalidRules(f"interrupt rule {pattern!r}: effect must be allow or deny, got {effect!r}")
+            raise InvalidRules(f"interrupt rule {clip(pattern, 80)!r}: effect must be allow or deny, got "
+                               f"{clip(effect, 80)!r}")
     return message, interrupt
 
 

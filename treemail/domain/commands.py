@@ -522,6 +522,14 @@ class RecordBroadcastDelivery:
 
 
 @dataclass(frozen=True)
+class SealSession:
+    """A cascading stop reached this session: refuse new children under it, and close it for good when disposed."""
+
+    session_id: str
+    stop_id: str
+
+
+@dataclass(frozen=True)
 class StopSubtree:
     """Record a cascading stop of this session's subtree, in ``order`` (descendants before ancestors)."""
 
@@ -566,7 +574,7 @@ SessionCommand = (
     | DisposeSession | CloseSession | ReturnMail | SettleSession | DrainSession | LiftDrain
     | DrivePeerDelivery | RecordPeerAdmission | SettlePeerDelivery | RetryPeerDelivery | DiscardPeerDelivery
     # Whole subtrees.
-    | BroadcastToSubtree | RecordBroadcastDelivery | StopSubtree | InterruptRun
+    | BroadcastToSubtree | RecordBroadcastDelivery | StopSubtree | SealSession | InterruptRun
     | CancelMail | CancelPeerDelivery
     | AnnounceSession
 )

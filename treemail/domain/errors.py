@@ -58,6 +58,8 @@ class Code(str, Enum):
     # Peer mail as an outbox: the source's delivery rows are bounded (pending ones, accepted ones awaiting
     # their settlement, each on its own), and a delivery retried or inspected must be one the caller may see.
     PEER_OUTBOX_FULL = "peer_message:outbox_full"
+    # The destination's peer inbox holds as many unread entries as it keeps: it admits more once some are read.
+    PEER_INBOX_FULL = "peer_message:inbox_full"
     # Under attack and under faults: a send waiting on a person has its own deadline.
     APPROVAL_TIMEOUT = "send_message:approval_timeout"
     # Who may send, and sends that race the end of a session.

@@ -440,6 +440,13 @@ class SessionClosing(Event):
     closing_text: str | None = None
 
 
+class SessionSealed(Event):
+    """A cascading stop reached this session: no child registers under it any more, and its disposal closes it
+    for good (mail held for a next incarnation is returned to its senders; nothing resumes it)."""
+
+    stop_id: str
+
+
 class SessionClosed(Event):
     """Disposal is complete: every message still pending was returned to its sender or set aside with its reason."""
 
@@ -581,6 +588,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         SubtreeBroadcastStarted,
         SubtreeBroadcastDelivered,
         SubtreeStopStarted,
+        SessionSealed,
         # Cancel.
         MessageCancelAnswered,
         # Flow control: the steer deadline.

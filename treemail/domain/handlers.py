@@ -33,6 +33,8 @@ from .decide.lifecycle import (
     decide_finish_run,
     decide_inject,
     decide_register,
+    held_parent,
+    registration_parent,
     decide_release,
     decide_request_wake,
     decide_start_run,
@@ -46,7 +48,8 @@ from .decide.obligations import decide_keep, decide_retry
 from .decide.tools import decide_install_tools
 from .decide.routes import decide_peer_send, decide_register_route, decide_revoke_route, decide_set_grant
 from .decide.send import decide_send
-from .decide.disposal import decide_close, decide_dispose, decide_drain, decide_lift_drain, decide_return_mail
+from .decide.disposal import (decide_close, decide_dispose, decide_drain, decide_lift_drain, decide_return_mail,
+                              decide_seal)
 from .decide.settlement import decide_settle, settlement_elsewhere, settlement_parent
 from .decide import subtree
 
@@ -72,7 +75,7 @@ class Handler:
 
 HANDLERS: dict[type, Handler] = {
     c.SendMessage: Handler(decide_send),
-    c.RegisterSession: Handler(decide_register),
+    c.RegisterSession: Handler(decide_register, reads_senders=registration_parent, elsewhere=held_parent),
     # Reads all mail (delivery as an obligation): going idle wakes only for mail deliverable now
     # (not parked, not backing off).
     c.ChangeStatus: Handler(decide_status, reads_mail="all"),
@@ -96,7 +99,8 @@ HANDLERS: dict[type, Handler] = {
     # unsettled again: its sender counts it again.
     c.RevertSession: Handler(decide_revert, reads_mail="all", reads_history=attrgetter("session_id"),
                              reads_senders=restored_senders),
-    c.ForkSession: Handler(decide_fork, reads_history=attrgetter("source_session_id")),
+    c.ForkSession: Handler(decide_fork, reads_history=attrgetter("source_session_id"),
+                           reads_senders=registration_parent, elsewhere=held_parent),
     # effective permissions: the session overlay
     c.OverlayMessageRules: Handler(decide_overlay_rules),
     # Delivery as an obligation.
@@ -127,6 +131,7 @@ HANDLERS: dict[type, Handler] = {
     # The announced gate, said directly by a host that gave a child its task outside treemail.
     c.AnnounceSession: Handler(decide_announce),
     c.DrainSession: Handler(decide_drain),
+    c.SealSession: Handler(decide_seal),
     c.LiftDrain: Handler(decide_lift_drain),
     # Tools installed one by one.
     c.InstallTools: Handler(decide_install_tools),

@@ -10,6 +10,8 @@ in the recipient's stream for good). A refusal carries one stable code.
 """
 
 from collections.abc import Mapping
+from dataclasses import fields
+from functools import cache
 
 # Run ids, tool call ids, idempotency keys, message and request ids a caller names.
 MAX_ID_BYTES = 256
@@ -35,18 +37,38 @@ class IdentifierError(ValueError):
         self.message = message
 
 
+def shown(value, chars: int = 40) -> str:
+    """A bounded prefix of a caller's value for an error message: a 4 MB argument is never echoed whole."""
+    text = repr(value) if not isinstance(value, str) or len(value) <= chars else repr(value[:chars - 1]) + "…"
+    return text if len(text) <= chars * 2 else text[:chars * 2 - 1] + "…"
+
+
+def invalid(message: str) -> IdentifierError:
+    return IdentifierError(INVALID, message)
+
+
 def byte_length(value: str) -> int:
     return len(value.encode("utf-8", "surrogatepass"))
 
 
-def require_text(name: str, value, limit: int, *, optional: bool = False) -> str | None:
-    """``value`` as given when it is a non-empty string of at most ``limit`` UTF-8 bytes (or None, if
-    ``optional``); otherwise ``IdentifierError``. The message never echoes the value (it may be 4 MB)."""
+def text_size(name: str, value: str) -> int:
+    """UTF-8 bytes of ``value``; ``IdentifierError`` for a lone surrogate, which no stream can store (it failed
+    deep in the JSON encoder, after a registration's directory entry was written)."""
+    try:
+        return len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise IdentifierError(INVALID, f"{name} is not valid Unicode text (it contains a lone surrogate)") from None
+
+
+def require_text(name: str, value, limit: int, *, optional: bool = False, empty: bool = False) -> str | None:
+    """``value`` as given when it is a string (non-empty unless ``empty``) of at most ``limit`` UTF-8 bytes
+    (or None, if ``optional``); otherwise ``IdentifierError``. The message never echoes the value (it may be
+    4 MB)."""
     if value is None and optional:
         return None
-    if not isinstance(value, str) or not value:
+    if not isinstance(value, str) or not (value or empty):
         raise IdentifierError(INVALID, f"{name} must be a non-empty string, got {type(value).__name__}")
-    size = byte_length(value)
+    size = text_size(name, value)
     if size > limit:
         raise IdentifierError(TOO_LONG, f"{name} is {size} bytes; the limit is {limit} bytes")
     return value
@@ -84,21 +106,48 @@ FIELD_LIMITS: dict[str, int] = {
 }
 
 
+# Fields that hold text whenever they are set: anything else (a number, a list) is refused by name.
+TEXT_FIELDS = frozenset(FIELD_LIMITS) | {"body"}
+RULE_FIELDS = ("rules", "interrupt_rules")
+
+
 def check_command(command) -> None:
-    """Every identifier-like field of ``command`` (and of the commands and contexts it carries) within its
-    limit, and its rules within theirs; ``IdentifierError`` names the first that is not. Bodies are the
-    guards' (``max_body_bytes``), never checked here."""
+    """Every text field of ``command`` (and of the commands and contexts it carries) a string of valid
+    Unicode, each identifier-like one within its limit, and its rules pairs of text within theirs;
+    ``IdentifierError`` names the first that is not. Body sizes are the guards' (``max_body_bytes``)."""
+    for name in _flags(type(command)):
+        if not isinstance(getattr(command, name), bool):
+            raise IdentifierError(INVALID, f"{name} must be true or false, got {type(getattr(command, name)).__name__}")
     for name, value in vars(command).items():
         if isinstance(value, str):
+            size = text_size(name, value)
             limit = FIELD_LIMITS.get(name)
-            if limit is not None and byte_length(value) > limit:
-                raise IdentifierError(TOO_LONG, f"{name} is {byte_length(value)} bytes; the limit is {limit} bytes")
-        elif name in ("rules", "interrupt_rules") and isinstance(value, (list, tuple)):
-            if len(value) > MAX_RULES:
-                raise IdentifierError(TOO_LONG, f"{name}: {len(value)} rules; the limit is {MAX_RULES}")
-            for rule in value:
-                for part in rule:
-                    if isinstance(part, str) and byte_length(part) > MAX_ID_BYTES:
-                        raise IdentifierError(TOO_LONG, f"{name}: a pattern is over {MAX_ID_BYTES} bytes")
+            if limit is not None and size > limit:
+                raise IdentifierError(TOO_LONG, f"{name} is {size} bytes; the limit is {limit} bytes")
+        elif name in RULE_FIELDS:
+            check_rules(name, value)
         elif hasattr(value, "__dataclass_fields__"):
             check_command(value)
+        elif value is not None and name in TEXT_FIELDS and not (name == "body" and isinstance(value, (list, tuple))):
+            # A body may be a list of content blocks (their own checks); every other text field is text.
+            raise IdentifierError(INVALID, f"{name} must be a string, got {type(value).__name__}")
+
+
+@cache
+def _flags(cls: type) -> tuple[str, ...]:
+    """The fields of a command class declared ``bool``: a 0 or a "yes" there would be read as a flag."""
+    return tuple(f.name for f in fields(cls) if f.type in (bool, "bool"))
+
+
+def check_rules(name: str, rules) -> None:
+    """Normalized rules: a list of (pattern, effect) pairs of text, at most ``MAX_RULES`` of them."""
+    if not isinstance(rules, (list, tuple)):
+        raise IdentifierError(INVALID, f"{name} must be a list of (pattern, effect) pairs")
+    if len(rules) > MAX_RULES:
+        raise IdentifierError(TOO_LONG, f"{name}: {len(rules)} rules; the limit is {MAX_RULES}")
+    for rule in rules:
+        if not (isinstance(rule, (list, tuple)) and len(rule) == 2 and all(isinstance(p, str) for p in rule)):
+            raise IdentifierError(INVALID, f"{name}: each rule is a (pattern, effect) pair of strings")
+        for part in rule:
+            if text_size(name, part) > MAX_ID_BYTES:
+                raise IdentifierError(TOO_LONG, f"{name}: a pattern is over {MAX_ID_BYTES} bytes")

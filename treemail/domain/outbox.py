@@ -28,7 +28,7 @@ STATUSES = ("pending", "parked", "accepted")
 # A destination's refusal that may pass later: the attempt failed, the delivery is tried again.
 TRANSIENT = frozenset({
     "send_message:inbox_full", "send_message:inflight_full", "send_message:draining",
-    "send_message:engine_shutdown", "peer_message:engine_shutdown",
+    "send_message:engine_shutdown", "peer_message:engine_shutdown", "peer_message:inbox_full",
 })
 ATTEMPT_TIMEOUT = "attempt_timeout"
 
@@ -193,5 +193,7 @@ def status_of(row: Row, sender_id: str, policy: MessagingConfig, now: float) -> 
     if row.status == "pending":
         if row.retry_at > now:
             out["next_attempt_at"] = row.retry_at
+            # Typed backpressure, as on a refusal that may pass later: when the next attempt is made.
+            out["retry_after_ms"] = int(round((row.retry_at - now) * 1000))
         out["deadline_at"] = deadline_of(row, policy)
     return out

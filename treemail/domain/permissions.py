@@ -11,6 +11,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from .limits import INVALID, MAX_RULES, IdentifierError
+from .results import clip
+
 Effect = Literal["allow", "ask", "deny"]
 EFFECTS = ("allow", "ask", "deny")
 Label = Literal["parent", "child", "sibling", "*"]
@@ -19,8 +22,11 @@ LABELS = ("parent", "child", "sibling", "*")
 Rules = list[tuple[str, str]]
 
 
-class InvalidRules(ValueError):
-    pass
+class InvalidRules(IdentifierError):
+    """Rules a host gave that are not rules: the host API's one coded refusal of its input (nothing stored)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(INVALID, message)
 
 
 def normalize_rules(rules: str | Mapping[str, str] | Sequence[Sequence[str]] | None) -> Rules:
@@ -30,19 +36,28 @@ def normalize_rules(rules: str | Mapping[str, str] | Sequence[Sequence[str]] | N
     if isinstance(rules, str):
         pairs: list[tuple[str, str]] = [("*", rules)]
     elif isinstance(rules, Mapping):
-        pairs = [(str(k), v) for k, v in rules.items()]
-    else:
+        pairs = [(k, v) for k, v in rules.items()]
+    elif isinstance(rules, Sequence) and all(isinstance(p, Sequence) and not isinstance(p, str) and len(p) == 2
+                                             for p in rules):
         pairs = [tuple(pair) for pair in rules]  # type: ignore[misc]
+    else:
+        raise InvalidRules("message rules are an effect, a mapping of pattern to effect, or (pattern, effect) pairs")
+    if len(pairs) > MAX_RULES:
+        raise InvalidRules(f"{len(pairs)} message rules; the limit is {MAX_RULES}")
     for pattern, effect in pairs:
+        if not isinstance(pattern, str) or not isinstance(effect, str):
+            raise InvalidRules(f"a message rule is a pattern and an effect, both strings, got "
+                               f"{type(pattern).__name__} and {type(effect).__name__}")
         if effect not in EFFECTS:
-            raise InvalidRules(f"message rule {pattern!r}: effect must be one of {EFFECTS}, got {effect!r}")
+            raise InvalidRules(f"message rule {clip(pattern, 80)!r}: effect must be one of {EFFECTS}, got "
+                               f"{clip(effect, 80)!r}")
         if not pattern:
             raise InvalidRules("message rule pattern must not be empty")
         if not any(_matches(pattern, label) for label in LABELS):
             # A pattern no label can match (a misspelt ``chlid``) would deny every send without a word.
             raise InvalidRules(
-                f"message rule {pattern!r} matches no relationship: a pattern names parent, child, sibling or *, "
-                "with the wildcards * and ?"
+                f"message rule {clip(pattern, 80)!r} matches no relationship: a pattern names parent, child, "
+                "sibling or *, with the wildcards * and ?"
             )
     return [(p, e) for p, e in pairs]
 

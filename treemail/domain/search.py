@@ -2,7 +2,11 @@
 
 A query is by text (case-insensitive, in the body), by sender (session id or
 handle) and by time (``since`` <= accepted at < ``until``); every given
-criterion must hold. Results are bounded: at most ``MAX_LIMIT`` per search.
+criterion must hold. Results are bounded: at most ``MAX_LIMIT`` per search,
+newest first; a search with more matches says so with a cursor that names the
+last row shown (its time and id), so the next page starts exactly after it:
+paging by ``until`` alone would skip the messages accepted at the same time
+as the last one shown.
 """
 
 from dataclasses import dataclass
@@ -47,3 +51,29 @@ def matches(event: ev.ProducerMessageAccepted, query: MailQuery) -> bool:
     if query.since is not None and event.at < query.since:
         return False
     return query.until is None or event.at < query.until
+
+
+def cursor_of(row: dict) -> str:
+    return f"{row['message_id']}@{row['at']!r}"
+
+
+def cursor_key(cursor: str) -> tuple[float, str]:
+    """The (accepted at, message id) a cursor names; ValueError for a text no page handed out."""
+    if not isinstance(cursor, str) or "@" not in cursor or len(cursor) > 200:
+        raise ValueError("cursor must be the next_cursor of a previous search")
+    message_id, _, at = cursor.rpartition("@")
+    try:
+        return float(at), message_id
+    except ValueError:
+        raise ValueError("cursor must be the next_cursor of a previous search") from None
+
+
+def page(rows: list[dict], limit: int, cursor: str | None) -> tuple[list[dict], str | None]:
+    """At most ``limit`` of ``rows`` (newest first by accepted time, then id) after ``cursor``, and the cursor
+    of the next page (None when nothing older matches)."""
+    rows = sorted(rows, key=lambda row: (row["at"], row["message_id"]), reverse=True)
+    if cursor is not None:
+        key = cursor_key(cursor)
+        rows = [row for row in rows if (row["at"], row["message_id"]) < key]
+    shown = rows[:limit]
+    return shown, (cursor_of(shown[-1]) if len(rows) > limit else None)

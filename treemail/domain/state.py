@@ -75,6 +75,8 @@ class SessionState:
     # (None, "closing", "closed"), the sessions whose drain covers it, and whether it was ever sent mail.
     continuable: bool = True
     disposal: str | None = None
+    # A cascading stop reached it: no new children, and its disposal is for good (never a next incarnation).
+    sealed: bool = False
     drained_by: frozenset[str] = frozenset()
     announced: bool = False
     # The run that finished last (a repeated finish of it is harmless), and what was settled last: that run's
@@ -397,6 +399,8 @@ def _evolve_common(state: SessionState, event: ev.Event) -> SessionState:
             return replace(state, disposal="closing")
         case ev.SessionClosed():
             return replace(state, disposal="closed")
+        case ev.SessionSealed():
+            return replace(state, sealed=True)
         case ev.SessionResumed():
             # A new incarnation: open again, idle, and its own end is settled anew.
             return replace(state, disposal=None, status="idle", current_run=None, settled="", settled_notice="",

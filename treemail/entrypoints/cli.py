@@ -397,8 +397,15 @@ clusterplan.register(app)
 USER_ERRORS = (ConfigError, RedisUnavailable, UnknownSessionError, LifecycleError, LookupError, ValueError)
 
 
+# An error line shows at most this much: whatever was typed is echoed as a prefix, never whole.
+MAX_ERROR_CHARS = 500
+
+
 def _error(message: str) -> int:
-    print(f"treemail: error: {message}", file=sys.stderr)
+    if len(message) > MAX_ERROR_CHARS:
+        message = message[:MAX_ERROR_CHARS - 1] + "…"
+    # A lone surrogate (a byte that was not UTF-8 in what was typed) is shown escaped, never a crash.
+    print(f"treemail: error: {message}".encode("utf-8", "backslashreplace").decode("utf-8"), file=sys.stderr)
     return 2
 
 

@@ -74,8 +74,12 @@ def run_with_host(ctx, config, action):
 async def session_id(server: Server, ref: str) -> str:
     """A session id as given, or the one session a handle names in any tree."""
     from treemail.adapters.handles import sessions_with_handle
+    from treemail.domain import limits
     from treemail.domain.ids import is_uuid
 
+    # What a person typed is refused before it is looked up: too long, or not text (a byte that is not UTF-8
+    # reaches Python as a lone surrogate).
+    limits.require_id("session", ref)
     if is_uuid(ref):
         return ref
     found = await sessions_with_handle(server.redis, server.config.service.partitions, ref)

@@ -82,9 +82,11 @@ class DisposalService:
     async def _return_pending(self, record: SessionRecord, stop_reason: str | None, skip) -> dict[str, str]:
         """Hand every pending agent message back to its sender as a notice; message id -> discard reason."""
         mail = await self.store.load_mail(record)
-        # Mail sent while it closed waits for its next incarnation: it is not the disposal's to return.
+        # Mail sent while it closed waits for its next incarnation: it is not the disposal's to return, unless a
+        # cascading stop sealed the session (there is no next incarnation then).
+        for_good = (await self.store.load(record)).state.sealed
         items = sorted((m for m in mail.values() if m.owner == "agent" and m.message_id not in skip
-                        and m.reason != NEXT_INCARNATION), key=lambda m: m.seq)
+                        and (m.reason != NEXT_INCARNATION or for_good)), key=lambda m: m.seq)
         if not items:
             return {}
         bodies = await self.store.read_at(record, [m.seq for m in items])

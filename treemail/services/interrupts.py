@@ -10,9 +10,9 @@ on fresh state; a duplicate key answers the first outcome.
 from ..adapters.eventstore import EventStore
 from ..domain import ids
 from ..domain.commands import InterruptAgent
-from ..domain.decide import interrupt, routing
+from ..domain.decide import idempotency, interrupt, routing
 from ..domain.decide.guards import Found, NoSuchHandle, NoSuchSession, Target
-from ..domain.decide.send import Accepted, outcome_of
+from ..domain.decide.send import Accepted, Refused, outcome_of
 from ..domain.handlers import HANDLERS
 from ..domain.records import Peer, SessionRecord
 from ..domain.state import SessionState
@@ -48,9 +48,13 @@ class InterruptService:
             decision = decide_interrupt(command, interrupt.InterruptGiven(
                 sender, sender_state, target, new_id=ids.uuid7(), now=self.clock.now(), recorded=recorded,
             ))
-            if not isinstance(decision, Accepted) or not isinstance(target, Found) or interrupt.is_no_op(decision):
-                # A refusal, or an accepted no-op (an absent, settled, one-shot or idle target): nothing is
-                # appended or recorded anywhere.
+            kept = isinstance(target, Found) and (
+                isinstance(decision, Accepted) and not interrupt.is_no_op(decision)
+                or isinstance(decision, Refused) and idempotency.answers_retries(decision.code))
+            if not kept:
+                # No session to keep the answer with (an agent that does not exist), an accepted no-op (a
+                # settled, one-shot or idle target: it touches nothing), a replayed answer, or a refusal that
+                # says nothing about the call: nothing to append anywhere.
                 return outcome_of(decision)
             answer = await append_keyed(
                 self.store, interrupt.INTERRUPTS, arguments, interrupt.key_digest(context), target.record,

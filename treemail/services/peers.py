@@ -16,7 +16,7 @@ from ..adapters import keys, tracing
 from ..adapters.eventstore import EventStore
 from ..adapters.peerdue import PeerDue
 from ..adapters.peerindex import PeerIndex
-from ..domain import grants, ids, peerinput, peers, proof
+from ..domain import grants, ids, limits, peerinput, peers, proof
 from ..domain.commands import RegisterPeerRoute, RevokePeerRoute, SendToPeer, SetPeerGrant
 from ..domain.decide import idempotency, routes
 from ..domain.decide.guards import Found
@@ -50,12 +50,19 @@ class PeerView:
 
 def _source(source_session_id: str | None, source_agent_type: str | None) -> tuple[str, str]:
     if (source_session_id is None) == (source_agent_type is None):
-        raise ValueError("name exactly one source: source_session_id or source_agent_type")
+        raise limits.IdentifierError(limits.INVALID, "name exactly one source: source_session_id or source_agent_type")
     if source_session_id is not None:
-        return "session", source_session_id
-    if not source_agent_type:
-        raise ValueError("source_agent_type must not be empty")
-    return "agent_type", source_agent_type
+        return "session", limits.require_id("source_session_id", source_session_id)
+    return "agent_type", limits.require_name("source_agent_type", source_agent_type)
+
+
+def _peer_name(name) -> str:
+    """A route's name, checked before anything is read or stored (the index is written before the route)."""
+    limits.require_name("name", name)
+    if not peers.NAME_PATTERN.match(name):
+        raise limits.IdentifierError(limits.INVALID, "a peer name is a lower-case letter, then letters, digits, "
+                                                     "'_' or '-' (at most 64)")
+    return name
 
 
 class PeerService:
@@ -75,9 +82,11 @@ class PeerService:
                              source_agent_type: str | None = None, description: str | None = None,
                              input_schema: dict | None = None) -> None:
         kind, source = _source(source_session_id, source_agent_type)
-        if not peers.NAME_PATTERN.match(name):
-            raise ValueError(f"peer name {name!r}: use a lower-case letter, then letters, digits, '_' or '-' (max 64)")
+        _peer_name(name)
+        limits.require_id("target_session_id", target_session_id)
+        limits.require_text("description", description, limits.MAX_DESCRIPTION_BYTES, optional=True, empty=True)
         schema = json.dumps(peerinput.check_schema(input_schema)) if input_schema is not None else ""
+        limits.require_text("input_schema", schema, limits.FIELD_LIMITS["input_schema"], empty=True)
         target = await self.sessions.record(target_session_id)
         if target.parent_session_id is not None:
             # Peers are independent agents. A delegated child is its parent's worker; a route
@@ -102,6 +111,7 @@ class PeerService:
                            source_agent_type: str | None = None) -> bool:
         """False when no such route was registered."""
         kind, source = _source(source_session_id, source_agent_type)
+        _peer_name(name)
         target_session_id = await self.index.get(kind, source, name)
         if target_session_id is None:
             return False
@@ -121,8 +131,13 @@ class PeerService:
         """Replace the pair's grant whole; returns its principal (by default the source's own name)."""
         kind, source = _source(source_session_id, source_agent_type)
         principal = principal if principal is not None else peers.source_key(kind, source)
-        if not principal.strip() or len(principal) > 256:
-            raise ValueError("principal must be 1 to 256 characters")
+        limits.require_name("principal", principal)
+        if not principal.strip():
+            raise limits.IdentifierError(limits.INVALID, "principal must not be blank")
+        limits.require_id("target_session_id", target_session_id)
+        for operation, allowed in (("context", context), ("read", read), ("send", send), ("control", control)):
+            if not isinstance(allowed, bool):
+                raise limits.IdentifierError(limits.INVALID, f"{operation} must be true or false")
         await self.sessions.record(target_session_id)
         await self.sessions.execute(SetPeerGrant(target_session_id, kind, source, principal, context=context,
                                                  read=read, send=send, control=control))
@@ -210,7 +225,7 @@ class PeerService:
                 service_draining=draining, keyring=self.keyring,
             )
             decision = decide_peer_send(command, given)
-            if isinstance(decision, Refused) and not decision.recorded:
+            if isinstance(decision, Refused) and (sender is None or not idempotency.answers_retries(decision.code)):
                 return outcome_of(decision)
             if not isinstance(decision, Refused):
                 # Before the commit and after it: a driver that finds the outbox empty meanwhile cannot

@@ -18,7 +18,7 @@ from ..domain import events as ev
 from ..domain import actions, ids, limits, outbound
 from ..domain.commands import STATUSES, ForkSession, RegisterSession, SessionCommand
 from ..domain.commitplan import plan_commit
-from ..domain.decide.lifecycle import Given
+from ..domain.decide.lifecycle import Given, require_parent_unsealed
 from ..domain.errors import LifecycleError, UnknownSessionError
 from ..domain.handlers import HANDLERS, decide_command
 from ..domain.records import SessionRecord
@@ -38,6 +38,7 @@ class SessionService:
         self.clock = clock
 
     async def record(self, session_id: str) -> SessionRecord:
+        limits.require_id("session_id", session_id)  # never looked up (nor echoed) whatever its size
         record = await self.store.directory.get(session_id)
         if record is None:
             raise UnknownSessionError(f"no session has id {session_id}")
@@ -148,9 +149,13 @@ class SessionService:
 
     async def _register(self, origin: RegisterSession, with_handle: bool, command_for) -> SessionRecord:
         if origin.status not in STATUSES:
-            raise ValueError(f"status must be queued, running, idle or finished, got {origin.status!r}")
+            raise limits.IdentifierError(limits.INVALID, "status must be queued, running, idle or finished")
         limits.check_command(origin)  # before the directory entry: a refused registration stores nothing
         partition = keys.partition_of(origin.root_session_id, self.config.service.partitions)
+        if origin.parent_session_id is not None:
+            # Refused before the directory entry too; the registration's own step checks it again, atomically.
+            parent = await self.record(origin.parent_session_id)
+            require_parent_unsealed(parent.session_id, (await self.store.load(parent)).state)
         # A session without a handle cannot collide with another: one attempt.
         for _ in range(HANDLE_ATTEMPTS if with_handle else 1):
             registration = replace(origin, handle=ids.new_handle(origin.agent_type) if with_handle else None)
@@ -163,6 +168,12 @@ class SessionService:
                 await self.execute(command_for(registration), record)
             except HandleTaken:
                 continue
+            except LifecycleError as refused:
+                if refused.code == "lifecycle:parent_stopped":
+                    # A stop sealed the parent between the check above and the registration's own step: the
+                    # refused session was never registered, so its directory entry goes too.
+                    await self.store.directory.withdraw(record.session_id)
+                raise
             return record
         raise RuntimeError(f"no free handle for agent type {origin.agent_type!r} after {HANDLE_ATTEMPTS} attempts")
 

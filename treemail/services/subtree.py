@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ..adapters.eventstore import EventStore
 from ..domain import ids
-from ..domain.commands import BroadcastToSubtree, InterruptRun, RecordBroadcastDelivery, StopSubtree
+from ..domain.commands import BroadcastToSubtree, InterruptRun, RecordBroadcastDelivery, SealSession, StopSubtree
 from ..domain.decide import subtree
 from ..domain.decide.lifecycle import Given
 from ..domain.errors import Code, Rejected
@@ -91,6 +91,27 @@ class SubtreeService:
             command = StopSubtree(top.session_id, value["stop_id"], how, tuple(order), reason)
             recorded = await self._append(top, command, digest, value) or value
         return recorded["stop_id"], list(recorded["order"])
+
+    async def seal(self, top: SessionRecord, stop_id: str, order: list[str]) -> list[str]:
+        """Seal every session of ``top``'s subtree (``SealSession``), then the order to dispose it in: the recorded
+        ``order``, with any session registered under the subtree since it was recorded placed before its
+        parent. A sealed session takes no new child (its registration checks the parent in the same atomic
+        step), so once a pass finds every session sealed, none can join the subtree any more."""
+        sealed: set[str] = set()
+        while True:
+            subtree_now = subtree.bottom_up(top, await self.tree(top))
+            fresh = [r for r in subtree_now if r.session_id not in sealed]
+            if not fresh:
+                break
+            # Top-down: a parent is sealed before its children, so none of them can gain a child meanwhile.
+            for record in reversed(fresh):
+                await self.sessions.execute(SealSession(record.session_id, stop_id), record)
+                sealed.add(record.session_id)
+        late = [r.session_id for r in subtree_now if r.session_id not in order]
+        if not late:
+            return order
+        # Late children go first: deepest-first among themselves, each before its ancestors, all of which follow.
+        return [sid for sid in (r.session_id for r in subtree_now) if sid in late or sid in order]
 
     async def interrupt(self, record: SessionRecord, stop_id: str, by: SessionRecord, reason: str) -> bool:
         """The session's open run interrupted (once per stop); False when it had none open."""

@@ -6,11 +6,16 @@ delivered or acknowledged after it; ``ReturnMail`` on each sender's stream
 hands back every pending agent message as a notice; ``CloseSession`` sets
 every pending message aside with what became of it, and closes. It refuses
 while an agent message has not been returned, so none is ever dropped.
+
+A continuable session's disposal is not its end: mail sent while it closes
+waits for its next incarnation and resumes it once it closed. A session a
+cascading stop sealed (``SealSession``) closes for good: the mail held for a
+next incarnation is returned like any other, and nothing resumes it.
 """
 
 from .. import events as ev
 from .. import notices
-from ..commands import CloseSession, DisposeSession, DrainSession, LiftDrain, ReturnMail
+from ..commands import CloseSession, DisposeSession, DrainSession, LiftDrain, ReturnMail, SealSession
 from ..errors import LifecycleError
 from ..state import NEXT_INCARNATION
 from .lifecycle import Given, in_order, message_event, require_registered
@@ -74,9 +79,10 @@ def decide_close(command: CloseSession, given: Given) -> list[ev.Event]:
     if state.disposal is None:
         raise LifecycleError("lifecycle:not_closing", "dispose the session before closing it")
     returned = dict(command.returned)
-    # Mail sent while it closed waits for the next incarnation: never returned, never set aside.
-    waiting = [m for m in in_order(given.mail) if m.reason == NEXT_INCARNATION]
-    pending = [m for m in in_order(given.mail) if m.reason != NEXT_INCARNATION]
+    # Mail sent while it closed waits for the next incarnation: never returned, never set aside; unless the
+    # session closes for good, when it is returned like the rest.
+    waiting = [m for m in in_order(given.mail) if m.reason == NEXT_INCARNATION and not state.sealed]
+    pending = [m for m in in_order(given.mail) if m.reason != NEXT_INCARNATION or state.sealed]
     unreturned = [m.message_id for m in pending if m.owner == "agent" and m.message_id not in returned]
     if unreturned:
         raise LifecycleError(
@@ -102,6 +108,15 @@ def decide_close(command: CloseSession, given: Given) -> list[ev.Event]:
         events.append(ev.SessionResumed(at=given.now))
         return with_wake(state, events, given.now, given.mail)
     return events
+
+
+def decide_seal(command: SealSession, given: Given) -> list[ev.Event]:
+    """Once per session, whichever stop reached it first; a session already closed is sealed all the same, so
+    a send that would resume it is refused."""
+    require_registered(given.state)
+    if given.state.sealed:
+        return []
+    return [ev.SessionSealed(at=given.now, stop_id=command.stop_id)]
 
 
 def decide_drain(command: DrainSession, given: Given) -> list[ev.Event]:

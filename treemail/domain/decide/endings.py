@@ -73,12 +73,12 @@ def require_recipient_admitting(found: Found, next_incarnation: bool = False) ->
     state, handle = found.state, found.record.address
     if state.drained_by:
         raise Rejected(Code.DRAINING, f"{handle}'s part of the agent tree is draining; {NOT_DELIVERED}")
-    if state.disposal is not None and not (next_incarnation and state.continuable):
+    if state.disposal is not None and not (next_incarnation and state.continuable and not state.sealed):
         # Only a send that no next incarnation can take is refused: a continuable recipient's mail waits for the
-        # disposal to settle (``next_incarnation``) or resumes it (cold resume).
-        raise Rejected(
-            Code.RECIPIENT_CLOSING, f"{handle} is being disposed and takes no new messages; {NOT_DELIVERED}"
-        )
+        # disposal to settle (``next_incarnation``) or resumes it (cold resume). A cascading stop closes a session
+        # for good: it has no next incarnation.
+        ended = "was stopped for good" if state.sealed else "is being disposed"
+        raise Rejected(Code.RECIPIENT_CLOSING, f"{handle} {ended} and takes no new messages; {NOT_DELIVERED}")
     if state.status == "finished" and not state.continuable:
         raise Rejected(
             Code.NOT_RESUMABLE, f"{handle} has finished and cannot be resumed by a message; {NOT_DELIVERED}"

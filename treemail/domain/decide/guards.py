@@ -4,6 +4,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from .. import effective
+from .. import peers as peer_state
 from ..errors import Code, Rejected
 from ..messaging import MessagingConfig
 from ..records import Peer, SessionRecord
@@ -150,6 +151,18 @@ def require_inbox_room(state: SessionState, config: MessagingConfig) -> None:
             Code.INBOX_FULL,
             f"the recipient already has {state.pending_agent} unread agent messages "
             f"(limit {config.max_pending_per_session}); try again later",
+        )
+
+
+def require_peer_inbox_room(state: SessionState) -> None:
+    """The peer inbox keeps every unread entry: a destination whose bound is all unread mail admits no more
+    (transient: the source's driver tries again once some of it was read) rather than drop one unseen."""
+    unread = peer_state.unread(state.peers)
+    if unread >= peer_state.INBOX_LIMIT:
+        raise Rejected(
+            Code.PEER_INBOX_FULL,
+            f"the recipient's peer inbox already holds {unread} unread messages (limit {peer_state.INBOX_LIMIT}); "
+            "the delivery is tried again later",
         )
 
 

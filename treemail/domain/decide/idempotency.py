@@ -33,7 +33,10 @@ WITH_RECIPIENT = frozenset({Code.MAX_HOPS_EXCEEDED, Code.INBOX_FULL, Code.INFLIG
 # a record would keep a call from a run not yet opened refused for good, and let
 # stale contexts grow the sender's records. (The refusals on drains, disposal,
 # parents and resumability are recorded alone, like every other refusal a worker decides.)
-NEVER = frozenset({Code.IDEMPOTENCY_CONFLICT, Code.ENGINE_SHUTDOWN, Code.INVALID_ARGUMENTS, Code.SENDER_NOT_LIVE})
+NEVER = frozenset({Code.IDEMPOTENCY_CONFLICT, Code.ENGINE_SHUTDOWN, Code.INVALID_ARGUMENTS, Code.SENDER_NOT_LIVE,
+                   Code.PEER_IDEMPOTENCY_CONFLICT, Code.PEER_ENGINE_SHUTDOWN, Code.PEER_INVALID_ARGUMENTS,
+                   Code.INTERRUPT_IDEMPOTENCY_CONFLICT, Code.INTERRUPT_ENGINE_SHUTDOWN,
+                   Code.INTERRUPT_INVALID_ARGUMENTS, Code.INTERRUPT_SENDER_NOT_LIVE})
 
 
 def key_digest(context: SendContext) -> str:
@@ -48,6 +51,14 @@ def fingerprint(arguments: SendArguments) -> str:
     urgent = ["urgent"] if getattr(arguments, "urgent", False) else []
     return digests.digest([arguments.to, arguments.body, arguments.mode, *blocks.fingerprint_part(arguments.blocks),
                            *options, *urgent])
+
+
+def answers_retries(code: Code) -> bool:
+    """Whether a refusal is kept under its tool call, so that the same call again gets it back: every
+    refusal but those that say nothing about the call (``NEVER``). One rule for every keyed tool: a peer
+    send refused ``peer_message:outbox_full`` and retried once the capacity was full too is answered
+    ``outbox_full`` again, not ``source_capacity``."""
+    return code not in NEVER
 
 
 def is_recorded(code: Code) -> bool:

@@ -96,9 +96,38 @@ def in_order(mail: Mapping[str, MailItem]) -> list[MailItem]:
     return sorted(mail.values(), key=lambda m: m.seq)
 
 
+def _parent_of(command) -> str | None:
+    """The parent a registration (or a fork's registration) names."""
+    return getattr(getattr(command, "registration", command), "parent_session_id", None)
+
+
+def registration_parent(command, _mail=None, _history=()) -> set[str]:
+    """The parent a child's registration is decided against (``Handler.reads_senders``)."""
+    parent = _parent_of(command)
+    return {parent} if parent else set()
+
+
+def held_parent(command, given: Given, _events) -> dict[str, list[ev.Event]]:
+    """The parent's stream joins the registration's atomic step with no event of its own: its etag is checked,
+    so a registration decided before a cascading stop sealed the parent is decided again, and refused."""
+    parent = _parent_of(command)
+    return {parent: []} if parent and given.senders.get(parent) is not None else {}
+
+
+def require_parent_unsealed(parent_session_id: str, parent_state: SessionState) -> None:
+    if parent_state.sealed:
+        raise LifecycleError(
+            "lifecycle:parent_stopped",
+            f"session {parent_session_id} was stopped by a cascading stop; it takes no new children",
+        )
+
+
 def decide_register(command: RegisterSession, given: Given) -> list[ev.Event]:
     if given.state.registered:
         return []
+    parent = given.senders.get(command.parent_session_id) if command.parent_session_id else None
+    if parent is not None:
+        require_parent_unsealed(command.parent_session_id, parent.state)
     registered = ev.SessionRegistered(
         at=given.now, session_id=command.session_id, root_session_id=command.root_session_id,
         parent_session_id=command.parent_session_id, agent_type=command.agent_type,

@@ -139,6 +139,7 @@ def decide_admission(given: AdmissionGiven) -> Accepted | Refused:
             grants.require(found.state.peers, given.sender.agent_type, given.sender.session_id, "send", intent.peer)
         peerinput.require_input(route.input_schema, intent.body, intent.peer)
         guards.require_inbox_room(found.state, given.config)
+        guards.require_peer_inbox_room(found.state)
         guards.require_window_room(found.state, given.sender.session_id, given.config)
         # The loop rule on the destination's memory as committed: a refusal here is definite, and the
         # source's outbox records it (``send_message:loop_detected``).
