@@ -162,11 +162,13 @@ def build_server(host: Treemail, resolve: Resolve, connection_of: ConnectionOf =
             result, delivered = await connection.step(call)
         if result is None:
             raise MCPError(INVALID_PARAMS, f"Unknown tool: {params.name}")
-        # Steer mail due at this step rides after the tool's own result, in the envelope a model reads.
+        # Steer mail due at this step rides on the tool's own result, in every form a client may show its
+        # model: after the text, and in the structured result (``agent_messages``); the tool's own fields are
+        # unchanged. The next call confirms it, so it must be in whichever form that client reads.
         return types.CallToolResult(
             content=[types.TextContent(text=host.tools.result_text(params.name, result)),
                      *(types.TextContent(text=d.text) for d in delivered)],
-            structured_content=result,
+            structured_content=receiving.riding(result, delivered),
             is_error="error" in result,
             meta={DELIVERED_META: [d.message_id for d in delivered]} if delivered else None,
         )

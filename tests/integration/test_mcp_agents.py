@@ -129,9 +129,17 @@ async def test_steer_mail_rides_on_the_result_of_the_next_tool_call(redis_url):
         async with Client(stdio(redis_url, explore.session_id, RECEIVE), cache=None) as b:
             sent = await host.send(planner.session_id, explore.handle, "stop and report")  # steer
             result = await call(b, {"to": planner.handle, "body": "working on it"})
-            assert result.structured_content["mode"] == "steer"  # the tool's own result is unchanged
+            assert result.structured_content["mode"] == "steer"  # the tool's own fields are unchanged
             assert "stop and report" in result.content[1].text
+            # In the structured result too, as check_mail's rows: a client may read only that form.
+            (riding,) = result.structured_content["agent_messages"]
+            assert riding["message_id"] == sent["message_id"] and riding["text"] == result.content[1].text
             assert result.meta["treemail/delivered"] == [sent["message_id"]]
+            # Without mail the structured result is the tool's own, nothing added.
+            quiet = await call(b, {"to": planner.handle, "body": "still on it"})
+            assert "agent_messages" not in quiet.structured_content and len(quiet.content) == 1
+        consumed = of(await host.history(explore.session_id), ev.ProducerMessageConsumed)
+        assert [e.message_id for e in consumed] == [sent["message_id"]]
 
 
 async def test_mail_to_a_disconnected_agent_queues_and_asks_for_a_wake(redis_url):
