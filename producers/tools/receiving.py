@@ -76,8 +76,12 @@ AGENT_MESSAGES = "agent_messages"
 
 
 def message_row(delivery) -> dict:
-    return {"message_id": delivery.message_id, "owner": delivery.owner, "mode": delivery.mode,
-            "sender_session_id": delivery.sender_session_id, "text": delivery.text}
+    """``shown_before`` only for a repeat (how many results carried it, unconfirmed): news reads as it always did."""
+    row = {"message_id": delivery.message_id, "owner": delivery.owner, "mode": delivery.mode,
+           "sender_session_id": delivery.sender_session_id, "text": delivery.text}
+    if delivery.shown_before:
+        row["shown_before"] = delivery.shown_before
+    return row
 
 
 def mail_result(deliveries) -> dict:
