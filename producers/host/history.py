@@ -151,13 +151,27 @@ class History:
         accepted at < ``until`` (seconds since the epoch). ``own``: only mail the session sent or received
         (what a model may read about itself: the ``search_mail`` tool). Raises ValueError for a criterion
         out of bounds, UnknownSessionError for an unknown session."""
-        query = mail_search.checked(MailQuery(text, sender, since, until, limit))
+        return (await self.search_page(session_id, text=text, sender=sender, since=since, until=until,
+                                       limit=limit, own=own))["messages"]
+
+    async def search_page(self, session_id: str, *, text: str | None = None, sender: str | None = None,
+                          since: float | None = None, until: float | None = None,
+                          limit: int = mail_search.DEFAULT_LIMIT, own: bool = False,
+                          cursor: str | None = None) -> dict:
+        """A page of ``search``: ``{"messages": [...]}``, with ``"next_cursor"`` while older results remain;
+        ``cursor``: the previous page's, for the page after it. A cursor pages only the search that gave it
+        (the same session, ``own`` and criteria; the limit may change): any other is a ValueError."""
+        query = mail_search.checked(MailQuery(text, sender, since, until, limit, cursor))
         record = await self._sessions.record(session_id)
+        key = mail_search.search_key(record.session_id, own, query)
+        after = mail_search.position_of(cursor, key) if cursor is not None else None
         found = await self._tree_rows(record, query)
         if own:  # what it received, and what it sent (on its recipients' streams)
-            found = [row for row in found if session_id in (row["recipient_session_id"], row["sender_session_id"])]
+            found = [row for row in found
+                     if record.session_id in (row["recipient_session_id"], row["sender_session_id"])]
         found.sort(key=lambda row: (row["at"], row["message_id"]), reverse=True)
-        return found[:query.limit]
+        rows, more = mail_search.page(found, query.limit, after)
+        return {"messages": rows, **({"next_cursor": mail_search.cursor_after(rows[-1], key)} if more else {})}
 
 
 def _found(recipient, seq: int, event: ev.ProducerMessageAccepted) -> dict:

@@ -1,8 +1,9 @@
 """Model-facing ``search_mail``: a session searches the mail it sent and received; a host installs it.
 
 Identity comes from the host's context, never from the arguments; a model
-reads only its own mail (``tm.history.search(..., own=True)``), bounded like
-every search (at most ``domain.search.MAX_LIMIT`` results).
+reads only its own mail (``tm.history.search_page(..., own=True)``), a page at
+a time like every search (at most ``domain.search.MAX_LIMIT`` results a page,
+and a ``next_cursor`` while more remain, which pages only this search).
 """
 
 import json
@@ -13,7 +14,7 @@ from treemail.domain.results import error_result
 
 TOOL_NAME = "search_mail"
 INVALID = f"{TOOL_NAME}:invalid_arguments"
-FIELDS = {"text", "sender", "since", "until", "limit"}
+FIELDS = {"text", "sender", "since", "until", "limit", "cursor"}
 
 
 def tool_definition() -> dict:
@@ -22,7 +23,9 @@ def tool_definition() -> dict:
         "description": (
             "Search the messages you sent and received, newest first: by `text` in the body, by `sender` "
             "(a handle or session id), by time (`since`, `until`: seconds since the epoch). At most "
-            f"`limit` results (default {search.DEFAULT_LIMIT}, at most {search.MAX_LIMIT})."
+            f"`limit` results (default {search.DEFAULT_LIMIT}, at most {search.MAX_LIMIT}); when more remain the "
+            "result has a `next_cursor`: search again with the same criteria and `cursor` set to it for the next, "
+            "older ones."
         ),
         "input_schema": {
             "type": "object",
@@ -32,6 +35,7 @@ def tool_definition() -> dict:
                 "since": {"type": "number", "description": "Accepted at or after this time."},
                 "until": {"type": "number", "description": "Accepted before this time."},
                 "limit": {"type": "integer", "minimum": 1, "maximum": search.MAX_LIMIT},
+                "cursor": {"type": "string", "description": "The next_cursor of the previous page of this search."},
             },
             "additionalProperties": False,
         },
@@ -49,7 +53,7 @@ def parse_arguments(raw: Any) -> search.MailQuery | dict:
         return error_result(INVALID, f"arguments may be only {', '.join(sorted(FIELDS))}")
     try:
         return search.checked(search.MailQuery(raw.get("text"), raw.get("sender"), raw.get("since"), raw.get("until"),
-                                               raw.get("limit", search.DEFAULT_LIMIT)))
+                                               raw.get("limit", search.DEFAULT_LIMIT), raw.get("cursor")))
     except ValueError as invalid:
         return error_result(INVALID, str(invalid))
 
@@ -58,9 +62,10 @@ def result_text(result: dict) -> str:
     rows = result["messages"]
     if not rows:
         return "No message matches."
-    return "\n".join(
-        f"[{row['message_id']}] from {row['from']} to {row['to']}: {row['body']}" for row in rows
-    )
+    lines = [f"[{row['message_id']}] from {row['from']} to {row['to']}: {row['body']}" for row in rows]
+    if "next_cursor" in result:
+        lines.append(f'More match: search again with cursor="{result["next_cursor"]}" for older ones.')
+    return "\n".join(lines)
 
 
 async def call(history, context, arguments) -> dict:
@@ -68,6 +73,9 @@ async def call(history, context, arguments) -> dict:
     query = parse_arguments(arguments)
     if isinstance(query, dict):
         return query
-    return {"messages": await history.search(
-        context.session_id, text=query.text, sender=query.sender, since=query.since, until=query.until,
-        limit=query.limit, own=True)}
+    try:
+        return await history.search_page(
+            context.session_id, text=query.text, sender=query.sender, since=query.since, until=query.until,
+            limit=query.limit, own=True, cursor=query.cursor)
+    except ValueError as invalid:  # a cursor of no page of this search
+        return error_result(INVALID, str(invalid))
