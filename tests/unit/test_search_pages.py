@@ -26,8 +26,10 @@ def test_a_cursor_is_refused_by_any_other_search(other):
     cursor = search.cursor_after(ROWS[0], search.search_key("s1", True, MailQuery()))
     with pytest.raises(ValueError, match="another search"):
         search.position_of(cursor, search.search_key(*other))
-    # The page size is no criterion: it may change from page to page.
+    # The page size is no criterion: it may change from page to page; nor how a criterion is written.
     assert search.search_key("s1", True, MailQuery(limit=5)) == search.search_key("s1", True, MailQuery(limit=9))
+    assert search.search_key("s1", True, MailQuery(text="Cache ", since=1)) == (
+        search.search_key("s1", True, MailQuery(text="cache", since=1.0)))
 
 
 @pytest.mark.parametrize("cursor", ["", "x" * (search.MAX_CURSOR_CHARS + 1), 7])

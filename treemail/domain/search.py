@@ -66,7 +66,10 @@ def matches(event: ev.ProducerMessageAccepted, query: MailQuery) -> bool:
 def search_key(searcher_session_id: str, own: bool, query: MailQuery) -> str:
     """Which search a cursor continues: who searches (so whose tree, and whose own mail) and by what (the page
     size may change from page to page)."""
-    named = json.dumps([searcher_session_id, own, query.text, query.sender, query.since, query.until])
+    # Criteria as the search reads them: "Cache " and "cache", 1767225600 and 1767225600.0 are one search.
+    text = None if query.text is None else query.text.strip().casefold()
+    since, until = (None if t is None else float(t) for t in (query.since, query.until))
+    named = json.dumps([searcher_session_id, own, text, query.sender, since, until])
     return hashlib.sha256(named.encode()).hexdigest()[:16]
 
 
