@@ -81,6 +81,15 @@ async def test_cli_search_prints_rows_and_json_and_refuses_a_bad_time_in_one_lin
     bad = cli(redis_url, "search", root.session_id, "--since", "yesterday")
     assert bad.returncode != 0 and bad.stderr.count("\n") == 1 and "--since" in bad.stderr
 
+    first = cli(redis_url, "search", root.handle, "--limit", "2")
+    assert [line.split()[0] for line in first.stdout.splitlines()] == [sent["a_to_b"], sent["to_b"]]
+    cursor = first.stderr.split("--cursor ")[1].strip()
+    rest = cli(redis_url, "search", root.handle, "--limit", "2", "--cursor", cursor, "--json")
+    assert [json.loads(line)["message_id"] for line in rest.stdout.splitlines()] == [sent["to_a"]]
+    assert rest.returncode == 0 and rest.stderr == ""  # the last page: no cursor
+    other = cli(redis_url, "search", root.handle, "--text", "cache", "--cursor", cursor)
+    assert other.returncode != 0 and other.stderr.count("\n") == 1 and "another search" in other.stderr
+
 
 async def test_search_mail_pages_with_a_cursor_that_pages_only_the_search_that_gave_it(stack):
     root, a, b, stranger, sent = await tree_with_mail(stack)

@@ -264,23 +264,28 @@ def search(
     since: Annotated[Optional[str], typer.Option(help="accepted at or after (epoch seconds or ISO-8601)")] = None,
     until: Annotated[Optional[str], typer.Option(help="accepted before (epoch seconds or ISO-8601)")] = None,
     limit: Annotated[int, typer.Option(help="at most this many, newest first (1 to 100)")] = 20,
+    cursor: Annotated[Optional[str], typer.Option(help="the next page of the same search: the cursor the "
+                                                       "previous page printed")] = None,
     json: JsonOpt = False, config: ConfigOpt = None,
 ) -> None:
-    """Search the mail of a session's tree by text, sender and time, newest first."""
+    """Search the mail of a session's tree by text, sender and time, newest first, a page at a time."""
     from .output import json_lines
 
     window = (_when(since, "--since"), _when(until, "--until"))
 
     async def action(host, server):
-        rows = await host.history.search(await _session_id(server, session), text=text, sender=sender,
-                                         since=window[0], until=window[1], limit=limit)
+        found = await host.history.search_page(await _session_id(server, session), text=text, sender=sender,
+                                               since=window[0], until=window[1], limit=limit, cursor=cursor)
+        rows = found["messages"]
         if json:
             json_lines(rows)
-            return
-        if not rows:
-            print("no message matches")
-        for row in rows:
-            print(f"{row['message_id']}  {row['from']} -> {row['to']}  {_preview(row['body'])}")
+        else:
+            if not rows:
+                print("no message matches")
+            for row in rows:
+                print(f"{row['message_id']}  {row['from']} -> {row['to']}  {_preview(row['body'])}")
+        if "next_cursor" in found:  # on stderr: the rows (or JSON lines) stay all that stdout holds
+            print(f"more: the same search with --cursor {found['next_cursor']}", file=sys.stderr)
 
     _run(ctx, config, action)
 
