@@ -26,7 +26,7 @@ from typing import NamedTuple
 from mcp_types import jsonrpc_message_adapter
 from mcp_types.jsonrpc import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR
 
-# The SDK's own parser refuses a message nested about 200 levels deep; no MCP message needs a tenth of that.
+# The SDK's own parser refuses a message nested about 200 levels deep; an MCP message nests a few levels.
 MAX_DEPTH = 100
 _WHITESPACE = " \t\n\r"
 
