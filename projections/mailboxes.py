@@ -60,6 +60,15 @@ def trees(rows: list[dict]) -> list[dict]:
     return [node(row) for row in rows if row["parent_session_id"] not in known]
 
 
+def walk(tree: dict, depth: int = 0) -> list[tuple[int, dict]]:
+    """A tree of ``trees`` as its sessions in the order the page lists them (each before its children), with
+    their depths."""
+    found = [(depth, tree)]
+    for child in tree["children"]:
+        found += walk(child, depth + 1)
+    return found
+
+
 async def history(store: EventStore, session_id: str) -> tl.History:
     record = await store.directory.get(session_id)
     if record is None:

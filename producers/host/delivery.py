@@ -6,6 +6,7 @@ claimed and undelivered: not this version's to judge.
 """
 
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
 from treemail.adapters import tracing
 from treemail.adapters.config import Config
@@ -84,7 +85,10 @@ class Deliveries:
                     pass
         overlay = (await self._store.load(record)).state.rules_overlay
         reply_hint = tool.tool_definition(record.rules, record.send_message_tool, overlay=overlay) is not None
-        return await self.deliver(record, [(mid, accepted[seq]) for mid, seq in claimed_at], reply_hint)
+        deliveries = await self.deliver(record, [(mid, accepted[seq]) for mid, seq in claimed_at], reply_hint)
+        # The items were read after this claim, which they count: the ones before it showed it already.
+        return [replace(d, shown_before=max(0, items[d.message_id].shown - 1)) if d.message_id in items else d
+                for d in deliveries]
 
     async def read_claimed(self, record: SessionRecord, seqs: list[int]) -> dict[int, ev.Event | None]:
         """The accepted events at these positions; None where an entry is gone or no longer reads as an event."""

@@ -158,15 +158,20 @@ class History:
                           since: float | None = None, until: float | None = None,
                           limit: int = mail_search.DEFAULT_LIMIT, own: bool = False,
                           cursor: str | None = None) -> dict:
-        """``search`` a page at a time: ``{"messages", "next_cursor"}``; ``next_cursor`` (None when nothing
-        older matches) passed back as ``cursor`` gives the next page, exactly after the last row shown."""
-        query = mail_search.checked(MailQuery(text, sender, since, until, limit))
+        """A page of ``search``: ``{"messages": [...]}``, with ``"next_cursor"`` while older results remain;
+        ``cursor``: the previous page's, for the page after it. A cursor pages only the search that gave it
+        (the same session, ``own`` and criteria; the limit may change): any other is a ValueError."""
+        query = mail_search.checked(MailQuery(text, sender, since, until, limit, cursor))
         record = await self._sessions.record(session_id)
+        key = mail_search.search_key(record.session_id, own, query)
+        after = mail_search.position_of(cursor, key) if cursor is not None else None
         found = await self._tree_rows(record, query)
         if own:  # what it received, and what it sent (on its recipients' streams)
-            found = [row for row in found if session_id in (row["recipient_session_id"], row["sender_session_id"])]
-        shown, next_cursor = mail_search.page(found, query.limit, cursor)
-        return {"messages": shown, "next_cursor": next_cursor}
+            found = [row for row in found
+                     if record.session_id in (row["recipient_session_id"], row["sender_session_id"])]
+        found.sort(key=lambda row: (row["at"], row["message_id"]), reverse=True)
+        rows, more = mail_search.page(found, query.limit, after)
+        return {"messages": rows, **({"next_cursor": mail_search.cursor_after(rows[-1], key)} if more else {})}
 
 
 def _found(recipient, seq: int, event: ev.ProducerMessageAccepted) -> dict:

@@ -27,6 +27,8 @@ class Delivery:
     # Mail over a peer route: its principal; verified: its source proof held (proofs on).
     principal: str | None = None
     verified: bool = False
+    # Earlier claims that handed it to a model and were never confirmed (a dropped connection, a lost run).
+    shown_before: int = 0
 
     @property
     def source_kind(self) -> str:

@@ -23,8 +23,9 @@ its own; a run an engine started is never taken over (``mcp:engine_run``).
 
 import asyncio
 import contextlib
+from dataclasses import replace
 
-from treemail.domain import ids
+from treemail.domain import envelope, ids
 from treemail.domain.errors import LifecycleError
 
 from ..host.facade import Treemail
@@ -109,6 +110,9 @@ class Connection:
         return confirmed
 
     def _hand_out(self, deliveries: list[Delivery]) -> list[Delivery]:
+        """What a result hands to the model, each repeat marked in its envelope (``shown_before``): a message
+        an earlier connection showed and never confirmed comes back, and a resumed model must tell it from news."""
+        deliveries = [replace(d, text=envelope.mark_shown_before(d.text, d.shown_before)) for d in deliveries]
         self._outstanding = handed = [d.message_id for d in deliveries]
         if self._keeper is not None:
             self._keeper.cancel()

@@ -38,7 +38,6 @@ from mcp import types
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.lowlevel import Server
-from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_PARAMS, INVALID_REQUEST
@@ -52,6 +51,7 @@ from ..host.facade import Treemail
 from ..tools.table import SessionView
 from ..tools import receiving
 from .connection import INBOX_URI, Connection
+from .stdio import checked_stdio_server
 
 TOOL_CALL_META = "treemail/tool_call_id"
 NAME = "treemail"
@@ -162,11 +162,13 @@ def build_server(host: Treemail, resolve: Resolve, connection_of: ConnectionOf =
             result, delivered = await connection.step(call)
         if result is None:
             raise MCPError(INVALID_PARAMS, f"Unknown tool: {params.name}")
-        # Steer mail due at this step rides after the tool's own result, in the envelope a model reads.
+        # Steer mail due at this step rides on the tool's own result, in every form a client may show its
+        # model: after the text, and in the structured result (``agent_messages``); the tool's own fields are
+        # unchanged. The next call confirms it, so it must be in whichever form that client reads.
         return types.CallToolResult(
             content=[types.TextContent(text=host.tools.result_text(params.name, result)),
                      *(types.TextContent(text=d.text) for d in delivered)],
-            structured_content=result,
+            structured_content=receiving.riding(result, delivered),
             is_error="error" in result,
             meta={DELIVERED_META: [d.message_id for d in delivered]} if delivered else None,
         )
@@ -274,7 +276,7 @@ async def serve_stdio(config: Config, url: str, session_id: str, run_id: str | N
 
         server = build_server(host, resolve, connection_of,
                               instructions=RECEIVING_INSTRUCTIONS if receive else INSTRUCTIONS)
-        async with stdio_server() as (read_stream, write_stream):
+        async with checked_stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
     finally:
         if connection is not None:

@@ -71,12 +71,33 @@ def _takes(name: str) -> str:
     return "optionally timeout_s (seconds)" if name == WAIT_FOR_MAIL else "no arguments"
 
 
+# The steer mail that rides on another tool's structured result (beside the tool's own fields).
+AGENT_MESSAGES = "agent_messages"
+
+
+def message_row(delivery) -> dict:
+    """``shown_before`` only for a repeat (how many results carried it, unconfirmed): news reads as it always did."""
+    row = {"message_id": delivery.message_id, "owner": delivery.owner, "mode": delivery.mode,
+           "sender_session_id": delivery.sender_session_id, "text": delivery.text}
+    if delivery.shown_before:
+        row["shown_before"] = delivery.shown_before
+    return row
+
+
 def mail_result(deliveries) -> dict:
-    return {"messages": [
-        {"message_id": d.message_id, "owner": d.owner, "mode": d.mode, "sender_session_id": d.sender_session_id,
-         "text": d.text}
-        for d in deliveries
-    ]}
+    return {"messages": [message_row(d) for d in deliveries]}
+
+
+def riding(result: dict, deliveries) -> dict:
+    """A tool's own structured result with the steer mail due at its call, the same rows check_mail returns.
+
+    The mail rides in the structured result as well as in the text: a client that reads only one of them
+    (the OpenAI Agents SDK with ``use_structured_content`` shows its model the structured result alone)
+    would otherwise never show the message, and the next call would still confirm it read.
+    """
+    if not deliveries:
+        return result
+    return {**result, AGENT_MESSAGES: [message_row(d) for d in deliveries]}
 
 
 def result_text(result: dict, threads: bool = False) -> str:

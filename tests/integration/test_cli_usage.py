@@ -141,6 +141,29 @@ async def test_data_commands_speak_json(stack, redis_url):
         await asyncio.gather(waiting, return_exceptions=True)
 
 
+async def test_trees_shows_each_tree_by_handle_nested_with_statuses_as_the_page_does(stack, redis_url):
+    from treemail.projections.replay import rebuild
+
+    root = await stack.register_root("planner", "x", rules={"child": "allow"})
+    child = await stack.register_child(root.session_id, "explore", "x", rules={"parent": "allow"})
+    grandchild = await stack.register_child(child.session_id, "grep", "x", status="idle")
+    await stack.start_run(root.session_id, "r")
+    await stack.send_message(Calls().ctx(root.session_id, "r"), {"to": child.handle, "body": "look", "mode": "queue"})
+    await rebuild(adapters(stack).store, list(range(adapters(stack).config.service.partitions)))
+
+    (tree,) = [json.loads(line) for line in cli(redis_url, "trees", "--json").stdout.splitlines()]
+    assert (tree["root_session_id"], tree["root_handle"], tree["sessions"]) == (root.session_id, root.handle, 3)
+    assert [(m["handle"], m["depth"], m["status"], m["pending"]) for m in tree["members"]] == [
+        (root.handle, 0, "running", 0), (child.handle, 1, "queued", 1), (grandchild.handle, 2, "idle", 0)]
+
+    lines = cli(redis_url, "trees").stdout.splitlines()
+    shown = {handle: next(line for line in lines if handle in line)
+             for handle in (root.handle, child.handle, grandchild.handle)}
+    assert "running" in shown[root.handle] and root.session_id not in "".join(lines)  # handles, not ids
+    assert f"  └ {child.handle}" in shown[child.handle] and "queued" in shown[child.handle]
+    assert f"    └ {grandchild.handle}" in shown[grandchild.handle]
+
+
 async def test_history_and_tail_take_a_handle(stack, redis_url):
     root = await stack.register_root("planner", "x", rules={"child": "allow"})
     child = await stack.register_child(root.session_id, "explore", "x")

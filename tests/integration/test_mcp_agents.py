@@ -110,6 +110,32 @@ async def test_a_connection_dropped_mid_claim_gets_the_message_back_once(redis_u
         assert [e.message_id for e in of(history, ev.ProducerMessageConsumed)] == [sent["message_id"]]
 
 
+async def test_a_result_no_call_followed_is_shown_again_to_each_next_connection_marked_as_a_repeat(redis_url):
+    async with running_stack(redis_url) as host:
+        planner, explore = await tree(host)
+        await host.start_run(planner.session_id, "planner-run")
+        async with Client(stdio(redis_url, explore.session_id, RECEIVE), cache=None) as b:
+            sent = await host.send(planner.session_id, explore.handle, "stop and report")  # steer
+            first = await call(b, {"to": planner.handle, "body": "working on it"})
+            assert first.content[1].text.startswith(f'<agent_message from="{planner.handle}">\n')  # news
+            assert "shown_before" not in first.structured_content["agent_messages"][0]
+            # The connection ends cleanly here: no later call confirmed that the model read the result.
+
+        for times in (1, 2):
+            async with Client(stdio(redis_url, explore.session_id, RECEIVE), cache=None) as b:
+                again = await texts(b, "check_mail")
+                (row,) = again.structured_content["messages"]
+                assert (row["message_id"], row["shown_before"]) == (sent["message_id"], times)
+                assert again.content[0].text.startswith(
+                    f'<agent_message from="{planner.handle}" shown_before="{times}">\nstop and report')
+                if times == 2:
+                    assert (await texts(b, "acknowledge_mail")).structured_content == {"acknowledged": 1}
+
+        history = await host.history(explore.session_id)
+        assert [e.message_id for e in of(history, ev.ProducerMessageClaimed)] == [sent["message_id"]] * 3
+        assert [e.message_id for e in of(history, ev.ProducerMessageConsumed)] == [sent["message_id"]]
+
+
 async def test_a_dead_connection_is_taken_over_and_can_no_longer_send(redis_url):
     async with running_stack(redis_url) as host:
         planner, explore = await tree(host)
@@ -129,9 +155,17 @@ async def test_steer_mail_rides_on_the_result_of_the_next_tool_call(redis_url):
         async with Client(stdio(redis_url, explore.session_id, RECEIVE), cache=None) as b:
             sent = await host.send(planner.session_id, explore.handle, "stop and report")  # steer
             result = await call(b, {"to": planner.handle, "body": "working on it"})
-            assert result.structured_content["mode"] == "steer"  # the tool's own result is unchanged
+            assert result.structured_content["mode"] == "steer"  # the tool's own fields are unchanged
             assert "stop and report" in result.content[1].text
+            # In the structured result too, as check_mail's rows: a client may read only that form.
+            (riding,) = result.structured_content["agent_messages"]
+            assert riding["message_id"] == sent["message_id"] and riding["text"] == result.content[1].text
             assert result.meta["treemail/delivered"] == [sent["message_id"]]
+            # Without mail the structured result is the tool's own, nothing added.
+            quiet = await call(b, {"to": planner.handle, "body": "still on it"})
+            assert "agent_messages" not in quiet.structured_content and len(quiet.content) == 1
+        consumed = of(await host.history(explore.session_id), ev.ProducerMessageConsumed)
+        assert [e.message_id for e in consumed] == [sent["message_id"]]
 
 
 async def test_mail_to_a_disconnected_agent_queues_and_asks_for_a_wake(redis_url):

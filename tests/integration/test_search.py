@@ -1,5 +1,6 @@
 """Searching a tree's mail: the host API, the CLI and the installable search_mail tool, bounded and authorised."""
 
+import itertools
 import json
 import os
 import subprocess
@@ -80,6 +81,54 @@ async def test_cli_search_prints_rows_and_json_and_refuses_a_bad_time_in_one_lin
     bad = cli(redis_url, "search", root.session_id, "--since", "yesterday")
     assert bad.returncode != 0 and bad.stderr.count("\n") == 1 and "--since" in bad.stderr
 
+    first = cli(redis_url, "search", root.handle, "--limit", "2")
+    assert [line.split()[0] for line in first.stdout.splitlines()] == [sent["a_to_b"], sent["to_b"]]
+    cursor = first.stderr.split("--cursor ")[1].strip()
+    rest = cli(redis_url, "search", root.handle, "--limit", "2", "--cursor", cursor, "--json")
+    assert [json.loads(line)["message_id"] for line in rest.stdout.splitlines()] == [sent["to_a"]]
+    assert rest.returncode == 0 and rest.stderr == ""  # the last page: no cursor
+    other = cli(redis_url, "search", root.handle, "--text", "cache", "--cursor", cursor)
+    assert other.returncode != 0 and other.stderr.count("\n") == 1 and "another search" in other.stderr
+
+
+async def test_search_mail_pages_with_a_cursor_that_pages_only_the_search_that_gave_it(stack):
+    root, a, b, stranger, sent = await tree_with_mail(stack)
+    calls = Calls()
+    calls.counter = itertools.count(100)  # tool call ids tree_with_mail's sends did not use
+    for n in range(3):
+        await stack.send_message(calls.ctx(root.session_id, "r-run"), {"to": a.handle, "body": f"page note {n}"})
+    await stack.send_message(calls.ctx(root.session_id, "r-run"), {"to": b.handle, "body": "page note 3"})
+    for session in (root, a, stranger):
+        await stack.tools.install(session.session_id, ["search_mail"])
+    context = calls.ctx(root.session_id, "r-run")
+    everything = (await stack.tools.call(context, "search_mail", {"limit": 100}))["messages"]
+    assert len(everything) == 6 and sent["a_to_b"] not in [r["message_id"] for r in everything]  # root's own only
+
+    pages, cursor = [], None
+    while True:
+        arguments = {"limit": 4 if not pages else 2, **({"cursor": cursor} if cursor else {})}
+        result = await stack.tools.call(context, "search_mail", arguments)
+        pages.append([r["message_id"] for r in result["messages"]])
+        cursor = result.get("next_cursor")
+        if cursor is None:
+            break
+        assert f'cursor="{cursor}"' in stack.tools.result_text("search_mail", result)  # a text-reading model pages too
+    assert [len(p) for p in pages] == [4, 2]
+    assert [m for p in pages for m in p] == [r["message_id"] for r in everything]  # newest first, none twice
+
+    first = await stack.tools.call(context, "search_mail", {"limit": 1})
+    # Another session's search (its own mail, its tree), or other criteria: the cursor is refused, never a position.
+    for session, run, arguments in ((a, "a-run", {}), (stranger, "s-run", {}), (root, "r-run", {"text": "note"})):
+        refused = await stack.tools.call(calls.ctx(session.session_id, run), "search_mail",
+                                         {**arguments, "cursor": first["next_cursor"]})
+        assert refused["error"]["code"] == "search_mail:invalid_arguments", refused
+    garbage = await stack.tools.call(context, "search_mail", {"cursor": "not-a-cursor"})
+    assert garbage["error"]["code"] == "search_mail:invalid_arguments"
+
+    host_page = await stack.history.search_page(root.session_id, limit=5)
+    assert len(host_page["messages"]) == 5 and "next_cursor" in host_page
+    rest = await stack.history.search_page(root.session_id, limit=5, cursor=host_page["next_cursor"])
+    assert len(rest["messages"]) == 2 and "next_cursor" not in rest  # the tree's 7 (a's note to b included)
 
 async def test_search_mail_never_ends_a_page_silently_and_its_cursor_reaches_every_match(stack):
     root = await stack.register_root("planner", "plans", rules={"child": "allow"})
@@ -95,9 +144,9 @@ async def test_search_mail_never_ends_a_page_silently_and_its_cursor_reaches_eve
     while True:
         page = await stack.tools.call(context, "search_mail", arguments)
         seen += [r["message_id"] for r in page["messages"]]
-        if page["next_cursor"] is None:
+        if page.get("next_cursor") is None:
             break
-        assert "call search_mail again with cursor=" in stack.tools.result_text("search_mail", page)
+        assert 'search again with cursor="' in stack.tools.result_text("search_mail", page)
         arguments = {**arguments, "cursor": page["next_cursor"]}
     assert sorted(seen) == sorted(sent) and len(seen) == len(sent)
     bad = await stack.tools.call(context, "search_mail", {"text": "note", "cursor": "nowhere"})

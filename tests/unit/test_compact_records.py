@@ -44,6 +44,7 @@ def test_a_plain_accepted_item_is_its_position_its_budget_start_and_its_sender_i
             expires_at=99.0, supersede_key="k", passed=2, urgent=True),
     replace(ITEM, urgent=True),
     replace(ITEM, since=0.0),
+    replace(ITEM, state="claimed", run_id="r1", attempts=2, shown=2),
 ])
 def test_every_item_reads_back_as_written(item):
     assert compact.decode_item(item.message_id, compact.encode_item(item)) == item

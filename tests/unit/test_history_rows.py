@@ -29,21 +29,25 @@ def test_a_field_with_spaces_is_quoted_so_the_row_still_splits_into_fields():
 
 
 def test_search_pages_follow_their_cursor_to_every_match_even_when_times_tie():
+    import pytest
+
     from treemail.domain import search
 
     # Twelve messages accepted within three instants: a page boundary falls inside a tie.
     rows = [{"message_id": f"m{i:02d}", "at": 100.0 + i // 4} for i in range(12)]
-    seen, cursor = [], None
+    rows.sort(key=lambda row: (row["at"], row["message_id"]), reverse=True)
+    key = search.search_key("s-1", True, search.MailQuery(None, None, None, None, 5))
+    seen, after = [], None
     while True:
-        shown, cursor = search.page(rows, 5, cursor)
+        shown, more = search.page(rows, 5, after)
         seen += [row["message_id"] for row in shown]
-        if cursor is None:
+        if not more:
             break
+        after = search.position_of(search.cursor_after(shown[-1], key), key)
     assert seen == [f"m{i:02d}" for i in reversed(range(12))]
     # Paging by time alone would have lost the rest of the tie at the first page's end.
     first, _ = search.page(rows, 5, None)
     by_time = [row for row in rows if row["at"] < first[-1]["at"]]
     assert len(first) + len(by_time) < len(rows)
-    import pytest
     with pytest.raises(ValueError):
-        search.cursor_key("not-a-cursor")
+        search.position_of("not-a-cursor", key)

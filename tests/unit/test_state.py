@@ -101,6 +101,26 @@ def test_a_mail_item_is_kept_without_its_message_id_and_its_trailing_defaults_an
     assert st.MailItem.from_json("m1", json.dumps(full[:8])) == replace(item, since=0.0)
 
 
+def test_a_message_counts_the_claims_that_showed_it_and_a_hand_back_at_a_boundary_shows_nothing():
+    def shown(*events) -> int:
+        return given_mail(registered(T.child), run_started("r1"), accepted("a", T.root), *events)["a"].shown
+
+    assert shown() == 0
+    assert shown(claimed("a", T.root, "r1")) == 1
+    # A run cut short (a dropped connection) gives it back shown; the next claim shows it a second time.
+    cut = step(ev.ProducerMessageReleased, reason="run_finished")
+    assert shown(claimed("a", T.root, "r1"), cut, claimed("a", T.root, "r1")) == 2
+    # The host handing it back at a step boundary never showed it.
+    handed_back = step(ev.ProducerMessageReleased, reason="released", attempts_change=-1)
+    assert shown(claimed("a", T.root, "r1"), handed_back) == 0
+    # A retry renews the attempts, not what the model has already seen.
+    assert shown(claimed("a", T.root, "r1"), cut, step(ev.ProducerMessageRetried)) == 1
+
+
+def step(cls, **extra):
+    return cls(message_id="a", owner="agent", sender_session_id=T.root.session_id, agent_hop=0, run_id="r1", **extra)
+
+
 def test_events_round_trip_through_their_stream_encoding():
     for event in [registered(T.child), accepted("a", T.root, hop=2), discarded("a", T.root, reason="x")]:
         assert ev.decode(*ev.encode(event)) == event

@@ -161,3 +161,16 @@ def render_agent_message(sender: str, body: str, reply_hint: bool) -> str:
         lines += ["", f'[use `send_message(to="{sender}", ...)` to reply]']
     lines.append("</agent_message>")
     return "\n".join(lines)
+
+
+# The opening tag treemail wrote on a rendered message's first line (a body can forge none: ``neutralize``).
+OPENING_TAG = re.compile(r"<(?:agent_message|treemail_notice)\b[^>\n]*")
+
+
+def mark_shown_before(text: str, times: int) -> str:
+    """``text`` whose opening tag says it was handed to the model ``times`` times before (0: unchanged), so a
+    model that resumes without its old context tells a repeat from news; text with no tag of ours stays as is."""
+    opening = OPENING_TAG.match(text)
+    if times <= 0 or opening is None:
+        return text
+    return f'{text[:opening.end()]} shown_before="{times}"{text[opening.end():]}'

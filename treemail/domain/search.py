@@ -2,13 +2,17 @@
 
 A query is by text (case-insensitive, in the body), by sender (session id or
 handle) and by time (``since`` <= accepted at < ``until``); every given
-criterion must hold. Results are bounded: at most ``MAX_LIMIT`` per search,
-newest first; a search with more matches says so with a cursor that names the
-last row shown (its time and id), so the next page starts exactly after it:
-paging by ``until`` alone would skip the messages accepted at the same time
-as the last one shown.
+criterion must hold. Results come newest first, a page at a time: at most
+``MAX_LIMIT`` per page, and a cursor where more remain. A cursor names where
+its page ended and which search it continues (the searcher and the criteria),
+so it pages that search only: given to another session's search, or with other
+criteria, it is refused rather than read as a position in someone else's mail.
 """
 
+import base64
+import binascii
+import hashlib
+import json
 from dataclasses import dataclass
 
 from . import events as ev
@@ -16,6 +20,8 @@ from . import events as ev
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 100
 MAX_TEXT_CHARS = 200
+# A cursor is a search's digest, a time and a message id: far under this.
+MAX_CURSOR_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -25,6 +31,8 @@ class MailQuery:
     since: float | None = None
     until: float | None = None
     limit: int = DEFAULT_LIMIT
+    # The previous page's ``next_cursor``: the results after it, older.
+    cursor: str | None = None
 
 
 def checked(query: MailQuery) -> MailQuery:
@@ -36,6 +44,8 @@ def checked(query: MailQuery) -> MailQuery:
         raise ValueError(f"text must be 1 to {MAX_TEXT_CHARS} characters")
     if query.sender is not None and not (isinstance(query.sender, str) and query.sender):
         raise ValueError("sender must be a session id or a handle")
+    if query.cursor is not None and not (isinstance(query.cursor, str) and 0 < len(query.cursor) <= MAX_CURSOR_CHARS):
+        raise ValueError("cursor must be the next_cursor of an earlier page of this search")
     for name in ("since", "until"):
         value = getattr(query, name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
@@ -53,27 +63,36 @@ def matches(event: ev.ProducerMessageAccepted, query: MailQuery) -> bool:
     return query.until is None or event.at < query.until
 
 
-def cursor_of(row: dict) -> str:
-    return f"{row['message_id']}@{row['at']!r}"
+def search_key(searcher_session_id: str, own: bool, query: MailQuery) -> str:
+    """Which search a cursor continues: who searches (so whose tree, and whose own mail) and by what (the page
+    size may change from page to page)."""
+    # Criteria as the search reads them: "Cache " and "cache", 1767225600 and 1767225600.0 are one search.
+    text = None if query.text is None else query.text.strip().casefold()
+    since, until = (None if t is None else float(t) for t in (query.since, query.until))
+    named = json.dumps([searcher_session_id, own, text, query.sender, since, until])
+    return hashlib.sha256(named.encode()).hexdigest()[:16]
 
 
-def cursor_key(cursor: str) -> tuple[float, str]:
-    """The (accepted at, message id) a cursor names; ValueError for a text no page handed out."""
-    if not isinstance(cursor, str) or "@" not in cursor or len(cursor) > 200:
-        raise ValueError("cursor must be the next_cursor of a previous search")
-    message_id, _, at = cursor.rpartition("@")
+def cursor_after(row: dict, key: str) -> str:
+    """The cursor for the results older than ``row`` (a result: its ``at`` and ``message_id``) in search ``key``."""
+    packed = json.dumps([key, row["at"], row["message_id"]], separators=(",", ":"))
+    return base64.urlsafe_b64encode(packed.encode()).decode().rstrip("=")
+
+
+def position_of(cursor: str, key: str) -> tuple[float, str]:
+    """Where the page before ``cursor`` ended in search ``key``; ValueError for a cursor of no page of it."""
     try:
-        return float(at), message_id
-    except ValueError:
-        raise ValueError("cursor must be the next_cursor of a previous search") from None
+        packed = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        named, at, message_id = json.loads(packed)
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError, RecursionError):
+        raise ValueError("cursor must be the next_cursor of an earlier page of this search") from None
+    if named != key or isinstance(at, bool) or not isinstance(at, (int, float)) or not isinstance(message_id, str):
+        raise ValueError("cursor belongs to another search (other criteria, or another session's)")
+    return at, message_id
 
 
-def page(rows: list[dict], limit: int, cursor: str | None) -> tuple[list[dict], str | None]:
-    """At most ``limit`` of ``rows`` (newest first by accepted time, then id) after ``cursor``, and the cursor
-    of the next page (None when nothing older matches)."""
-    rows = sorted(rows, key=lambda row: (row["at"], row["message_id"]), reverse=True)
-    if cursor is not None:
-        key = cursor_key(cursor)
-        rows = [row for row in rows if (row["at"], row["message_id"]) < key]
-    shown = rows[:limit]
-    return shown, (cursor_of(shown[-1]) if len(rows) > limit else None)
+def page(rows: list[dict], limit: int, after: tuple[float, str] | None) -> tuple[list[dict], bool]:
+    """``rows`` newest first (by ``at``, then ``message_id``): at most ``limit`` of those older than ``after``,
+    and whether more remain."""
+    older = rows if after is None else [row for row in rows if (row["at"], row["message_id"]) < after]
+    return older[:limit], len(older) > limit

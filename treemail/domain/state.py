@@ -190,6 +190,10 @@ class MailItem:
     # Order and priority: sent urgent. (Its number in its pair is on its accepted event: a pair's numbers follow
     # stream positions, so the position orders it, and every pending item stays as small as it was.)
     urgent: bool = False
+    # Claims that handed it to a model and were never confirmed, so far (a claim handed back unshown at a
+    # step boundary is taken off; never reset, not even by a retry): a later claim hands it out again, and the
+    # recipient is told it saw it before (an MCP agent's envelope says ``shown_before``).
+    shown: int = 0
 
     def to_json(self) -> str:
         """Kept under its message id (the mail hash's field), so the id is not written again; the
@@ -197,7 +201,7 @@ class MailItem:
         is written on every send and kept until it is processed)."""
         fields = [self.seq, self.owner, self.sender_session_id, self.agent_hop, self.mode, self.state,
                   self.run_id, self.attempts, self.since, self.claimed_at, self.retry_at, self.reason, self.trace, self.peer,
-                  self.expires_at, self.supersede_key, self.passed, self.urgent]
+                  self.expires_at, self.supersede_key, self.passed, self.urgent, self.shown]
         while len(fields) > _ITEM_REQUIRED and fields[-1] == _ITEM_DEFAULTS[len(fields) - 1]:
             fields.pop()
         return compactjson.dumps(fields)
@@ -215,7 +219,7 @@ class MailItem:
 # The compact item's order after its position: owner .. run_id are always written; attempts .. trace
 # are dropped from the end while they hold these defaults.
 _ITEM_REQUIRED = 7
-_ITEM_DEFAULTS = (None,) * _ITEM_REQUIRED + (0, 0.0, 0.0, 0.0, "", "", False, 0.0, "", 0, False)
+_ITEM_DEFAULTS = (None,) * _ITEM_REQUIRED + (0, 0.0, 0.0, 0.0, "", "", False, 0.0, "", 0, False, 0)
 
 
 def _recent(producers: tuple[str, ...], producer_id: str) -> tuple[str, ...]:
@@ -507,12 +511,15 @@ def _attempt(item: MailItem, event: ev.MessageEvent) -> MailItem:
     """What a lifecycle step does to the message's delivery attempt record."""
     match event:
         case ev.ProducerMessageClaimed():
-            return replace(item, attempts=item.attempts + 1, claimed_at=event.at, retry_at=0.0)
+            return replace(item, attempts=item.attempts + 1, claimed_at=event.at, retry_at=0.0, shown=item.shown + 1)
         case ev.ProducerMessageReleased():
-            # A steer message handed back at a step boundary: one more boundary passed it over (flow control).
-            passed = item.passed + (item.mode == "steer" and event.reason == "released")
+            # Handed back at a step boundary (not shown): for a steer message, one more boundary passed it over
+            # (flow control); for any, the claim did not show it.
+            at_boundary = event.reason == "released"
+            passed = item.passed + (item.mode == "steer" and at_boundary)
             return replace(item, retry_at=event.retry_at, reason=event.detail or event.reason or "released",
-                           attempts=max(0, item.attempts + event.attempts_change), passed=passed)
+                           attempts=max(0, item.attempts + event.attempts_change), passed=passed,
+                           shown=max(0, item.shown - at_boundary))
         case ev.ProducerMessageParked():
             return replace(item, state="parked", reason=event.reason)
         case ev.ProducerMessageRetried():

@@ -175,27 +175,50 @@ def replay(ctx: typer.Context, config: ConfigOpt = None) -> None:
 
 @app.command()
 def trees(ctx: typer.Context, json: JsonOpt = False, config: ConfigOpt = None) -> None:
-    """Per-tree summary from the projections: sessions, pending, accepted, done."""
+    """Each tree as `treemail ui` shows it (its sessions by handle, nested, each with its status and pending
+    mail), with its summary from the projections: sessions, pending, accepted, done."""
     from treemail.adapters.viewstore import load_view
+    from treemail.projections import mailboxes
     from treemail.projections.views import tree_summaries
 
     from .output import json_lines, table
 
     async def action(host, server):
-        rows = []
+        summaries = {}
         for p in range(server.config.service.partitions):
             view, _ = await load_view(server.redis, p, "trees")
-            rows.extend({"root_session_id": root, **s} for root, s in sorted(tree_summaries(view).items()))
+            summaries.update(tree_summaries(view))
+        shown = {t["session_id"]: t for t in mailboxes.trees(
+            await mailboxes.sessions(server.store, server.config.service.partitions))}
+        rows = []
+        for root, summary in sorted(summaries.items()):
+            members = mailboxes.walk(shown[root]) if root in shown else []
+            rows.append({"root_session_id": root, "root_handle": members[0][1]["handle"] if members else None,
+                         **summary, "members": [_member(depth, row) for depth, row in members]})
         if json:
             json_lines(rows)
         elif not rows:
             print("no trees in the views yet (is `treemail projections` running? `treemail replay` rebuilds them)")
         else:
-            table([("root session", "left"), ("sessions", "right"), ("pending", "right"), ("accepted", "right"),
-                   ("done", "right")],
-                  [[r["root_session_id"], r["sessions"], r["pending"], r["accepted"], r["done"]] for r in rows])
+            table([("session", "left"), ("status", "left"), ("pending", "right"), ("tree: sessions", "right"),
+                   ("pending", "right"), ("accepted", "right"), ("done", "right")],
+                  [line for r in rows for line in _tree_lines(r)])
 
     _run(ctx, config, action)
+
+
+def _member(depth: int, row: dict) -> dict:
+    return {"session_id": row["session_id"], "handle": row["handle"], "depth": depth,
+            "status": row["disposal"] or row["status"], "pending": row["pending"]}
+
+
+def _tree_lines(tree: dict) -> list[list]:
+    """A tree's rows: its root with the tree's summary, then every session below it, indented by depth."""
+    totals = [tree["sessions"], tree["pending"], tree["accepted"], tree["done"]]
+    if not tree["members"]:  # past what the page lists: the summary alone, by id
+        return [[tree["root_session_id"], "", "", *totals]]
+    return [[("  " * m["depth"] + ("└ " if m["depth"] else "")) + (m["handle"] or m["session_id"]), m["status"],
+             m["pending"], *(totals if m["depth"] == 0 else ["", "", "", ""])] for m in tree["members"]]
 
 
 @app.command()
@@ -241,23 +264,28 @@ def search(
     since: Annotated[Optional[str], typer.Option(help="accepted at or after (epoch seconds or ISO-8601)")] = None,
     until: Annotated[Optional[str], typer.Option(help="accepted before (epoch seconds or ISO-8601)")] = None,
     limit: Annotated[int, typer.Option(help="at most this many, newest first (1 to 100)")] = 20,
+    cursor: Annotated[Optional[str], typer.Option(help="the next page of the same search: the cursor the "
+                                                       "previous page printed")] = None,
     json: JsonOpt = False, config: ConfigOpt = None,
 ) -> None:
-    """Search the mail of a session's tree by text, sender and time, newest first."""
+    """Search the mail of a session's tree by text, sender and time, newest first, a page at a time."""
     from .output import json_lines
 
     window = (_when(since, "--since"), _when(until, "--until"))
 
     async def action(host, server):
-        rows = await host.history.search(await _session_id(server, session), text=text, sender=sender,
-                                         since=window[0], until=window[1], limit=limit)
+        found = await host.history.search_page(await _session_id(server, session), text=text, sender=sender,
+                                               since=window[0], until=window[1], limit=limit, cursor=cursor)
+        rows = found["messages"]
         if json:
             json_lines(rows)
-            return
-        if not rows:
-            print("no message matches")
-        for row in rows:
-            print(f"{row['message_id']}  {row['from']} -> {row['to']}  {_preview(row['body'])}")
+        else:
+            if not rows:
+                print("no message matches")
+            for row in rows:
+                print(f"{row['message_id']}  {row['from']} -> {row['to']}  {_preview(row['body'])}")
+        if "next_cursor" in found:  # on stderr: the rows (or JSON lines) stay all that stdout holds
+            print(f"more: the same search with --cursor {found['next_cursor']}", file=sys.stderr)
 
     _run(ctx, config, action)
 

@@ -45,6 +45,31 @@ def _error(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
 
 
+# A position in a stream: ASCII digits only (``"²".isdigit()`` is true, and ``int("²")`` fails), at most 18 of them.
+MAX_POSITION_DIGITS = 18
+
+
+def query_problem(items: list[tuple[str, str]], takes: tuple[str, ...] = ()) -> tuple[str, str] | None:
+    """Why (a code and a message) a route that takes the query parameters ``takes`` refuses this query; None:
+    it does not."""
+    seen = set()
+    for name, value in items:
+        if name not in takes:
+            return "ui:invalid_query", f"unknown query parameter {name!r}: this route takes {', '.join(takes) or 'none'}"
+        if name in seen:
+            return "ui:invalid_query", f"query parameter {name!r} is given more than once"
+        seen.add(name)
+        if name == "at" and not (value.isascii() and value.isdigit() and len(value) <= MAX_POSITION_DIGITS):
+            return "ui:invalid_position", (f"at must be a non-negative integer of at most {MAX_POSITION_DIGITS} "
+                                           f"digits, got {value!r}")
+    return None
+
+
+def _refused_query(request: Request, takes: tuple[str, ...] = ()) -> JSONResponse | None:
+    problem = query_problem(request.query_params.multi_items(), takes)
+    return None if problem is None else _error(400, *problem)
+
+
 class Page:
     """The routes, over one host connection and one adapter connection opened at startup."""
 
@@ -92,6 +117,8 @@ class Page:
         return Response(_static(name), media_type=STATIC[name], headers={"Cache-Control": "no-cache"})
 
     async def trees(self, request: Request) -> JSONResponse:
+        if refused := _refused_query(request):
+            return refused
         rows = await mailboxes.sessions(self.store, self.config.service.partitions)
         return JSONResponse({
             "trees": mailboxes.trees(rows), "obligations": await mailboxes.obligations(self.store, rows),
@@ -100,9 +127,9 @@ class Page:
 
     async def session_timeline(self, request: Request) -> JSONResponse:
         sid = request.path_params["session_id"]
+        if refused := _refused_query(request, ("at",)):
+            return refused
         at = request.query_params.get("at")
-        if at is not None and not at.isdigit():
-            return _error(400, "ui:invalid_position", f"at must be a non-negative integer, got {at!r}")
         try:
             read = self.histories.read
             histories = await mailboxes.with_recipients(
@@ -112,6 +139,8 @@ class Page:
         return JSONResponse(tl.timeline(sid, histories, None if at is None else int(at)).to_json())
 
     async def message_chain(self, request: Request) -> JSONResponse:
+        if refused := _refused_query(request):
+            return refused
         sid, mid = request.path_params["session_id"], request.path_params["message_id"]
         try:
             histories = await mailboxes.histories_for(self.store, sid, whole_tree=True, read=self.histories.read)
@@ -124,6 +153,8 @@ class Page:
 
     async def events(self, request: Request) -> StreamingResponse:
         """Every event appended from now on, as server-sent events: the session and the event's type."""
+        if refused := _refused_query(request):
+            return refused
 
         async def stream():
             yield ": following the partition feeds\n\n"
@@ -139,6 +170,8 @@ class Page:
     # ---- writes: the operator's token ---------------------------------------------------------------------
 
     def _refused(self, request: Request) -> JSONResponse | None:
+        if refused := _refused_query(request):
+            return refused
         if self.token is None:
             return _error(403, "ui:read_only", "this page is read-only: start `treemail ui` with TREEMAIL_UI_TOKEN "
                                                "to allow write actions")

@@ -1,0 +1,60 @@
+"""`treemail ui`'s JSON routes answer every bad query parameter 400 with a clear message, never 500."""
+
+import asyncio
+import contextlib
+import urllib.error
+import urllib.request
+import json
+
+import pytest
+import uvicorn
+
+from treemail.entrypoints.ui import create_app
+
+from .conftest import make_config, running_stack
+
+
+@contextlib.asynccontextmanager
+async def ui_page(redis_url: str):
+    server = uvicorn.Server(uvicorn.Config(create_app(make_config(redis_url)), host="127.0.0.1", port=0,
+                                           log_level="warning"))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}/"
+    finally:
+        server.should_exit = True
+        await task
+
+
+def get(url: str) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(url, timeout=20) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+@pytest.mark.parametrize("query, code", [
+    ("at=%C2%B2", "ui:invalid_position"),        # "²": a digit to str.isdigit, not to int()
+    ("at=%D9%A3", "ui:invalid_position"),        # an Arabic-Indic three
+    ("at=-1", "ui:invalid_position"),
+    ("at=", "ui:invalid_position"),
+    ("at=" + "9" * 19, "ui:invalid_position"),
+    ("at=1&at=2", "ui:invalid_query"),
+    ("since=1", "ui:invalid_query"),
+])
+async def test_a_bad_query_parameter_is_a_400_naming_it(redis_url, query, code):
+    async with running_stack(redis_url) as host:
+        root = await host.register_root("planner", "plans", rules={"child": "allow"})
+        async with ui_page(redis_url) as page:
+            timeline = f"{page}api/sessions/{root.session_id}/timeline"
+            status, body = await asyncio.to_thread(get, f"{timeline}?{query}")
+            assert (status, body["error"]["code"]) == (400, code), body
+            assert body["error"]["message"].split()[0] in ("at", "unknown", "query")
+            status, body = await asyncio.to_thread(get, f"{page}api/trees?{query}")  # takes no parameter at all
+            assert (status, body["error"]["code"]) == (400, "ui:invalid_query"), body
+            assert (await asyncio.to_thread(get, f"{timeline}?at=1"))[0] == 200
