@@ -68,7 +68,7 @@ class Deliveries:
                     turn: bool = False) -> list[Delivery]:
         """``turn``: a new turn of a run that lasts (an MCP-only agent's mail check): queued mail is due too."""
         command = c.ClaimTurn(session_id, run_id) if turn else c.ClaimMail(session_id, run_id, step)
-        claimed = await self._sessions.execute(command)
+        claimed = [e for e in await self._sessions.execute(command) if isinstance(e, ev.ProducerMessageClaimed)]
         if not claimed:
             return []
         record = await self._sessions.record(session_id)

@@ -183,6 +183,17 @@ class Obligations:
             return settled(message_id)
         by = "host" if caller_session_id is None else "sender" if caller_session_id == found.sender_id else "ancestor"
         if found.settled is not None:
+            # Settled before the cancel (consumed, expired, superseded, ...): answered as it was settled, and the
+            # answer recorded like every other, where the message was (its recipient, or its source's outbox).
+            how = "consumed" if found.settled.outcome == "consumed" else found.settled.reason or "discarded"
+            try:
+                if isinstance(found.sent, ev.PeerIntentStored):
+                    sender = await self._sessions.record(found.sender_id)
+                    await self._sessions.execute(c.CancelPeerDelivery(sender.session_id, message_id, by, how), sender)
+                elif recipient is not None:
+                    await self._sessions.execute(c.CancelMail(recipient.session_id, message_id, by, how), recipient)
+            except LifecycleError:
+                pass  # the stream that held it is gone (a session no longer registered): the answer stands
             return _cancel_answer(message_id, found.settled, by)
         if isinstance(found.sent, ev.PeerIntentStored):
             # Peer mail still in its source's outbox: cancelled there, where its admission attempts start.

@@ -531,6 +531,10 @@ class CancelMail:
     message_id: str
     # Who asked: "sender" (the sending session) or "host".
     by: str = "host"
+    # What the sender's record said of the message when the cancel was asked: "" (not settled), "consumed",
+    # or the reason it was discarded. The recipient's mail no longer holds a settled message, so the answer
+    # recorded on its stream is told how it ended.
+    settled: str = ""
 
 
 # Cancel of peer mail still in its source's outbox: decided on the source, where every admission attempt
@@ -540,6 +544,8 @@ class CancelPeerDelivery:
     session_id: str
     message_id: str
     by: str = "host"
+    # As ``CancelMail.settled``: how the delivery ended before the cancel ("": it had not).
+    settled: str = ""
 
 
 SessionCommand = (

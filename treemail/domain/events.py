@@ -162,6 +162,15 @@ class SessionRunStarted(Event):
     run_id: str
 
 
+class RunStepReported(Event):
+    """A model step the host reported (``claim(..., step=N)``) whose claim took no mail: without it the step
+    left no trace, so a run's steps could not be counted from its history. A step that claimed mail is
+    recorded by its claims."""
+
+    run_id: str
+    step: int
+
+
 class SessionRunFinished(Event):
     run_id: str
     # Why the run ended, as the host reports it (``StopReason`` or any other); "aborted" answers an interrupt.
@@ -217,6 +226,9 @@ class ProducerMessageConsumed(MessageEvent):
 
 class ProducerMessageDiscarded(MessageEvent):
     reason: str = ""
+    # A message superseded by a newer one (reason "superseded") names that newer message: the record says which
+    # message took its place, not only that one did. None for every other discard, and before protocol 7.
+    superseded_by: str | None = None
 
 
 # Approvals live on the sending session's stream: an ``ask`` rule turned a send
@@ -470,6 +482,9 @@ class MessageCancelAnswered(Event):
     message_id: str
     outcome: Literal["cancelled", "already_delivered"]
     by: str = "host"
+    # Answered for a message settled before the cancel: how it was settled ("consumed", or the reason it was
+    # discarded: "expired", "superseded", "cancelled", ...). "": the cancel itself decided it.
+    settled: str = ""
 
 
 # Tools installed one by one: the optional model-facing tools the host offers this session.
@@ -518,6 +533,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ProducerMessageAccepted,
         SessionRunStarted,
         SessionRunFinished,
+        RunStepReported,
         SessionWakeRequested,
         ProducerMessageAdmitted,
         ProducerMessageClaimed,

@@ -142,6 +142,12 @@ def notice_id(chain: str, ancestor: str) -> str:
     return str(uuid.UUID(bytes=digest[:16], version=4))
 
 
+def session_name(handle: str | None, session_id: str) -> str:
+    """How a notice names a session: its handle (what agents address) and its id (what a debugger looks up,
+    and what stays true after a handle is reused in another tree); the id alone for a session without one."""
+    return f"{handle} (session {session_id})" if handle else f"session {session_id}"
+
+
 def notice_text(sender: str, recipient: str, chain: str, body: str) -> str:
     excerpt = body if len(body) <= 400 else body[:399] + "…"
     return (

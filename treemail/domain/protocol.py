@@ -8,8 +8,9 @@ refuses it with ``NewerProtocol`` (a worker dead-letters such a command with
 that reason; readers of streams skip the entry and report it).
 """
 
-# Bumped for an incompatible change (the protocol-schema test says when). 6: a feed entry names a whole step.
-PROTOCOL_VERSION = 6
+# Bumped for an incompatible change (the protocol-schema test says when). 6: a feed entry names a whole step;
+# 7: decisions name their parties (superseded_by, a step that claimed nothing, every cancel answer).
+PROTOCOL_VERSION = 7
 
 # Entries written before the version was recorded on them: the first release's.
 UNVERSIONED = 1

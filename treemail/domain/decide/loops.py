@@ -63,7 +63,8 @@ def notice_events(state: SessionState, chain: str, ancestor: str, sender: Sessio
         events.append(ev.ProducerRegistered(at=now, producer_id=LOOP_PRODUCER, owner="loop"))
     events.append(ev.ProducerMessageAccepted(
         at=now, message_id=loops.notice_id(chain, ancestor), producer_id=LOOP_PRODUCER, owner="loop",
-        body=loops.notice_text(sender.address, recipient.address, chain, body),
+        body=loops.notice_text(loops.session_name(sender.handle, sender.session_id),
+                               loops.session_name(recipient.handle, recipient.session_id), chain, body),
         mode="queue" if delivery == "queued" else "steer", chain_id=chain,
     ))
     return with_wake(state, events, now)

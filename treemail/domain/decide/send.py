@@ -267,7 +267,8 @@ def accept(command, given: SendGiven, sender: SessionRecord, found: Found, hop: 
         events.append(ev.SessionResumed(at=given.now))  # cold resume: the message starts its next incarnation
     # Supersede: the unclaimed older message with this key from this sender is settled in the same step.
     events += mailcontrol.superseded_events(found.state, sender.session_id,
-                                            getattr(command.arguments, "supersede_key", None), given.now)
+                                            getattr(command.arguments, "supersede_key", None), given.new_id,
+                                            given.now)
     if producer_id not in found.state.producers:
         events.append(
             ev.ProducerRegistered(
