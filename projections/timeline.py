@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 from treemail.domain import events as ev
+from treemail.domain.tracecontext import trace_id
 
 History = Sequence[tuple[int, ev.Event]]
 Histories = Mapping[str, History]
@@ -136,12 +137,6 @@ class Timeline:
         data = asdict(self)
         data["mailbox"] = {state: [m.message_id for m in found] for state, found in self.mailbox().items()}
         return data
-
-
-def trace_id(traceparent: str | None) -> str | None:
-    """The trace id of a W3C traceparent (``00-<trace id>-<span id>-<flags>``)."""
-    parts = (traceparent or "").split("-")
-    return parts[1] if len(parts) == 4 and len(parts[1]) == 32 else None
 
 
 def position_at_time(history: History, at: float) -> int:

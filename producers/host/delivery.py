@@ -18,6 +18,7 @@ from treemail.domain.decide import routing
 from treemail.domain.peer_envelope import render_peer_message
 from treemail.domain.proof import Keyring
 from treemail.domain.records import SessionRecord
+from treemail.domain.tracecontext import trace_id
 from treemail.services.peers import PeerService
 from treemail.services.sessions import SessionService
 
@@ -41,7 +42,9 @@ def render(event: ev.ProducerMessageAccepted, reply_hint: bool, *, text: str | N
         text = event.body
     parts = ({"type": "text", "text": text}, *blocks.image_parts(event.blocks))
     return Delivery(event.message_id, event.owner, event.mode, event.sender_session_id, text, parts,
-                    principal=event.principal, verified=verified)
+                    principal=event.principal, verified=verified, sequence=event.pair_seq,
+                    caused_by=event.caused_by, chain_id=event.chain_of, traceparent=event.traceparent,
+                    trace_id=trace_id(event.traceparent))
 
 
 def verdict(record: SessionRecord, message_id: str, event, keyring: Keyring | None) -> str:

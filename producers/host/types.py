@@ -25,6 +25,15 @@ class Delivery:
     # Mail over a peer route: its principal; verified: its source proof held (proofs on).
     principal: str | None = None
     verified: bool = False
+    # What the history knows of it, so the host can log and trace a step with the mail it took: its number in
+    # its directed pair (None: not agent mail), the message its sender's run had last consumed (None: it
+    # caused itself), its causal chain (its own id when it starts one), and the W3C trace it travels in
+    # (``traceparent``; ``trace_id`` its trace's id; None when tracing was off where it was sent).
+    sequence: int | None = None
+    caused_by: str | None = None
+    chain_id: str | None = None
+    traceparent: str | None = None
+    trace_id: str | None = None
 
 
 @dataclass(frozen=True)

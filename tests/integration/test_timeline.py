@@ -54,13 +54,14 @@ async def test_reported_steps_and_tokens_rebuild_each_step_and_the_chain_under_o
     assert [(link["message"]["message_id"], link["caused_by"]) for link in chain["chain"]] == [
         (answer, [ask]), (ask, [])]
     prepares = [s for s in exporter.get_finished_spans() if s.name == "treemail.prepare"]
-    # The answer was prepared in its own span; the chain names the trace of the message asked about, and the
-    # claim and consume spans of that message are in it.
+    # The answer was caused by the question, so it continues the question's trace: the chain and its trace
+    # are one, and the claim spans of both messages (with their steps) are in it.
     trace_ids = {format(s.context.trace_id, "032x") for s in prepares}
-    assert chain["trace_id"] in trace_ids
+    assert trace_ids == {chain["trace_id"]}
+    assert [m["message_id"] for m in chain["trace"]] == [ask, answer]
     steps = [s for s in exporter.get_finished_spans() if s.name == "treemail.claim"
              and format(s.context.trace_id, "032x") == tl.timeline(child.session_id, histories).messages[0].trace_id]
-    assert [s.attributes.get("treemail.step") for s in steps] == [3]
+    assert [s.attributes.get("treemail.step") for s in steps] == [3, 7]
 
 
 async def test_the_host_refuses_a_step_or_tokens_that_are_not_counts_and_stores_nothing(stack, calls):

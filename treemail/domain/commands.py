@@ -153,6 +153,8 @@ class ConsumeMail:
     # The step whose model request carried the message, and the tokens it took in the recipient's context.
     step: int | None = None
     tokens: int | None = None
+    # The consume's span context ("" when tracing is off); recorded, else the message's own is.
+    traceparent: str = ""
 
 
 @dataclass(frozen=True)

@@ -222,6 +222,9 @@ class ProducerMessageConsumed(MessageEvent):
     # context, when the host reported them.
     step: int | None = None
     tokens: int | None = None
+    # The W3C trace context of the consume (a span of the message's trace; None when tracing is off): what
+    # the run sends next continues it, so a causal chain is one trace.
+    traceparent: str | None = None
 
 
 class ProducerMessageDiscarded(MessageEvent):

@@ -195,6 +195,9 @@ def decide_consume(command: ConsumeMail, given: Given) -> list[ev.Event]:
     item = require_mail(given.mail, command.message_id)
     require_claimed(item)
     reported = {k: v for k, v in (("step", command.step), ("tokens", command.tokens)) if v is not None}
+    if command.traceparent or item.trace:
+        # Tracing: the run's next send continues this trace (``loops.cause_trace``).
+        reported["traceparent"] = command.traceparent or item.trace
     return [message_event(ev.ProducerMessageConsumed, item, item.run_id, given.now, **reported)]
 
 

@@ -148,6 +148,8 @@ def decide_admission(given: AdmissionGiven) -> Accepted | Refused:
     command = SendToPeer(
         SendContext(given.sender.session_id, intent.run_id or "", intent.tool_call_id or ""),
         PeerSendArguments(intent.peer, intent.body, intent.mode, intent.in_reply_to, intent.reply),
+        # Admitted in its sender's trace: the destination's claim and consume continue it.
+        traceparent=intent.traceparent or "",
     )
     send_given = SendGiven(
         sender=given.sender, sender_state=given.sender_state, target=found, config=given.config,
