@@ -194,12 +194,20 @@ async def test_a_history_cache_reads_only_what_was_appended_and_a_stream_behind_
     await redis.hset(keys.session_snapshot(record.partition, record.session_id), "version", last - 1)
     assert await cache.read(child.session_id) == grown[:-1] and reads[-1] == (child.session_id, 0)
 
-    # Bounded: past its events budget the least recently read session is let go (and read whole next time).
-    small = mailboxes.HistoryCache(store, max_events=len(grown))
+    # Bounded in bytes: past its budget the least recently read session is let go (and read whole next time).
+    current = await real_read(record)  # the child's history after the loss above
+    child_bytes = sum(mailboxes.event_bytes(e) for _, e in current)
+    root_bytes = sum(mailboxes.event_bytes(e) for _, e in await real_read(
+        await adapters(stack).sessions.record(root.session_id)))
+    small = mailboxes.HistoryCache(store, max_bytes=max(child_bytes, root_bytes))  # room for one of them
     await small.read(child.session_id)
+    assert child.session_id in small and small.bytes == child_bytes
     await small.read(root.session_id)
+    assert child.session_id not in small and root.session_id in small and small.bytes == root_bytes
     reads.clear()
     await small.read(child.session_id)
     assert reads == [(child.session_id, 0)]
+    # A session larger than the whole budget is read, and not kept.
+    assert await mailboxes.HistoryCache(store, max_bytes=child_bytes - 1).read(child.session_id) == current
     with pytest.raises(UnknownSessionError):
         await cache.read("0190a000-0000-7000-8000-00000000dead")

@@ -45,12 +45,39 @@ def _error(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
 
 
+def _unknown_query(request: Request, known: set[str]) -> JSONResponse | None:
+    """A parameter the route does not take is a mistake in a hand-edited link: said, not ignored."""
+    unknown = sorted(set(request.query_params) - known)
+    if unknown:
+        takes = f"it takes only {', '.join(sorted(known))}" if known else "it takes none"
+        return _error(400, "ui:invalid_query", f"unknown query parameter {unknown[0]!r}: {takes}")
+    return None
+
+
+def _position_refused(request: Request, last: int | None = None) -> JSONResponse | None:
+    """``at``: a position of the session's stream, ASCII digits only (``"²".isdigit()`` is true, and ``int``
+    refused it with a server error). With ``last``, also within the history (0..last)."""
+    values = request.query_params.getlist("at")
+    if not values:
+        return None
+    at = values[-1]
+    if len(values) > 1 or not (at.isascii() and at.isdigit()):
+        shown = values if len(values) > 1 else at
+        return _error(400, "ui:invalid_position", f"at must be one non-negative integer (a stream position), "
+                                                  f"got {shown!r}")
+    if last is not None and int(at) > last:
+        return _error(400, "ui:invalid_position", f"position {int(at)} is not in the session's history (0..{last})")
+    return None
+
+
 class Page:
     """The routes, over one host connection and one adapter connection opened at startup."""
 
-    def __init__(self, config: Config, token: str | None) -> None:
+    def __init__(self, config: Config, token: str | None,
+                 history_cache_bytes: int = mailboxes.DEFAULT_HISTORY_CACHE_BYTES) -> None:
         self.config = config
         self.token = token
+        self.history_cache_bytes = history_cache_bytes
         self.host: Treemail | None = None
         self.store: EventStore | None = None
         self.histories: mailboxes.HistoryCache | None = None
@@ -62,7 +89,7 @@ class Page:
         self.host = await Treemail.connect(self.config, url)
         self.store = EventStore(await connect(url, self.config.service), self.config.service)
         # The page reads the same sessions again at every live event: only what was appended is read then.
-        self.histories = mailboxes.HistoryCache(self.store)
+        self.histories = mailboxes.HistoryCache(self.store, self.history_cache_bytes)
 
     async def close(self) -> None:
         self.closing = True
@@ -85,6 +112,49 @@ class Page:
     async def index(self, request: Request) -> Response:
         return Response(_static("index.html"), media_type=STATIC["index.html"])
 
+    async def session_link(self, request: Request) -> Response:
+        """``/s/<session>?at=<position>``: the page, opened on that session at that position (the script reads
+        the address). A link that cannot load (a bad position, an unknown session) is answered as such."""
+        sid = request.path_params["session_id"]
+        if (refused := _unknown_query(request, {"at"})) or (refused := _position_refused(request)):
+            return refused
+        try:
+            history = await self.histories.read(sid)
+        except UnknownSessionError as error:
+            return _error(404, "ui:unknown_session", str(error))
+        if (refused := _position_refused(request, history[-1][0] if history else 0)):
+            return refused
+        return await self.index(request)
+
+    async def message_link(self, request: Request) -> Response:
+        """``/m/<message>``: the page, opened on the mailbox the message landed in, with the message shown."""
+        if refused := _unknown_query(request, set()):
+            return refused
+        if await self._landed_in(request.path_params["message_id"]) is None:
+            return _error(404, "ui:unknown_message", f"no message {request.path_params['message_id']}")
+        return await self.index(request)
+
+    async def message_session(self, request: Request) -> JSONResponse:
+        """Where a message landed: what the page needs to open a message link."""
+        mid = request.path_params["message_id"]
+        sid = await self._landed_in(mid)
+        if sid is None:
+            return _error(404, "ui:unknown_message", f"no message {mid}")
+        return JSONResponse({"message_id": mid, "session_id": sid})
+
+    async def _landed_in(self, message_id: str) -> str | None:
+        """The session a message was sent to: the sender's record says so for mail with a sender; treemail's own
+        notices and a host's injected mail have none, so the sessions are searched (read through the cache)."""
+        status = await self.host.obligations.inspect(message_id)
+        if "error" not in status:
+            return (status.get("receipt") or {}).get("recipient_session_id") or status.get("recipient_session_id")
+        for row in await mailboxes.sessions(self.store, self.config.service.partitions):
+            history = await self.histories.read(row["session_id"])
+            if any(getattr(event, "message_id", None) == message_id and type(event).__name__ ==
+                   "ProducerMessageAccepted" for _, event in history):
+                return row["session_id"]
+        return None
+
     async def static(self, request: Request) -> Response:
         name = request.path_params["name"]
         if name not in STATIC:
@@ -100,15 +170,18 @@ class Page:
 
     async def session_timeline(self, request: Request) -> JSONResponse:
         sid = request.path_params["session_id"]
-        at = request.query_params.get("at")
-        if at is not None and not at.isdigit():
-            return _error(400, "ui:invalid_position", f"at must be a non-negative integer, got {at!r}")
+        if (refused := _unknown_query(request, {"at"})) or (refused := _position_refused(request)):
+            return refused
         try:
             read = self.histories.read
             histories = await mailboxes.with_recipients(
                 self.store, sid, await mailboxes.histories_for(self.store, sid, read=read), read=read)
         except UnknownSessionError as error:
             return _error(404, "ui:unknown_session", str(error))
+        own = histories.get(sid, ())
+        if (refused := _position_refused(request, own[-1][0] if own else 0)):
+            return refused
+        at = request.query_params.get("at")
         return JSONResponse(tl.timeline(sid, histories, None if at is None else int(at)).to_json())
 
     async def message_chain(self, request: Request) -> JSONResponse:
@@ -177,10 +250,13 @@ def create_app(config: Config, token: str | None = None, loopback_only: bool = T
     return Starlette(
         routes=[
             Route("/", page.index),
+            Route("/s/{session_id}", page.session_link),
+            Route("/m/{message_id}", page.message_link),
             Route("/static/{name}", page.static),
             Route("/api/trees", page.trees),
             Route("/api/sessions/{session_id}/timeline", page.session_timeline),
             Route("/api/sessions/{session_id}/messages/{message_id}", page.message_chain),
+            Route("/api/messages/{message_id}", page.message_session),
             Route("/api/events", page.events),
             Route("/api/messages/{message_id}/retry", page.retry, methods=["POST"]),
             Route("/api/approvals/{request_id}/{verdict}", page.decide_approval, methods=["POST"]),
