@@ -317,3 +317,18 @@ def test_a_conversation_is_a_thread_with_each_reply_under_what_it_answers():
     assert [p.message_id for p in timeline(kid.session_id, both, at=3).threads[0].posts] == ["ask", "answer"]
     assert [(p.message_id, p.depth) for p in timeline(kid.session_id, histories(kid)).threads[0].posts] == [
         ("ask", 0), ("follow-up", 1)]
+
+
+def test_a_superseded_message_names_its_successor_and_every_cancel_asked_is_in_the_lifecycle():
+    s = child()
+    s.append([accepted("m-1", T.root), accepted("m-2", T.root)])
+    s.append([ev.ProducerMessageDiscarded(message_id="m-1", owner="agent", sender_session_id=T.root.session_id,
+                                          reason="superseded", superseded_by="m-2"),
+              ev.MessageCancelAnswered(message_id="m-1", outcome="cancelled", by="sender", settled="superseded")])
+
+    [old, new] = timeline(s.session_id, histories(s)).messages
+
+    assert (old.state, old.reason, old.superseded_by, new.superseded_by) == ("discarded", "superseded", "m-2", None)
+    assert [(t.kind, t.reason, t.by) for t in old.lifecycle][-2:] == [
+        ("discarded", "superseded", None), ("cancel_answered", "cancelled", "sender")]
+    assert old.state == "discarded"  # an answer changes nothing

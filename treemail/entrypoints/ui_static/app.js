@@ -204,13 +204,14 @@ async function showMessage(messageId, scroll = true, how = "push") {
   const m = first.message;
   const lifecycle = el("table", { id: "lifecycle" }, el("tr", {}, el("th", {}, "position"), el("th", {}, "event"), el("th", {}, "run"), el("th", {}, "step, tokens, reason")),
     m.lifecycle.map((t) => el("tr", { "data-kind": t.kind }, el("td", {}, t.position), el("td", {}, t.kind),
-      el("td", {}, t.run_id || ""), el("td", {}, [t.step !== null ? `step ${t.step}` : "", t.tokens ? ` ${t.tokens} tokens` : "", t.reason ? ` ${t.reason}` : ""].join("")))));
+      el("td", {}, t.run_id || ""), el("td", {}, [t.step !== null ? `step ${t.step}` : "", t.tokens ? ` ${t.tokens} tokens` : "", t.reason ? ` ${t.reason}` : "", t.by ? ` (asked by the ${t.by})` : ""].join("")))));
   const link = (l) => el("li", {}, el("code", {}, short(l.message.message_id)), ` ${l.message.sender_handle || l.message.owner} → `,
     el("span", {}, l.message.session_id === view.session ? "this session" : l.handle || short(l.message.session_id)),
     `, ${l.message.state}: `, el("span", { class: "dim" }, l.message.body.slice(0, 80)));
   $("message").replaceChildren(
     el("p", {}, el("code", {}, m.message_id)),
-    el("p", {}, el("strong", {}, m.sender_handle || m.owner), ` (${m.mode}) is ${m.state}`),
+    el("p", {}, el("strong", {}, m.sender_handle || m.owner), ` (${m.mode}) is ${m.state}`,
+       m.superseded_by ? [", superseded by ", ids([m.superseded_by])] : ""),
     el("p", { class: "body" }, m.body),
     el("h3", {}, "Lifecycle"), lifecycle,
     el("h3", {}, "Causal chain"),
