@@ -139,7 +139,10 @@ class Obligations:
                                        "at": settled_record.at}}
             if item is None:
                 return unknown(message_id)
-            return outbox.status_of(item, found.sender_id, self._config.messaging, self._clock.now())
+            status = outbox.status_of(item, found.sender_id, self._config.messaging, self._clock.now())
+            if traced := trace_id(found.sent.traceparent):
+                status["trace_id"] = traced  # not admitted yet: no number or cause, but its trace from the start
+            return status
         status = status_of(message_id, found.sender_id, found.sent, found.settled, item, self._config.messaging,
                            self._clock.now())
         if "receipt" in status and recipient is not None:

@@ -98,6 +98,7 @@ async def test_a_causal_chain_across_a_tree_and_a_peer_route_is_one_trace(redis_
         [to_peer] = to_peer
         await host.consume(advisor.session_id, to_peer.message_id)
         status = await host.obligations.inspect(second["message_id"])
+        peer_status = await host.obligations.inspect(third["message_id"])
 
     spans = [s for s in exporter.get_finished_spans() if s.name.startswith("treemail.")]
     traces = {format(s.context.trace_id, "032x") for s in spans}
@@ -120,3 +121,7 @@ async def test_a_causal_chain_across_a_tree_and_a_peer_route_is_one_trace(redis_
     receipt = status["receipt"]
     assert (receipt["sequence"], receipt["caused_by"], receipt["chain_id"], receipt["trace_id"]) == (
         1, first["message_id"], first["message_id"], trace)
+    # Peer mail, once admitted: its receipt came back from the destination, and the destination's record says the same.
+    receipt = peer_status["receipt"]
+    assert (receipt["caused_by"], receipt["chain_id"], receipt["trace_id"]) == (
+        second["message_id"], first["message_id"], trace)
