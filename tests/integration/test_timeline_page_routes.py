@@ -61,5 +61,11 @@ async def test_deep_links_load_directly_and_bad_query_parameters_are_400s(redis_
             injected = await host.inject(root.session_id, "plugin", "the linter found 3 issues")
             status, found = answer(await page.message_session(request({"message_id": injected})))
             assert (status, found["session_id"]) == (200, root.session_id)
+            # The routes that take no parameter say so too, rather than ignore a mistyped one.
+            for route, params in ((page.trees, {}), (page.message_session, {"message_id": ask}),
+                                  (page.message_chain, {"session_id": sid, "message_id": ask}),
+                                  (page.message_link, {"message_id": ask}), (page.events, {})):
+                status, body = answer(await route(request(params, "at=3")))
+                assert (status, body["error"]["code"]) == (400, "ui:invalid_query"), route
         finally:
             await page.close()

@@ -137,6 +137,8 @@ class Page:
     async def message_session(self, request: Request) -> JSONResponse:
         """Where a message landed: what the page needs to open a message link."""
         mid = request.path_params["message_id"]
+        if refused := _unknown_query(request, set()):
+            return refused
         sid = await self._landed_in(mid)
         if sid is None:
             return _error(404, "ui:unknown_message", f"no message {mid}")
@@ -162,6 +164,8 @@ class Page:
         return Response(_static(name), media_type=STATIC[name], headers={"Cache-Control": "no-cache"})
 
     async def trees(self, request: Request) -> JSONResponse:
+        if refused := _unknown_query(request, set()):
+            return refused
         rows = await mailboxes.sessions(self.store, self.config.service.partitions)
         return JSONResponse({
             "trees": mailboxes.trees(rows), "obligations": await mailboxes.obligations(self.store, rows),
@@ -186,6 +190,8 @@ class Page:
 
     async def message_chain(self, request: Request) -> JSONResponse:
         sid, mid = request.path_params["session_id"], request.path_params["message_id"]
+        if refused := _unknown_query(request, set()):
+            return refused
         try:
             histories = await mailboxes.histories_for(self.store, sid, whole_tree=True, read=self.histories.read)
         except UnknownSessionError as error:
@@ -195,8 +201,10 @@ class Page:
             return _error(404, "ui:unknown_message", f"no message {mid} in the tree of session {sid}")
         return JSONResponse(chain)
 
-    async def events(self, request: Request) -> StreamingResponse:
+    async def events(self, request: Request) -> StreamingResponse | JSONResponse:
         """Every event appended from now on, as server-sent events: the session and the event's type."""
+        if refused := _unknown_query(request, set()):
+            return refused
 
         async def stream():
             yield ": following the partition feeds\n\n"
