@@ -416,6 +416,11 @@ class PeerIntentStored(Event):
     traceparent: str | None = None
     # The protocol of the treemail that stored it: only a driver at least as new admits it.
     protocol: int = 4
+    # What caused it, fixed when it was sent (``loops.cause_of`` on the sender's run then): its admission
+    # comes later, after the run may have consumed more. ``chain_id`` is written even for a message that starts
+    # its chain (its own id), so an intent that recorded its cause is told from one stored before protocol 7.
+    caused_by: str | None = None
+    chain_id: str | None = None
 
 
 class PeerAttemptStarted(Event):

@@ -30,8 +30,9 @@ class LoopDetected(Rejected):
 
 
 def require_no_loop(sender: SessionRecord, sender_state: SessionState, found: Found, run_id: str | None,
-                    body: str) -> None:
-    _, chain = loops.cause_of(sender_state.run_causes, run_id)
+                    body: str, cause: tuple[str | None, str | None] | None = None) -> None:
+    """``cause``: (caused_by, chain_id) fixed when the message was sent (peer mail at its admission)."""
+    _, chain = cause if cause is not None else loops.cause_of(sender_state.run_causes, run_id)
     if chain is None:
         return  # a message that starts a chain answers nothing: it cannot continue a ping-pong
     recipient = found.record.session_id

@@ -257,10 +257,14 @@ def thread(arguments) -> dict:
     return {"in_reply_to": in_reply_to, "thread_id": getattr(arguments, "thread_id", None) or in_reply_to}
 
 
-def accept(command, given: SendGiven, sender: SessionRecord, found: Found, hop: int, **provenance) -> Accepted:
-    """The accepted message on the recipient's stream; ``provenance``: a peer route's principal, name, reference."""
+def accept(command, given: SendGiven, sender: SessionRecord, found: Found, hop: int,
+           cause: tuple[str | None, str | None] | None = None, **provenance) -> Accepted:
+    """The accepted message on the recipient's stream; ``provenance``: a peer route's principal, name, reference.
+    ``cause``: (caused_by, chain_id) fixed when the message was sent (peer mail), else read from the sender's
+    run now."""
     producer_id = ev.agent_producer_id(sender.session_id)
-    caused_by, chain = loops.cause_of(given.sender_state.run_causes, command.context.run_id)
+    caused_by, chain = cause if cause is not None else loops.cause_of(given.sender_state.run_causes,
+                                                                      command.context.run_id)
     events: list[ev.Event] = []
     disposal = found.state.disposal
     if disposal == "closed":
