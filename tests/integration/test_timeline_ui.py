@@ -129,6 +129,20 @@ window.fetch = async (url, options) => {
 """
 
 
+# Holds the answers to the loads of one message's chain (arguments[0]: its id) until `releaseHeldChain()`.
+HOLD_ONE_MESSAGES_CHAIN = """
+const realFetch = window.fetch, held = arguments[0];
+window.heldChain = [];
+window.releaseHeldChain = () => { window.fetch = realFetch; window.heldChain.splice(0).forEach((hand) => hand()); };
+window.fetch = async (url, options) => {
+  const response = await realFetch(url, options);
+  if (!url.endsWith('/messages/' + held)) return response;
+  await response.clone().text();
+  return new Promise((resolve) => window.heldChain.push(() => resolve(response)));
+};
+"""
+
+
 def shown(driver) -> dict[str, list[str]]:
     return driver.execute_script(SHOWN)
 
@@ -277,9 +291,17 @@ def test_the_page_shows_the_demo_tree_scrubs_a_mailbox_back_and_follows_a_live_s
          "the message link's mailbox")
 
     # A causal chain across sessions: the reviewer asked for the patch after it read the planner's introduction.
+    # A live redraw's load of the message shown before is still in flight when the reader opens this one, and
+    # answers after it: the page must stay on the message the reader opened.
+    browser.execute_script(HOLD_ONE_MESSAGES_CHAIN, sent)
+    browser.execute_script("showMessage(arguments[0], false)", sent)
+    wait(browser, lambda d: d.execute_script("return window.heldChain.length") > 0, "a redraw's load in flight")
     ask = next(m for m in now.messages if m.body.startswith("Send me the patch"))
     click(browser, f'.msg[data-message-id="{ask.message_id}"]')
     wait(browser, lambda d: "has a patch for you to review" in text(d, "message"), "the cause in another mailbox")
+    browser.execute_script("window.releaseHeldChain()")
+    browser.execute_script("return new Promise((done) => setTimeout(done, 300))")  # the late answer is handled
+    assert "has a patch for you to review" in text(browser, "message")
     assert f"sent by run {ask.lifecycle[0].run_id}" in text(browser, "message")
 
     browser.execute_script("window.scrollTo(0, 0)")

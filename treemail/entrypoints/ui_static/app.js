@@ -197,9 +197,12 @@ async function showMessage(messageId, scroll = true, how = "push") {
   try {
     chain = await getJSON(`/api/sessions/${view.session}/messages/${messageId}`);
   } catch (error) {
-    $("message").replaceChildren(el("p", { class: "error" }, error.message));
+    if (view.message === messageId) $("message").replaceChildren(el("p", { class: "error" }, error.message));
     return;
   }
+  // Another message was opened meanwhile (a click while a live redraw's load of the previous one was in flight):
+  // this answer is late, and must not put the previous message back over it.
+  if (view.message !== messageId) return;
   const [first, ...causes] = chain.chain;
   const m = first.message;
   const lifecycle = el("table", { id: "lifecycle" }, el("tr", {}, el("th", {}, "position"), el("th", {}, "event"), el("th", {}, "run"), el("th", {}, "step, tokens, reason")),
