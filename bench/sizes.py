@@ -31,6 +31,9 @@ class Sizes:
     priority_trials: int = 20  # phase 4d: urgent and normal probes each, behind 100 queued messages
     recovery_rounds: int = 3  # phase 4g: server outages, a send decided after each
     decision_commands: int = 4_000  # phase 1b: decided without I/O, best of 5 passes
+    cache_sessions: int = 40  # phase 11: the page's history cache, sessions of cache_messages 16 KB messages
+    cache_messages: int = 100
+    cache_budget_mib: int = 32  # about half of what those sessions hold
 
 
 FULL = Sizes(trees=200, children=5, commands=100_000, latency_rate=2000, latency_seconds=5.0, latency_rounds=3,
@@ -40,4 +43,5 @@ QUICK = Sizes(trees=20, children=5, commands=5_000, latency_rate=500, latency_se
               big_events=20_000, probe_sends=100, replay_trees=4, replay_children=4, replay_events=2000,
               scale_trees=16, scale_children=10, scale_commands=3_000, memory_sends=1_000,
               million_sends=20_000, sessions=2_000, mcp_seconds=1.0, mcp_rounds=3, wake_sends=300,
-              fanout_rounds=3, loop_rounds=2, priority_trials=3, decision_commands=1_000, recovery_rounds=1)
+              fanout_rounds=3, loop_rounds=2, priority_trials=3, decision_commands=1_000, recovery_rounds=1,
+              cache_sessions=8, cache_messages=25, cache_budget_mib=2)

@@ -16,8 +16,14 @@ from . import timeline as tl
 
 # A page over more sessions than this shows the first ones, by id (a UI, not a report).
 MAX_SESSIONS = 2000
-# Events a ``HistoryCache`` keeps over all its sessions; the least recently read sessions are let go first.
-MAX_CACHED_EVENTS = 500_000
+# What a ``HistoryCache`` keeps over all its sessions, in bytes of memory (estimated per event, ``event_bytes``);
+# the least recently read sessions are let go first. A count of events bounded nothing with large bodies: 500,000
+# events of 32 KB bodies are 16 GB.
+DEFAULT_HISTORY_CACHE_BYTES = 256 * 2**20
+# A decoded event's memory beyond its text: the object, its fields and the (position, event) pair. Measured with
+# tracemalloc: about 1,770 bytes for an accepted message, 1,180 for a claim (``make bench``'s history-cache
+# phase reports the estimate against what the cache really holds).
+EVENT_OVERHEAD_BYTES = 1500
 
 Read = Callable[[str], Awaitable[tl.History]]
 
@@ -82,12 +88,14 @@ class HistoryCache:
     session: 77 ms to read, 10 to fold). A session stream only grows, so what was read stays true; a stream
     behind what was read (a server that lost its last writes) is read whole again."""
 
-    def __init__(self, store: EventStore, max_events: int = MAX_CACHED_EVENTS) -> None:
+    def __init__(self, store: EventStore, max_bytes: int = DEFAULT_HISTORY_CACHE_BYTES) -> None:
+        if max_bytes < 0:
+            raise ValueError(f"a history cache's budget is a number of bytes >= 0, got {max_bytes}")
         self.store = store
-        self.max_events = max_events
-        # session id -> (its events, the position read to), least recently read first.
-        self._kept: OrderedDict[str, tuple[list, int]] = OrderedDict()
-        self._events = 0
+        self.max_bytes = max_bytes
+        # session id -> (its events, the position read to, their estimated bytes), least recently read first.
+        self._kept: OrderedDict[str, tuple[list, int, int]] = OrderedDict()
+        self.bytes = 0
 
     async def read(self, session_id: str) -> tl.History:
         record = await self.store.directory.get(session_id)
@@ -95,27 +103,43 @@ class HistoryCache:
             raise UnknownSessionError(f"no session has id {session_id}")
         version = int(await self.store.redis.hget(keys.session_snapshot(record.partition, session_id), "version")
                       or 0)
-        events, read_to = self._forget(session_id)
+        events, read_to, size = self._forget(session_id)
         if version < read_to:
-            events, read_to = [], 0
+            events, read_to, size = [], 0, 0
         if version > read_to:
             new = await self.store.read(record, after=read_to)
             events.extend(new)  # the cache's own list: every caller gets a copy
+            size += sum(event_bytes(event) for _, event in new)
             read_to = max(version, new[-1][0] if new else 0)
-        if len(events) <= self.max_events:
-            self._keep(session_id, events, read_to)
+        if size <= self.max_bytes:
+            self._keep(session_id, events, read_to, size)
         return list(events)
 
-    def _forget(self, session_id: str) -> tuple[list, int]:
-        events, read_to = self._kept.pop(session_id, ([], 0))
-        self._events -= len(events)
-        return events, read_to
+    def _forget(self, session_id: str) -> tuple[list, int, int]:
+        events, read_to, size = self._kept.pop(session_id, ([], 0, 0))
+        self.bytes -= size
+        return events, read_to, size
 
-    def _keep(self, session_id: str, events: list, read_to: int) -> None:
-        self._kept[session_id] = (events, read_to)
-        self._events += len(events)
-        while self._events > self.max_events:
+    def _keep(self, session_id: str, events: list, read_to: int, size: int) -> None:
+        self._kept[session_id] = (events, read_to, size)
+        self.bytes += size
+        while self.bytes > self.max_bytes:
             self._forget(next(iter(self._kept)))
+
+    def __contains__(self, session_id: str) -> bool:
+        return session_id in self._kept
+
+
+def event_bytes(event) -> int:
+    """An estimate of the memory a decoded event holds: its text (a body is most of it) and a fixed overhead.
+    Cheap enough to take once per event read (a serialization would cost more than the read)."""
+    size = EVENT_OVERHEAD_BYTES
+    for value in event.__dict__.values():
+        if isinstance(value, str):
+            size += len(value)
+        elif isinstance(value, (list, dict)):
+            size += len(repr(value))  # content blocks (an image's data), rules: rare, and then large
+    return size
 
 
 async def histories_for(store: EventStore, session_id: str, *, whole_tree: bool = False,

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 from treemail.domain import events as ev
+from treemail.domain.tracecontext import trace_id
 
 History = Sequence[tuple[int, ev.Event]]
 Histories = Mapping[str, History]
@@ -53,6 +54,8 @@ class Transition:
     step: int | None = None
     reason: str = ""
     tokens: int | None = None
+    # A cancel's answer: who asked ("host", "sender", "ancestor").
+    by: str | None = None
 
 
 @dataclass
@@ -76,6 +79,8 @@ class Message:
     # threads: the conversation it belongs to (its own id when it starts one) and the message it answers
     thread_id: str | None = None
     in_reply_to: str | None = None
+    # Discarded as superseded: the newer message that took its place.
+    superseded_by: str | None = None
 
 
 @dataclass
@@ -132,12 +137,6 @@ class Timeline:
         data = asdict(self)
         data["mailbox"] = {state: [m.message_id for m in found] for state, found in self.mailbox().items()}
         return data
-
-
-def trace_id(traceparent: str | None) -> str | None:
-    """The trace id of a W3C traceparent (``00-<trace id>-<span id>-<flags>``)."""
-    parts = (traceparent or "").split("-")
-    return parts[1] if len(parts) == 4 and len(parts[1]) == 32 else None
 
 
 def position_at_time(history: History, at: float) -> int:
@@ -224,8 +223,17 @@ class _Fold:
                     lifecycle=[Transition(seq, event.at, "accepted", event.run_id)],
                     thread_id=event.thread_of, in_reply_to=event.in_reply_to,
                 )
+            case ev.RunStepReported():
+                # A step that claimed nothing: still one of the run's steps.
+                self.step(event.run_id, event.step, True, seq)
             case ev.ProducerMessageDiscarded():
                 self.transition(seq, event, "discarded", "returned" if _returned(event.reason) else "discarded")
+                if event.superseded_by and event.message_id in self.messages:
+                    self.messages[event.message_id].superseded_by = event.superseded_by
+            case ev.MessageCancelAnswered() if event.message_id in self.messages:
+                # Every cancel asked, whatever it answered: in the message's lifecycle, its state unchanged.
+                self.messages[event.message_id].lifecycle.append(
+                    Transition(seq, event.at, "cancel_answered", reason=event.outcome, by=event.by))
             case ev.MessageEvent() if type(event) in _KIND:
                 kind, state = _KIND[type(event)]
                 self.transition(seq, event, kind, state)

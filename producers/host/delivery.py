@@ -19,6 +19,7 @@ from treemail.domain.decide import routing
 from treemail.domain.peer_envelope import render_peer_message
 from treemail.domain.proof import Keyring
 from treemail.domain.records import SessionRecord
+from treemail.domain.tracecontext import trace_id
 from treemail.services.peers import PeerService
 from treemail.services.sessions import SessionService
 
@@ -42,7 +43,9 @@ def render(event: ev.ProducerMessageAccepted, reply_hint: bool, *, text: str | N
         text = event.body
     parts = ({"type": "text", "text": text}, *blocks.image_parts(event.blocks))
     return Delivery(event.message_id, event.owner, event.mode, event.sender_session_id, text, parts,
-                    principal=event.principal, verified=verified)
+                    principal=event.principal, verified=verified, sequence=event.pair_seq,
+                    caused_by=event.caused_by, chain_id=event.chain_of, traceparent=event.traceparent,
+                    trace_id=trace_id(event.traceparent))
 
 
 def verdict(record: SessionRecord, message_id: str, event, keyring: Keyring | None) -> str:
@@ -69,7 +72,7 @@ class Deliveries:
                     turn: bool = False) -> list[Delivery]:
         """``turn``: a new turn of a run that lasts (an MCP-only agent's mail check): queued mail is due too."""
         command = c.ClaimTurn(session_id, run_id) if turn else c.ClaimMail(session_id, run_id, step)
-        claimed = await self._sessions.execute(command)
+        claimed = [e for e in await self._sessions.execute(command) if isinstance(e, ev.ProducerMessageClaimed)]
         if not claimed:
             return []
         record = await self._sessions.record(session_id)

@@ -31,6 +31,7 @@ from treemail.domain.commands import SendContext
 from treemail.domain.decide.mailcontrol import with_send_options as mail_options
 from treemail.domain.errors import LifecycleError, Rejected
 from treemail.services.clock import SYSTEM_CLOCK, Clock
+from treemail.services.tracecause import cause_traceparent
 
 from ..tools import receipt as receipt_tool
 from ..tools import search as search_tool
@@ -237,9 +238,11 @@ class Treemail:
         ``step``: that request's step in the run; ``tokens``: what the delivered message cost in the
         recipient's context. Both optional, recorded for the mailbox timeline.
         """
-        command = c.ConsumeMail(session_id, message_id, _count("step", step), _count("tokens", tokens))
+        step, tokens = _count("step", step), _count("tokens", tokens)
         async with self._delivery_span("consume", session_id, message_id):
-            await self._services.sessions.execute(command)
+            # Recorded with the consume: the run's next send continues this span's trace.
+            traceparent = tracing.traceparent() if tracing.enabled() else ""
+            await self._services.sessions.execute(c.ConsumeMail(session_id, message_id, step, tokens, traceparent))
 
     async def release(self, session_id: str, message_id: str, reason: str = "") -> None:
         """The model request failed: a failed attempt; due again after a backoff, parked once the budget is spent.
@@ -336,7 +339,9 @@ class Treemail:
         refusal = await self.permissions.gate(context, parsed)
         if refusal is not None:
             return refusal
-        with tracing.span("treemail.prepare", sender_session_id=context.session_id, run_id=context.run_id):
+        # A message continues the trace of the one that caused it: a conversation is one trace.
+        cause = await cause_traceparent(self._services.store, context.session_id, context.run_id)
+        with tracing.span("treemail.prepare", cause, sender_session_id=context.session_id, run_id=context.run_id):
             outcome = await self._approval_wait.request(context, parsed)
         if "ok" in outcome:
             return outcome["ok"]

@@ -26,6 +26,7 @@ from treemail.domain.outbound import may_inspect, status_of
 from treemail.domain.records import SessionRecord
 from treemail.domain.results import error_result
 from treemail.domain.state import MailItem
+from treemail.domain.tracecontext import trace_id
 from treemail.services.disposal import DisposalService
 from treemail.services.clock import SYSTEM_CLOCK, Clock
 from treemail.services.obligations import ObligationService
@@ -146,7 +147,7 @@ class Obligations:
         located = await self._locate(message_id, caller_session_id)
         if isinstance(located, dict):
             return located
-        found, _, item = located
+        found, recipient, item = located
         if isinstance(found.sent, ev.PeerIntentStored):
             if found.settled is not None:  # discarded by the host before any admission
                 settled_record = found.settled
@@ -157,10 +158,24 @@ class Obligations:
                                        "at": settled_record.at}}
             if item is None:
                 return unknown(message_id)
-            return outbox.status_of(item, found.sender_id, self._config.messaging, self._clock.now())
+            status = outbox.status_of(item, found.sender_id, self._config.messaging, self._clock.now())
+            if traced := trace_id(found.sent.traceparent):
+                status["trace_id"] = traced  # not admitted yet: no number or cause, but its trace from the start
+            return status
         status = status_of(message_id, found.sender_id, found.sent, found.settled, item, self._config.messaging,
                            self._clock.now())
+        if "receipt" in status and recipient is not None:
+            status["receipt"].update(await self._provenance(recipient, message_id, found.sent.position))
         return {**status, "peer": found.sent.peer} if found.sent.peer else status
+
+    async def _provenance(self, recipient: SessionRecord, message_id: str, position: int) -> dict:
+        """What the accepted event itself says of the message's history (its cause, chain and trace): kept
+        there only, not on the sender's record, so a send costs no more bytes for what inspect reads rarely."""
+        accepted = (await self._store.read_at(recipient, [position])).get(position)
+        if not isinstance(accepted, ev.ProducerMessageAccepted) or accepted.message_id != message_id:
+            return {}  # the recipient's stream no longer holds it there (trimmed, or a ghost's)
+        return {"caused_by": accepted.caused_by, "chain_id": accepted.chain_of,
+                "trace_id": trace_id(accepted.traceparent)}
 
     async def retry(self, message_id: str, caller_session_id: str | None = None) -> dict:
         """Renew a parked message's retry budget; ``retry_message:settled`` for a processed or refused one."""
@@ -202,6 +217,17 @@ class Obligations:
             return settled(message_id)
         by = "host" if caller_session_id is None else "sender" if caller_session_id == found.sender_id else "ancestor"
         if found.settled is not None:
+            # Settled before the cancel (consumed, expired, superseded, ...): answered as it was settled, and the
+            # answer recorded like every other, where the message was (its recipient, or its source's outbox).
+            how = "consumed" if found.settled.outcome == "consumed" else found.settled.reason or "discarded"
+            try:
+                if isinstance(found.sent, ev.PeerIntentStored):
+                    sender = await self._sessions.record(found.sender_id)
+                    await self._sessions.execute(c.CancelPeerDelivery(sender.session_id, message_id, by, how), sender)
+                elif recipient is not None:
+                    await self._sessions.execute(c.CancelMail(recipient.session_id, message_id, by, how), recipient)
+            except LifecycleError:
+                pass  # the stream that held it is gone (a session no longer registered): the answer stands
             return _cancel_answer(message_id, found.settled, by)
         if isinstance(found.sent, ev.PeerIntentStored):
             # Peer mail still in its source's outbox: cancelled there, where its admission attempts start.

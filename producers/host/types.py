@@ -30,6 +30,16 @@ class Delivery:
     # Earlier claims that handed it to a model and were never confirmed (a dropped connection, a lost run).
     shown_before: int = 0
 
+    # What the history knows of it, so the host can log and trace a step with the mail it took: its number in
+    # its directed pair (None: not agent mail), the message its sender's run had last consumed (None: it
+    # caused itself), its causal chain (its own id when it starts one), and the W3C trace it travels in
+    # (``traceparent``; ``trace_id`` its trace's id; None when tracing was off where it was sent).
+    sequence: int | None = None
+    caused_by: str | None = None
+    chain_id: str | None = None
+    traceparent: str | None = None
+    trace_id: str | None = None
+
     @property
     def source_kind(self) -> str:
         """What the text is: ``agent_message`` (words an agent chose to send), or the kind of a notice that

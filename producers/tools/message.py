@@ -95,6 +95,11 @@ def render(status: dict) -> str:
     if receipt:
         lines.append(f"  to {receipt['recipient_session_id']} at position {receipt['position']} "
                      f"({receipt['recipient_state']} at acceptance)")
+        history = [f"{label} {receipt[key]}" for key, label in (("sequence", "number"), ("caused_by", "caused by"),
+                                                                 ("chain_id", "chain"), ("trace_id", "trace"))
+                   if receipt.get(key) is not None]
+        if history:
+            lines.append("  " + ", ".join(history))
     elif status.get("recipient_session_id"):
         lines.append(f"  to {status['recipient_session_id']}")
     for key in ("delivery", "attempts", "reason", "next_attempt_at", "deadline_at"):

@@ -47,6 +47,10 @@ async def test_expiry_supersede_and_cancel_end_to_end(redis_url):
         superseded = [e for _, e in await host.history(child.session_id)
                       if isinstance(e, ev.ProducerMessageDiscarded) and e.reason == "superseded"]
         assert len(superseded) == 2
+        # Each names the message that took its place: the next report, and the one after it.
+        reports = [e.message_id for _, e in await host.history(child.session_id)
+                   if isinstance(e, ev.ProducerMessageAccepted) and e.supersede_key == "budget"]
+        assert [(e.message_id, e.superseded_by) for e in superseded] == list(zip(reports, reports[1:]))
 
         # Cancel: before a claim it is cancelled (never delivered); after one, already_delivered.
         first = await host.send(root.session_id, child.handle, "rename the module")
@@ -58,9 +62,19 @@ async def test_expiry_supersede_and_cancel_end_to_end(redis_url):
         assert (late["outcome"], late["by"]) == ("already_delivered", "host")
         again = await host.obligations.cancel(first["message_id"])
         assert (again["outcome"], again["reason"]) == ("cancelled", "cancelled")
-        answers = [(e.message_id, e.outcome) for _, e in await host.history(child.session_id)
+        # Every answer is recorded, a cancel of mail settled before it too: how it had been settled is named.
+        await host.consume(child.session_id, second["message_id"])
+        consumed = await host.obligations.cancel(second["message_id"], root.session_id)
+        expired = await host.obligations.cancel(stop["message_id"])
+        assert (consumed["outcome"], expired["outcome"], expired["reason"]) == (
+            "already_delivered", "cancelled", "expired")
+        answers = [(e.message_id, e.outcome, e.settled, e.by) for _, e in await host.history(child.session_id)
                    if isinstance(e, ev.MessageCancelAnswered)]
-        assert answers == [(first["message_id"], "cancelled"), (second["message_id"], "already_delivered")]
+        assert answers == [(first["message_id"], "cancelled", "", "sender"),
+                           (second["message_id"], "already_delivered", "", "host"),
+                           (first["message_id"], "cancelled", "cancelled", "host"),
+                           (second["message_id"], "already_delivered", "consumed", "sender"),
+                           (stop["message_id"], "cancelled", "expired", "host")]
         assert (await host.obligations.inspect(first["message_id"]))["reason"] == "cancelled"
         # The sender's own tool, where the host installed it.
         await host.tools.install(root.session_id, ["cancel_message"])

@@ -311,6 +311,9 @@ async def test_the_cli_functions_print_the_status_or_fail_in_one_line(stack, cal
     sent = await stack.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "x"})
     text = await inspection.cli_inspect(stack.obligations, sent["message_id"])
     assert text.splitlines()[0] == f"{sent['message_id']}  accepted"
+    # What the accepted event records of it: its number in the pair and its chain (it starts its own).
+    # (and its trace, when another test of this process turned tracing on)
+    assert any(line.startswith(f"  number 1, chain {sent['message_id']}") for line in text.splitlines())
     assert '"status": "accepted"' in await inspection.cli_inspect(stack.obligations, sent["message_id"], as_json=True)
     with pytest.raises(LookupError, match="^retry_message:not_parked: "):
         await inspection.cli_retry(stack.obligations, sent["message_id"])

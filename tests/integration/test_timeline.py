@@ -54,13 +54,14 @@ async def test_reported_steps_and_tokens_rebuild_each_step_and_the_chain_under_o
     assert [(link["message"]["message_id"], link["caused_by"]) for link in chain["chain"]] == [
         (answer, [ask]), (ask, [])]
     prepares = [s for s in exporter.get_finished_spans() if s.name == "treemail.prepare"]
-    # The answer was prepared in its own span; the chain names the trace of the message asked about, and the
-    # claim and consume spans of that message are in it.
+    # The answer was caused by the question, so it continues the question's trace: the chain and its trace
+    # are one, and the claim spans of both messages (with their steps) are in it.
     trace_ids = {format(s.context.trace_id, "032x") for s in prepares}
-    assert chain["trace_id"] in trace_ids
+    assert trace_ids == {chain["trace_id"]}
+    assert [m["message_id"] for m in chain["trace"]] == [ask, answer]
     steps = [s for s in exporter.get_finished_spans() if s.name == "treemail.claim"
              and format(s.context.trace_id, "032x") == tl.timeline(child.session_id, histories).messages[0].trace_id]
-    assert [s.attributes.get("treemail.step") for s in steps] == [3]
+    assert [s.attributes.get("treemail.step") for s in steps] == [3, 7]
 
 
 async def test_the_host_refuses_a_step_or_tokens_that_are_not_counts_and_stores_nothing(stack, calls):
@@ -193,12 +194,20 @@ async def test_a_history_cache_reads_only_what_was_appended_and_a_stream_behind_
     await redis.hset(keys.session_snapshot(record.partition, record.session_id), "version", last - 1)
     assert await cache.read(child.session_id) == grown[:-1] and reads[-1] == (child.session_id, 0)
 
-    # Bounded: past its events budget the least recently read session is let go (and read whole next time).
-    small = mailboxes.HistoryCache(store, max_events=len(grown))
+    # Bounded in bytes: past its budget the least recently read session is let go (and read whole next time).
+    current = await real_read(record)  # the child's history after the loss above
+    child_bytes = sum(mailboxes.event_bytes(e) for _, e in current)
+    root_bytes = sum(mailboxes.event_bytes(e) for _, e in await real_read(
+        await adapters(stack).sessions.record(root.session_id)))
+    small = mailboxes.HistoryCache(store, max_bytes=max(child_bytes, root_bytes))  # room for one of them
     await small.read(child.session_id)
+    assert child.session_id in small and small.bytes == child_bytes
     await small.read(root.session_id)
+    assert child.session_id not in small and root.session_id in small and small.bytes == root_bytes
     reads.clear()
     await small.read(child.session_id)
     assert reads == [(child.session_id, 0)]
+    # A session larger than the whole budget is read, and not kept.
+    assert await mailboxes.HistoryCache(store, max_bytes=child_bytes - 1).read(child.session_id) == current
     with pytest.raises(UnknownSessionError):
         await cache.read("0190a000-0000-7000-8000-00000000dead")

@@ -129,6 +129,20 @@ window.fetch = async (url, options) => {
 """
 
 
+# Holds the answers to the loads of one message's chain (arguments[0]: its id) until `releaseHeldChain()`.
+HOLD_ONE_MESSAGES_CHAIN = """
+const realFetch = window.fetch, held = arguments[0];
+window.heldChain = [];
+window.releaseHeldChain = () => { window.fetch = realFetch; window.heldChain.splice(0).forEach((hand) => hand()); };
+window.fetch = async (url, options) => {
+  const response = await realFetch(url, options);
+  if (!url.endsWith('/messages/' + held)) return response;
+  await response.clone().text();
+  return new Promise((resolve) => window.heldChain.push(() => resolve(response)));
+};
+"""
+
+
 def shown(driver) -> dict[str, list[str]]:
     return driver.execute_script(SHOWN)
 
@@ -173,12 +187,19 @@ async def with_host(url: str, action, threads: bool = False):
         await host.close()
 
 
+def address(driver) -> str:
+    return driver.execute_script("return location.pathname + location.search")
+
+
 def test_the_page_shows_the_demo_tree_scrubs_a_mailbox_back_and_follows_a_live_send(demo_page, browser):
     url, page, transcript = demo_page
     planner = re.search(r"tail (planner_[0-9a-f]{8})", transcript).group(1)
     explore = re.search(r"history (explore_[0-9a-f]{8})", transcript).group(1)
 
     browser.get(page)
+    # The position slider shows only once a session is chosen: its own display rule once overrode `hidden`.
+    assert browser.execute_script("const s = document.getElementById('scrub'); const was = s.hidden; s.hidden = true;"
+                                  "const shown = getComputedStyle(s).display; s.hidden = was; return shown") == "none"
     # The demo's tree: the explorer nested under its planner.
     wait(browser, lambda d: (session_node(d, explore) or {}).get("under") == planner, "the explorer under its planner")
     explore_id = session_node(browser, explore)["id"]
@@ -201,6 +222,25 @@ def test_the_page_shows_the_demo_tree_scrubs_a_mailbox_back_and_follows_a_live_s
     assert follow_up.state == "consumed"
     earlier = follow_up.position
     then = tl.timeline(explore_id, {explore_id: history}, earlier)
+    # The steps the host did not number carry a `*`, and a legend says what it means.
+    assert any(not s.reported for r in now.runs for s in r.steps)
+    wait(browser, lambda d: d.execute_script("return !document.getElementById('steps-legend').hidden"), "the legend")
+    assert "* the host did not report this step" in text(browser, "steps-legend")
+
+    # A deep link to that position loads it directly, in a fresh page.
+    browser.get(f"{page}s/{explore_id}?at={earlier}")
+    wait(browser, lambda d: d.execute_script("return document.getElementById('position').dataset.at") == str(earlier),
+         "the deep link's position")
+    wait(browser, lambda d: shown(d) == expected(then), "the deep link's mailbox, as the streams say")
+    assert text(browser, "session-title") == explore and address(browser) == f"/s/{explore_id}?at={earlier}"
+    # Handles are one word: a narrow column cuts a card's handle short, never breaks it over two lines.
+    browser.set_window_size(900, 1100)
+    broken = browser.execute_script("return [...document.querySelectorAll('#mailbox .msg .from')]"
+                                    ".filter((h) => h.getClientRects().length > 1).map((h) => h.textContent)")
+    browser.set_window_size(1500, 1100)
+    assert broken == []
+    click(browser, "#follow")
+    wait(browser, lambda d: address(d) == f"/s/{explore_id}", "the address follows live too")
 
     # A live refresh is in flight when the reader scrubs, and its answer (the mailbox now) arrives within the
     # scrub's pause, before the scrub's own load: the page must still go to the position the reader picked.
@@ -217,6 +257,7 @@ def test_the_page_shows_the_demo_tree_scrubs_a_mailbox_back_and_follows_a_live_s
     assert follow_up.message_id in column(browser, "pending")
     assert follow_up.message_id not in column(browser, "consumed")
     assert f"position {earlier} of {now.last}" in text(browser, "position")
+    assert address(browser) == f"/s/{explore_id}?at={earlier}"  # the address is a link to what is shown
 
     # Live: back to following, then a send from a new helper's run lands while the page is open (no reload).
     click(browser, "#follow")
@@ -242,11 +283,25 @@ def test_the_page_shows_the_demo_tree_scrubs_a_mailbox_back_and_follows_a_live_s
     kinds = browser.execute_script("return [...document.querySelectorAll('#lifecycle tr[data-kind]')]"
                                    ".map((r) => r.dataset.kind)")
     assert kinds[0] == "accepted"
+    assert address(browser) == f"/m/{sent}"
+    # The message's link, opened in a fresh page: its mailbox, with the message shown.
+    browser.get(f"{page}m/{sent}")
+    wait(browser, lambda d: "sent by run run-helper-1" in text(d, "message"), "the message link's chain")
+    wait(browser, lambda d: text(d, "session-title") == explore and sent in column(d, "pending") + column(d, "claimed"),
+         "the message link's mailbox")
 
     # A causal chain across sessions: the reviewer asked for the patch after it read the planner's introduction.
+    # A live redraw's load of the message shown before is still in flight when the reader opens this one, and
+    # answers after it: the page must stay on the message the reader opened.
+    browser.execute_script(HOLD_ONE_MESSAGES_CHAIN, sent)
+    browser.execute_script("showMessage(arguments[0], false)", sent)
+    wait(browser, lambda d: d.execute_script("return window.heldChain.length") > 0, "a redraw's load in flight")
     ask = next(m for m in now.messages if m.body.startswith("Send me the patch"))
     click(browser, f'.msg[data-message-id="{ask.message_id}"]')
     wait(browser, lambda d: "has a patch for you to review" in text(d, "message"), "the cause in another mailbox")
+    browser.execute_script("window.releaseHeldChain()")
+    browser.execute_script("return new Promise((done) => setTimeout(done, 300))")  # the late answer is handled
+    assert "has a patch for you to review" in text(browser, "message")
     assert f"sent by run {ask.lifecycle[0].run_id}" in text(browser, "message")
 
     browser.execute_script("window.scrollTo(0, 0)")

@@ -116,6 +116,10 @@ def test_a_parent_child_ping_pong_with_no_new_content_is_refused_in_its_third_ex
     notices = talk.notices(t.root.session_id)
     assert len(notices) == 1 and notices[0].chain_id == "m-1"
     assert "loop_detected" in notices[0].body
+    # It names both sessions by handle and by id: a handle is what agents address, the id what a debugger
+    # looks up.
+    for looping in (t.root, t.child):
+        assert f"{looping.handle} (session {looping.session_id})" in notices[0].body
     assert talk.notices(t.child.session_id) == []
     refused = [e for e in talk.streams[outcomes[first_refusal].sources[0].record.session_id].events
                if isinstance(e, ev.MessageRefused)]

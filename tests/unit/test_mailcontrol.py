@@ -95,6 +95,7 @@ def test_a_newer_message_with_the_same_key_replaces_the_unclaimed_older_one():
     decision = _send(child, t.root, t.child, "status: 20%", "m-2", supersede_key="progress")
     gone = [e for e in decision.events if isinstance(e, ev.ProducerMessageDiscarded)]
     assert [(e.message_id, e.reason) for e in gone] == [("m-1", "superseded")]
+    assert [e.superseded_by for e in gone] == ["m-2"]  # the record names the message that took its place
     assert set(child.mail) == {"m-2"} and child.state.pending_agent == 1
     assert [e.outcome for e in decision.sender_events if isinstance(e, ev.MessageSettled)] == ["discarded"]
     # Latest wins again; another key, or none, replaces nothing.
@@ -181,3 +182,27 @@ def test_send_message_takes_expiry_and_a_key_only_where_the_host_enabled_them():
     with pytest.raises(Rejected):
         tool.parse_arguments({**asked, "expires_in_s": "soon"}, mail_control=True)
     assert tool.parse_arguments({"to": "explore_1", "body": "hi"}, mail_control=True).expires_in_s is None
+
+
+def test_a_cancel_of_a_message_settled_before_it_is_answered_as_settled_and_recorded():
+    t, child = _recipient()
+    _send(child, t.root, t.child, "a", "m-1")
+    child.then([claimed("m-1", t.root, run_id="run-c"), consumed("m-1", t.root, run_id="run-c")])
+    # Consumed: no longer in the recipient's mail; the sender's record says how it ended.
+    done = mailcontrol.decide_cancel(CancelMail(t.child.session_id, "m-1", "host", "consumed"), given_lifecycle(child))
+    assert [(type(e).__name__, e.outcome, e.settled) for e in done] == [
+        ("MessageCancelAnswered", "already_delivered", "consumed")]
+    gone = mailcontrol.decide_cancel(CancelMail(t.child.session_id, "m-0", "sender", "expired"), given_lifecycle(child))
+    assert [(type(e).__name__, e.outcome, e.settled, e.by) for e in gone] == [
+        ("MessageCancelAnswered", "cancelled", "expired", "sender")]
+
+
+def test_a_cancel_of_peer_mail_discarded_in_its_outbox_is_recorded_on_its_source():
+    from treemail.domain.commands import CancelPeerDelivery
+
+    t = tree()
+    source = History(registered(t.child), run_started("run-c"))
+    events = mailcontrol.decide_cancel_peer(CancelPeerDelivery(t.child.session_id, "p-1", "host", "discarded"),
+                                            given_lifecycle(source))
+    assert [(type(e).__name__, e.outcome, e.settled) for e in events] == [
+        ("MessageCancelAnswered", "cancelled", "discarded")]

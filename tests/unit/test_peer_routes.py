@@ -367,3 +367,36 @@ def test_a_retried_peer_call_replays_its_outcome_and_other_arguments_conflict():
     assert routes.replayed_outcome(recorded, arguments) == {"ok": {"message_id": "m-1"}}
     other = routes.replayed_outcome(recorded, PeerSendArguments("advisor", "hello", in_reply_to="m-0"))
     assert other["error"]["code"] == Code.PEER_IDEMPOTENCY_CONFLICT.value
+
+
+def test_peer_mail_keeps_the_cause_it_was_sent_with_whatever_its_run_consumed_before_its_admission():
+    from .builders import consumed
+
+    found = target(ADVISOR, route(), grant(send=True))
+    helper = session_record("0190a000-0000-7000-8000-0000000000c1", agent_type="helper", rules=[])
+
+    def consumed_by_run_1(*message_ids):
+        return [e for mid in message_ids for e in (accepted(mid, helper), claimed(mid, helper, run_id="run-1"),
+                                                     consumed(mid, helper, run_id="run-1"))]
+
+    def admitted_with(intent, *later):
+        # By the admission the run consumed more: the message's cause is still what it was when it was sent.
+        given = peerdelivery.AdmissionGiven(
+            intent=intent, sender=PLANNER, target=found, config=config(), now=6.0, target_version=4,
+            sender_state=st.fold([registered(PLANNER), run_started("run-1"), *consumed_by_run_1(*later)]))
+        decision = peerdelivery.decide_admission(given)
+        return next(e for e in decision.events if isinstance(e, ev.ProducerMessageAccepted))
+
+    [caused] = decide(PLANNER, found, sender_events=consumed_by_run_1("c-1")).events
+    assert (caused.caused_by, caused.chain_id) == ("c-1", "c-1")
+    message = admitted_with(caused, "c-1", "c-2")
+    assert (message.caused_by, message.chain_of) == ("c-1", "c-1")
+
+    [first] = decide(PLANNER, found).events  # its run had consumed nothing: it starts its own chain
+    assert (first.caused_by, first.chain_id) == (None, "m-1")
+    message = admitted_with(first, "c-2")
+    assert (message.caused_by, message.chain_id, message.chain_of) == (None, None, "m-1")
+
+    # An intent stored before the cause was recorded takes its run's cause at admission, as before.
+    older = first.model_copy(update={"chain_id": None})
+    assert admitted_with(older, "c-2").caused_by == "c-2"

@@ -58,7 +58,8 @@ class Stream:
         self.do(decide_start_run, StartRun(self.session_id, run_id))
 
     def claim(self, run_id: str, step: int | None = None) -> list[str]:
-        return [e.message_id for e in self.do(decide_claim, ClaimMail(self.session_id, run_id, step))]
+        return [e.message_id for e in self.do(decide_claim, ClaimMail(self.session_id, run_id, step))
+                if isinstance(e, ev.ProducerMessageClaimed)]
 
     def consume(self, message_id: str, step: int | None = None, tokens: int | None = None) -> None:
         self.do(decide_consume, ConsumeMail(self.session_id, message_id, step, tokens))
@@ -110,6 +111,24 @@ def test_each_reported_step_lists_what_it_claimed_consumed_and_sent_in_order():
         "m-1": ("consumed", 3), "m-2": ("consumed", 3), "m-3": ("consumed", 4)}
     assert [t.kind for t in next(m for m in tl.messages if m.message_id == "m-2").lifecycle] == [
         "accepted", "admitted", "claimed", "consumed"]
+
+
+def test_a_reported_step_that_claimed_nothing_is_still_a_step_so_a_runs_steps_can_be_counted():
+    s = child()
+    s.run("run-1")
+    assert s.claim("run-1", step=1) == []
+    s.append([accepted("m-1", T.root)])
+    assert s.claim("run-1", step=2) == ["m-1"]
+    s.consume("m-1", step=2)
+    assert s.claim("run-1", step=3) == []
+    assert s.claim("run-1", step=3) == []  # the same step reported again (a retried claim): still one step
+    assert s.claim("run-1") == []  # no step reported and nothing claimed: nothing to record
+
+    tl = timeline(s.session_id, histories(s))
+
+    assert [type(e).__name__ for e in s.events].count("RunStepReported") == 3
+    assert steps(tl) == [("run-1", 1, [], [], []), ("run-1", 2, ["m-1"], ["m-1"], []), ("run-1", 3, [], [], [])]
+    assert all(st.reported for r in tl.runs for st in r.steps)
 
 
 def test_without_reported_steps_each_claim_is_one_step_and_a_consume_joins_the_step_that_claimed_it():
@@ -298,3 +317,18 @@ def test_a_conversation_is_a_thread_with_each_reply_under_what_it_answers():
     assert [p.message_id for p in timeline(kid.session_id, both, at=3).threads[0].posts] == ["ask", "answer"]
     assert [(p.message_id, p.depth) for p in timeline(kid.session_id, histories(kid)).threads[0].posts] == [
         ("ask", 0), ("follow-up", 1)]
+
+
+def test_a_superseded_message_names_its_successor_and_every_cancel_asked_is_in_the_lifecycle():
+    s = child()
+    s.append([accepted("m-1", T.root), accepted("m-2", T.root)])
+    s.append([ev.ProducerMessageDiscarded(message_id="m-1", owner="agent", sender_session_id=T.root.session_id,
+                                          reason="superseded", superseded_by="m-2"),
+              ev.MessageCancelAnswered(message_id="m-1", outcome="cancelled", by="sender", settled="superseded")])
+
+    [old, new] = timeline(s.session_id, histories(s)).messages
+
+    assert (old.state, old.reason, old.superseded_by, new.superseded_by) == ("discarded", "superseded", "m-2", None)
+    assert [(t.kind, t.reason, t.by) for t in old.lifecycle][-2:] == [
+        ("discarded", "superseded", None), ("cancel_answered", "cancelled", "sender")]
+    assert old.state == "discarded"  # an answer changes nothing

@@ -168,6 +168,8 @@ class ConsumeMail:
     # The step whose model request carried the message, and the tokens it took in the recipient's context.
     step: int | None = None
     tokens: int | None = None
+    # The consume's span context ("" when tracing is off); recorded, else the message's own is.
+    traceparent: str = ""
 
 
 @dataclass(frozen=True)
@@ -556,6 +558,10 @@ class CancelMail:
     message_id: str
     # Who asked: "sender" (the sending session) or "host".
     by: str = "host"
+    # What the sender's record said of the message when the cancel was asked: "" (not settled), "consumed",
+    # or the reason it was discarded. The recipient's mail no longer holds a settled message, so the answer
+    # recorded on its stream is told how it ended.
+    settled: str = ""
 
 
 # Cancel of peer mail still in its source's outbox: decided on the source, where every admission attempt
@@ -565,6 +571,8 @@ class CancelPeerDelivery:
     session_id: str
     message_id: str
     by: str = "host"
+    # As ``CancelMail.settled``: how the delivery ended before the cancel ("": it had not).
+    settled: str = ""
 
 
 SessionCommand = (

@@ -164,6 +164,15 @@ class SessionRunStarted(Event):
     run_id: str
 
 
+class RunStepReported(Event):
+    """A model step the host reported (``claim(..., step=N)``) whose claim took no mail: without it the step
+    left no trace, so a run's steps could not be counted from its history. A step that claimed mail is
+    recorded by its claims."""
+
+    run_id: str
+    step: int
+
+
 class SessionRunFinished(Event):
     run_id: str
     # Why the run ended, as the host reports it (``StopReason`` or any other); "aborted" answers an interrupt.
@@ -215,10 +224,16 @@ class ProducerMessageConsumed(MessageEvent):
     # context, when the host reported them.
     step: int | None = None
     tokens: int | None = None
+    # The W3C trace context of the consume (a span of the message's trace; None when tracing is off): what
+    # the run sends next continues it, so a causal chain is one trace.
+    traceparent: str | None = None
 
 
 class ProducerMessageDiscarded(MessageEvent):
     reason: str = ""
+    # A message superseded by a newer one (reason "superseded") names that newer message: the record says which
+    # message took its place, not only that one did. None for every other discard, and before protocol 7.
+    superseded_by: str | None = None
 
 
 # Approvals live on the sending session's stream: an ``ask`` rule turned a send
@@ -408,6 +423,11 @@ class PeerIntentStored(Event):
     # The code version of the host that stored it (``[messaging] peer_code_version``; None: none given): the
     # admission identity's companion, carried unchanged by every automatic attempt.
     code_version: str | None = None
+    # What caused it, fixed when it was sent (``loops.cause_of`` on the sender's run then): its admission
+    # comes later, after the run may have consumed more. ``chain_id`` is written even for a message that starts
+    # its chain (its own id), so an intent that recorded its cause is told from one stored before protocol 7.
+    caused_by: str | None = None
+    chain_id: str | None = None
 
 
 class PeerAttemptStarted(Event):
@@ -493,6 +513,9 @@ class MessageCancelAnswered(Event):
     message_id: str
     outcome: Literal["cancelled", "already_delivered"]
     by: str = "host"
+    # Answered for a message settled before the cancel: how it was settled ("consumed", or the reason it was
+    # discarded: "expired", "superseded", "cancelled", ...). "": the cancel itself decided it.
+    settled: str = ""
 
 
 # Tools installed one by one: the optional model-facing tools the host offers this session.
@@ -541,6 +564,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ProducerMessageAccepted,
         SessionRunStarted,
         SessionRunFinished,
+        RunStepReported,
         SessionWakeRequested,
         ProducerMessageAdmitted,
         ProducerMessageClaimed,

@@ -124,10 +124,17 @@ def is_loop(sender_marks_at_recipient: Mark | None, recipient_marks_at_sender: M
     return mine.streak >= STREAK_LIMIT and theirs is not None and theirs.chain == chain and theirs.streak >= 1
 
 
-def cause_of(run_causes: dict[str, tuple[str, str]], run_id: str | None) -> tuple[str | None, str | None]:
+def cause_of(run_causes: dict[str, tuple[str, ...]], run_id: str | None) -> tuple[str | None, str | None]:
     """(caused_by, chain_id) for a message the run sends: its last consumed agent message and that one's chain."""
     cause = run_causes.get(run_id) if run_id else None
     return (cause[0], cause[1]) if cause else (None, None)
+
+
+def cause_trace(run_causes: dict[str, tuple[str, ...]], run_id: str | None) -> str | None:
+    """The trace context a message the run sends continues: its cause's consume (None: no cause, or it was
+    consumed with tracing off). So a conversation across sessions is one trace, as it is one chain."""
+    cause = run_causes.get(run_id) if run_id else None
+    return cause[2] if cause and len(cause) > 2 else None
 
 
 def common_ancestor(sender_line: list[str], recipient_line: list[str]) -> str | None:
@@ -140,6 +147,12 @@ def notice_id(chain: str, ancestor: str) -> str:
     """The notice's message id: one per chain and ancestor, the same however often it is decided."""
     digest = hashlib.sha256(f"loop\x00{chain}\x00{ancestor}".encode()).digest()
     return str(uuid.UUID(bytes=digest[:16], version=4))
+
+
+def session_name(handle: str | None, session_id: str) -> str:
+    """How a notice names a session: its handle (what agents address) and its id (what a debugger looks up,
+    and what stays true after a handle is reused in another tree); the id alone for a session without one."""
+    return f"{handle} (session {session_id})" if handle else f"session {session_id}"
 
 
 def notice_text(sender: str, recipient: str, chain: str, body: str) -> str:

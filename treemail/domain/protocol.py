@@ -9,9 +9,10 @@ that reason; readers of streams skip the entry and report it).
 """
 
 # Bumped for an incompatible change (the protocol-schema test says when). 6: a feed entry names a whole step.
-# 7: a send command may ask for its number (`n`); SessionAnnounced (a child given its task
-# directly); a peer intent's code version; a peer admission can be refused for a full peer inbox (peer_message:inbox_full); a cascading stop
-# seals each session it reaches (SessionSealed): closed for good, no new children.
+# 7: a send command may ask for its number (`n`); SessionAnnounced (a child given its task directly); a peer
+# intent's code version; a peer admission can be refused for a full peer inbox (peer_message:inbox_full); a
+# cascading stop seals each session it reaches (SessionSealed): closed for good, no new children; decisions
+# name their parties (superseded_by, a step that claimed nothing, every cancel answer).
 PROTOCOL_VERSION = 7
 
 # Entries written before the version was recorded on them: the first release's.

@@ -87,9 +87,9 @@ class SessionState:
     # Its run was aborted (an interrupt): its mail waits, unwoken, until a new message or run (or a retry) comes.
     abort_hold: bool = False
     # Causation and loop detection (``loops.py``): run id -> (the last agent message it consumed, that one's
-    # chain); pending agent mail of another message's chain -> the chain; sender -> what this session remembers of
+    # chain[, the consume's trace context, with tracing on]); pending agent mail of another message's chain -> the chain; sender -> what this session remembers of
     # its last message (the loop rule's mark); the chains whose loop notice was written here (once each).
-    run_causes: dict[str, tuple[str, str]] = field(default_factory=dict)
+    run_causes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     chains: dict[str, str] = field(default_factory=dict)
     loop_marks: dict[str, loops.Mark] = field(default_factory=dict)
     loop_notices: tuple[str, ...] = ()
@@ -287,7 +287,9 @@ def _caused(state: SessionState, event: ev.ProducerMessageConsumed) -> dict:
     chains = state.chains
     chain = chains.get(event.message_id, event.message_id)
     causes = {k: v for k, v in state.run_causes.items() if k != event.run_id}
-    causes[event.run_id] = (event.message_id, chain)
+    # With tracing, the consume's trace context too: the run's next message continues it (one trace per chain).
+    causes[event.run_id] = (event.message_id, chain, event.traceparent) if event.traceparent else \
+        (event.message_id, chain)
     while len(causes) > loops.MAX_RUN_CAUSES:
         causes.pop(next(iter(causes)))
     changes: dict = {"run_causes": causes}

@@ -13,6 +13,9 @@ from treemail.domain.errors import ConfigError
 from .clicommon import ConfigOpt, JsonOpt, SessionArg, config_of, run_with_host, session_id, url_of
 
 DEFAULT_UI_PORT = 8780
+# The page's history cache (projections.mailboxes.HistoryCache), in MiB: a few thousand sessions of a few
+# hundred events with bodies of a few KB.
+DEFAULT_HISTORY_CACHE_MB = 256
 
 AtOpt = Annotated[Optional[str], typer.Option(
     "--at", metavar="POSITION|TIME", show_default=False,
@@ -164,6 +167,10 @@ def ui(
         envvar="TREEMAIL_UI_TOKEN", show_default=False,
         help="the operator's token: write actions (retry, approve, deny) need it; without one the page is "
         "read-only")] = None,
+    history_cache_mb: Annotated[int, typer.Option(
+        min=0, envvar="TREEMAIL_UI_HISTORY_CACHE_MB",
+        help="memory for the histories the page keeps read (MiB, estimated per event; the least recently read "
+        "session is let go first; 0 keeps none)")] = DEFAULT_HISTORY_CACHE_MB,
     config: ConfigOpt = None,
 ) -> None:
     """Serve the mailbox time-travel page: delegation trees, each session's mailbox through time, a message's
@@ -179,7 +186,7 @@ def ui(
     access = "write actions need the operator's token" if token else "read-only (no TREEMAIL_UI_TOKEN)"
 
     async def serve() -> bool:
-        page = Page(cfg, token or None)
+        page = Page(cfg, token or None, history_cache_mb * 2**20)
         await page.open()  # an unreachable server is one line, not a failed startup's traceback
         app = create_app(cfg, loopback_only=host in LOOPBACK_HOSTS, page=page)
         # Open event streams end within a second of Ctrl-C instead of holding the shutdown.

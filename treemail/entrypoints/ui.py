@@ -70,12 +70,22 @@ def _refused_query(request: Request, takes: tuple[str, ...] = ()) -> JSONRespons
     return None if problem is None else _error(400, *problem)
 
 
+def _position_refused(request: Request, last: int) -> JSONResponse | None:
+    """``at`` (well formed: ``query_problem``) within the session's history, 0..``last``."""
+    at = request.query_params.get("at")
+    if at is not None and int(at) > last:
+        return _error(400, "ui:invalid_position", f"position {int(at)} is not in the session's history (0..{last})")
+    return None
+
+
 class Page:
     """The routes, over one host connection and one adapter connection opened at startup."""
 
-    def __init__(self, config: Config, token: str | None) -> None:
+    def __init__(self, config: Config, token: str | None,
+                 history_cache_bytes: int = mailboxes.DEFAULT_HISTORY_CACHE_BYTES) -> None:
         self.config = config
         self.token = token
+        self.history_cache_bytes = history_cache_bytes
         self.host: Treemail | None = None
         self.store: EventStore | None = None
         self.histories: mailboxes.HistoryCache | None = None
@@ -87,7 +97,7 @@ class Page:
         self.host = await Treemail.connect(self.config, url)
         self.store = EventStore(await connect(url, self.config.service), self.config.service)
         # The page reads the same sessions again at every live event: only what was appended is read then.
-        self.histories = mailboxes.HistoryCache(self.store)
+        self.histories = mailboxes.HistoryCache(self.store, self.history_cache_bytes)
 
     async def close(self) -> None:
         self.closing = True
@@ -110,6 +120,51 @@ class Page:
     async def index(self, request: Request) -> Response:
         return Response(_static("index.html"), media_type=STATIC["index.html"])
 
+    async def session_link(self, request: Request) -> Response:
+        """``/s/<session>?at=<position>``: the page, opened on that session at that position (the script reads
+        the address). A link that cannot load (a bad position, an unknown session) is answered as such."""
+        sid = request.path_params["session_id"]
+        if refused := _refused_query(request, ("at",)):
+            return refused
+        try:
+            history = await self.histories.read(sid)
+        except UnknownSessionError as error:
+            return _error(404, "ui:unknown_session", str(error))
+        if (refused := _position_refused(request, history[-1][0] if history else 0)):
+            return refused
+        return await self.index(request)
+
+    async def message_link(self, request: Request) -> Response:
+        """``/m/<message>``: the page, opened on the mailbox the message landed in, with the message shown."""
+        if refused := _refused_query(request):
+            return refused
+        if await self._landed_in(request.path_params["message_id"]) is None:
+            return _error(404, "ui:unknown_message", f"no message {request.path_params['message_id']}")
+        return await self.index(request)
+
+    async def message_session(self, request: Request) -> JSONResponse:
+        """Where a message landed: what the page needs to open a message link."""
+        mid = request.path_params["message_id"]
+        if refused := _refused_query(request):
+            return refused
+        sid = await self._landed_in(mid)
+        if sid is None:
+            return _error(404, "ui:unknown_message", f"no message {mid}")
+        return JSONResponse({"message_id": mid, "session_id": sid})
+
+    async def _landed_in(self, message_id: str) -> str | None:
+        """The session a message was sent to: the sender's record says so for mail with a sender; treemail's own
+        notices and a host's injected mail have none, so the sessions are searched (read through the cache)."""
+        status = await self.host.obligations.inspect(message_id)
+        if "error" not in status:
+            return (status.get("receipt") or {}).get("recipient_session_id") or status.get("recipient_session_id")
+        for row in await mailboxes.sessions(self.store, self.config.service.partitions):
+            history = await self.histories.read(row["session_id"])
+            if any(getattr(event, "message_id", None) == message_id and type(event).__name__ ==
+                   "ProducerMessageAccepted" for _, event in history):
+                return row["session_id"]
+        return None
+
     async def static(self, request: Request) -> Response:
         name = request.path_params["name"]
         if name not in STATIC:
@@ -129,13 +184,16 @@ class Page:
         sid = request.path_params["session_id"]
         if refused := _refused_query(request, ("at",)):
             return refused
-        at = request.query_params.get("at")
         try:
             read = self.histories.read
             histories = await mailboxes.with_recipients(
                 self.store, sid, await mailboxes.histories_for(self.store, sid, read=read), read=read)
         except UnknownSessionError as error:
             return _error(404, "ui:unknown_session", str(error))
+        own = histories.get(sid, ())
+        if (refused := _position_refused(request, own[-1][0] if own else 0)):
+            return refused
+        at = request.query_params.get("at")
         return JSONResponse(tl.timeline(sid, histories, None if at is None else int(at)).to_json())
 
     async def message_chain(self, request: Request) -> JSONResponse:
@@ -151,7 +209,7 @@ class Page:
             return _error(404, "ui:unknown_message", f"no message {mid} in the tree of session {sid}")
         return JSONResponse(chain)
 
-    async def events(self, request: Request) -> StreamingResponse:
+    async def events(self, request: Request) -> StreamingResponse | JSONResponse:
         """Every event appended from now on, as server-sent events: the session and the event's type."""
         if refused := _refused_query(request):
             return refused
@@ -210,10 +268,13 @@ def create_app(config: Config, token: str | None = None, loopback_only: bool = T
     return Starlette(
         routes=[
             Route("/", page.index),
+            Route("/s/{session_id}", page.session_link),
+            Route("/m/{message_id}", page.message_link),
             Route("/static/{name}", page.static),
             Route("/api/trees", page.trees),
             Route("/api/sessions/{session_id}/timeline", page.session_timeline),
             Route("/api/sessions/{session_id}/messages/{message_id}", page.message_chain),
+            Route("/api/messages/{message_id}", page.message_session),
             Route("/api/events", page.events),
             Route("/api/messages/{message_id}/retry", page.retry, methods=["POST"]),
             Route("/api/approvals/{request_id}/{verdict}", page.decide_approval, methods=["POST"]),

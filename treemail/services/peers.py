@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, replace
 
 from ..adapters import keys, tracing
+from .tracecause import cause_traceparent
 from ..adapters.eventstore import EventStore
 from ..adapters.peerdue import PeerDue
 from ..adapters.peerindex import PeerIndex
@@ -194,7 +195,9 @@ class PeerService:
     async def send(self, command: SendToPeer) -> dict:
         """The outcome the model is answered: ``{"ok": result}`` (the intent, ``status: pending``) or
         ``{"error": ...}``; durable on return. The intent is one commit on the sender's own stream."""
-        with tracing.span("treemail.peer.prepare", None, session_id=command.context.session_id,
+        # Peer mail continues the trace of what caused it too, as tree mail does.
+        cause = await cause_traceparent(self.store, command.context.session_id, command.context.run_id)
+        with tracing.span("treemail.peer.prepare", cause, session_id=command.context.session_id,
                           peer=command.arguments.peer):
             current = tracing.traceparent()
             return await self._store_intent(replace(command, traceparent=current) if current else command)

@@ -197,7 +197,12 @@ def due_in_run(item: MailItem, run_id: str) -> bool:
 
 def decide_claim(command: ClaimMail, given: Given) -> list[ev.Event]:
     step = {} if command.step is None else {"step": command.step}
-    return claim_events(given, command.run_id, due_in_run, **step)
+    claims = claim_events(given, command.run_id, due_in_run, **step)
+    if claims or command.step is None or given.state.disposal is not None:
+        return claims
+    # A reported step that took no mail is still a step of the run: recorded, so the run's steps can be
+    # counted from its history (a repeated report of one step folds into that one step).
+    return [ev.RunStepReported(at=given.now, run_id=command.run_id, step=command.step)]
 
 
 def claim_events(given: Given, run_id: str, due: Callable[[MailItem, str], bool], **step) -> list[ev.Event]:
@@ -232,6 +237,9 @@ def decide_consume(command: ConsumeMail, given: Given) -> list[ev.Event]:
     item = require_mail(given.mail, command.message_id)
     require_claimed(item)
     reported = {k: v for k, v in (("step", command.step), ("tokens", command.tokens)) if v is not None}
+    if command.traceparent or item.trace:
+        # Tracing: the run's next send continues this trace (``loops.cause_trace``).
+        reported["traceparent"] = command.traceparent or item.trace
     return [message_event(ev.ProducerMessageConsumed, item, item.run_id, given.now, **reported)]
 
 

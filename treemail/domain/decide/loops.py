@@ -30,8 +30,9 @@ class LoopDetected(Rejected):
 
 
 def require_no_loop(sender: SessionRecord, sender_state: SessionState, found: Found, run_id: str | None,
-                    body: str) -> None:
-    _, chain = loops.cause_of(sender_state.run_causes, run_id)
+                    body: str, cause: tuple[str | None, str | None] | None = None) -> None:
+    """``cause``: (caused_by, chain_id) fixed when the message was sent (peer mail at its admission)."""
+    _, chain = cause if cause is not None else loops.cause_of(sender_state.run_causes, run_id)
     if chain is None:
         return  # a message that starts a chain answers nothing: it cannot continue a ping-pong
     recipient = found.record.session_id
@@ -63,7 +64,8 @@ def notice_events(state: SessionState, chain: str, ancestor: str, sender: Sessio
         events.append(ev.ProducerRegistered(at=now, producer_id=LOOP_PRODUCER, owner="loop"))
     events.append(ev.ProducerMessageAccepted(
         at=now, message_id=loops.notice_id(chain, ancestor), producer_id=LOOP_PRODUCER, owner="loop",
-        body=loops.notice_text(sender.address, recipient.address, chain, body),
+        body=loops.notice_text(loops.session_name(sender.handle, sender.session_id),
+                               loops.session_name(recipient.handle, recipient.session_id), chain, body),
         mode="queue" if delivery == "queued" else "steer", chain_id=chain,
     ))
     return with_wake(state, events, now)

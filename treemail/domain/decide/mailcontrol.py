@@ -28,6 +28,8 @@ from ..state import MailItem, SessionState, supersede_entry
 EXPIRED = "expired"
 SUPERSEDED = "superseded"
 CANCELLED = "cancelled"
+# How a cancel names a message its recipient had processed before it (any other settlement is a discard reason).
+CONSUMED = "consumed"
 # Not delivered yet: a cancel or an expiry still keeps it from every model.
 UNDELIVERED = ("accepted", "admitted", "released", "parked")
 # A send option's bounds: an expiry of at most a week, a key of an identifier's length.
@@ -88,15 +90,17 @@ def expired_events(mail: Mapping[str, MailItem], now: float) -> list[ev.Event]:
             if item.state in UNDELIVERED and is_expired(item, now)]
 
 
-def superseded_events(state: SessionState, sender_id: str, key: str | None, now: float) -> list[ev.Event]:
-    """The unclaimed older message this sender sent with ``key``, settled as superseded; nothing if none."""
+def superseded_events(state: SessionState, sender_id: str, key: str | None, newer_id: str,
+                      now: float) -> list[ev.Event]:
+    """The unclaimed older message this sender sent with ``key``, settled as superseded by ``newer_id``;
+    nothing if none."""
     if not key:
         return []
     older = state.superseding.get(supersede_entry(sender_id, key))
     if older is None:
         return []
     return [ev.ProducerMessageDiscarded(at=now, message_id=older, owner="agent", sender_session_id=sender_id,
-                                        reason=SUPERSEDED)]
+                                        reason=SUPERSEDED, superseded_by=newer_id)]
 
 
 def expiring_senders(_command, mail: Mapping[str, MailItem], _history=()) -> set[str]:
@@ -107,7 +111,10 @@ def expiring_senders(_command, mail: Mapping[str, MailItem], _history=()) -> set
 
 
 def decide_cancel(command: CancelMail, given) -> list[ev.Event]:
-    """Cancelled if no claim took it yet; ``already_delivered`` once one did or it was processed."""
+    """Cancelled if no claim took it yet; ``already_delivered`` once one did or it was processed. A message
+    settled before the cancel (``command.settled``, from its sender's record) is answered as it was settled:
+    discarded ones (expired, superseded, cancelled) answer ``cancelled``, consumed ones ``already_delivered``;
+    that answer is recorded too, so the history shows every cancel asked, whatever came of it."""
     if not given.state.registered:
         raise LifecycleError("lifecycle:unknown_session", f"session {command.session_id} is not registered")
     item = given.mail.get(command.message_id)
@@ -115,8 +122,17 @@ def decide_cancel(command: CancelMail, given) -> list[ev.Event]:
         return [_discarded(item, CANCELLED, given.now),
                 ev.MessageCancelAnswered(at=given.now, message_id=command.message_id, outcome="cancelled",
                                          by=command.by)]
+    if command.settled:
+        return [_settled_answer(command, given.now)]
     return [ev.MessageCancelAnswered(at=given.now, message_id=command.message_id, outcome="already_delivered",
                                      by=command.by)]
+
+
+def _settled_answer(command: CancelMail | CancelPeerDelivery, now: float) -> ev.MessageCancelAnswered:
+    """The answer to a cancel of a message settled before it: a discarded one was never delivered."""
+    outcome = "already_delivered" if command.settled == CONSUMED else "cancelled"
+    return ev.MessageCancelAnswered(at=now, message_id=command.message_id, outcome=outcome, by=command.by,
+                                    settled=bounded(command.settled))
 
 
 def decide_cancel_peer(command: CancelPeerDelivery, given) -> list[ev.Event]:
@@ -124,6 +140,8 @@ def decide_cancel_peer(command: CancelPeerDelivery, given) -> list[ev.Event]:
     destination may be admitting it right now: ``cancel_message:in_flight``, ask again once it is answered).
     A delivery that is no longer in the outbox was admitted or refused: ``already_delivered``."""
     row = given.state.outbox.get(command.message_id)
+    if command.settled:
+        return [_settled_answer(command, given.now)]
     if row is None or row.status == "accepted":
         return [ev.MessageCancelAnswered(at=given.now, message_id=command.message_id, outcome="already_delivered",
                                          by=command.by)]

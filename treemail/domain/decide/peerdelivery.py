@@ -124,6 +124,14 @@ class AdmissionGiven:
     keyring: object = None
 
 
+def recorded_cause(intent: ev.PeerIntentStored) -> tuple[str | None, str | None] | None:
+    """(caused_by, chain_id) as the intent recorded them when it was sent; None for an intent stored before
+    they were recorded (its sender's run is read at admission instead)."""
+    if intent.chain_id is None:
+        return None
+    return intent.caused_by, None if intent.chain_id == intent.message_id else intent.chain_id
+
+
 def decide_admission(given: AdmissionGiven) -> Accepted | Refused:
     """The destination's side: the route, the grant (a reply was authorized on the source), the input, the
     destination admitting and its room. ``Refused`` with a code in ``outbox.TRANSIENT`` may pass later."""
@@ -143,22 +151,25 @@ def decide_admission(given: AdmissionGiven) -> Accepted | Refused:
         guards.require_window_room(found.state, given.sender.session_id, given.config)
         # The loop rule on the destination's memory as committed: a refusal here is definite, and the
         # source's outbox records it (``send_message:loop_detected``).
-        loop_guard.require_no_loop(given.sender, given.sender_state, found, intent.run_id, intent.body)
+        loop_guard.require_no_loop(given.sender, given.sender_state, found, intent.run_id, intent.body,
+                                   recorded_cause(intent))
     except Rejected as rejection:
         return Refused(rejection.code, rejection.message)
     command = SendToPeer(
         SendContext(given.sender.session_id, intent.run_id or "", intent.tool_call_id or ""),
         PeerSendArguments(intent.peer, intent.body, intent.mode, intent.in_reply_to, intent.reply),
+        # Admitted in its sender's trace: the destination's claim and consume continue it.
+        traceparent=intent.traceparent or "",
     )
     send_given = SendGiven(
         sender=given.sender, sender_state=given.sender_state, target=found, config=given.config,
         new_id=intent.message_id, now=given.now, target_version=given.target_version, keyring=given.keyring,
     )
-    # The intent as stored, whichever attempt this is: destination, input, principal and code version alike.
+    # The intent as stored, whichever attempt this is: destination, input, principal, cause and code version.
     provenance = {"code_version": intent.code_version} if intent.code_version else {}
-    accepted = send.accept(command, send_given, given.sender, found, intent.agent_hop, principal=intent.principal,
-                           **provenance,
-                           peer=intent.peer, in_reply_to=intent.in_reply_to, reply=intent.reply)
+    accepted = send.accept(command, send_given, given.sender, found, intent.agent_hop, recorded_cause(intent),
+                           principal=intent.principal, **provenance, peer=intent.peer, in_reply_to=intent.in_reply_to,
+                           reply=intent.reply)
     position = given.target_version + 1 + next(
         i for i, e in enumerate(accepted.events) if isinstance(e, ev.ProducerMessageAccepted))
     result = {"message_id": intent.message_id, "position": position,

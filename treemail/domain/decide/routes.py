@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from .. import events as ev
 from .. import digests, grants, peerinput, peers
+from .. import loops as loop_causes
 from ..commands import PeerSendArguments, RegisterPeerRoute, RevokePeerRoute, SendToPeer, SetPeerGrant
 from ..errors import Code, Rejected
 from ..records import SessionRecord
@@ -140,12 +141,14 @@ def decide_peer_send(command: SendToPeer, given: SendGiven) -> SendDecision:
     except Rejected as rejection:
         message, pressure = backpressure.explain(rejection, given)  # flow control: when to retry, and why
         return Refused(rejection.code, message, backpressure=pressure)
+    caused_by, chain = loop_causes.cause_of(given.sender_state.run_causes, command.context.run_id)
     intent = ev.PeerIntentStored(
         at=given.now, message_id=given.new_id, destination_session_id=found.record.session_id,
         peer=arguments.peer, principal=principal, body=arguments.body, mode=arguments.mode, agent_hop=hop,
         run_id=command.context.run_id, tool_call_id=command.context.tool_call_id,
         in_reply_to=arguments.in_reply_to, reply=arguments.reply,
         traceparent=getattr(command, "traceparent", "") or None, code_version=config.peer_code_version or None,
+        caused_by=caused_by, chain_id=chain or given.new_id,
     )
     result = {"message_id": given.new_id, "peer": arguments.peer, "mode": arguments.mode, "status": "pending"}
     if arguments.reply:

@@ -270,17 +270,22 @@ def thread(arguments) -> dict:
     return {"in_reply_to": in_reply_to, "thread_id": getattr(arguments, "thread_id", None) or in_reply_to}
 
 
-def accept(command, given: SendGiven, sender: SessionRecord, found: Found, hop: int, **provenance) -> Accepted:
-    """The accepted message on the recipient's stream; ``provenance``: a peer route's principal, name, reference."""
+def accept(command, given: SendGiven, sender: SessionRecord, found: Found, hop: int,
+           cause: tuple[str | None, str | None] | None = None, **provenance) -> Accepted:
+    """The accepted message on the recipient's stream; ``provenance``: a peer route's principal, name, reference.
+    ``cause``: (caused_by, chain_id) fixed when the message was sent (peer mail), else read from the sender's
+    run now."""
     producer_id = ev.agent_producer_id(sender.session_id)
-    caused_by, chain = loops.cause_of(given.sender_state.run_causes, command.context.run_id)
+    caused_by, chain = cause if cause is not None else loops.cause_of(given.sender_state.run_causes,
+                                                                      command.context.run_id)
     events: list[ev.Event] = []
     disposal = found.state.disposal
     if disposal == "closed":
         events.append(ev.SessionResumed(at=given.now))  # cold resume: the message starts its next incarnation
     # Supersede: the unclaimed older message with this key from this sender is settled in the same step.
     events += mailcontrol.superseded_events(found.state, sender.session_id,
-                                            getattr(command.arguments, "supersede_key", None), given.now)
+                                            getattr(command.arguments, "supersede_key", None), given.new_id,
+                                            given.now)
     if producer_id not in found.state.producers:
         events.append(
             ev.ProducerRegistered(

@@ -35,7 +35,7 @@ async function loadTrees() {
   $("token").hidden = !data.writable;
   const node = (s) => el("li", {},
     el("span", { class: "session" + (s.session_id === view.session ? " selected" : ""), "data-session-id": s.session_id,
-                 title: s.session_id, onclick: () => select(s.session_id) },
+                 title: s.session_id, onclick: () => { view.linkMessage = false; select(s.session_id); } },
        s.handle || s.session_id, " ", el("span", { class: "status" }, `${s.disposal || s.status}${s.pending ? ", " + s.pending + " pending" : ""}`)),
     s.children.length ? el("ul", {}, s.children.map(node)) : "");
   $("trees").replaceChildren(data.trees.length ? el("ul", {}, data.trees.map(node)) : el("p", { class: "dim" }, "no sessions yet"));
@@ -66,11 +66,50 @@ async function write(url) {
 
 // ---- a session's mailbox through time ------------------------------------------------------------------
 
-async function select(sessionId) {
+async function select(sessionId, at = null, how = "push") {
   if (view.session !== sessionId) Object.assign(view, { session: sessionId, follow: true, at: null, message: null });
+  if (at !== null) Object.assign(view, { follow: false, at });
   await loadTimeline();
+  setAddress(how);
   await loadTrees();
 }
+
+// ---- deep links: /s/<session>?at=<position> and /m/<message> ------------------------------------------
+
+// The address always says what the page shows, so it can be copied and opened directly: the session and the
+// position scrubbed to (none while following live), or the message last opened.
+function setAddress(how = "replace") {
+  let url = "/";
+  if (view.message && view.linkMessage) url = `/m/${encodeURIComponent(view.message)}`;
+  else if (view.session) url = `/s/${encodeURIComponent(view.session)}` + (view.follow ? "" : `?at=${view.at}`);
+  if (url === location.pathname + location.search) return;
+  if (how === "push") history.pushState(null, "", url);
+  else history.replaceState(null, "", url);
+}
+
+// Open what the address names; false when it names nothing (the root: the first session is opened).
+async function openLink() {
+  const [, kind, id] = location.pathname.split("/");
+  if (kind === "s" && id) {
+    const at = new URLSearchParams(location.search).get("at");
+    view.linkMessage = false;
+    await select(decodeURIComponent(id), at === null ? null : Number(at), "replace");
+    return true;
+  }
+  if (kind === "m" && id) {
+    const messageId = decodeURIComponent(id);
+    try {
+      const found = await getJSON(`/api/messages/${encodeURIComponent(messageId)}`);
+      await select(found.session_id, null, "replace");
+      await showMessage(messageId, true, "replace");
+    } catch (error) {
+      $("message").replaceChildren(el("p", { class: "error" }, error.message));
+    }
+    return true;
+  }
+  return false;
+}
+window.addEventListener("popstate", () => { openLink(); });
 
 // Each load is numbered: an answer to an older one (a live refresh sent before a scrub or a session switch and
 // answered after it) is dropped, so it cannot put back a position or a mailbox the reader has left. A scrub
@@ -112,8 +151,8 @@ function renderTimeline(t) {
       ids.map((id) => {
         const m = byId[id];
         return el("div", { class: "msg", "data-message-id": id, title: id, onclick: () => showMessage(id) },
-          el("div", {}, el("span", { class: "from" }, m.sender_handle || m.owner), ` · ${m.mode}`,
-             m.step !== null ? ` · step ${m.step}` : ""),
+          el("div", { class: "head" }, el("span", { class: "from", title: m.sender_handle || m.owner }, m.sender_handle || m.owner),
+             ` · ${m.mode}`, m.step !== null ? ` · step ${m.step}` : ""),
           el("div", { class: "body" }, m.body.length > 120 ? m.body.slice(0, 119) + "…" : m.body));
       }));
   }));
@@ -128,6 +167,7 @@ function renderTimeline(t) {
     }
   }
   $("steps").tBodies[0].replaceChildren(...rows);
+  $("steps-legend").hidden = !t.runs.some((run) => run.steps.some((s) => !s.reported));
   $("threads").replaceChildren(...(t.threads.length ? t.threads.map(renderThread)
     : [el("p", { class: "dim" }, "No conversation yet (a message alone is not one).")]));
   if (view.message) showMessage(view.message, false);
@@ -150,26 +190,31 @@ const ids = (list) => list.map((id) => [el("a", { href: "#", title: id, "data-me
 
 // ---- a message: lifecycle and causal chain -------------------------------------------------------------
 
-async function showMessage(messageId, scroll = true) {
+async function showMessage(messageId, scroll = true, how = "push") {
   view.message = messageId;
+  if (scroll) { view.linkMessage = true; setAddress(how); }
   let chain;
   try {
     chain = await getJSON(`/api/sessions/${view.session}/messages/${messageId}`);
   } catch (error) {
-    $("message").replaceChildren(el("p", { class: "error" }, error.message));
+    if (view.message === messageId) $("message").replaceChildren(el("p", { class: "error" }, error.message));
     return;
   }
+  // Another message was opened meanwhile (a click while a live redraw's load of the previous one was in flight):
+  // this answer is late, and must not put the previous message back over it.
+  if (view.message !== messageId) return;
   const [first, ...causes] = chain.chain;
   const m = first.message;
   const lifecycle = el("table", { id: "lifecycle" }, el("tr", {}, el("th", {}, "position"), el("th", {}, "event"), el("th", {}, "run"), el("th", {}, "step, tokens, reason")),
     m.lifecycle.map((t) => el("tr", { "data-kind": t.kind }, el("td", {}, t.position), el("td", {}, t.kind),
-      el("td", {}, t.run_id || ""), el("td", {}, [t.step !== null ? `step ${t.step}` : "", t.tokens ? ` ${t.tokens} tokens` : "", t.reason ? ` ${t.reason}` : ""].join("")))));
+      el("td", {}, t.run_id || ""), el("td", {}, [t.step !== null ? `step ${t.step}` : "", t.tokens ? ` ${t.tokens} tokens` : "", t.reason ? ` ${t.reason}` : "", t.by ? ` (asked by the ${t.by})` : ""].join("")))));
   const link = (l) => el("li", {}, el("code", {}, short(l.message.message_id)), ` ${l.message.sender_handle || l.message.owner} → `,
     el("span", {}, l.message.session_id === view.session ? "this session" : l.handle || short(l.message.session_id)),
     `, ${l.message.state}: `, el("span", { class: "dim" }, l.message.body.slice(0, 80)));
   $("message").replaceChildren(
     el("p", {}, el("code", {}, m.message_id)),
-    el("p", {}, el("strong", {}, m.sender_handle || m.owner), ` (${m.mode}) is ${m.state}`),
+    el("p", {}, el("strong", {}, m.sender_handle || m.owner), ` (${m.mode}) is ${m.state}`,
+       m.superseded_by ? [", superseded by ", ids([m.superseded_by])] : ""),
     el("p", { class: "body" }, m.body),
     el("h3", {}, "Lifecycle"), lifecycle,
     el("h3", {}, "Causal chain"),
@@ -207,14 +252,17 @@ function follow() {
 
 $("scrubber").addEventListener("input", () => {
   view.follow = false;
+  view.linkMessage = false;
   view.at = Number($("scrubber").value);
+  setAddress();
   timelineLoads++;
   clearTimeout(view.scrubbing);
   view.scrubbing = setTimeout(loadTimeline, 80);
 });
-$("follow").addEventListener("click", () => { view.follow = true; loadTimeline(); });
+$("follow").addEventListener("click", () => { view.follow = true; view.linkMessage = false; setAddress(); loadTimeline(); });
 
-loadTrees().then(() => {
+loadTrees().then(async () => {
+  if (await openLink()) return;
   const first = document.querySelector("[data-session-id]");
   if (first && !view.session) select(first.dataset.sessionId);
 });
