@@ -60,8 +60,8 @@ def query_problem(items: list[tuple[str, str]], takes: tuple[str, ...] = ()) -> 
             return "ui:invalid_query", f"query parameter {name!r} is given more than once"
         seen.add(name)
         if name == "at" and not (value.isascii() and value.isdigit() and len(value) <= MAX_POSITION_DIGITS):
-            return "ui:invalid_position", (f"at must be a non-negative integer of at most {MAX_POSITION_DIGITS} "
-                                           f"digits, got {value!r}")
+            return "ui:invalid_position", (f"at must be one non-negative integer (a stream position) of at most "
+                                           f"{MAX_POSITION_DIGITS} digits, got {value!r}")
     return None
 
 
