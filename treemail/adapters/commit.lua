@@ -20,17 +20,15 @@
 -- The last KEY is the partition's copy of the service-wide drain flag (after the companions' keys); with an
 -- answer, the two before it are the producer's reply list and the command stream (one server only).
 local SECTIONS = {'etags', 'snapshot', 'record', 'record_field', 'legacy_field', 'registration', 'session',
-  'feed_name', 'events', 'mail', 'wakes', 'approvals', 'grants', 'feed_maxlen', 'due', 'outbound', 'answer',
-  'drain_read', 'protocol', 'companions'}
-local COMPANION_SECTIONS = {'etags', 'snapshot', 'session', 'feed_name', 'events', 'outbound', 'mail', 'wakes',
-  'due'}
--- A header ("9 10 12 ...") -> the position where each named section begins.
+  'feed_name', 'feed_maxlen', 'due_op', 'due_at', 'answer', 'answer_ttl', 'command_group', 'entry_id', 'drain_read',
+  'protocol', 'events', 'mail', 'wakes', 'approvals', 'grants', 'outbound', 'companions'}
+local COMPANION_SECTIONS = {'etags', 'snapshot', 'session', 'feed_name', 'due_op', 'due_at', 'events', 'outbound',
+  'mail', 'wakes'}
+-- A header (positions as 4-byte little-endian integers, commitargs.py) -> where each named section begins.
 local function sections(header, names)
-  local at, n = {}, 0
-  for start in string.gmatch(header, '%d+') do
-    n = n + 1
-    at[names[n]] = tonumber(start)
-  end
+  local at = {}
+  local starts = {struct.unpack('<' .. string.rep('I4', #names), header)}
+  for n, name in ipairs(names) do at[name] = starts[n] end
   return at
 end
 local at = sections(ARGV[1], SECTIONS)
@@ -126,7 +124,7 @@ elseif events > 1 then
 end
 
 -- Mail as an obligation: when the delivery pump must next look at this session (the commit plan computes it).
-local due_op, due_at = ARGV[at.due], ARGV[at.due + 1]
+local due_op, due_at = ARGV[at.due_op], ARGV[at.due_at]
 if due_op == 'set' then
   redis.call('ZADD', KEYS[13], due_at, sid)
 elseif due_op == 'lt' then
@@ -175,7 +173,7 @@ for n, companion in ipairs(companions) do
   for m = 1, tonumber(ARGV[cat.wakes]) do
     redis.call('XADD', KEYS[7], '*', 'session', csid, 'data', ARGV[cat.wakes + m], 'v', protocol)
   end
-  local cdue_op, cdue_at = ARGV[cat.due], ARGV[cat.due + 1]
+  local cdue_op, cdue_at = ARGV[cat.due_op], ARGV[cat.due_at]
   if cdue_op == 'set' then
     redis.call('ZADD', KEYS[13], cdue_at, csid)
   elseif cdue_op == 'lt' then
@@ -193,10 +191,10 @@ end
 if ARGV[at.record] ~= '' then redis.call('HSET', KEYS[4], ARGV[at.record_field], ARGV[at.record]) end
 -- The producer's answer and the command's acknowledgement, in the same step as the decision they report
 -- (one server, fast profile): the answer exists exactly when the append does, one round trip sooner.
-local answer = at.answer
-if ARGV[answer] ~= '' then
-  redis.call('LPUSH', KEYS[#KEYS - 2], ARGV[answer])
-  redis.call('EXPIRE', KEYS[#KEYS - 2], ARGV[answer + 1])
-  redis.call('XACK', KEYS[#KEYS - 1], ARGV[answer + 2], ARGV[answer + 3])
+local answer = ARGV[at.answer]
+if answer ~= '' then
+  redis.call('LPUSH', KEYS[#KEYS - 2], answer)
+  redis.call('EXPIRE', KEYS[#KEYS - 2], ARGV[at.answer_ttl])
+  redis.call('XACK', KEYS[#KEYS - 1], ARGV[at.command_group], ARGV[at.entry_id])
 end
 return {'ok', tostring(version)}

@@ -350,31 +350,36 @@ class EventStore:
         companions = self._sources(p, plan.sources, held or {}, key_list)
         if reply is not None:
             key_list.extend((reply.reply_list, reply.stream))
-            answer = (reply.answer, keys.REPLY_TTL_S, keys.COMMAND_GROUP, reply.entry_id)
+            answer, answer_ttl, command_group, entry_id = (reply.answer, keys.REPLY_TTL_S, keys.COMMAND_GROUP,
+                                                           reply.entry_id)
         else:
-            answer = ("", "", "", "")
+            answer = answer_ttl = command_group = entry_id = ""
         # After the companions' keys and the answer's: the script reads it as the last KEY.
         key_list.append(keys.partition_drain(p))
         args = lay_out(Sections(
-            etags=(f"{loaded.etag} {left.etag}",),
-            snapshot=(applied.state.to_json(),),
-            record=(encode_record(kept.record) if kept is not None else "",),
-            record_field=(record_field(kept.digest) if kept is not None else "",),
-            legacy_field=(kept.digest if kept is not None else "",),
-            registration=(registration_arg(applied),),
-            session=(sid,),
-            feed_name=(id_bytes(sid),),
+            etags=f"{loaded.etag} {left.etag}",
+            snapshot=applied.state.to_json(),
+            record=encode_record(kept.record) if kept is not None else "",
+            record_field=record_field(kept.digest) if kept is not None else "",
+            legacy_field=kept.digest if kept is not None else "",
+            registration=registration_arg(applied),
+            session=sid,
+            feed_name=id_bytes(sid),
+            feed_maxlen=self.config.feed_maxlen,
+            due_op=operation,
+            due_at="" if when is None else repr(when),
+            answer=answer,
+            answer_ttl=answer_ttl,
+            command_group=command_group,
+            entry_id=entry_id,
+            drain_read="" if plan.read_draining is None else "1" if plan.read_draining else "0",
+            protocol=PROTOCOL_VERSION,
             events=(len(plan.events), *encoded),
             mail=(len(changes) // 3, *changes),
             wakes=(len(wakes), *wakes),
             approvals=(len(index) // 2, *index),
             grants=(len(applied.tree_grants), *applied.tree_grants),
-            feed_maxlen=(self.config.feed_maxlen,),
-            due=(operation, "" if when is None else repr(when)),
             outbound=(len(plan.outbound) // 2, *encode_outbound(plan.outbound)),
-            answer=answer,
-            drain_read=("" if plan.read_draining is None else "1" if plan.read_draining else "0",),
-            protocol=(PROTOCOL_VERSION,),
             companions=[companion for companion, _ in companions.values()],
         ))
         after = {session_id: left for session_id, (_, left) in companions.items()}
@@ -398,15 +403,16 @@ class EventStore:
             wakes = [wake_trigger(record, message_id, seq) for seq, message_id in source.wakes]
             operation, when = source.due
             companions[record.session_id] = (CompanionSections(
-                etags=(f"{loaded.etag} {left.etag}",),
-                snapshot=(left.state.to_json(),),
-                session=(record.session_id,),
-                feed_name=(id_bytes(record.session_id),),
+                etags=f"{loaded.etag} {left.etag}",
+                snapshot=left.state.to_json(),
+                session=record.session_id,
+                feed_name=id_bytes(record.session_id),
+                due_op=operation,
+                due_at="" if when is None else repr(when),
                 events=(len(source.events), *encoded),
                 outbound=(len(source.outbound) // 2, *encode_outbound(source.outbound)),
                 mail=(len(changes) // 3, *changes),
                 wakes=(len(wakes), *wakes),
-                due=(operation, "" if when is None else repr(when)),
             ), left)
         return companions
 
