@@ -52,7 +52,7 @@ from treemail.adapters.health import Health, OutageLog, watch
 from treemail.adapters.members import Membership
 from treemail.domain.commands import SendMessage
 from treemail.services.clock import SYSTEM_CLOCK, Clock
-from treemail.services.sends import SendService
+from treemail.services.sends import Acknowledge, SendService
 
 from .batches import SERVER_FAILURES, CommandBatches  # noqa: F401 - SERVER_FAILURES still importable from here
 from .commandsubscribers import CommandSubscribers
@@ -135,7 +135,7 @@ class Worker:
     async def handle(self, message) -> None:
         await self.batches.handle(message)
 
-    async def decide_commands(self, commands: list[SendMessage], acknowledge: tuple[str, list] | None = None) -> None:
+    async def decide_commands(self, commands: list[SendMessage], acknowledge: Acknowledge | None = None) -> None:
         await self.batches.decide_commands(commands, acknowledge)
 
     async def reclaim(self) -> int:

@@ -8,6 +8,7 @@ server (``batches_in_flight``).
 import asyncio
 import logging
 import time
+from typing import NamedTuple
 
 from redis.exceptions import ClusterDownError, MovedError, ReadOnlyError, RedisClusterException, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -20,7 +21,7 @@ from treemail.adapters.connection import REPLY_TIMEOUT_S
 from treemail.adapters.health import OutageLog
 from treemail.adapters.replication import NotReplicated, not_replicated_result
 from treemail.domain.commands import SendMessage
-from treemail.services.sends import SendService
+from treemail.services.sends import Acknowledge, SendService
 
 from . import decisionspans
 from .deadletters import Letter, dead_letter, gave_up
@@ -36,6 +37,13 @@ log = logging.getLogger("treemail.worker")
 # and is decided again, rather than each command being tried alone and counted towards its dead letter.
 SERVER_FAILURES = (RedisConnectionError, RedisTimeoutError, ClusterDownError, TryAgainError, MovedError,
                    ReadOnlyError, RedisClusterException)
+
+
+class Unanswered(NamedTuple):
+    """A command the worker answers itself (its append did not), and its entry to acknowledge (None: none)."""
+
+    command: SendMessage
+    entry_id: object
 
 
 class CommandBatches:
@@ -84,7 +92,7 @@ class CommandBatches:
             # No worker will ever decide these: set them aside now rather than after max_deliveries.
             await self.dead_letter(stream, unreadable)
         try:
-            await self.decide_commands([command for _, command in parsed], (stream, [i for i, _ in parsed]))
+            await self.decide_commands([command for _, command in parsed], Acknowledge(stream, [i for i, _ in parsed]))
         except SERVER_FAILURES:
             raise
         except Exception:  # noqa: BLE001 - one failing command must not hold its batch back until reclaim
@@ -93,8 +101,8 @@ class CommandBatches:
                 # The failed ones stay pending (their delivery count grows); the others were acknowledged.
                 raise
 
-    async def decide_commands(self, commands: list[SendMessage], acknowledge: tuple[str, list] | None = None) -> None:
-        """Decide, make durable, answer, and then acknowledge ``acknowledge`` (stream, entry ids), in the
+    async def decide_commands(self, commands: list[SendMessage], acknowledge: Acknowledge | None = None) -> None:
+        """Decide, make durable, answer, and then acknowledge ``acknowledge``'s entries, in the
         round trip of the answers: an entry is acknowledged only after its decision is durable and
         answered (the server runs the pipeline in order).
 
@@ -115,31 +123,32 @@ class CommandBatches:
             # acknowledged: deciding it again here would only wait for the same replicas again.
             log.warning("a batch of %d was not confirmed by its replicas: %s", len(commands), unconfirmed)
             answer = not_replicated_result(unconfirmed)
-            entries = acknowledge[1] if acknowledge is not None else [None] * len(commands)
-            await self.answer(list(zip(commands, entries)), {c.command_id: answer for c in commands},
-                              acknowledge[0] if acknowledge is not None else None)
+            entries = acknowledge.entry_ids if acknowledge is not None else [None] * len(commands)
+            await self.answer([Unanswered(*pair) for pair in zip(commands, entries)],
+                              {c.command_id: answer for c in commands},
+                              acknowledge.stream if acknowledge is not None else None)
 
     @property
     def step_deadline_s(self) -> float:
         # Past reclaim_idle_ms another worker may take the batch over anyway; never below a reply's own bound.
         return max(REPLY_TIMEOUT_S, self.config.reclaim_idle_ms / 1000)
 
-    async def _decide_and_answer(self, commands: list[SendMessage], acknowledge: tuple[str, list] | None) -> None:
+    async def _decide_and_answer(self, commands: list[SendMessage], acknowledge: Acknowledge | None) -> None:
         started = time.perf_counter()
         spans = decisionspans.start(commands)
         outcomes, done = await self.decider.decide(commands, acknowledge)
         # The rest: commands whose append did not answer them (``SendService.decide``), and their entries.
-        entries = acknowledge[1] if acknowledge is not None else [None] * len(commands)
-        rest = [(command, entry) for command, entry in zip(commands, entries) if entry is None or entry not in done]
+        entries = acknowledge.entry_ids if acknowledge is not None else [None] * len(commands)
+        rest = [Unanswered(command, entry) for command, entry in zip(commands, entries)
+                if entry is None or entry not in done]
         if rest:
-            await self.answer(rest, outcomes, acknowledge[0] if acknowledge is not None else None)
+            await self.answer(rest, outcomes, acknowledge.stream if acknowledge is not None else None)
         self.decided += len(commands)
         record_batch(commands, outcomes, time.perf_counter() - started)
         decisionspans.end(spans, commands, outcomes)
 
-    async def answer(self, rest: list[tuple[SendMessage, object]], outcomes: dict[str, dict], stream: str | None
-                     ) -> None:
-        """Answer ``rest`` (command, entry id or None) and then acknowledge their entries of ``stream``."""
+    async def answer(self, rest: list[Unanswered], outcomes: dict[str, dict], stream: str | None) -> None:
+        """Answer ``rest`` and then acknowledge their entries of ``stream``."""
         answers: dict[str, list[str]] = {}
         for command, _ in rest:
             answer = encode_answer(command.command_id, outcomes[command.command_id])
@@ -180,7 +189,8 @@ class CommandBatches:
         if not good:
             return len(entries)
         try:
-            await self.decide_commands([command for _, command in good], (stream, [entry_id for entry_id, _ in good]))
+            await self.decide_commands([command for _, command in good],
+                                       Acknowledge(stream, [entry_id for entry_id, _ in good]))
         except Exception:  # noqa: BLE001 - isolate the command that fails; the others go through
             log.warning("a reclaimed batch failed; deciding its commands one by one", exc_info=True)
             await self.decide_alone(stream, good)
@@ -191,7 +201,7 @@ class CommandBatches:
         failed = 0
         for entry_id, command in commands:
             try:
-                await self.decide_commands([command], (stream, [entry_id]))
+                await self.decide_commands([command], Acknowledge(stream, [entry_id]))
             except Exception:  # noqa: BLE001 - stays pending; its delivery count grows
                 failed += 1
                 log.warning("command %s failed", text(entry_id), exc_info=True)

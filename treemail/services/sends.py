@@ -40,6 +40,13 @@ decide_send = HANDLERS[SendMessage].decide
 ANSWERED_BY_APPENDS_UP_TO = 8
 
 
+class Acknowledge(NamedTuple):
+    """A batch's entries: the stream its commands were read from and their entry ids, in order."""
+
+    stream: str
+    entry_ids: list
+
+
 class CommandEntry(NamedTuple):
     """Where a command was read: what its append acknowledges when it answers it."""
 
@@ -109,10 +116,10 @@ class SendService:
         self.clock = clock
         self.held = HeldReads(store, clock)
 
-    async def decide(self, commands: list[SendMessage], acknowledge: tuple[str, list] | None = None) -> Decided:
+    async def decide(self, commands: list[SendMessage], acknowledge: Acknowledge | None = None) -> Decided:
         """Decide every command; appends are durable on return.
 
-        ``acknowledge``: the stream the commands were read from and their entry ids, in order. Where the
+        ``acknowledge``: the stream the commands were read from and their entry ids. Where the
         store allows it (``answers_in_commit``) and the batch is small, an append that applies also answers
         its command and acknowledges its entry: the caller answers only the others.
         """
@@ -120,8 +127,8 @@ class SendService:
         acknowledged: set = set()
         work = [_Work(c, idempotency.key_digest(c.context)) for c in commands]
         if acknowledge is not None and self.store.answers_in_commit and len(commands) <= ANSWERED_BY_APPENDS_UP_TO:
-            for w, entry_id in zip(work, acknowledge[1]):
-                w.entry = CommandEntry(acknowledge[0], entry_id)
+            for w, entry_id in zip(work, acknowledge.entry_ids):
+                w.entry = CommandEntry(acknowledge.stream, entry_id)
         held_first = True
         while work:
             work = await self._round(work, outcomes, acknowledged, held_first)
