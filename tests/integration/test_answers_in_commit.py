@@ -66,7 +66,7 @@ async def watched_worker(redis_url, **messaging) -> tuple[Worker, list]:
     """A started worker whose separate answer step is watched: the commands it answered apart."""
     worker = Worker(make_config(redis_url, **messaging), redis_url, consumer="watched")
     answered_apart: list = []
-    original = worker._answer
+    original = worker.batches.answer
 
     async def watched(rest, outcomes, stream):
         answered_apart.extend(command.command_id for command, _ in rest)
@@ -74,7 +74,7 @@ async def watched_worker(redis_url, **messaging) -> tuple[Worker, list]:
 
     # Watched before it starts: the commands are already waiting, and a worker may decide and answer
     # them before ``start`` returns.
-    worker._answer = watched
+    worker.batches.answer = watched
     await worker.start()
     return worker, answered_apart
 

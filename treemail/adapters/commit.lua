@@ -16,43 +16,36 @@
 --       may take; the pending-mail hash holds the rest), 13 partition due index, 14 partition outbound index,
 --       then per companion its stream, its state hash, its pending-mail hash and its due-mail hash
 --       (all in one hash slot: the tree's partition tag)
--- ARGV: 1 expected etag ('' for a new session) and new etag as "old new", 2 snapshot json,
---       3 idempotency record ('' none), 4 its field (the tool call's digest, ``compact.record_field``),
---       5 the session's registration: '' none, '*' without a handle, else the handle to reserve,
---       6 session id, 7 event count, then (type, data) per event,
---       then mail change count, then (message id, item json or '' to delete, where it goes: 'due' or 'held',
---       or 'new due' / 'new held' for an item these events create, which is in neither hash yet),
---       then wake count, then one wake trigger json each,
---       then approval index count, then (field, value) each,
---       then tree grant count, then one label each,
---       then the feed's approximate max length,
---       then the due index operation ('', 'set', 'lt', 'del') and score,
---       then companion count, then per companion: etag "old new", snapshot json, session id,
---       its name in the feed, event count, (type, data) per event, outbound index count, (field, value) each,
---       mail change count, (message id, item json, where) each, wake count, one trigger each,
---       the due index operation and score (a notice on a parent's stream is mail like any other),
---       then the session's own outbound index count, (field, value) each (its own records: a peer intent,
---       and the receipt, refusal and settlement a peer driver records on it),
---       then the record's field as an earlier version wrote it ('' none),
---       then the session's name in the feed (``compact.id_bytes``),
---       then the answer to push once applied ('' none), its list's lifetime, the command group and the
---       command's entry id to acknowledge,
---       then whether the decision read the service as draining ('1', '0', or '' if it read nothing of it),
---       and last the protocol version every entry carries (`v`)
+-- ARGV: by section, ARGV[1] giving where each begins (commitargs.py lays them out and says what each holds).
 -- The last KEY is the partition's copy of the service-wide drain flag (after the companions' keys); with an
 -- answer, the two before it are the producer's reply list and the command stream (one server only).
-if ARGV[3] ~= '' then
+local SECTIONS = {'etags', 'snapshot', 'record', 'record_field', 'legacy_field', 'registration', 'session',
+  'feed_name', 'feed_maxlen', 'due_op', 'due_at', 'answer', 'answer_ttl', 'command_group', 'entry_id', 'drain_read',
+  'protocol', 'events', 'mail', 'wakes', 'approvals', 'grants', 'outbound', 'companions'}
+local COMPANION_SECTIONS = {'etags', 'snapshot', 'session', 'feed_name', 'due_op', 'due_at', 'events', 'outbound',
+  'mail', 'wakes'}
+-- A header (positions as 4-byte little-endian integers, commitargs.py) -> where each named section begins.
+local function sections(header, names)
+  local at = {}
+  local starts = {struct.unpack('<' .. string.rep('I4', #names), header)}
+  for n, name in ipairs(names) do at[name] = starts[n] end
+  return at
+end
+local at = sections(ARGV[1], SECTIONS)
+
+local sid = ARGV[at.session]
+if ARGV[at.record] ~= '' then
   -- Under its field, or under the field an earlier version wrote it in (the digest's text).
-  local existing = redis.call('HMGET', KEYS[4], ARGV[4], ARGV[#ARGV - 7])
+  local existing = redis.call('HMGET', KEYS[4], ARGV[at.record_field], ARGV[at.legacy_field])
   if existing[1] or existing[2] then return {'dup', existing[1] or existing[2]} end
 end
 local state = redis.call('HMGET', KEYS[2], 'version', 'etag')
 local current = tonumber(state[1] or '0')
-local space = string.find(ARGV[1], ' ', 1, true)
-local expected_etag = string.sub(ARGV[1], 1, space - 1)
-if (state[2] or '') ~= expected_etag then return {'conflict', tostring(current)} end
+local etags = ARGV[at.etags]
+local space = string.find(etags, ' ', 1, true)
+if (state[2] or '') ~= string.sub(etags, 1, space - 1) then return {'conflict', tostring(current)} end
 -- The drain flag the decision read is part of the state it decided on: a drain that began since is a conflict.
-local drain_read = ARGV[#ARGV - 1]
+local drain_read = ARGV[at.drain_read]
 if drain_read ~= '' and tostring(redis.call('EXISTS', KEYS[#KEYS])) ~= drain_read then
   return {'conflict', tostring(current)}
 end
@@ -60,49 +53,36 @@ end
 -- Companions (exact source capacity): other sessions of the partition the same decision appends to (a sender's
 -- record of the message its recipient accepted or settled). Every etag is checked before anything
 -- is written, so the step applies whole or not at all.
-local function companions_start()
-  local j = 8 + 2 * tonumber(ARGV[7])
-  j = j + 1 + 3 * tonumber(ARGV[j])
-  j = j + 1 + tonumber(ARGV[j])
-  j = j + 1 + 2 * tonumber(ARGV[j])
-  j = j + 1 + tonumber(ARGV[j])
-  return j + 3
-end
 local companions = {}
-local c = companions_start()
-for n = 1, tonumber(ARGV[c]) do
-  c = c + 1
+for n = 1, tonumber(ARGV[at.companions]) do
+  local cat = sections(ARGV[at.companions + n], COMPANION_SECTIONS)
   local cstate = redis.call('HMGET', KEYS[12 + 4 * n], 'version', 'etag')
-  local cspace = string.find(ARGV[c], ' ', 1, true)
-  if (cstate[2] or '') ~= string.sub(ARGV[c], 1, cspace - 1) then return {'conflict', tostring(current)} end
-  companions[n] = {at = c, version = tonumber(cstate[1] or '0'), etag = string.sub(ARGV[c], cspace + 1)}
-  c = c + 4
-  c = c + 2 * tonumber(ARGV[c]) + 1
-  c = c + 2 * tonumber(ARGV[c]) + 1
-  c = c + 3 * tonumber(ARGV[c]) + 1
-  -- past the wake triggers, onto the due score (the due operation comes before it)
-  c = c + tonumber(ARGV[c]) + 2
+  local cetags = ARGV[cat.etags]
+  local cspace = string.find(cetags, ' ', 1, true)
+  if (cstate[2] or '') ~= string.sub(cetags, 1, cspace - 1) then return {'conflict', tostring(current)} end
+  companions[n] = {at = cat, version = tonumber(cstate[1] or '0'), etag = string.sub(cetags, cspace + 1)}
 end
-if ARGV[5] ~= '' then
-  if ARGV[5] ~= '*' and redis.call('HSETNX', KEYS[5], ARGV[5], ARGV[6]) == 0 then return {'handle_taken', ''} end
-  redis.call('SADD', KEYS[6], ARGV[6])
-  redis.call('SADD', KEYS[8], ARGV[6])
+local registration = ARGV[at.registration]
+if registration ~= '' then
+  if registration ~= '*' and redis.call('HSETNX', KEYS[5], registration, sid) == 0 then return {'handle_taken', ''} end
+  redis.call('SADD', KEYS[6], sid)
+  redis.call('SADD', KEYS[8], sid)
 end
-local protocol = ARGV[#ARGV]
-local i = 8
+local protocol = ARGV[at.protocol]
+local events = tonumber(ARGV[at.events])
+local i = at.events + 1
 local version = current
-for _ = 1, tonumber(ARGV[7]) do
+for _ = 1, events do
   version = version + 1
   -- The entry id is the event's position: readers address events by version.
   redis.call('XADD', KEYS[1], version .. '-0', 'type', ARGV[i], 'data', ARGV[i + 1], 'v', protocol)
   i = i + 2
 end
-redis.call('HSET', KEYS[2], 'version', version, 'snapshot', ARGV[2], 'etag', string.sub(ARGV[1], space + 1))
-local changes = tonumber(ARGV[i])
-i = i + 1
+redis.call('HSET', KEYS[2], 'version', version, 'snapshot', ARGV[at.snapshot], 'etag', string.sub(etags, space + 1))
+i = at.mail + 1
 -- An item lives in one of two hashes: the due hash while a claim may take it, the pending-mail hash
 -- otherwise. One copy, and a new message costs one write.
-for _ = 1, changes do
+for _ = 1, tonumber(ARGV[at.mail]) do
   local message_id, item, where = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   if item == '' then
     redis.call('HDEL', KEYS[3], message_id)
@@ -120,72 +100,64 @@ for _ = 1, changes do
   end
   i = i + 3
 end
-local wakes = tonumber(ARGV[i])
-i = i + 1
-for _ = 1, wakes do
+for n = 1, tonumber(ARGV[at.wakes]) do
   -- In the same step as the event: a wake is never requested without its trigger.
-  redis.call('XADD', KEYS[7], '*', 'session', ARGV[6], 'data', ARGV[i], 'v', protocol)
-  i = i + 1
+  redis.call('XADD', KEYS[7], '*', 'session', sid, 'data', ARGV[at.wakes + n], 'v', protocol)
 end
-local approvals = tonumber(ARGV[i])
-i = i + 1
-for _ = 1, approvals do
+i = at.approvals + 1
+for _ = 1, tonumber(ARGV[at.approvals]) do
   redis.call('HSET', KEYS[10], ARGV[i], ARGV[i + 1])
   i = i + 2
 end
-local grants = tonumber(ARGV[i])
-i = i + 1
-for _ = 1, grants do
-  redis.call('SADD', KEYS[11], ARGV[i])
-  i = i + 1
+for n = 1, tonumber(ARGV[at.grants]) do
+  redis.call('SADD', KEYS[11], ARGV[at.grants + n])
 end
 -- The partition feed lets projections follow every session of the partition
 -- through one stream: one entry per step, naming each session the step appended to
 -- and the positions it appended there ("7", or "7-9" for several). It carries no copy
 -- of the events, nor their types: readers take those from the session streams (feed.py).
-local feed_maxlen = ARGV[i]
 local feed = {'v', protocol}
-local events = tonumber(ARGV[7])
 if events == 1 then
-  feed[3], feed[4] = ARGV[#ARGV - 6], version
+  feed[3], feed[4] = ARGV[at.feed_name], version
 elseif events > 1 then
-  feed[3], feed[4] = ARGV[#ARGV - 6], (current + 1) .. '-' .. version
+  feed[3], feed[4] = ARGV[at.feed_name], (current + 1) .. '-' .. version
 end
 
 -- Mail as an obligation: when the delivery pump must next look at this session (the commit plan computes it).
-local due_op = ARGV[i + 1]
+local due_op, due_at = ARGV[at.due_op], ARGV[at.due_at]
 if due_op == 'set' then
-  redis.call('ZADD', KEYS[13], ARGV[i + 2], ARGV[6])
+  redis.call('ZADD', KEYS[13], due_at, sid)
 elseif due_op == 'lt' then
-  redis.call('ZADD', KEYS[13], 'LT', ARGV[i + 2], ARGV[6])
+  redis.call('ZADD', KEYS[13], 'LT', due_at, sid)
 elseif due_op == 'del' then
-  redis.call('ZREM', KEYS[13], ARGV[6])
+  redis.call('ZREM', KEYS[13], sid)
 end
 for n, companion in ipairs(companions) do
-  local k = companion.at
-  local csid = ARGV[k + 2]
+  local cat = companion.at
+  local csid = ARGV[cat.session]
   local cversion = companion.version
-  local ccount = tonumber(ARGV[k + 4])
+  local ccount = tonumber(ARGV[cat.events])
   if ccount > 0 then
-    feed[#feed + 1] = ARGV[k + 3]
+    feed[#feed + 1] = ARGV[cat.feed_name]
     feed[#feed + 1] = ccount == 1 and (cversion + 1) or (cversion + 1) .. '-' .. (cversion + ccount)
   end
-  k = k + 5
+  local k = cat.events + 1
   for _ = 1, ccount do
     cversion = cversion + 1
     redis.call('XADD', KEYS[11 + 4 * n], cversion .. '-0', 'type', ARGV[k], 'data', ARGV[k + 1], 'v', protocol)
     k = k + 2
   end
-  redis.call('HSET', KEYS[12 + 4 * n], 'version', cversion, 'snapshot', ARGV[companion.at + 1], 'etag', companion.etag)
-  for _ = 1, tonumber(ARGV[k]) do
-    redis.call('HSET', KEYS[14], ARGV[k + 1], ARGV[k + 2])
+  redis.call('HSET', KEYS[12 + 4 * n], 'version', cversion, 'snapshot', ARGV[cat.snapshot], 'etag', companion.etag)
+  k = cat.outbound + 1
+  for _ = 1, tonumber(ARGV[cat.outbound]) do
+    redis.call('HSET', KEYS[14], ARGV[k], ARGV[k + 1])
     k = k + 2
   end
-  k = k + 1
   -- A notice is new mail on the companion: one copy, in the hash it belongs in.
   local cmail, cdue = KEYS[13 + 4 * n], KEYS[14 + 4 * n]
-  for _ = 1, tonumber(ARGV[k]) do
-    local message_id, item, where = ARGV[k + 1], ARGV[k + 2], ARGV[k + 3]
+  k = cat.mail + 1
+  for _ = 1, tonumber(ARGV[cat.mail]) do
+    local message_id, item, where = ARGV[k], ARGV[k + 1], ARGV[k + 2]
     if item == '' then
       redis.call('HDEL', cmail, message_id)
       redis.call('HDEL', cdue, message_id)
@@ -198,12 +170,10 @@ for n, companion in ipairs(companions) do
     end
     k = k + 3
   end
-  k = k + 1
-  for _ = 1, tonumber(ARGV[k]) do
-    redis.call('XADD', KEYS[7], '*', 'session', csid, 'data', ARGV[k + 1], 'v', protocol)
-    k = k + 1
+  for m = 1, tonumber(ARGV[cat.wakes]) do
+    redis.call('XADD', KEYS[7], '*', 'session', csid, 'data', ARGV[cat.wakes + m], 'v', protocol)
   end
-  local cdue_op, cdue_at = ARGV[k + 1], ARGV[k + 2]
+  local cdue_op, cdue_at = ARGV[cat.due_op], ARGV[cat.due_at]
   if cdue_op == 'set' then
     redis.call('ZADD', KEYS[13], cdue_at, csid)
   elseif cdue_op == 'lt' then
@@ -212,18 +182,19 @@ for n, companion in ipairs(companions) do
     redis.call('ZREM', KEYS[13], csid)
   end
 end
-if #feed > 2 then redis.call('XADD', KEYS[9], 'MAXLEN', '~', feed_maxlen, '*', unpack(feed)) end
-local own = c + 1
-for n = 1, tonumber(ARGV[own]) do
-  redis.call('HSET', KEYS[14], ARGV[own + 2 * n - 1], ARGV[own + 2 * n])
+if #feed > 2 then redis.call('XADD', KEYS[9], 'MAXLEN', '~', ARGV[at.feed_maxlen], '*', unpack(feed)) end
+i = at.outbound + 1
+for _ = 1, tonumber(ARGV[at.outbound]) do
+  redis.call('HSET', KEYS[14], ARGV[i], ARGV[i + 1])
+  i = i + 2
 end
-if ARGV[3] ~= '' then redis.call('HSET', KEYS[4], ARGV[4], ARGV[3]) end
+if ARGV[at.record] ~= '' then redis.call('HSET', KEYS[4], ARGV[at.record_field], ARGV[at.record]) end
 -- The producer's answer and the command's acknowledgement, in the same step as the decision they report
 -- (one server, fast profile): the answer exists exactly when the append does, one round trip sooner.
-local answer = ARGV[#ARGV - 5]
+local answer = ARGV[at.answer]
 if answer ~= '' then
   redis.call('LPUSH', KEYS[#KEYS - 2], answer)
-  redis.call('EXPIRE', KEYS[#KEYS - 2], ARGV[#ARGV - 4])
-  redis.call('XACK', KEYS[#KEYS - 1], ARGV[#ARGV - 3], ARGV[#ARGV - 2])
+  redis.call('EXPIRE', KEYS[#KEYS - 2], ARGV[at.answer_ttl])
+  redis.call('XACK', KEYS[#KEYS - 1], ARGV[at.command_group], ARGV[at.entry_id])
 end
 return {'ok', tostring(version)}

@@ -30,6 +30,7 @@ from ..domain.commitplan import CommitPlan, SourceWrite
 from ..domain.records import SessionRecord
 from ..domain.state import Applied, MailItem, SessionState
 from . import keys
+from .commitargs import CompanionSections, Sections, lay_out
 from .config import ServiceConfig
 from .compact import (decode_item, decode_record, encode_item, encode_outbound, encode_record, id_bytes,
                       kept_record, record_field, record_fields)
@@ -138,7 +139,7 @@ def approval_index(record: SessionRecord, applied: Applied) -> list[str]:
     return pairs
 
 
-# ARGV[5] of the commit script for a registration without a handle; never a handle (ids.HANDLE_PATTERN).
+# The commit script's registration section for a registration without a handle; never a handle (ids.HANDLE_PATTERN).
 NO_HANDLE = "*"
 
 
@@ -346,40 +347,49 @@ class EventStore:
         # Held under the new etag: used only once the server shows that etag, i.e. once this append applied.
         self.states.put(sid, left)
         operation, when = plan.due
-        args: list[Any] = [
-            f"{loaded.etag} {left.etag}",
-            applied.state.to_json(),
-            encode_record(kept.record) if kept is not None else "",
-            record_field(kept.digest) if kept is not None else "",
-            registration_arg(applied),
-            sid,
-            len(plan.events), *encoded,
-            len(changes) // 3, *changes,
-            len(wakes), *wakes,
-            len(index) // 2, *index,
-            len(applied.tree_grants), *applied.tree_grants,
-            self.config.feed_maxlen,
-            operation, "" if when is None else repr(when),
-        ]
-        after = self._sources(p, plan.sources, held or {}, key_list, args)
-        args.extend((len(plan.outbound) // 2, *encode_outbound(plan.outbound), kept.digest if kept is not None else "",
-                     id_bytes(sid)))
+        companions = self._sources(p, plan.sources, held or {}, key_list)
         if reply is not None:
             key_list.extend((reply.reply_list, reply.stream))
-            args.extend((reply.answer, keys.REPLY_TTL_S, keys.COMMAND_GROUP, reply.entry_id))
+            answer, answer_ttl, command_group, entry_id = (reply.answer, keys.REPLY_TTL_S, keys.COMMAND_GROUP,
+                                                           reply.entry_id)
         else:
-            args.extend(("", "", "", ""))
+            answer = answer_ttl = command_group = entry_id = ""
+        # After the companions' keys and the answer's: the script reads it as the last KEY.
         key_list.append(keys.partition_drain(p))
-        args.append("" if plan.read_draining is None else "1" if plan.read_draining else "0")
-        # Last, wherever the sections before it end: the commit script reads it as ARGV[#ARGV].
-        args.append(PROTOCOL_VERSION)
+        args = lay_out(Sections(
+            etags=f"{loaded.etag} {left.etag}",
+            snapshot=applied.state.to_json(),
+            record=encode_record(kept.record) if kept is not None else "",
+            record_field=record_field(kept.digest) if kept is not None else "",
+            legacy_field=kept.digest if kept is not None else "",
+            registration=registration_arg(applied),
+            session=sid,
+            feed_name=id_bytes(sid),
+            feed_maxlen=self.config.feed_maxlen,
+            due_op=operation,
+            due_at="" if when is None else repr(when),
+            answer=answer,
+            answer_ttl=answer_ttl,
+            command_group=command_group,
+            entry_id=entry_id,
+            drain_read="" if plan.read_draining is None else "1" if plan.read_draining else "0",
+            protocol=PROTOCOL_VERSION,
+            events=(len(plan.events), *encoded),
+            mail=(len(changes) // 3, *changes),
+            wakes=(len(wakes), *wakes),
+            approvals=(len(index) // 2, *index),
+            grants=(len(applied.tree_grants), *applied.tree_grants),
+            outbound=(len(plan.outbound) // 2, *encode_outbound(plan.outbound)),
+            companions=[companion for companion, _ in companions.values()],
+        ))
+        after = {session_id: left for session_id, (_, left) in companions.items()}
         return PreparedAppend(key_list, args, plan, left, after, answers=reply is not None)
 
     def _sources(self, partition: int, sources: list[SourceWrite], held: Mapping[str, Loaded],
-                 key_list: list[str], args: list[Any]) -> dict[str, Loaded]:
-        """Adds each source's keys and arguments (the script's companions); returns the state each is left in."""
-        args.append(len(sources))
-        after: dict[str, Loaded] = {}
+                 key_list: list[str]) -> dict[str, tuple[CompanionSections, Loaded]]:
+        """Adds each source's keys (the script's companions); returns, by session id, its sections of the
+        script's arguments and the state it is left in."""
+        companions: dict[str, tuple[CompanionSections, Loaded]] = {}
         for source in sources:
             record = source.record
             loaded = held[record.session_id]
@@ -392,12 +402,19 @@ class EventStore:
                        for part in (message_id, encode_item(item) if item else "", where)]
             wakes = [wake_trigger(record, message_id, seq) for seq, message_id in source.wakes]
             operation, when = source.due
-            args.extend((f"{loaded.etag} {left.etag}", left.state.to_json(), record.session_id,
-                         id_bytes(record.session_id), len(source.events), *encoded,
-                         len(source.outbound) // 2, *encode_outbound(source.outbound), len(changes) // 3, *changes,
-                         len(wakes), *wakes, operation, "" if when is None else repr(when)))
-            after[record.session_id] = left
-        return after
+            companions[record.session_id] = (CompanionSections(
+                etags=f"{loaded.etag} {left.etag}",
+                snapshot=left.state.to_json(),
+                session=record.session_id,
+                feed_name=id_bytes(record.session_id),
+                due_op=operation,
+                due_at="" if when is None else repr(when),
+                events=(len(source.events), *encoded),
+                outbound=(len(source.outbound) // 2, *encode_outbound(source.outbound)),
+                mail=(len(changes) // 3, *changes),
+                wakes=(len(wakes), *wakes),
+            ), left)
+        return companions
 
     @property
     def answers_in_commit(self) -> bool:

@@ -25,8 +25,7 @@ Rendered as ``<treemail_notice kind="...">``, never as ``<agent_message>``:
 
 from collections.abc import Iterable
 
-from . import effective, envelope
-from .decide import routing
+from . import effective, envelope, neighbours
 from .records import SessionRecord
 from .state import SessionState
 
@@ -159,6 +158,6 @@ def return_guidance_for(
         return None
     if effective.effect(child.rules, overlay, "parent") == "deny":
         return None
-    if not routing.may_address(routing_policy, child, parent):
+    if not neighbours.may_address(routing_policy, child, parent):
         return None
     return return_guidance(parent.address)

@@ -11,7 +11,7 @@ across rounds, so any number of workers may race.
 Over the house's 200 lines: one batch's resolve, load, decide and commit read in order.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from ..adapters import keys, metrics
@@ -31,12 +31,27 @@ from ..domain.outbound import Sender
 from ..domain.state import SessionState
 from .clock import SYSTEM_CLOCK, Clock
 from .heldreads import HeldReads
+from .sendfate import Fate, fate_of
 
 decide_send = HANDLERS[SendMessage].decide
 # Batches up to this size are answered by their appends (``Reply``): a small batch saves a whole round
 # trip. A larger one shares one answer round trip among all its commands, which costs less than three
 # more commands in each append (BENCHMARKS.md: +13 % worker CPU on a backlog of 100-batches).
 ANSWERED_BY_APPENDS_UP_TO = 8
+
+
+class Acknowledge(NamedTuple):
+    """A batch's entries: the stream its commands were read from and their entry ids, in order."""
+
+    stream: str
+    entry_ids: list
+
+
+class CommandEntry(NamedTuple):
+    """Where a command was read: what its append acknowledges when it answers it."""
+
+    stream: str
+    entry_id: str | bytes
 
 
 @dataclass
@@ -49,12 +64,39 @@ class _Work:
     new_id: str = ""
     # The time the command was decided at (the clock, read once).
     now: float = 0.0
-    # (command stream, entry id): set when the command's append may answer it and acknowledge the entry.
-    entry: tuple[str, str | bytes] | None = None
+    # Set when the command's append may answer it and acknowledge the entry.
+    entry: CommandEntry | None = None
     # Loop detection: the nearest common ancestor a loop notice goes to, once a decision asked for it.
     wants_ancestor: bool = False
     ancestor: SessionRecord | None = None
     ancestor_looked: bool = False
+
+
+class Answered(NamedTuple):
+    work: _Work
+    outcome: dict
+
+
+class Appended(NamedTuple):
+    work: _Work
+    outcome: dict
+    prepared: PreparedAppend
+
+
+class RecordedAlone(NamedTuple):
+    work: _Work
+    # The refusal's idempotency record, kept alone under the tool call.
+    record: list | dict
+
+
+@dataclass
+class SortedRound:
+    """The commands of a round by fate (``sendfate.Fate``), each list in batch order."""
+
+    answered: list[Answered] = field(default_factory=list)
+    appended: list[Appended] = field(default_factory=list)
+    recorded_alone: list[RecordedAlone] = field(default_factory=list)
+    again: list[_Work] = field(default_factory=list)
 
 
 class Decided(NamedTuple):
@@ -74,10 +116,10 @@ class SendService:
         self.clock = clock
         self.held = HeldReads(store, clock)
 
-    async def decide(self, commands: list[SendMessage], acknowledge: tuple[str, list] | None = None) -> Decided:
+    async def decide(self, commands: list[SendMessage], acknowledge: Acknowledge | None = None) -> Decided:
         """Decide every command; appends are durable on return.
 
-        ``acknowledge``: the stream the commands were read from and their entry ids, in order. Where the
+        ``acknowledge``: the stream the commands were read from and their entry ids. Where the
         store allows it (``answers_in_commit``) and the batch is small, an append that applies also answers
         its command and acknowledges its entry: the caller answers only the others.
         """
@@ -85,8 +127,8 @@ class SendService:
         acknowledged: set = set()
         work = [_Work(c, idempotency.key_digest(c.context)) for c in commands]
         if acknowledge is not None and self.store.answers_in_commit and len(commands) <= ANSWERED_BY_APPENDS_UP_TO:
-            for w, entry_id in zip(work, acknowledge[1]):
-                w.entry = (acknowledge[0], entry_id)
+            for w, entry_id in zip(work, acknowledge.entry_ids):
+                w.entry = CommandEntry(acknowledge.stream, entry_id)
         held_first = True
         while work:
             work = await self._round(work, outcomes, acknowledged, held_first)
@@ -168,19 +210,6 @@ class SendService:
         self.held.remember(reads)
         return reads
 
-    @staticmethod
-    def _discarded(work: list[_Work]) -> list[_Work]:
-        metrics.HELD_ROUNDS.labels("discarded").inc()
-        return work
-
-    @staticmethod
-    def _checked_by_its_append(w: _Work, decision: SendDecision, prepared: PreparedAppend | None) -> bool:
-        """Whether the append checks every state the decision read (``heldreads``): it is on the recipient's
-        stream, and the sender's record rides along as a source (or the sender is the recipient)."""
-        if prepared is None or not isinstance(decision, (Accepted, Refused)):
-            return False
-        return w.sender.session_id in prepared.sources or w.sender.session_id == w.target.session_id
-
     def _decide_one(self, w: _Work, reads: SendReads) -> SendDecision:
         loaded, grants = reads.loaded, reads.tree_grants
         sender = loaded[w.sender.session_id] if w.sender else None
@@ -215,64 +244,75 @@ class SendService:
         if reads is None:
             reads = await self._load(work)
         metrics.HELD_ROUNDS.labels("held" if on_held else "fresh").inc()
-        loaded = reads.loaded
-        committing: list[tuple[_Work, dict]] = []
-        appends: list[PreparedAppend] = []
-        alone: list[tuple[_Work, dict]] = []
-        wanting: list[_Work] = []
+        sorted_ = self._sort(work, reads, on_held)
+        if sorted_ is None:
+            metrics.HELD_ROUNDS.labels("discarded").inc()
+            return work  # kept without an etag check: decide the batch again, fresh
+        for answered in sorted_.answered:
+            outcomes[answered.work.command.command_id] = answered.outcome
+        if not sorted_.appended and not sorted_.recorded_alone:
+            return sorted_.again
+        retry = sorted_.again + await self._commit(sorted_, outcomes, acknowledged)
+        # Counted as before this round was sorted by fate: the commands waiting for their ancestor with
+        # those whose append conflicted.
+        metrics.CONFLICT_ROUNDS.inc(len(retry))
+        if on_held:
+            self.held.contended(len(retry), len(sorted_.appended))
+        return retry
+
+    def _sort(self, work: list[_Work], reads: SendReads, on_held: bool) -> SortedRound | None:
+        """Each command decided, in order, and sorted by its fate (``sendfate``); an append is prepared on the
+        states the appends before it leave. None when the round is discarded (``Fate.DISCARD``)."""
+        sorted_ = SortedRound()
         for w in work:
             decision = self._decide_one(w, reads)
-            if isinstance(decision, Refused) and decision.ancestor_wanted:
-                w.wants_ancestor = True  # decided again once its nearest common ancestor is loaded
-                wanting.append(w)
-                continue
-            if on_held and (w.sender is None or isinstance(decision, Refused) and decision.recorded_alone):
-                return self._discarded(work)  # kept without an etag check: decide the batch again, fresh
-            if isinstance(decision, Refused) and decision.recorded_alone and w.sender is not None:
-                alone.append((w, idempotency.record(w.command.arguments, outcome_of(decision))))
-                continue
-            outcome = outcome_of(decision)
-            prepared = self._prepare(w, decision, outcome, loaded, reads.service_draining)
-            if on_held and not self._checked_by_its_append(w, decision, prepared):
-                return self._discarded(work)
-            if prepared is None:
-                outcomes[w.command.command_id] = outcome
-                continue
-            appends.append(prepared)
-            committing.append((w, outcome))
-        if not committing and not alone:
-            return wanting
+            match fate_of(decision, w.sender, w.target, on_held):
+                case Fate.AGAIN:
+                    w.wants_ancestor = True  # decided again once its nearest common ancestor is loaded
+                    sorted_.again.append(w)
+                case Fate.DISCARD:
+                    return None
+                case Fate.RECORDED_ALONE:
+                    record = idempotency.record(w.command.arguments, outcome_of(decision))
+                    sorted_.recorded_alone.append(RecordedAlone(w, record))
+                case Fate.ANSWERED:
+                    sorted_.answered.append(Answered(w, outcome_of(decision)))
+                case Fate.APPENDED:
+                    outcome = outcome_of(decision)
+                    prepared = self._prepare(w, decision, outcome, reads.loaded, reads.service_draining)
+                    sorted_.appended.append(Appended(w, outcome, prepared))
+        return sorted_
+
+    async def _commit(self, sorted_: SortedRound, outcomes: dict[str, dict], acknowledged: set) -> list[_Work]:
+        """The round's appends and lone records in one round trip; returns the commands whose append
+        conflicted (another writer appended first), to decide again."""
 
         def build(pipe) -> None:
-            for prepared in appends:
-                self.store.commit_call(prepared, pipe)
-            for w, record in alone:
-                self.store.record_outcome_call(w.sender, w.digest, record, pipe)
+            for appended in sorted_.appended:
+                self.store.commit_call(appended.prepared, pipe)
+            for alone in sorted_.recorded_alone:
+                self.store.record_outcome_call(alone.work.sender, alone.work.digest, alone.record, pipe)
 
-        replies = await self.store.run_pipeline(build)
-        kept = replies[len(appends):]
-        for index, (w, _) in enumerate(alone):
-            # The record kept (ours, or a concurrent decision's of the same call) is the answer.
-            outcomes[w.command.command_id] = idempotency.replayed_outcome(
-                decode_record(kept[2 * index + 1]), w.command.arguments
-            )
-        retry: list[_Work] = wanting
-        for (w, outcome), prepared, reply in zip(committing, appends, replies):
+        replies = iter(await self.store.run_pipeline(build))
+        conflicted: list[_Work] = []
+        for (w, outcome, prepared), reply in zip(sorted_.appended, replies):
             result = parse_append(reply)
             if result.status == "ok":
                 outcomes[w.command.command_id] = outcome
                 # Only an append that carried the answer acknowledged the entry: an approval request's does
                 # not, and its command is answered with the others (else it waited for a reclaim).
                 if prepared.answers:
-                    acknowledged.add(w.entry[1])
+                    acknowledged.add(w.entry.entry_id)
             elif result.status == "dup":
                 outcomes[w.command.command_id] = idempotency.replayed_outcome(result.record, w.command.arguments)
             else:
-                retry.append(w)
-        metrics.CONFLICT_ROUNDS.inc(len(retry))
-        if on_held:
-            self.held.contended(len(retry), len(committing))
-        return retry
+                conflicted.append(w)
+        for alone in sorted_.recorded_alone:
+            _set_once, kept = next(replies), next(replies)  # ``record_outcome_call``: set once, read back
+            # The record kept (ours, or a concurrent decision's of the same call) is the answer.
+            outcomes[alone.work.command.command_id] = idempotency.replayed_outcome(
+                decode_record(kept), alone.work.command.arguments)
+        return conflicted
 
     def _prepare(self, w: _Work, decision: SendDecision, outcome: dict, loaded: dict[str, Loaded], draining: bool
                  ) -> PreparedAppend | None:

@@ -16,28 +16,10 @@ always uses it: an interrupt reaches only a direct neighbour.
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from ..errors import Code, Rejected
+from ..neighbours import Direction, direction, may_address, resident_continuable  # re-exported: the table's rows
 from ..records import Peer, SessionRecord
-
-Direction = Literal["to_parent", "to_child", "non_resident_to_parent", "not_neighbour"]
-
-
-def resident_continuable(record: SessionRecord) -> bool:
-    return record.resident and record.continuable
-
-
-def direction(sender: SessionRecord, target: SessionRecord) -> Direction:
-    """Which row of the table above a message from ``sender`` to ``target`` falls in."""
-    if sender.root_session_id != target.root_session_id or sender.session_id == target.session_id:
-        return "not_neighbour"
-    if sender.parent_session_id is not None and target.session_id == sender.parent_session_id:
-        return "to_parent" if resident_continuable(sender) else "non_resident_to_parent"
-    if target.parent_session_id == sender.session_id:
-        return "to_child"
-    return "not_neighbour"
-
 
 @dataclass(frozen=True)
 class Codes:
@@ -75,13 +57,6 @@ def require_route(policy: str, sender: SessionRecord, target: SessionRecord) -> 
     """The send's routing policy: nothing more than the tree scope under "tree"."""
     if policy == "direct":
         require_direct(sender, target, SEND)
-
-
-def may_address(policy: str, sender: SessionRecord, target: SessionRecord) -> bool:
-    """Whether ``sender`` may send to ``target`` by routing alone (the rules still apply)."""
-    if policy != "direct":
-        return sender.root_session_id == target.root_session_id and sender.session_id != target.session_id
-    return direction(sender, target) in ("to_parent", "to_child")
 
 
 def addressable(policy: str, sender: SessionRecord, peers: Sequence[Peer]) -> list[Peer]:
