@@ -18,16 +18,18 @@ SURROGATE = "plans \ud800 things"
 RULES = {"child": "allow", "parent": "allow"}
 # A refusal's text is a bounded prefix of the input at most: never the 4 MiB itself.
 MAX_ECHO = 1000
-# Written by the live processes on their own clock, not by a call: the worker registry, and the command
-# streams the workers trim as they acknowledge (a refused host call never reaches them: it is refused first).
+# Written by the live processes on their own clock, not by a call: the worker registry, and the command and
+# wake streams the workers trim as they acknowledge (a refused host call never reaches them: it is refused
+# first; the tree's registration left wake triggers a trim pass may take off at any moment).
 VOLATILE = (b"tm:workers", b"tm:cmd:")
+VOLATILE_ENDINGS = (b":wakes",)
 
 
 async def everything(redis) -> dict:
     """Every key with its type and size: what a refused call must leave exactly as it was."""
     out = {}
     for key in await redis.keys("*"):
-        if key.startswith(VOLATILE):
+        if key.startswith(VOLATILE) or key.endswith(VOLATILE_ENDINGS):
             continue
         kind = (await redis.type(key)).decode()
         size = {"stream": redis.xlen, "hash": redis.hlen, "set": redis.scard, "zset": redis.zcard,
