@@ -91,7 +91,7 @@ async def test_a_causal_chain_across_a_tree_and_a_peer_route_is_one_trace(redis_
         await host.consume(grand.session_id, to_grand.message_id, step=1)
         third = await host.peers.send(calls.ctx(grand.session_id), {"peer": "advisor", "body": "is part 1 right?"})
         to_peer = []
-        for _ in range(100):  # the host's own first attempt admits it; the pump would retry otherwise
+        for _ in range(2400):  # the host's own first attempt admits it; the pump would retry otherwise (within 120 s)
             if to_peer := await host.claim(advisor.session_id, "run-1"):
                 break
             await asyncio.sleep(0.05)
