@@ -185,7 +185,7 @@ def ui(
         server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
                                                timeout_graceful_shutdown=1))
         try:
-            listening = _listen(host, port)
+            listening = listen(host, port)
             task = asyncio.create_task(server.serve(sockets=[listening]))
             while not server.started and not task.done():
                 await asyncio.sleep(0.05)
@@ -206,7 +206,7 @@ def ui(
         raise typer.Exit(1)
 
 
-def _listen(host: str, port: int) -> socket.socket:
+def listen(host: str, port: int) -> socket.socket:
     """The page's socket, bound here so a taken port is one line (uvicorn would exit from inside its task)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     listening = socket.socket(family, socket.SOCK_STREAM)

@@ -1,0 +1,129 @@
+"""The host gateway: its OpenAPI document is the served routes, its answers are as documented, and it refuses
+bad input with a stable code before the host API is called."""
+
+import json
+import urllib.request
+from pathlib import Path
+
+from starlette.routing import Route
+
+from treemail.adapters.config import Config, MessagingConfig, ServiceConfig
+from treemail.domain.protocol import PROTOCOL_VERSION
+from treemail.entrypoints import gatewayapi
+from treemail.entrypoints.gateway import create_app
+from treemail.entrypoints.gatewayops import OPERATIONS
+from treemail.entrypoints.gatewaywire import PREFIX
+
+from .backends import HttpBackend
+from .interpreter import cases, run_case
+from .stack import gateway_stack
+
+CHECKED_IN = Path(__file__).resolve().parents[2] / "schemas" / "host-gateway.openapi.json"
+
+
+def test_the_checked_in_openapi_document_matches_the_code():
+    assert CHECKED_IN.read_text() == gatewayapi.render(), (
+        "the gateway's routes or bodies changed: regenerate with "
+        "`.venv/bin/python -m treemail.entrypoints.gatewayapi --write`")
+
+
+def test_every_served_route_is_documented_and_every_documented_route_is_served():
+    app = create_app(Config(service=ServiceConfig(redis_url="redis://unused")))
+    served = {(route.path, method.lower()) for route in app.routes if isinstance(route, Route)
+              for method in route.methods - {"HEAD"}}
+    documented = {(path, method) for path, item in json.loads(CHECKED_IN.read_text())["paths"].items()
+                  for method in item}
+    assert served == documented
+    assert all(path.startswith(PREFIX) for path, _ in served)
+
+
+def test_every_operation_has_a_unique_id_and_a_documented_body():
+    doc = gatewayapi.document()
+    ids = [op.id for op in OPERATIONS]
+    assert len(ids) == len(set(ids))
+    for path, item in doc["paths"].items():
+        for method, operation in item.items():
+            assert operation["responses"]["200"]["content"]["application/json"]["schema"]["$ref"], (path, method)
+            for status, response in operation["responses"].items():
+                ref = response["content"]["application/json"]["schema"]["$ref"]
+                assert ref.rsplit("/", 1)[1] in doc["components"]["schemas"], (path, method, status)
+
+
+async def test_every_contract_operation_answers_as_documented_and_the_rest_are_reached_here(contract_stack):
+    _, base_url = contract_stack
+    http = HttpBackend(base_url)
+    for case in cases():
+        await run_case(case, http)
+    # What the contract does not reach, reached here, each answer validated against the document too.
+    root = (await http.request("registerRoot", body={"agent_type": "planner", "rules": {"child": "allow"}}))[1]
+    child = (await http.request("registerChild", {"session_id": root["session_id"]},
+                                {"agent_type": "explore", "rules": {"parent": "allow"}, "status": "running"}))[1]
+    status, info = await http.request("info")
+    assert (status, info["protocol_version"]) == (200, PROTOCOL_VERSION)
+    status, tools = await http.request("tools", {"session_id": child["session_id"]}, query={"format": "openai"})
+    assert status == 200 and tools["tools"][0]["function"]["name"] == "send_message"
+    status, stopped = await http.request("stopSubtree", {"session_id": root["session_id"]}, {"how": "dispose"})
+    assert status == 200 and [row["session_id"] for row in stopped["stopped"]][-1] == root["session_id"]
+    assert {op.id for op in OPERATIONS} == {op_id for op_id, _ in http.answered}
+
+
+async def test_bad_input_is_refused_with_a_stable_code_before_the_host_api_is_called(contract_stack):
+    _, base_url = contract_stack
+    http = HttpBackend(base_url)
+    _, root = await http.request("registerRoot", body={"agent_type": "planner"})
+    path = {"session_id": root["session_id"]}
+    for body in ({"status": "sleeping"}, {"status": 3}, {"status": "idle", "extra": 1}, {}):
+        status, answer = await http.request("setStatus", path, body)
+        assert (status, answer["error"]["code"]) == (400, "gateway:invalid_request"), body
+    status, answer = await http.request("wakes", query={"consumer": "r", "block_ms": 10 ** 9})
+    assert (status, answer["error"]["code"]) == (400, "gateway:invalid_request")
+    status, answer = await http.request("wakes")  # no consumer
+    assert (status, answer["error"]["code"]) == (400, "gateway:invalid_request")
+    forged = {"session_id": root["session_id"], "message_id": None, "stream": "tm:cmd:{c0}", "entry_id": "0-1"}
+    status, answer = await http.request("runWake", body={"wake": forged, "run_id": "r"})
+    assert (status, answer["error"]["code"]) == (400, "gateway:invalid_request")  # only wake streams are acked
+    status, answer = await http.request("startRun", path, {"run_id": "x" * 1000})
+    assert (status, answer["error"]["code"]) == (400, "identifier:too_long")
+
+
+def _raw(url: str, method: str = "GET", data: bytes | None = None):
+    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, dict(response.headers), json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), json.loads(error.read())
+
+
+async def test_unknown_routes_and_malformed_bodies_get_the_error_shape_and_every_answer_names_its_versions(
+        contract_stack):
+    import asyncio
+
+    _, base_url = contract_stack
+    status, headers, body = await asyncio.to_thread(_raw, base_url + "/v2/sessions")
+    assert (status, body["error"]["code"]) == (404, "gateway:not_found")
+    status, headers, body = await asyncio.to_thread(_raw, base_url + PREFIX + "/sessions", "POST", b"{not json")
+    assert (status, body["error"]["code"]) == (400, "gateway:invalid_request")
+    assert headers["treemail-gateway-version"] == "1"
+    assert headers["treemail-protocol-version"] == str(PROTOCOL_VERSION)
+    status, headers, body = await asyncio.to_thread(_raw, base_url + PREFIX)
+    assert status == 200 and headers["treemail-gateway-version"] == "1"
+
+
+async def test_a_refusal_that_may_pass_later_is_429_with_retry_after(valkey):
+    config = Config(messaging=MessagingConfig(max_pending_per_session=1),
+                    service=ServiceConfig(redis_url=valkey.url, command_streams=1, partitions=4))
+    async with gateway_stack(valkey.url, config) as (_, base_url):
+        http = HttpBackend(base_url)
+        root = await http.register_root({"agent_type": "planner", "rules": {"child": "allow"}})
+        child = await http.register_child({"parent": root["session_id"], "agent_type": "explore"})
+        await http.start_run({"session": root["session_id"], "run": "r"})
+        context = {"session_id": root["session_id"], "run_id": "r"}
+        answers = [await http.request("sendMessage", body={
+            "context": {**context, "tool_call_id": f"t{i}"}, "arguments": {"to": child["handle"], "body": "x"}})
+            for i in range(2)]
+        (first, _), (status, refused) = answers
+        assert first == 200
+        assert (status, refused["error"]["code"]) == (429, "send_message:inbox_full")
+        assert refused["is_error"] and refused["error"]["retry_after_ms"] > 0
+        assert refused["text"].startswith("send_message:inbox_full")
