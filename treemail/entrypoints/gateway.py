@@ -8,6 +8,7 @@ protocol's in headers. Like `treemail ui`, it binds loopback unless told otherwi
 authentication of its own, so an operator who binds it elsewhere puts it behind one.
 """
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -105,6 +106,8 @@ class Gateway:
                 message = _validation_message(error) if isinstance(error, ValidationError) else str(error)
                 return refusal(w.INVALID_REQUEST, message)
             call = Call(self.host, dict(request.path_params), body, query, self.wake_streams)
+            if operation.long_poll:
+                return await self._unless_gone(request, self._run(operation, call))
             return await self._run(operation, call)
 
         handle.__name__ = operation.id
@@ -121,6 +124,25 @@ class Gateway:
         if not isinstance(data, dict):
             raise ValueError("the body must be a JSON object")
         return operation.request.model_validate(data)
+
+    async def _unless_gone(self, request: Request, work) -> Response:
+        """A long poll the client gave up on (its AbortSignal, a closed connection) stops waiting at once: it
+        would hold a server connection for the rest of its block_ms. A trigger it had already read stays
+        pending in the runners' group and is reclaimed by another read, as a dead runner's is."""
+
+        async def gone() -> None:
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+
+        running, watching = asyncio.ensure_future(work), asyncio.ensure_future(gone())
+        await asyncio.wait({running, watching}, return_when=asyncio.FIRST_COMPLETED)
+        if running.done():
+            watching.cancel()
+            return running.result()
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+        return Response(status_code=499)  # nobody reads it: the client is gone
 
     async def _run(self, operation: Operation, call: Call) -> Response:
         """The host API's answer, or its error in the one shape: what the Python host raises or returns."""

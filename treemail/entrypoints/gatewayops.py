@@ -57,6 +57,8 @@ class Operation:
     query: tuple[Query, ...] = ()
     # The error statuses this route may answer beside 400 (its input) and 503 (the server unreachable).
     errors: tuple[int, ...] = (404, 409)
+    # Waits for something to happen (up to block_ms): abandoned when its client goes away.
+    long_poll: bool = False
 
 
 def _context(body: w.ToolCall) -> SendContext:
@@ -266,11 +268,11 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("callTool", "POST", "/tools/{name}", "A model's call of any other installed tool (interrupt_agent, "
               "send_to_peer, ...)", call_tool, w.ToolCall, w.ToolAnswer, errors=(403, 404, 409, 429)),
     Operation("wakes", "GET", "/wakes", "Wake triggers for this runner (a long poll)", wakes, response=w.Wakes,
-              query=(CONSUMER, COUNT, BLOCK), errors=()),
+              query=(CONSUMER, COUNT, BLOCK), errors=(), long_poll=True),
     Operation("runWake", "POST", "/wakes/run", "Start the woken run and acknowledge its trigger", run_wake,
               w.RunWake, w.Started),
     Operation("interrupts", "GET", "/interrupts", "Interrupt triggers of runs still open (a long poll)",
-              interrupts, response=w.Interrupts, query=(CONSUMER, COUNT, BLOCK), errors=()),
+              interrupts, response=w.Interrupts, query=(CONSUMER, COUNT, BLOCK), errors=(), long_poll=True),
     Operation("abortRun", "POST", "/interrupts/abort", "Finish the interrupted run aborted and acknowledge",
               abort_run, w.AbortRun, w.Aborted),
     Operation("inspect", "GET", "/messages/{message_id}", "What became of a sent message", inspect,
