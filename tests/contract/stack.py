@@ -7,6 +7,8 @@ everything listens, and stops when its standard input closes (the test that star
 
 import asyncio
 import contextlib
+import os
+import signal
 import socket
 import sys
 
@@ -54,9 +56,19 @@ async def serve_until_stdin_closes() -> None:
     try:
         async with gateway_stack(valkey.url) as (_, base_url):
             print(f"TREEMAIL_GATEWAY_URL={base_url}", flush=True)
-            await asyncio.to_thread(sys.stdin.read)
+            # Stop on end of input or on SIGTERM, either way through the cleanup (the Valkey is a child process).
+            stopped = asyncio.Event()
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopped.set)
+            closed = asyncio.ensure_future(asyncio.to_thread(_until_end_of_input))
+            await asyncio.wait([closed, asyncio.ensure_future(stopped.wait())], return_when=asyncio.FIRST_COMPLETED)
     finally:
         valkey.cleanup()
+    os._exit(0)  # the thread still reading standard input must not hold the exit
+
+
+def _until_end_of_input() -> None:
+    while sys.stdin.buffer.read1(4096):
+        pass
 
 
 if __name__ == "__main__":

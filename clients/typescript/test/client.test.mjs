@@ -1,0 +1,79 @@
+// The client itself: cancellation through AbortSignal, the error class with the stable code, refusals a
+// model causes answered (not thrown), no globals.
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+
+import { TreemailClient, TreemailError, isRefusal } from "../dist/src/index.js";
+import { startStack } from "./stack.mjs";
+
+describe("the TypeScript client", () => {
+  let stack;
+  let tm;
+  before(async () => {
+    stack = await startStack();
+    tm = new TreemailClient({ baseUrl: stack.url });
+  });
+  after(() => stack?.stop());
+
+  test("speaks the gateway's version and names the event protocol it stands on", async () => {
+    const info = await tm.info();
+    assert.equal(info.gateway_version, 1);
+    assert.ok(info.protocol_version >= 6);
+    // A base URL given with the version prefix reaches the same gateway.
+    assert.deepEqual(await new TreemailClient({ baseUrl: `${stack.url}/v1/` }).info(), info);
+  });
+
+  test("an aborted long poll ends at once, and followWakes ends with its signal", async () => {
+    const stop = new AbortController();
+    const polling = tm.wakes("client-test", { block_ms: 30_000, signal: stop.signal });
+    setTimeout(() => stop.abort(), 50);
+    await assert.rejects(polling, (error) => error.name === "AbortError");
+
+    const follow = new AbortController();
+    setTimeout(() => follow.abort(), 50);
+    const seen = [];
+    for await (const wake of tm.followWakes("client-test", { block_ms: 30_000, signal: follow.signal })) seen.push(wake);
+    assert.ok(follow.signal.aborted);
+  });
+
+  test("a host operation refused throws TreemailError with the stable code and the status", async () => {
+    const root = await tm.registerRoot({ agent_type: "planner" });
+    await tm.startRun(root.session_id, "run-1");
+    await assert.rejects(tm.startRun(root.session_id, "run-2"), (error) => {
+      assert.ok(error instanceof TreemailError);
+      assert.equal(error.code, "lifecycle:run_active");
+      assert.equal(error.status, 409);
+      return true;
+    });
+    await assert.rejects(tm.setStatus(root.session_id, "sleeping"),
+      (error) => error.code === "gateway:invalid_request" && error.status === 400);
+    await assert.rejects(tm.inspect("00000000-0000-7000-8000-000000000000"),
+      (error) => error.code === "message:unknown" && error.status === 404);
+  });
+
+  test("a model's refused send is answered with the line the model reads, never thrown", async () => {
+    const root = await tm.registerRoot({ agent_type: "planner", rules: { child: "allow" } });
+    await tm.startRun(root.session_id, "run-1");
+    const answer = await tm.sendMessage({ session_id: root.session_id, run_id: "run-1", tool_call_id: "t1" },
+      { to: "nobody", body: "hello" });
+    assert.ok(answer.is_error && isRefusal(answer.result));
+    assert.equal(answer.result.error.code, "send_message:unknown_session");
+    assert.ok(answer.text.startsWith("send_message:unknown_session"));
+  });
+
+  test("a gateway that cannot be reached is gateway:unavailable", async () => {
+    const nowhere = new TreemailClient({ baseUrl: "http://127.0.0.1:9" });
+    await assert.rejects(nowhere.info(), (error) => error.code === "gateway:unavailable" && error.status === 0);
+  });
+
+  test("the client defines no globals and takes the fetch it is given", async () => {
+    const before = new Set(Object.getOwnPropertyNames(globalThis));
+    await import("../dist/src/index.js?again");
+    assert.deepEqual(Object.getOwnPropertyNames(globalThis).filter((name) => !before.has(name)), []);
+    const seen = [];
+    const recording = new TreemailClient({ baseUrl: stack.url, headers: { "X-Engine": "test" },
+      fetch: (url, init) => (seen.push([url, init.headers["X-Engine"]]), fetch(url, init)) });
+    await recording.info();
+    assert.deepEqual(seen, [[`${stack.url}/v1`, "test"]]);
+  });
+});
