@@ -31,7 +31,7 @@ async def gateway_stack(url: str, config: Config | None = None):
     worker = Worker(config, url, consumer="contract-worker")
     await worker.start()
     tm = await Treemail.connect(config, url)
-    listening = socket.socket()
+    listening = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY: see listen()
     listening.bind(("127.0.0.1", 0))
     listening.listen(128)
     server = uvicorn.Server(uvicorn.Config(create_app(config, Gateway(config, tm)), log_level="warning",

@@ -5,6 +5,7 @@ import json
 import urllib.request
 from pathlib import Path
 
+import redis.asyncio as aioredis
 from starlette.routing import Route
 
 from treemail.adapters.config import Config, MessagingConfig, ServiceConfig
@@ -111,9 +112,15 @@ async def test_unknown_routes_and_malformed_bodies_get_the_error_shape_and_every
 
 
 async def test_a_refusal_that_may_pass_later_is_429_with_retry_after(valkey):
+    # A database of its own: the workers decide by their own guards, and the module's stack (default guards)
+    # reads the same command stream on database 0.
+    url = valkey.url.rsplit("/", 1)[0] + "/7"
+    client = aioredis.Redis.from_url(url)
+    await client.execute_command("FLUSHDB", "SYNC")
+    await client.aclose()
     config = Config(messaging=MessagingConfig(max_pending_per_session=1),
-                    service=ServiceConfig(redis_url=valkey.url, command_streams=1, partitions=4))
-    async with gateway_stack(valkey.url, config) as (_, base_url):
+                    service=ServiceConfig(redis_url=url, command_streams=1, partitions=4))
+    async with gateway_stack(url, config) as (_, base_url):
         http = HttpBackend(base_url)
         root = await http.register_root({"agent_type": "planner", "rules": {"child": "allow"}})
         child = await http.register_child({"parent": root["session_id"], "agent_type": "explore"})

@@ -209,7 +209,9 @@ def ui(
 def listen(host: str, port: int) -> socket.socket:
     """The page's socket, bound here so a taken port is one line (uvicorn would exit from inside its task)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    listening = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets that say they are TCP, and without it a
+    # keep-alive client waits out a delayed ACK (about 40 ms) on every answer written in two parts.
+    listening = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         listening.bind((host.strip("[]"), port))
