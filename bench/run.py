@@ -21,6 +21,8 @@ Phases (the Valkey is flushed between the throughput phases):
   8. the same on a local 3-master Valkey Cluster started for this phase
   9. the MCP path: sends over streamable HTTP from 8 clients, next to an empty tool on the same server and
      the host API (bench/mcp.py)
+  11. the TypeScript host over `treemail gateway` next to the Python host: send round trip and claim
+     latency, one at a time, alternating rounds (bench/gateway.py)
 
 Over the house's 200 lines: one function per phase, run in order by ``main``,
 so a reader of BENCHMARKS.md finds every figure's measurement in one file
@@ -43,7 +45,7 @@ from treemail.host import SendContext, Treemail
 from treemail.domain import events as ev
 from treemail.domain.state import evolve
 
-from . import (backpressure, decision, fanout, fanout_loops, floor, latency, mcp, memory, million, population, priority, raw,
+from . import (backpressure, decision, fanout, fanout_loops, floor, gateway, latency, mcp, memory, million, population, priority, raw,
                replay, scale, wakes)
 from .report import ROOT, report, write_markdown
 from .sizes import FULL, QUICK, Sizes
@@ -393,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="shrink every phase for a smoke run")
     parser.add_argument("--no-write", action="store_true", help="print only, leave BENCHMARKS.md alone")
     parser.add_argument("--only", default="", help="comma-separated phases (one,decision,raw,floor,durable,replicated,memory,two,latency,latency_low,wake_latency,fanout,backpressure,"
-                        "priority,history,sessions,replay,scale_single,routing,scale_cluster,mcp,fanout_loops); implies --no-write")
+                        "priority,history,sessions,replay,scale_single,routing,scale_cluster,mcp,fanout_loops,gateway); implies --no-write")
     args = parser.parse_args(argv)
     only = [p for p in args.only.split(",") if p]
     quick = args.quick or os.environ.get("BENCH_QUICK", "") not in ("", "0")
@@ -464,6 +466,9 @@ def main(argv: list[str] | None = None) -> int:
             ("fanout_loops", f"phase 10: loop detection, {fanout_loops.CHILDREN} children reporting to a parent and "
                              "answered, then a ping-pong",
              lambda: asyncio.run(fanout_loops.phase_fanout_loops(url, sizes.loop_rounds, log))),
+            ("gateway", "phase 11: the TypeScript host over `treemail gateway` next to the Python host: send round trip "
+                        "and claim, one at a time",
+             lambda: asyncio.run(gateway.phase_gateway(url, sizes.gateway_sends, sizes.gateway_rounds, log))),
         ]
         for key, label, run in phases:
             if only and key not in only:

@@ -30,6 +30,8 @@ class Sizes:
     loop_rounds: int = 5  # phase 10: reports from each of 100 children, each answered
     priority_trials: int = 20  # phase 4d: urgent and normal probes each, behind 100 queued messages
     decision_commands: int = 4_000  # phase 1b: decided without I/O, best of 5 passes
+    gateway_sends: int = 300  # phase 11: sends (each claimed) per round, from each of the Python and TypeScript hosts
+    gateway_rounds: int = 5
 
 
 FULL = Sizes(trees=200, children=5, commands=100_000, latency_rate=2000, latency_seconds=5.0, latency_rounds=3,
@@ -39,4 +41,5 @@ QUICK = Sizes(trees=20, children=5, commands=5_000, latency_rate=500, latency_se
               big_events=20_000, probe_sends=100, replay_trees=4, replay_children=4, replay_events=2000,
               scale_trees=16, scale_children=10, scale_commands=3_000, memory_sends=1_000,
               million_sends=20_000, sessions=2_000, mcp_seconds=1.0, mcp_rounds=3, wake_sends=300,
-              fanout_rounds=3, loop_rounds=2, priority_trials=3, decision_commands=1_000)
+              fanout_rounds=3, loop_rounds=2, priority_trials=3, decision_commands=1_000,
+              gateway_sends=100, gateway_rounds=2)
