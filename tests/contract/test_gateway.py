@@ -63,9 +63,52 @@ async def test_every_contract_operation_answers_as_documented_and_the_rest_are_r
     assert (status, info["protocol_version"]) == (200, PROTOCOL_VERSION)
     status, tools = await http.request("tools", {"session_id": child["session_id"]}, query={"format": "openai"})
     assert status == 200 and tools["tools"][0]["function"]["name"] == "send_message"
+    await _permissions_approvals_and_drains(http, root, child)
+    status, answer = await http.request("reconcile", body={"interrupted_runs": False})
+    assert status == 200 and answer["woken"] >= 0
     status, stopped = await http.request("stopSubtree", {"session_id": root["session_id"]}, {"how": "dispose"})
     assert status == 200 and [row["session_id"] for row in stopped["stopped"]][-1] == root["session_id"]
     assert {op.id for op in OPERATIONS} == {op_id for op_id, _ in http.answered}
+
+
+async def _permissions_approvals_and_drains(http: HttpBackend, root: dict, child: dict) -> None:
+    """The person's side of an ``ask`` rule, the host's overlay of rules, and drains, over the gateway."""
+    import asyncio
+
+    path = {"session_id": child["session_id"]}
+    status, report = await http.request("permissions", path)
+    assert status == 200 and report["labels"]["parent"]["effect"] == "allow"
+    status, guidance = await http.request("returnGuidance", path)
+    assert status == 200 and root["handle"] in guidance["guidance"]
+    status, _ = await http.request("setMessageRules", path, {"rules": {"parent": "ask"}})
+    assert status == 200
+    await http.start_run({"session": child["session_id"], "run": "c-1"})
+    context = {"session_id": child["session_id"], "run_id": "c-1", "tool_call_id": "ask-1"}
+    asking = asyncio.create_task(http.request("sendMessage", body={
+        "context": context, "arguments": {"to": root["handle"], "body": "may I?"}}))
+    for _ in range(200):
+        _, waiting = await http.request("approvals")
+        mine = [a for a in waiting["approvals"] if a["sender_session_id"] == child["session_id"]]
+        if mine:
+            break
+        await asyncio.sleep(0.05)
+    status, decided = await http.request("approve", {"request_id": mine[0]["request_id"]}, {"scope": "once"})
+    assert (status, decided["status"]) == (200, "approved")
+    status, answer = await asyncio.wait_for(asking, 30)
+    assert status == 200 and "message_id" in answer["result"]
+    status, answer = await http.request("deny", {"request_id": mine[0]["request_id"]}, {})
+    # Decided already: the host API refuses the value (a ValueError, no code of its own), so does the gateway.
+    assert (status, answer["error"]["code"]) == (400, "gateway:invalid_request")
+    status, answer = await http.request("approve", {"request_id": "no-such-request"}, {})
+    assert (status, answer["error"]["code"]) == (404, "gateway:not_found")
+    await http.request("setMessageRules", path, {"rules": None})
+    status, drained = await http.request("drain", body={"session_id": child["session_id"]})
+    assert (status, drained["sessions"]) == (200, 1)
+    refused = await http.send_message({"session": child["session_id"], "run": "c-1", "call": "drained-1",
+                                       "arguments": {"to": root["handle"], "body": "x"}})
+    assert refused["error"]["code"] == "send_message:draining"
+    status, lifted = await http.request("undrain", body={"session_id": child["session_id"]})
+    assert (status, lifted["sessions"]) == (200, 1)
 
 
 async def test_bad_input_is_refused_with_a_stable_code_before_the_host_api_is_called(contract_stack):

@@ -155,7 +155,9 @@ class Gateway:
         except (RedisError, RedisUnavailable, OSError) as error:
             return refusal(w.UNAVAILABLE, f"the server could not be reached ({type(error).__name__}); "
                                           "retrying is safe where the operation is idempotent")
-        except (ValueError, LookupError) as error:  # what the host API refuses a caller's value with
+        except LookupError as error:  # what the host API finds nothing under (an approval request's id)
+            return refusal(w.NOT_FOUND, str(error))
+        except ValueError as error:  # what the host API refuses a caller's value with
             return refusal(w.INVALID_REQUEST, str(error))
         except Exception:
             log.exception("gateway: %s failed", operation.id)

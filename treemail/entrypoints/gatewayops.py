@@ -15,9 +15,7 @@ from pydantic import BaseModel
 
 from treemail.domain.commands import SendContext
 from treemail.domain.protocol import PROTOCOL_VERSION
-from treemail.host import Treemail, __version__
-from treemail.producers.host.interrupts import Interrupt
-from treemail.producers.host.wakes import Wake
+from treemail.host import Interrupt, Treemail, Wake, __version__
 
 from . import gatewaywire as w
 
@@ -228,6 +226,43 @@ async def stop_subtree(call: Call) -> dict:
     return {"stopped": await call.host.disposal.stop_subtree(call.path["session_id"], body.pop("how"), **body)}
 
 
+async def pending_approvals(call: Call) -> dict:
+    return {"approvals": await call.host.permissions.pending_approvals()}
+
+
+async def approve(call: Call) -> dict:
+    return await call.host.permissions.approve(call.path["request_id"], scope=call.body.scope)
+
+
+async def deny(call: Call) -> dict:
+    return await call.host.permissions.deny(call.path["request_id"])
+
+
+async def set_message_rules(call: Call) -> dict:
+    await call.host.permissions.set_message_rules(call.path["session_id"], call.body.rules)
+    return {"ok": True}
+
+
+async def effective(call: Call) -> dict:
+    return await call.host.permissions.effective(call.path["session_id"])
+
+
+async def return_guidance(call: Call) -> dict:
+    return {"guidance": await call.host.permissions.return_guidance(call.path["session_id"])}
+
+
+async def drain(call: Call) -> dict:
+    return {"sessions": await call.host.disposal.drain(call.body.session_id)}
+
+
+async def undrain(call: Call) -> dict:
+    return {"sessions": await call.host.disposal.undrain(call.body.session_id)}
+
+
+async def reconcile(call: Call) -> dict:
+    return {"woken": await call.host.obligations.reconcile(interrupted_runs=call.body.interrupted_runs)}
+
+
 CONSUMER = Query("consumer", str, required=True, description="this runner's name in the runners' consumer group")
 COUNT = Query("count", int, default=10, minimum=1, maximum=w.MAX_COUNT, description="at most this many")
 BLOCK = Query("block_ms", int, default=1000, minimum=0, maximum=w.MAX_BLOCK_MS,
@@ -290,6 +325,22 @@ OPERATIONS: tuple[Operation, ...] = (
               w.Principal),
     Operation("routes", "GET", f"{S}/peers", "The session's peer names, with what each grant allows", routes,
               response=w.Routes, errors=(404,)),
+    Operation("approvals", "GET", "/approvals", "Sends waiting for a person (an ask rule)", pending_approvals,
+              response=w.Approvals, errors=()),
+    Operation("approve", "POST", "/approvals/{request_id}/approve", "Let a waiting send through, once or for the "
+              "tree", approve, w.Approve, w.Result),
+    Operation("deny", "POST", "/approvals/{request_id}/deny", "Refuse a waiting send", deny, w.Empty, w.Result),
+    Operation("setMessageRules", "PUT", f"{S}/message_rules", "Lay the host's overlay of message rules (null "
+              "removes it)", set_message_rules, w.MessageRules),
+    Operation("permissions", "GET", f"{S}/permissions", "The effective permissions: visibility, and per label its "
+              "effect and deciding rule", effective, response=w.Result, errors=(404,)),
+    Operation("returnGuidance", "GET", f"{S}/return_guidance", "The sentence for a child's first prompt, or null",
+              return_guidance, response=w.Guidance, errors=(404,)),
+    Operation("drain", "POST", "/drain", "Refuse new sends from or to the service, or a session and its subtree",
+              drain, w.Drain, w.Draining),
+    Operation("undrain", "POST", "/undrain", "Lift a drain", undrain, w.Drain, w.Draining),
+    Operation("reconcile", "POST", "/reconcile", "After a restart: re-derive every wake and obligation from the "
+              "streams", reconcile, w.Reconcile, w.Reconciled, errors=()),
     Operation("dispose", "POST", f"{S}/dispose", "Dispose of the session: pending mail goes back to its senders",
               dispose, w.Dispose, w.Disposed),
     Operation("stopSubtree", "POST", f"{S}/stop_subtree", "Dispose or interrupt the session and all below it, "

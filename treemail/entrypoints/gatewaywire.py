@@ -189,6 +189,29 @@ class InstallTools(Strict):
     names: list[str]
 
 
+class Empty(Strict):
+    pass
+
+
+class Approve(Strict):
+    scope: Literal["once", "tree"] = "once"
+
+
+class Drain(Strict):
+    # None: the whole service; else this session and every session below it.
+    session_id: str | None = None
+
+
+class Reconcile(Strict):
+    # The host restarted: runs still open in the streams are finished (their claims released).
+    interrupted_runs: bool = False
+
+
+class MessageRules(Strict):
+    # None removes the overlay.
+    rules: dict[str, Any] | None
+
+
 # ---- responses -----------------------------------------------------------------------------------------------
 
 
@@ -285,6 +308,23 @@ class Disposed(BaseModel):
 
 class Stopped(BaseModel):
     stopped: list[dict[str, Any]]
+
+
+class Approvals(BaseModel):
+    approvals: list[dict[str, Any]]
+
+
+class Draining(BaseModel):
+    # Sessions draining (or no longer) because of this call; 0 for the whole service.
+    sessions: int
+
+
+class Reconciled(BaseModel):
+    woken: int
+
+
+class Guidance(BaseModel):
+    guidance: str | None
 
 
 class ErrorDetail(BaseModel):

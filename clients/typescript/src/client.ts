@@ -1,8 +1,8 @@
 import { TreemailError } from "./errors.js";
 import type {
-  CallOptions, CancelAnswer, Delivery, Disposed, ErrorDetail, GatewayInfo, HostSend, Inject, Interrupt,
+  Approval, CallOptions, CancelAnswer, Delivery, Disposed, ErrorDetail, GatewayInfo, HostSend, Inject, Interrupt,
   MessageStatus, PeerRoute, PollOptions, RegisterChild, RegisterRoot, RegisterRoute, Registration, Refusal,
-  RevokeRoute, SendContext, SendResult, SetGrant, Status, StopReason, StopSubtree, ToolAnswer, ToolFormat, Wake,
+  RevokeRoute, Rules, SendContext, SendResult, SetGrant, Status, StopReason, StopSubtree, ToolAnswer, ToolFormat, Wake,
 } from "./types.js";
 
 /** The gateway version this client speaks: the paths' prefix, checked against the gateway's header. */
@@ -289,6 +289,57 @@ export class TreemailClient {
   async routes(sessionId: string, options?: CallOptions): Promise<PeerRoute[]> {
     return (await this.#call<{ routes: PeerRoute[] }>("GET", `/sessions/${segment(sessionId)}/peers`, undefined,
       undefined, options)).routes;
+  }
+
+  // ---- permissions and approvals --------------------------------------------------------------------------
+
+  /** Sends waiting for a person (an `ask` rule); each has its `request_id`. */
+  async pendingApprovals(options?: CallOptions): Promise<Approval[]> {
+    return (await this.#call<{ approvals: Approval[] }>("GET", "/approvals", undefined, undefined, options)).approvals;
+  }
+
+  approve(requestId: string, scope: "once" | "tree" = "once", options?: CallOptions): Promise<Approval> {
+    return this.#call("POST", `/approvals/${segment(requestId)}/approve`, { scope }, undefined, options);
+  }
+
+  deny(requestId: string, options?: CallOptions): Promise<Approval> {
+    return this.#call("POST", `/approvals/${segment(requestId)}/deny`, {}, undefined, options);
+  }
+
+  /** The host's overlay of message rules over the agent's (null removes it). */
+  async setMessageRules(sessionId: string, rules: Rules | null, options?: CallOptions): Promise<void> {
+    await this.#call("PUT", `/sessions/${segment(sessionId)}/message_rules`, { rules }, undefined, options);
+  }
+
+  /** The effective permissions: the tool's visibility, and per label its effect and the rule that decided it. */
+  permissions(sessionId: string, options?: CallOptions): Promise<Record<string, unknown>> {
+    return this.#call("GET", `/sessions/${segment(sessionId)}/permissions`, undefined, undefined, options);
+  }
+
+  /** The sentence for a child's first prompt (send your result to your parent), or null. */
+  async returnGuidance(sessionId: string, options?: CallOptions): Promise<string | null> {
+    return (await this.#call<{ guidance: string | null }>(
+      "GET", `/sessions/${segment(sessionId)}/return_guidance`, undefined, undefined, options)).guidance;
+  }
+
+  // ---- drains and restarts --------------------------------------------------------------------------------
+
+  /** Refuse new sends from or to the whole service (no session) or a session and its subtree. */
+  async drain(sessionId: string | null = null, options?: CallOptions): Promise<number> {
+    return (await this.#call<{ sessions: number }>("POST", "/drain", { session_id: sessionId }, undefined, options))
+      .sessions;
+  }
+
+  async undrain(sessionId: string | null = null, options?: CallOptions): Promise<number> {
+    return (await this.#call<{ sessions: number }>("POST", "/undrain", { session_id: sessionId }, undefined, options))
+      .sessions;
+  }
+
+  /** After a restart: every wake and obligation re-derived from the streams; with `interruptedRuns` (the
+   *  host restarted, no run survived) runs still open are finished. The number of wakes asked. */
+  async reconcile(interruptedRuns = false, options?: CallOptions): Promise<number> {
+    return (await this.#call<{ woken: number }>("POST", "/reconcile", { interrupted_runs: interruptedRuns },
+      undefined, options)).woken;
   }
 
   // ---- ending sessions -----------------------------------------------------------------------------------

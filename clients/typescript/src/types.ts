@@ -180,6 +180,19 @@ export interface StopSubtree {
   idempotency_key?: string | null;
 }
 
+/** A send waiting for a person, and after a decision its `status` (approved or denied). */
+export interface Approval {
+  request_id: string;
+  sender_session_id: string;
+  sender_handle?: string | null;
+  recipient_handle?: string | null;
+  label?: string;
+  mode?: Mode;
+  body?: string;
+  status?: string;
+  [field: string]: unknown;
+}
+
 export type ToolFormat = "treemail" | "anthropic" | "openai" | "mcp";
 
 /** Every call takes an AbortSignal: aborting it cancels the request (a long poll at once). */

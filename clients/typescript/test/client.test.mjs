@@ -61,6 +61,28 @@ describe("the TypeScript client", () => {
     assert.ok(answer.text.startsWith("send_message:unknown_session"));
   });
 
+  test("a send under an ask rule waits for a person, who approves it through the client", async () => {
+    const root = await tm.registerRoot({ agent_type: "planner", rules: { child: "ask" } });
+    const child = await tm.registerChild(root.session_id, { agent_type: "explore", rules: { parent: "allow" } });
+    await tm.startRun(root.session_id, "run-1");
+    const asking = tm.sendMessage({ session_id: root.session_id, run_id: "run-1", tool_call_id: "ask-1" },
+      { to: child.handle, body: "may I?" });
+    let mine = [];
+    while (mine.length === 0) {
+      mine = (await tm.pendingApprovals()).filter((a) => a.sender_session_id === root.session_id);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    assert.equal((await tm.approve(mine[0].request_id, "once")).status, "approved");
+    const answer = await asking;
+    assert.ok(!answer.is_error && "message_id" in answer.result);
+    assert.equal(await tm.drain(child.session_id), 1);
+    const refused = await tm.sendMessage({ session_id: root.session_id, run_id: "run-1", tool_call_id: "ask-2" },
+      { to: child.handle, body: "again" });
+    assert.equal(refused.result.error.code, "send_message:draining");
+    assert.equal(await tm.undrain(child.session_id), 1);
+    assert.ok((await tm.reconcile()) >= 0);
+  });
+
   test("a gateway that cannot be reached is gateway:unavailable", async () => {
     const nowhere = new TreemailClient({ baseUrl: "http://127.0.0.1:9" });
     await assert.rejects(nowhere.info(), (error) => error.code === "gateway:unavailable" && error.status === 0);
