@@ -266,7 +266,7 @@ class HttpBackend:
             answer = await self._plain("wakes", query={"consumer": a["consumer"], "block_ms": FOLLOW_BLOCK_MS})
             for wake in answer["wakes"]:
                 if wake["session_id"] == a["session"]:
-                    return await self._plain("runWake", body={"wake": wake, "run_id": a["run"]})
+                    return await self._plain("wakeRun", body={"wake": wake, "run_id": a["run"]})
         raise AssertionError(f"no wake for {a['session']}")
 
     async def interrupt_for(self, a):

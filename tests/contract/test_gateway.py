@@ -87,7 +87,7 @@ async def _permissions_approvals_and_drains(http: HttpBackend, root: dict, child
     asking = asyncio.create_task(http.request("sendMessage", body={
         "context": context, "arguments": {"to": root["handle"], "body": "may I?"}}))
     for _ in range(200):
-        _, waiting = await http.request("approvals")
+        _, waiting = await http.request("pendingApprovals")
         mine = [a for a in waiting["approvals"] if a["sender_session_id"] == child["session_id"]]
         if mine:
             break
@@ -124,7 +124,7 @@ async def test_bad_input_is_refused_with_a_stable_code_before_the_host_api_is_ca
     status, answer = await http.request("wakes")  # no consumer
     assert (status, answer["error"]["code"]) == (400, "gateway:invalid_request")
     forged = {"session_id": root["session_id"], "message_id": None, "stream": "tm:cmd:{c0}", "entry_id": "0-1"}
-    status, answer = await http.request("runWake", body={"wake": forged, "run_id": "r"})
+    status, answer = await http.request("wakeRun", body={"wake": forged, "run_id": "r"})
     assert (status, answer["error"]["code"]) == (400, "gateway:invalid_request")  # only wake streams are acked
     status, answer = await http.request("startRun", path, {"run_id": "x" * 1000})
     assert (status, answer["error"]["code"]) == (400, "identifier:too_long")

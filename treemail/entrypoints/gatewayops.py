@@ -304,7 +304,7 @@ OPERATIONS: tuple[Operation, ...] = (
               "send_to_peer, ...)", call_tool, w.ToolCall, w.ToolAnswer, errors=(403, 404, 409, 429)),
     Operation("wakes", "GET", "/wakes", "Wake triggers for this runner (a long poll)", wakes, response=w.Wakes,
               query=(CONSUMER, COUNT, BLOCK), errors=(), long_poll=True),
-    Operation("runWake", "POST", "/wakes/run", "Start the woken run and acknowledge its trigger", run_wake,
+    Operation("wakeRun", "POST", "/wakes/run", "Start the woken run and acknowledge its trigger", run_wake,
               w.RunWake, w.Started),
     Operation("interrupts", "GET", "/interrupts", "Interrupt triggers of runs still open (a long poll)",
               interrupts, response=w.Interrupts, query=(CONSUMER, COUNT, BLOCK), errors=(), long_poll=True),
@@ -325,7 +325,7 @@ OPERATIONS: tuple[Operation, ...] = (
               w.Principal),
     Operation("routes", "GET", f"{S}/peers", "The session's peer names, with what each grant allows", routes,
               response=w.Routes, errors=(404,)),
-    Operation("approvals", "GET", "/approvals", "Sends waiting for a person (an ask rule)", pending_approvals,
+    Operation("pendingApprovals", "GET", "/approvals", "Sends waiting for a person (an ask rule)", pending_approvals,
               response=w.Approvals, errors=()),
     Operation("approve", "POST", "/approvals/{request_id}/approve", "Let a waiting send through, once or for the "
               "tree", approve, w.Approve, w.Result),
