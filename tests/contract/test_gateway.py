@@ -152,6 +152,9 @@ async def test_unknown_routes_and_malformed_bodies_get_the_error_shape_and_every
     assert headers["treemail-protocol-version"] == str(PROTOCOL_VERSION)
     status, headers, body = await asyncio.to_thread(_raw, base_url + PREFIX)
     assert status == 200 and headers["treemail-gateway-version"] == "1"
+    huge = json.dumps({"agent_type": "x", "description": "d" * (16 * 1024 * 1024)}).encode()
+    status, headers, body = await asyncio.to_thread(_raw, base_url + PREFIX + "/sessions", "POST", huge)
+    assert (status, body["error"]["code"]) == (413, "gateway:request_too_large")
 
 
 async def test_a_refusal_that_may_pass_later_is_429_with_retry_after(valkey):

@@ -21,6 +21,7 @@ def test_each_kind_of_refusal_has_its_status():
     assert status_of({"code": "lifecycle:run_active"}) == 409
     assert status_of({"code": "send_message:sender_not_live"}) == 409
     assert status_of({"code": "gateway:internal"}) == 500
+    assert status_of({"code": "gateway:request_too_large"}) == 413
 
 
 def test_every_stable_code_maps_to_a_client_or_availability_status():

@@ -36,6 +36,10 @@ log = logging.getLogger("treemail.gateway")
 HEADERS = {w.VERSION_HEADER: str(w.GATEWAY_VERSION), w.PROTOCOL_HEADER: str(PROTOCOL_VERSION)}
 
 
+class RequestTooLarge(Exception):
+    pass
+
+
 def answer(body: dict, status: int = 200) -> JSONResponse:
     headers = dict(HEADERS)
     retry_after = (body.get("error") or {}).get("retry_after_ms") if status != 200 else None
@@ -102,6 +106,8 @@ class Gateway:
             try:
                 body = await self._body(request, operation)
                 query = {spec.name: _query(request, spec) for spec in operation.query}
+            except RequestTooLarge as error:
+                return refusal(w.TOO_LARGE, str(error))
             except (ValueError, ValidationError) as error:
                 message = _validation_message(error) if isinstance(error, ValidationError) else str(error)
                 return refusal(w.INVALID_REQUEST, message)
@@ -116,7 +122,11 @@ class Gateway:
     async def _body(self, request: Request, operation: Operation):
         if operation.request is None:
             return None
-        raw = await request.body()
+        raw = bytearray()
+        async for chunk in request.stream():
+            raw += chunk
+            if len(raw) > w.MAX_REQUEST_BYTES:
+                raise RequestTooLarge(f"the body is over {w.MAX_REQUEST_BYTES:,} bytes")
         try:
             data = json.loads(raw) if raw.strip() else {}
         except ValueError:

@@ -23,6 +23,7 @@ STATUS_TEXT = {200: "the host API's answer", 400: "the request is malformed (gat
                "the host API refuses", 403: "refused: not permitted", 404: "an unknown session, message, tool or "
                "route", 409: "refused by the state the request found", 429: "refused for now: retry after "
                "retry_after_ms (also the Retry-After header)", 500: "the gateway failed (gateway:internal)",
+               413: "the request body is over 16 MiB (gateway:request_too_large)",
                503: "the server is unreachable, or the service is shutting down or draining"}
 
 
@@ -54,7 +55,7 @@ def _parameters(op: Operation) -> list[dict]:
 def _operation(op: Operation) -> dict:
     ok = op.response.__name__
     responses = {"200": {"description": STATUS_TEXT[200], "content": _json(ok)}}
-    for status in sorted({400, 503, *op.errors}):
+    for status in sorted({400, 503, *op.errors, *((413,) if op.request is not None else ())}):
         # A model-facing call answers a refusal with the tool's whole answer, which carries the error too.
         name = ok if op.response is w.ToolAnswer else "Error"
         responses[str(status)] = {"description": STATUS_TEXT[status], "content": _json(name)}

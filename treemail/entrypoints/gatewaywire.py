@@ -23,10 +23,14 @@ INVALID_REQUEST = "gateway:invalid_request"
 NOT_FOUND = "gateway:not_found"
 UNAVAILABLE = "gateway:unavailable"
 INTERNAL = "gateway:internal"
+TOO_LARGE = "gateway:request_too_large"
 
 # A long poll holds one server connection for its whole wait: bounded so a client cannot hold the pool.
 MAX_BLOCK_MS = 30_000
 MAX_COUNT = 100
+# A request body is read whole before it is parsed: bounded well above any body treemail stores (a
+# message's images included), so a runaway client cannot fill the gateway's memory.
+MAX_REQUEST_BYTES = 16 * 1024 * 1024
 
 
 class Strict(BaseModel):
@@ -372,6 +376,8 @@ def status_of(error: dict) -> int:
         return 429  # it may pass later, and says when
     if code == INTERNAL:
         return 500
+    if code == TOO_LARGE:
+        return 413
     if last in _UNAVAILABLE:
         return 503
     if last.startswith("unknown") or last == "not_found":
