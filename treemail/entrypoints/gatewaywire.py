@@ -42,12 +42,15 @@ class Strict(BaseModel):
 Status = Literal["queued", "running", "idle", "finished"]
 StopReason = Literal["completed", "aborted", "max_tokens", "refusal", "error"]
 Mode = Literal["steer", "queue"]
+# The agent document's rules as the host API takes them: a bare effect (for "*"), pattern -> effect (or per
+# action: {"message": ..., "interrupt": ...}), or [pattern, effect] pairs in declaration order.
+RulesIn = str | dict[str, Any] | list[list[str]] | None
 
 
 class RegisterRoot(Strict):
     agent_type: str
     description: str = ""
-    rules: dict[str, Any] | None = None
+    rules: RulesIn = None
     send_message_tool: bool = True
     status: Status = "running"
     with_handle: bool = True
@@ -57,7 +60,7 @@ class RegisterRoot(Strict):
 class RegisterChild(Strict):
     agent_type: str
     description: str = ""
-    rules: dict[str, Any] | None = None
+    rules: RulesIn = None
     send_message_tool: bool = True
     status: Status = "queued"
     with_handle: bool = True
@@ -213,7 +216,7 @@ class Reconcile(Strict):
 
 class MessageRules(Strict):
     # None removes the overlay.
-    rules: dict[str, Any] | None
+    rules: RulesIn
 
 
 # ---- responses -----------------------------------------------------------------------------------------------

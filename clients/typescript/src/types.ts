@@ -5,8 +5,9 @@ export type Status = "queued" | "running" | "idle" | "finished";
 export type Mode = "steer" | "queue";
 export type StopReason = "completed" | "aborted" | "max_tokens" | "refusal" | "error";
 export type Effect = "allow" | "ask" | "deny";
-/** `{"child": "allow", "sibling": "ask"}`, or per action: `{"message": {...}, "interrupt": {...}}`. */
-export type Rules = Record<string, Effect | Record<string, Effect>>;
+/** `{"child": "allow", "sibling": "ask"}`, per action `{"message": {...}, "interrupt": {...}}`, a bare effect
+ *  (for `"*"`), or `[pattern, effect]` pairs in declaration order (the last tie-break). */
+export type Rules = Effect | Record<string, Effect | Record<string, Effect>> | Array<[string, Effect]>;
 
 export interface GatewayInfo {
   gateway_version: number;
