@@ -156,8 +156,8 @@ class HttpBackend:
         op = self.operations[op_id]
         responses = self.document["paths"][PREFIX + op.path][op.method.lower()]["responses"]
         assert str(status) in responses, f"{op_id} answered {status}, which its document does not list: {body}"
-        ref = responses[str(status)]["content"]["application/json"]["schema"]["$ref"]
-        schema = {"$ref": ref, "components": self.document["components"]}
+        schema = {**responses[str(status)]["content"]["application/json"]["schema"],
+                  "components": self.document["components"]}
         jsonschema.Draft202012Validator(schema).validate(body)
         self.answered.add((op_id, status))
 

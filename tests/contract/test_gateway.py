@@ -46,8 +46,9 @@ def test_every_operation_has_a_unique_id_and_a_documented_body():
         for method, operation in item.items():
             assert operation["responses"]["200"]["content"]["application/json"]["schema"]["$ref"], (path, method)
             for status, response in operation["responses"].items():
-                ref = response["content"]["application/json"]["schema"]["$ref"]
-                assert ref.rsplit("/", 1)[1] in doc["components"]["schemas"], (path, method, status)
+                schema = response["content"]["application/json"]["schema"]
+                for ref in [schema.get("$ref")] if "$ref" in schema else [s["$ref"] for s in schema["anyOf"]]:
+                    assert ref.rsplit("/", 1)[1] in doc["components"]["schemas"], (path, method, status)
 
 
 async def test_every_contract_operation_answers_as_documented_and_the_rest_are_reached_here(contract_stack):
@@ -126,6 +127,11 @@ async def test_bad_input_is_refused_with_a_stable_code_before_the_host_api_is_ca
     forged = {"session_id": root["session_id"], "message_id": None, "stream": "tm:cmd:{c0}", "entry_id": "0-1"}
     status, answer = await http.request("wakeRun", body={"wake": forged, "run_id": "r"})
     assert (status, answer["error"]["code"]) == (400, "gateway:invalid_request")  # only wake streams are acked
+    context = {"session_id": "00000000-0000-7000-8000-000000000000", "run_id": "r", "tool_call_id": "t"}
+    status, answer = await http.request("callTool", {"name": "interrupt_agent"}, {"context": context, "arguments": {}})
+    assert (status, answer["error"]["code"]) == (404, "lifecycle:unknown_session")  # the request's, not the tool's
+    status, answer = await http.request("sendMessage", body={"context": {"session_id": "s"}, "arguments": {}})
+    assert (status, answer["error"]["code"]) == (400, "gateway:invalid_request")
     status, answer = await http.request("startRun", path, {"run_id": "x" * 1000})
     assert (status, answer["error"]["code"]) == (400, "identifier:too_long")
 

@@ -32,8 +32,9 @@ def _models() -> list:
     return sorted(found, key=lambda model: model.__name__)
 
 
-def _json(schema_ref: str) -> dict:
-    return {"application/json": {"schema": {"$ref": REF.format(model=schema_ref)}}}
+def _json(*names: str) -> dict:
+    refs = [{"$ref": REF.format(model=name)} for name in names]
+    return {"application/json": {"schema": refs[0] if len(refs) == 1 else {"anyOf": refs}}}
 
 
 def _parameters(op: Operation) -> list[dict]:
@@ -56,9 +57,10 @@ def _operation(op: Operation) -> dict:
     ok = op.response.__name__
     responses = {"200": {"description": STATUS_TEXT[200], "content": _json(ok)}}
     for status in sorted({400, 503, *op.errors, *((413,) if op.request is not None else ())}):
-        # A model-facing call answers a refusal with the tool's whole answer, which carries the error too.
-        name = ok if op.response is w.ToolAnswer else "Error"
-        responses[str(status)] = {"description": STATUS_TEXT[status], "content": _json(name)}
+        # A model-facing call answers the tool's refusal with the tool's whole answer (which carries the error
+        # too), and a refusal of the request itself (its body, its session, the server) as every route does.
+        names = (ok, "Error") if op.response is w.ToolAnswer else ("Error",)
+        responses[str(status)] = {"description": STATUS_TEXT[status], "content": _json(*names)}
     body = {"operationId": op.id, "summary": op.summary, "parameters": _parameters(op), "responses": responses}
     if op.request is not None:
         body["requestBody"] = {"required": True, "content": _json(op.request.__name__)}
