@@ -20,12 +20,24 @@ from .interpreter import cases, run_case
 from .stack import gateway_stack
 
 CHECKED_IN = Path(__file__).resolve().parents[2] / "schemas" / "host-gateway.openapi.json"
+# The OpenAPI Initiative's JSON Schema for 3.1 (tests/fixtures/openapi/README.md says where from).
+OFFICIAL = Path(__file__).resolve().parents[1] / "fixtures" / "openapi" / "3.1.json"
 
 
 def test_the_checked_in_openapi_document_matches_the_code():
     assert CHECKED_IN.read_text() == gatewayapi.render(), (
         "the gateway's routes or bodies changed: regenerate with "
         "`.venv/bin/python -m treemail.entrypoints.gatewayapi --write`")
+
+
+def test_the_document_is_valid_openapi_3_1_and_the_check_would_catch_a_broken_one():
+    import jsonschema
+
+    official = jsonschema.Draft202012Validator(json.loads(OFFICIAL.read_text()))
+    doc = json.loads(CHECKED_IN.read_text())
+    assert [error.message for error in official.iter_errors(doc)] == []
+    doc["paths"][PREFIX]["get"]["responses"]["200"]["description"] = 7  # a string in the spec
+    assert list(official.iter_errors(doc))
 
 
 def test_every_served_route_is_documented_and_every_documented_route_is_served():
