@@ -132,8 +132,9 @@ async def test_bad_input_is_refused_with_a_stable_code_before_the_host_api_is_ca
     for body in ({"status": "sleeping"}, {"status": 3}, {"status": "idle", "extra": 1}, {}):
         status, answer = await http.request("setStatus", path, body)
         assert (status, answer["error"]["code"]) == (400, "gateway:invalid_request"), body
-    status, answer = await http.request("wakes", query={"consumer": "r", "block_ms": 10 ** 9})
-    assert (status, answer["error"]["code"]) == (400, "gateway:invalid_request")
+    for block_ms in (10 ** 9, 0):  # 0 would be "forever" to the server
+        status, answer = await http.request("wakes", query={"consumer": "r", "block_ms": block_ms})
+        assert (status, answer["error"]["code"]) == (400, "gateway:invalid_request")
     status, answer = await http.request("wakes")  # no consumer
     assert (status, answer["error"]["code"]) == (400, "gateway:invalid_request")
     forged = {"session_id": root["session_id"], "message_id": None, "stream": "tm:cmd:{c0}", "entry_id": "0-1"}
@@ -175,13 +176,19 @@ async def test_unknown_routes_and_malformed_bodies_get_the_error_shape_and_every
     assert (status, body["error"]["code"]) == (413, "gateway:request_too_large")
 
 
-async def test_a_refusal_that_may_pass_later_is_429_with_retry_after(valkey):
-    # A database of its own: the workers decide by their own guards, and the module's stack (default guards)
-    # reads the same command stream on database 0.
-    url = valkey.url.rsplit("/", 1)[0] + "/7"
+async def _own_database(valkey, number: int) -> str:
+    """A clean database beside the module's stack (database 0), whose worker reads the same command stream."""
+    url = valkey.url.rsplit("/", 1)[0] + f"/{number}"
     client = aioredis.Redis.from_url(url)
     await client.execute_command("FLUSHDB", "SYNC")
     await client.aclose()
+    return url
+
+
+async def test_a_refusal_that_may_pass_later_is_429_with_retry_after(valkey):
+    # A database of its own: the workers decide by their own guards, and the module's stack (default guards)
+    # reads the same command stream on database 0.
+    url = await _own_database(valkey, 7)
     config = Config(messaging=MessagingConfig(max_pending_per_session=1),
                     service=ServiceConfig(redis_url=url, command_streams=1, partitions=4))
     async with gateway_stack(url, config) as (_, base_url):
@@ -198,3 +205,24 @@ async def test_a_refusal_that_may_pass_later_is_429_with_retry_after(valkey):
         assert (status, refused["error"]["code"]) == (429, "send_message:inbox_full")
         assert refused["is_error"] and refused["error"]["retry_after_ms"] > 0
         assert refused["text"].startswith("send_message:inbox_full")
+
+
+async def test_long_polls_past_the_bound_are_told_to_come_back_so_other_operations_keep_a_connection(
+        valkey, monkeypatch):
+    import asyncio
+
+    from treemail.entrypoints import gatewaywire
+
+    monkeypatch.setattr(gatewaywire, "MAX_LONG_POLLS", 2)
+    url = await _own_database(valkey, 8)  # no wake triggers: each poll waits its whole block_ms
+    async with gateway_stack(url) as (_, base_url):
+        http = HttpBackend(base_url)
+        waiting = [asyncio.create_task(http.request("wakes", query={"consumer": f"bound-{i}", "block_ms": 3000}))
+                   for i in range(2)]
+        await asyncio.sleep(1)  # both are waiting at the gateway by then (each for 3 s): a third is refused at once
+        status, answer = await http.request("wakes", query={"consumer": "bound-3", "block_ms": 3000})
+        assert (status, answer["error"]["code"]) == (429, "gateway:too_many_polls")
+        assert answer["error"]["retry_after_ms"] > 0
+        status, _ = await http.request("info")  # other operations still answered meanwhile
+        assert status == 200
+        assert [status for status, _ in await asyncio.gather(*waiting)] == [200, 200]

@@ -82,6 +82,7 @@ class Gateway:
         self.config = config
         self.host = host
         self._owns_host = host is None
+        self._polls = 0  # long polls waiting now
         self.wake_streams = frozenset(keys.wake_stream(p) for p in range(config.service.partitions))
 
     async def open(self) -> None:
@@ -113,7 +114,15 @@ class Gateway:
                 return refusal(w.INVALID_REQUEST, message)
             call = Call(self.host, dict(request.path_params), body, query, self.wake_streams)
             if operation.long_poll:
-                return await self._unless_gone(request, self._run(operation, call))
+                if self._polls >= w.MAX_LONG_POLLS:
+                    return answer({"error": {"code": w.TOO_MANY_POLLS, "retry_after_ms": w.POLL_RETRY_AFTER_MS,
+                                             "message": f"{w.MAX_LONG_POLLS} long polls are waiting here already"}},
+                                  429)
+                self._polls += 1
+                try:
+                    return await self._unless_gone(request, self._run(operation, call))
+                finally:
+                    self._polls -= 1
             return await self._run(operation, call)
 
         handle.__name__ = operation.id

@@ -265,7 +265,8 @@ async def reconcile(call: Call) -> dict:
 
 CONSUMER = Query("consumer", str, required=True, description="this runner's name in the runners' consumer group")
 COUNT = Query("count", int, default=10, minimum=1, maximum=w.MAX_COUNT, description="at most this many")
-BLOCK = Query("block_ms", int, default=1000, minimum=0, maximum=w.MAX_BLOCK_MS,
+# At least 1: a block of 0 is "wait forever" to the server, which no poll through the gateway may do.
+BLOCK = Query("block_ms", int, default=1000, minimum=1, maximum=w.MAX_BLOCK_MS,
               description="how long to wait for one when none is there (a long poll)")
 S = "/sessions/{session_id}"
 
@@ -303,11 +304,11 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("callTool", "POST", "/tools/{name}", "A model's call of any other installed tool (interrupt_agent, "
               "send_to_peer, ...)", call_tool, w.ToolCall, w.ToolAnswer, errors=(403, 404, 409, 429)),
     Operation("wakes", "GET", "/wakes", "Wake triggers for this runner (a long poll)", wakes, response=w.Wakes,
-              query=(CONSUMER, COUNT, BLOCK), errors=(), long_poll=True),
+              query=(CONSUMER, COUNT, BLOCK), errors=(429,), long_poll=True),
     Operation("wakeRun", "POST", "/wakes/run", "Start the woken run and acknowledge its trigger", run_wake,
               w.RunWake, w.Started),
     Operation("interrupts", "GET", "/interrupts", "Interrupt triggers of runs still open (a long poll)",
-              interrupts, response=w.Interrupts, query=(CONSUMER, COUNT, BLOCK), errors=(), long_poll=True),
+              interrupts, response=w.Interrupts, query=(CONSUMER, COUNT, BLOCK), errors=(429,), long_poll=True),
     Operation("abortRun", "POST", "/interrupts/abort", "Finish the interrupted run aborted and acknowledge",
               abort_run, w.AbortRun, w.Aborted),
     Operation("inspect", "GET", "/messages/{message_id}", "What became of a sent message", inspect,

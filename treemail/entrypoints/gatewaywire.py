@@ -28,6 +28,12 @@ TOO_LARGE = "gateway:request_too_large"
 # A long poll holds one server connection for its whole wait: bounded so a client cannot hold the pool.
 MAX_BLOCK_MS = 30_000
 MAX_COUNT = 100
+# Long polls waiting at once: each holds one of the host's pooled server connections (64 on one server)
+# for its whole wait, so at most half of them, and the other operations always find one free. A poll past
+# the bound is refused for a moment (429), and its runner simply polls again.
+MAX_LONG_POLLS = 32
+POLL_RETRY_AFTER_MS = 1000
+TOO_MANY_POLLS = "gateway:too_many_polls"
 # A request body is read whole before it is parsed: bounded well above any body treemail stores (a
 # message's images included), so a runaway client cannot fill the gateway's memory.
 MAX_REQUEST_BYTES = 16 * 1024 * 1024

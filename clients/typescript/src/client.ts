@@ -26,6 +26,19 @@ function aborted(signal: AbortSignal | undefined): boolean {
   return signal?.aborted === true;
 }
 
+/** Waits `ms`, or less if the signal aborts first. */
+function pause(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener("abort", done, { once: true });
+    function done() {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    }
+  });
+}
+
 /**
  * The treemail host API over `treemail gateway`. Host operations throw `TreemailError` (the stable
  * `code`) when refused; the model-facing calls (`sendMessage`, `callTool`) never throw for what a model
@@ -246,6 +259,11 @@ export class TreemailClient {
         batch = await read(poll);
       } catch (error) {
         if (aborted(poll.signal)) return;
+        // The gateway holds as many long polls as it has connections to spare: come back when it says.
+        if (error instanceof TreemailError && error.status === 429 && error.retryAfterMs !== undefined) {
+          await pause(error.retryAfterMs, poll.signal);
+          continue;
+        }
         throw error;
       }
       yield* batch;

@@ -83,6 +83,28 @@ describe("the TypeScript client", () => {
     assert.ok((await tm.reconcile()) >= 0);
   });
 
+  test("followWakes waits as long as a 429 says, then polls again", async () => {
+    const wake = { session_id: "s", message_id: null, stream: "tm:{p0}:wakes", entry_id: "1-0" };
+    const answers = [
+      [429, { error: { code: "gateway:too_many_polls", message: "busy", retry_after_ms: 20 } }],
+      [200, { wakes: [wake] }],
+    ];
+    const polled = [];
+    const fake = async (url) => {
+      polled.push(performance.now());
+      const [status, body] = answers.shift() ?? [200, { wakes: [] }];
+      return new Response(JSON.stringify(body), { status });
+    };
+    const stop = new AbortController();
+    const client = new TreemailClient({ baseUrl: "http://gateway.invalid", fetch: fake });
+    for await (const got of client.followWakes("r", { signal: stop.signal })) {
+      assert.deepEqual(got, wake);
+      stop.abort();
+    }
+    assert.equal(polled.length, 2);
+    assert.ok(polled[1] - polled[0] >= 15, "it waited out retry_after_ms before polling again");
+  });
+
   test("a gateway that cannot be reached is gateway:unavailable", async () => {
     const nowhere = new TreemailClient({ baseUrl: "http://127.0.0.1:9" });
     await assert.rejects(nowhere.info(), (error) => error.code === "gateway:unavailable" && error.status === 0);
