@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: docs run test soak test-unit test-integration test-slow test-cluster cluster bench ab install clean prometheus chromium screenshot lock upgrade-check
+.PHONY: docs run test soak test-typescript test-unit test-integration test-slow test-cluster cluster bench ab install clean prometheus chromium screenshot lock upgrade-check
 
 # pip's own progress, not --quiet: a first install takes a minute or two and must not look hung.
 # setuptools says "Editable installation ... Please be careful" on every editable install; it is
@@ -122,6 +122,17 @@ chromium: $(STAMP)
 ## screenshot: the browser test again, saving the page as docs/images/timeline-ui.png
 screenshot: $(STAMP) chromium
 	TREEMAIL_UPDATE_SCREENSHOT=1 $(BIN)/pytest -q tests/integration/test_timeline_ui.py
+
+## test-typescript: the TypeScript host client (clients/typescript): npm ci (the pinned typescript and
+## @types/node), tsc, then node's own test runner. Its tests start their own stacks (Valkey, a worker and
+## `treemail gateway`) with this repository's Python, and run the host contract (tests/contract) over the
+## gateway; tests/contract/test_typescript_client.py runs this target, so the whole suite includes it.
+TS_CLIENT := clients/typescript
+TREEMAIL_PYTHON ?= $(abspath $(BIN))/python
+test-typescript: $(STAMP)
+	cd $(TS_CLIENT) && npm ci --no-audit --no-fund --loglevel=error
+	cd $(TS_CLIENT) && npx tsc -p .
+	cd $(TS_CLIENT) && TREEMAIL_PYTHON=$(TREEMAIL_PYTHON) npm test --silent
 
 test-unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit

@@ -114,6 +114,19 @@ def mcp_rows(m: dict) -> list[tuple[str, str, str, str]]:
         if "send_over_noop_by_cpu" in m else [])
 
 
+def gateway_rows(g: dict) -> list[tuple[str, str, str, str]]:
+    """The TypeScript host over `treemail gateway` next to the Python host (bench/gateway.py), same run."""
+    if "skipped" in g:
+        return [("TypeScript host over the gateway", "skipped", g["skipped"], "")]
+    rows = []
+    for name, label in (("send", "send round trip"), ("claim", "claim")):
+        ts, py = g["typescript"][name], g["python"][name]
+        rows.append((f"TypeScript host {label} p50, via the gateway", f"{ts['p50_ms']:.2f} ms",
+                     f"x{g[f'{name}_p50_ratio']:.2f} the Python host's {py['p50_ms']:.2f} ms; p99 {ts['p99_ms']:.2f} "
+                     f"vs {py['p99_ms']:.2f} ms; {ts['calls']:,} calls each", ""))
+    return rows
+
+
 def cluster_rows(rows: list[dict]) -> list[tuple[str, str, str, str]]:
     """Each cluster row's masters (bench/masters.py): their shares of Valkey's CPU, each within 15 % of an even
     share, and the cross-slot operations the masters refused per decision, next to the one refused on purpose."""
@@ -302,6 +315,8 @@ def report(results: dict, env: dict, sizes: Sizes, quick: bool, wall: float) -> 
     rows.append(("routed by tree / by sender", f"{routing['ratio']:.2f}", "same run, alternating", ""))
     if "mcp" in results:
         rows += mcp_rows(results["mcp"])
+    if "gateway" in results:
+        rows += gateway_rows(results["gateway"])
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
     header = (f"{'QUICK smoke run (not the reference figures); ' if quick else ''}"
@@ -453,6 +468,11 @@ timed span, divided by the commands. Latencies are a host's `send_message` call 
   {sizes.cache_budget_mib} MiB budget (about half of them), each read whole once and, if kept, again with nothing appended.
   Held: what a fresh cache's kept histories hold after the same reads, by tracemalloc (a pass of its own); the
   estimate is the cache's own count (`mailboxes.event_bytes`). The former bound is held per event x 500,000.
+- **the host gateway** (`bench/gateway.py`): one worker, `treemail gateway` in a process of its own; each of
+  {sizes.gateway_rounds} round(s), the Python host (the benchmark process) and then the TypeScript host (`bench/gateway_host.mjs`, the
+  client of `clients/typescript`, over HTTP to the gateway) make {sizes.gateway_sends} sends each, one at a time, from a root to its
+  running child, which claims each at once: the send's round trip and the claim are timed, the consume is not.
+  The ratios are the TypeScript host's p50 over the Python host's, over every round's calls.
 
 ## Capacity model
 

@@ -24,6 +24,8 @@ Phases (the Valkey is flushed between the throughput phases):
      the host API (bench/mcp.py)
   10. loop detection on a fan-out/fan-in tree (bench/fanout_loops.py)
   11. the web page's history cache with 16 KB bodies: its byte budget, estimated and measured (bench/historycache.py)
+  12. the TypeScript host over `treemail gateway` next to the Python host: send round trip and claim
+     latency, one at a time, alternating rounds (bench/gateway.py)
 
 Over the house's 200 lines: one function per phase, run in order by ``main``,
 so a reader of BENCHMARKS.md finds every figure's measurement in one file
@@ -46,7 +48,7 @@ from treemail.host import SendContext, Treemail
 from treemail.domain import events as ev
 from treemail.domain.state import evolve
 
-from . import (backpressure, decision, fanout, fanout_loops, floor, historycache, latency, mcp, memory, million, population, priority, raw,
+from . import (backpressure, decision, fanout, fanout_loops, floor, gateway, historycache, latency, mcp, memory, million, population, priority, raw,
                recovery, replay, scale, wakes)
 from .report import ROOT, report, write_markdown
 from .sizes import FULL, QUICK, Sizes
@@ -396,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="shrink every phase for a smoke run")
     parser.add_argument("--no-write", action="store_true", help="print only, leave BENCHMARKS.md alone")
     parser.add_argument("--only", default="", help="comma-separated phases (one,decision,raw,floor,durable,replicated,memory,two,latency,latency_low,wake_latency,fanout,backpressure,recovery,"
-                        "priority,history,sessions,replay,scale_single,routing,scale_cluster,mcp,fanout_loops,history_cache); implies --no-write")
+                        "priority,history,sessions,replay,scale_single,routing,scale_cluster,mcp,fanout_loops,history_cache,gateway); implies --no-write")
     args = parser.parse_args(argv)
     only = [p for p in args.only.split(",") if p]
     quick = args.quick or os.environ.get("BENCH_QUICK", "") not in ("", "0")
@@ -473,6 +475,9 @@ def main(argv: list[str] | None = None) -> int:
                               f"{historycache.BODY_BYTES // 1024} KB messages, a {sizes.cache_budget_mib} MiB budget",
              lambda: asyncio.run(historycache.phase_history_cache(url, sizes.cache_sessions, sizes.cache_messages,
                                                                   sizes.cache_budget_mib * 2**20, log))),
+            ("gateway", "phase 12: the TypeScript host over `treemail gateway` next to the Python host: send round trip "
+                        "and claim, one at a time",
+             lambda: asyncio.run(gateway.phase_gateway(url, sizes.gateway_sends, sizes.gateway_rounds, log))),
         ]
         for key, label, run in phases:
             if only and key not in only:

@@ -34,6 +34,8 @@ class Sizes:
     cache_sessions: int = 40  # phase 11: the page's history cache, sessions of cache_messages 16 KB messages
     cache_messages: int = 100
     cache_budget_mib: int = 32  # about half of what those sessions hold
+    gateway_sends: int = 300  # phase 12: sends (each claimed) per round, from each of the Python and TypeScript hosts
+    gateway_rounds: int = 5
 
 
 FULL = Sizes(trees=200, children=5, commands=100_000, latency_rate=2000, latency_seconds=5.0, latency_rounds=3,
@@ -44,4 +46,4 @@ QUICK = Sizes(trees=20, children=5, commands=5_000, latency_rate=500, latency_se
               scale_trees=16, scale_children=10, scale_commands=3_000, memory_sends=1_000,
               million_sends=20_000, sessions=2_000, mcp_seconds=1.0, mcp_rounds=3, wake_sends=300,
               fanout_rounds=3, loop_rounds=2, priority_trials=3, decision_commands=1_000, recovery_rounds=1,
-              cache_sessions=8, cache_messages=25, cache_budget_mib=2)
+              cache_sessions=8, cache_messages=25, cache_budget_mib=2, gateway_sends=100, gateway_rounds=2)

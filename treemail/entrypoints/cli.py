@@ -21,7 +21,7 @@ from treemail.host import __version__
 from treemail.adapters.config import load_config
 from treemail.domain.errors import ConfigError, LifecycleError, RedisUnavailable, UnknownSessionError
 
-from . import agents, clusterplan, logs, operations, timeline_commands
+from . import agents, clusterplan, gateway_command, logs, operations, timeline_commands
 from .clicommon import ConfigOpt, JsonOpt, SessionArg
 from .clicommon import config_of as _config
 from .clicommon import run_with_host as _run
@@ -418,6 +418,7 @@ agents.register(app)
 operations.register(app)
 timeline_commands.register(app)
 clusterplan.register(app)
+gateway_command.register(app)
 
 
 # -- errors --------------------------------------------------------------------------------

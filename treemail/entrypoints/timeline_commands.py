@@ -193,7 +193,7 @@ def ui(
         server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
                                                timeout_graceful_shutdown=1))
         try:
-            listening = _listen(host, port)
+            listening = listen(host, port)
             task = asyncio.create_task(server.serve(sockets=[listening]))
             while not server.started and not task.done():
                 await asyncio.sleep(0.05)
@@ -214,10 +214,12 @@ def ui(
         raise typer.Exit(1)
 
 
-def _listen(host: str, port: int) -> socket.socket:
+def listen(host: str, port: int) -> socket.socket:
     """The page's socket, bound here so a taken port is one line (uvicorn would exit from inside its task)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    listening = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets that say they are TCP, and without it a
+    # keep-alive client waits out a delayed ACK (about 40 ms) on every answer written in two parts.
+    listening = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         listening.bind((host.strip("[]"), port))
