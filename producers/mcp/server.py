@@ -51,6 +51,7 @@ from ..host.facade import Treemail
 from ..tools.table import SessionView
 from ..tools import receiving
 from .connection import INBOX_URI, Connection
+from .leased import LeasedSession
 from .stdio import checked_stdio_server
 
 TOOL_CALL_META = "treemail/tool_call_id"
@@ -63,11 +64,20 @@ RECEIVING_INSTRUCTIONS = (
     "when mail arrives."
 )
 
+# Over HTTP the inbox is read, never watched: no stream stays open whose life is the agent's.
+HTTP_RECEIVING_INSTRUCTIONS = (
+    "Mail to and from the other agents of your tree. Messages for you arrive when you call check_mail or "
+    "wait_for_mail, and urgent ones ride on your other tool results."
+)
+NO_HTTP_NOTIFICATIONS = ("over HTTP the inbox is not watched (no stream stays open): read treemail://inbox, or "
+                         "call wait_for_mail, which returns as soon as mail arrives")
+
 Resolve = Callable[[object], Awaitable[TokenBinding]]
 # The session as read with the request's token check (HTTP), or None: the call reads it itself.
 ViewOf = Callable[[object], "SessionView | None"]
-# The connection that is the agent behind a request (None: the tools only, the session run by its engine).
-ConnectionOf = Callable[[object], Awaitable["Connection | None"]]
+# The connection that is the agent behind a request (None: the tools only, the session run by its engine);
+# over HTTP a leased session, rebuilt for each request.
+ConnectionOf = Callable[[object], Awaitable["Connection | LeasedSession | None"]]
 DELIVERED_META = "treemail/delivered"
 # A tool that does nothing past the transport and the token check: what `make bench` puts next to
 # send_message on the same server, the transport's own ceiling.
@@ -200,6 +210,8 @@ def build_server(host: Treemail, resolve: Resolve, connection_of: ConnectionOf =
 
     async def subscribe(ctx, params: types.SubscribeRequestParams) -> types.EmptyResult:
         connection = await inbox_connection(ctx, params.uri)
+        if not isinstance(connection, Connection):
+            raise MCPError(INVALID_PARAMS, NO_HTTP_NOTIFICATIONS)
         session = ctx.session
         if id(connection) not in subscribed:
             subscribed[id(connection)] = connection.watch(lambda: session.send_resource_updated(INBOX_URI))
@@ -219,7 +231,7 @@ def build_server(host: Treemail, resolve: Resolve, connection_of: ConnectionOf =
     async def listen(ctx, params: types.SubscriptionsListenRequestParams):
         connection = await connection_of(ctx)
         watcher = None
-        if connection is not None and INBOX_URI in (params.notifications.resource_subscriptions or ()):
+        if isinstance(connection, Connection) and INBOX_URI in (params.notifications.resource_subscriptions or ()):
             watcher = connection.watch(lambda: bus.publish(ResourceUpdated(uri=INBOX_URI)))
         try:
             return await listen_handler(ctx, params)
@@ -332,14 +344,20 @@ def _view_of(ctx) -> SessionView | None:
     return access.claims.get(VIEW_CLAIM) if access is not None and access.claims else None
 
 
-def http_app(host: Treemail, bind_host: str = "127.0.0.1", port: int = 8765, noop: bool = False):
+def http_app(host: Treemail, bind_host: str = "127.0.0.1", port: int = 8765, noop: bool = False,
+             receive: bool = False):
     """The Starlette app serving ``/mcp``; every request needs ``Authorization: Bearer <token>``.
-    ``noop``: also a tool that does nothing (the benchmark's transport ceiling)."""
+    ``noop``: also a tool that does nothing (the benchmark's transport ceiling); ``receive``: each token's
+    session is an agent that receives, its claims held by a lease (``leased.py``), not by this process."""
 
     async def resolve(ctx) -> TokenBinding:
         return _binding_of(ctx)
 
-    server = build_server(host, resolve, noop=noop, view_of=_view_of)
+    async def leased_session(ctx) -> LeasedSession:
+        return LeasedSession(host, _binding_of(ctx).session_id)
+
+    server = build_server(host, resolve, leased_session if receive else _no_connection, noop=noop,
+                          instructions=HTTP_RECEIVING_INSTRUCTIONS if receive else INSTRUCTIONS, view_of=_view_of)
     return server.streamable_http_app(
         stateless_http=True, json_response=True, host=bind_host,
         # No OAuth server here: the host mints tokens; issuer_url is required by the settings model only.
@@ -348,7 +366,8 @@ def http_app(host: Treemail, bind_host: str = "127.0.0.1", port: int = 8765, noo
     )
 
 
-async def serve_http(config: Config, url: str, host: str = "127.0.0.1", port: int = 8765, say=None) -> None:
+async def serve_http(config: Config, url: str, host: str = "127.0.0.1", port: int = 8765, say=None,
+                     receive: bool = False) -> None:
     """Serve streamable HTTP on ``http://host:port/mcp`` until SIGINT or SIGTERM.
 
     ``say`` is told the address once the port is bound (port 0: the one the system chose), so whoever
@@ -357,7 +376,7 @@ async def serve_http(config: Config, url: str, host: str = "127.0.0.1", port: in
 
     api = await Treemail.connect(config, url)
     try:
-        server = uvicorn.Server(uvicorn.Config(http_app(api, host, port), host=host, port=port, log_level="warning"))
+        server = uvicorn.Server(uvicorn.Config(http_app(api, host, port, receive=receive), host=host, port=port, log_level="warning"))
         task = asyncio.create_task(server.serve())
         while not server.started and not task.done():
             await asyncio.sleep(0.02)
