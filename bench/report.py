@@ -114,6 +114,14 @@ def mcp_rows(m: dict) -> list[tuple[str, str, str, str]]:
         if "send_over_noop_by_cpu" in m else [])
 
 
+def mcp_conversation_rows(c: dict) -> list[tuple[str, str, str, str]]:
+    """Two agents conversing over streamable HTTP, receiving with leases (bench/mcp_conversation.py)."""
+    return [(f"MCP conversation over HTTP, {row['pairs']} pair(s) (send, wait, reply, wait)",
+             f"{row['rate']:,.1f} conversations/s",
+             f"p50 {row['p50_ms']:.1f} ms, p99 {row['p99_ms']:.1f} ms, {row['conversations']:,} conversations "
+             f"({row['failed']} failed)", "") for row in c.values()]
+
+
 def cluster_rows(rows: list[dict]) -> list[tuple[str, str, str, str]]:
     """Each cluster row's masters (bench/masters.py): their shares of Valkey's CPU, each within 15 % of an even
     share, and the cross-slot operations the masters refused per decision, next to the one refused on purpose."""
@@ -276,6 +284,8 @@ def report(results: dict, env: dict, sizes: Sizes, quick: bool, wall: float) -> 
     rows.append(("routed by tree / by sender", f"{routing['ratio']:.2f}", "same run, alternating", ""))
     if "mcp" in results:
         rows += mcp_rows(results["mcp"])
+    if "mcp_conversation" in results:
+        rows += mcp_conversation_rows(results["mcp_conversation"])
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
     header = (f"{'QUICK smoke run (not the reference figures); ' if quick else ''}"
@@ -422,6 +432,10 @@ timed span, divided by the commands. Latencies are a host's `send_message` call 
   the host API's `send_message` from 8 concurrent callers in the benchmark process, in turn; every caller makes one
   call at a time. Rates are the median round's; the ratio is the median of the rounds' own send / empty-tool
   ratios (the three alternate, so each round's share the machine's moments); percentiles over every round's calls.
+- **MCP conversation** (`bench/mcp_conversation.py`): `treemail mcp --http --receive`'s app in a process of its own,
+  one worker; each pair a root and its child, each an official-SDK client with its own token; a conversation is
+  A's send, B's `wait_for_mail`, B's reply (confirming what B was shown), A's `wait_for_mail`; pairs converse back to
+  back for {sizes.mcp_conversation_seconds:g} s with 1 pair, then 8; percentiles over every conversation.
 
 ## Capacity model
 
