@@ -137,7 +137,7 @@ async def test_a_call_before_the_lease_ends_confirms_whatever_the_clock_says_aft
 
 @contextlib.contextmanager
 def http_process(redis_url: str):
-    """A real `treemail mcp --http --receive` process on a free port; yields its URL."""
+    """A real `treemail mcp --http --receive` process on a free port; yields its URL and the process."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -147,9 +147,10 @@ def http_process(redis_url: str):
     try:
         said = process.stderr.readline()  # once bound, it says where it listens
         assert f"http://127.0.0.1:{port}/mcp" in said, said
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield f"http://127.0.0.1:{port}/mcp", process
     finally:
-        process.send_signal(signal.SIGTERM)
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
         try:
             process.wait(30)
         except subprocess.TimeoutExpired:
@@ -162,7 +163,7 @@ async def test_two_server_processes_alternately_serve_one_agent_and_each_message
         planner, explore = await tree(host)
         await host.start_run(planner.session_id, "planner-run")
         token = await host.tools.mint_token(explore.session_id)
-        with http_process(redis_url) as url_1, http_process(redis_url) as url_2:
+        with http_process(redis_url) as (url_1, _), http_process(redis_url) as (url_2, _):
             seen: list[str] = []
             sent = []
             for turn in range(4):  # each request a new client on the other process: nothing shared but Valkey
