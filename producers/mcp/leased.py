@@ -21,13 +21,15 @@ goes away); a stdio connection of the session takes it over, or the host
 finishes it. A session an engine runs is never taken over (``mcp:engine_run``).
 """
 
+import asyncio
+
 from treemail.domain import ids
 from treemail.domain.decide.delivery import LEASED_RUN_PREFIX, leased
 from treemail.domain.errors import LifecycleError
 
 from ..host.facade import Treemail
 from ..tools import receiving
-from .connection import RUN_PREFIX, ConnectionRefused, inbox_of, marked, take_turn
+from .connection import RUN_PREFIX, ConnectionRefused, inbox_of, marked, take_turn, watch_inbox
 
 # A wait holds the request open: past about 30 s, HTTP clients' and proxies' own read timeouts cut it, and
 # a response that never arrives leaves its claim to the lease. So a wait over HTTP ends by 25 s at most.
@@ -119,3 +121,8 @@ class LeasedSession:
 
     async def inbox(self) -> dict:
         return await inbox_of(self.host.tools.mailbox, self.session_id)
+
+    def watch(self, notify) -> asyncio.Task:
+        """Call ``notify()`` whenever mail becomes due, until the returned task is cancelled (the listen stream
+        that asked ends)."""
+        return asyncio.create_task(watch_inbox(self.host.tools.mailbox, self.session_id, notify))

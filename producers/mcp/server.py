@@ -64,13 +64,15 @@ RECEIVING_INSTRUCTIONS = (
     "when mail arrives."
 )
 
-# Over HTTP the inbox is read, never watched: no stream stays open whose life is the agent's.
 HTTP_RECEIVING_INSTRUCTIONS = (
     "Mail to and from the other agents of your tree. Messages for you arrive when you call check_mail or "
-    "wait_for_mail, and urgent ones ride on your other tool results."
+    "wait_for_mail, and urgent ones ride on your other tool results; a subscriptions/listen stream naming "
+    "treemail://inbox is told when mail arrives."
 )
-NO_HTTP_NOTIFICATIONS = ("over HTTP the inbox is not watched (no stream stays open): read treemail://inbox, or "
-                         "call wait_for_mail, which returns as soon as mail arrives")
+# A stateless HTTP server has no session to send a handshake-era subscription's notifications to later.
+NO_HTTP_NOTIFICATIONS = ("resources/subscribe has no session to notify over stateless HTTP: keep a "
+                         "subscriptions/listen stream naming treemail://inbox open, or call wait_for_mail, which "
+                         "returns as soon as mail arrives")
 
 Resolve = Callable[[object], Awaitable[TokenBinding]]
 # The session as read with the request's token check (HTTP), or None: the call reads it itself.
@@ -230,11 +232,18 @@ def build_server(host: Treemail, resolve: Resolve, connection_of: ConnectionOf =
 
     async def listen(ctx, params: types.SubscriptionsListenRequestParams):
         connection = await connection_of(ctx)
-        watcher = None
-        if isinstance(connection, Connection) and INBOX_URI in (params.notifications.resource_subscriptions or ()):
-            watcher = connection.watch(lambda: bus.publish(ResourceUpdated(uri=INBOX_URI)))
+        handler, watcher = listen_handler, None
+        if connection is not None and INBOX_URI in (params.notifications.resource_subscriptions or ()):
+            if isinstance(connection, LeasedSession):
+                # One HTTP server serves many sessions, all naming their inbox by the same URI: each stream
+                # gets a bus of its own, so one session's mail never wakes another's listener.
+                own_bus = InMemorySubscriptionBus()
+                handler = ListenHandler(own_bus)
+                watcher = connection.watch(lambda: own_bus.publish(ResourceUpdated(uri=INBOX_URI)))
+            else:
+                watcher = connection.watch(lambda: bus.publish(ResourceUpdated(uri=INBOX_URI)))
         try:
-            return await listen_handler(ctx, params)
+            return await handler(ctx, params)
         finally:
             if watcher is not None:
                 watcher.cancel()
@@ -359,7 +368,9 @@ def http_app(host: Treemail, bind_host: str = "127.0.0.1", port: int = 8765, noo
     server = build_server(host, resolve, leased_session if receive else _no_connection, noop=noop,
                           instructions=HTTP_RECEIVING_INSTRUCTIONS if receive else INSTRUCTIONS, view_of=_view_of)
     return server.streamable_http_app(
-        stateless_http=True, json_response=True, host=bind_host,
+        # A receiving agent's listen stream carries its inbox notifications as server-sent events; a JSON
+        # response could carry only the final result.
+        stateless_http=True, json_response=not receive, host=bind_host,
         # No OAuth server here: the host mints tokens; issuer_url is required by the settings model only.
         auth=AuthSettings(issuer_url=f"http://{bind_host}:{port}", resource_server_url=None),
         token_verifier=RedisTokenVerifier(host),

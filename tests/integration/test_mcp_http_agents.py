@@ -8,6 +8,7 @@ may be served by different server processes. Clients are the official MCP SDK ov
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -15,10 +16,11 @@ import subprocess
 import sys
 
 import pytest
-from mcp import Client
+from mcp.shared.exceptions import MCPError
 
 from treemail.domain import events as ev
 from treemail.domain.decide.delivery import LEASED_RUN_PREFIX
+from treemail.producers.mcp.connection import INBOX_URI
 
 from ..conftest import backend_env
 from .conftest import running_stack, timed_stack
@@ -193,3 +195,45 @@ async def test_an_http_agent_never_takes_over_a_session_its_engine_runs(redis_ur
             sent = await call(agent, {"to": planner.handle, "body": "from the engine's run"})
             assert sent.structured_content["error"]["code"] == "mcp:engine_run"
         assert await host.tools.mailbox.current_run(explore.session_id) == "engine-run"
+
+
+@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
+async def test_over_http_the_inbox_is_read_and_a_subscription_is_refused_with_the_way_to_be_told(redis_url):
+    async with running_stack(redis_url) as host:
+        planner, explore = await tree(host)
+        await host.start_run(planner.session_id, "planner-run")
+        token = await host.tools.mint_token(explore.session_id)
+        sent = await host.send(planner.session_id, explore.handle, "news", mode="queue")
+        async with http_server(host, receive=True) as url, http_client(url, token, "legacy") as agent:
+            assert [r.uri for r in (await agent.list_resources()).resources] == [INBOX_URI]
+            inbox = json.loads((await agent.read_resource(INBOX_URI)).contents[0].text)
+            assert [m["message_id"] for m in inbox["messages"]] == [sent["message_id"]]
+            assert "news" not in json.dumps(inbox)  # reading it delivers nothing
+            with pytest.raises(MCPError, match="wait_for_mail"):
+                await agent.subscribe_resource(INBOX_URI)
+            assert ids_of(await texts(agent, "check_mail")) == [sent["message_id"]]
+
+
+async def test_a_listen_stream_over_http_is_told_of_its_own_sessions_mail_only(redis_url):
+    async with running_stack(redis_url) as host:
+        planner, explore = await tree(host)
+        tokens = [await host.tools.mint_token(s.session_id) for s in (planner, explore)]
+        async with http_server(host, receive=True) as url, http_client(url, tokens[0]) as a, \
+                http_client(url, tokens[1]) as b:
+            async with a.listen(resource_subscriptions=[INBOX_URI]) as a_told, \
+                    b.listen(resource_subscriptions=[INBOX_URI]) as b_told:
+                a_events: list = []
+                a_listening = asyncio.create_task(collect(a_told, a_events))
+                sent = await call(a, {"to": explore.handle, "body": "news for b", "mode": "queue"})
+                assert (await asyncio.wait_for(b_told.__anext__(), 15)).uri == INBOX_URI
+                await asyncio.sleep(0.3)  # one server, one URI for every inbox: a's stream must stay quiet
+                assert a_events == []
+                await call(b, {"to": planner.handle, "body": "news for a", "mode": "queue"})
+                await asyncio.wait_for(a_listening, 15)
+            await texts(b, "acknowledge_mail")  # b's first call opened its run: the queued mail rode on its result
+        consumed = of(await host.history(explore.session_id), ev.ProducerMessageConsumed)
+        assert [e.message_id for e in consumed] == [sent.structured_content["message_id"]]
+
+
+async def collect(stream, into: list) -> None:
+    into.append(await stream.__anext__())
