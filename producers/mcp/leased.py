@@ -81,12 +81,19 @@ class LeasedSession:
                 pass  # its lease ended first (released, it comes back marked) or another request confirmed it
         return confirmed
 
+    async def _run(self) -> str | dict:
+        """The session's leased run, or the refusal the model reads (an engine runs it, or it cannot run now:
+        disposed or being disposed, say)."""
+        try:
+            return await leased_run(self.host, self.session_id)
+        except (ConnectionRefused, LifecycleError) as refused:
+            return receiving.error(refused.code, refused.message)
+
     async def step(self, call):
         """Around any other tool call: confirm, call, then the steer mail due now rides on its result."""
-        try:
-            run_id = await leased_run(self.host, self.session_id)
-        except ConnectionRefused as refused:
-            return receiving.error(refused.code, refused.message), []
+        run_id = await self._run()
+        if isinstance(run_id, dict):
+            return run_id, []
         await self._confirm(run_id)
         result = await call(run_id)
         if result is None:
@@ -102,10 +109,9 @@ class LeasedSession:
         wait_s = receiving.parse(name, arguments)
         if isinstance(wait_s, dict):
             return wait_s
-        try:
-            run_id = await leased_run(self.host, self.session_id)
-        except ConnectionRefused as refused:
-            return receiving.error(refused.code, refused.message)
+        run_id = await self._run()
+        if isinstance(run_id, dict):
+            return run_id
         confirmed = await self._confirm(run_id)
         if name == receiving.ACKNOWLEDGE_MAIL:
             return {"acknowledged": confirmed}

@@ -197,6 +197,18 @@ async def test_an_http_agent_never_takes_over_a_session_its_engine_runs(redis_ur
         assert await host.tools.mailbox.current_run(explore.session_id) == "engine-run"
 
 
+async def test_an_http_agent_whose_session_was_disposed_reads_why_as_a_tool_error(redis_url):
+    async with running_stack(redis_url) as host:
+        planner, explore = await tree(host)
+        token = await host.tools.mint_token(explore.session_id)
+        await host.disposal.dispose(explore.session_id, "aborted")
+        async with http_server(host, receive=True) as url, http_client(url, token) as agent:
+            refused = await agent.call_tool("check_mail", {})
+            code = refused.structured_content["error"]["code"]
+            assert refused.is_error and code.startswith("lifecycle:"), code
+            assert refused.content[0].text.startswith(f"{code}: ")
+
+
 @pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
 async def test_over_http_the_inbox_is_read_and_a_subscription_is_refused_with_the_way_to_be_told(redis_url):
     async with running_stack(redis_url) as host:
