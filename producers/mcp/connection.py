@@ -26,6 +26,7 @@ import contextlib
 from dataclasses import replace
 
 from treemail.domain import envelope, ids
+from treemail.domain.decide.delivery import leased
 from treemail.domain.errors import LifecycleError
 
 from ..host.facade import Treemail
@@ -69,7 +70,8 @@ class Connection:
         self.threads = definition is not None and "in_reply_to" in definition["input_schema"]["properties"]
         for _ in range(5):  # another connection of the session may be opening at the same moment
             current = await mailbox.current_run(self.session_id)
-            if current is not None and not current.startswith(RUN_PREFIX):
+            # Another agent connection's run (stdio, or the lease-held run over HTTP) is taken over; an engine's never.
+            if current is not None and not (current.startswith(RUN_PREFIX) or leased(current)):
                 raise ConnectionRefused(
                     "mcp:engine_run", f"session {self.session_id} is run by its engine (run {current}); "
                     "an MCP connection receives only for a session no engine runs")

@@ -16,6 +16,7 @@ import subprocess
 import sys
 
 import pytest
+from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from treemail.domain import events as ev
@@ -24,7 +25,7 @@ from treemail.producers.mcp.connection import INBOX_URI
 
 from ..conftest import backend_env
 from .conftest import running_stack, timed_stack
-from .test_mcp import CHILD_ENV, call, http_client, http_server
+from .test_mcp import CHILD_ENV, call, http_client, http_server, stdio
 from .test_mcp_agents import of, texts, tree
 
 pytestmark = pytest.mark.cluster
@@ -249,3 +250,26 @@ async def test_a_listen_stream_over_http_is_told_of_its_own_sessions_mail_only(r
 
 async def collect(stream, into: list) -> None:
     into.append(await stream.__anext__())
+
+
+async def test_a_stdio_connection_and_the_http_run_of_one_session_take_over_from_each_other(redis_url):
+    async with running_stack(redis_url) as host:
+        planner, explore = await tree(host)
+        await host.start_run(planner.session_id, "planner-run")
+        sent = await host.send(planner.session_id, explore.handle, "which one of you?", mode="queue")
+        token = await host.tools.mint_token(explore.session_id)
+        async with http_server(host, receive=True) as url:
+            async with http_client(url, token) as over_http:
+                assert ids_of(await texts(over_http, "check_mail")) == [sent["message_id"]]
+            http_run = await host.tools.mailbox.current_run(explore.session_id)
+            # The stdio connection finishes the HTTP run (its unconfirmed claim given back) and shows it again.
+            async with Client(stdio(redis_url, explore.session_id, "--receive"), cache=None) as over_stdio:
+                (row,) = (await texts(over_stdio, "check_mail")).structured_content["messages"]
+                assert (row["message_id"], row["shown_before"]) == (sent["message_id"], 1)
+                assert (await texts(over_stdio, "acknowledge_mail")).structured_content == {"acknowledged": 1}
+            async with http_client(url, token) as over_http:  # and HTTP takes the session back
+                assert (await texts(over_http, "check_mail")).structured_content == {"messages": []}
+        history = await host.history(explore.session_id)
+        assert http_run in [e.run_id for e in of(history, ev.SessionRunFinished)]
+        assert [e.message_id for e in of(history, ev.ProducerMessageConsumed)] == [sent["message_id"]]
+        assert len(of(history, ev.SessionRunStarted)) == 3
