@@ -36,6 +36,11 @@ from .connection import RUN_PREFIX, ConnectionRefused, inbox_of, marked, take_tu
 MAX_HTTP_WAIT_S = 25.0
 
 
+def http_wait_s(requested_s: float) -> float:
+    """How long a wait_for_mail over HTTP holds its request: what the client asked, within the bound."""
+    return min(requested_s, MAX_HTTP_WAIT_S)
+
+
 async def leased_run(host: Treemail, session_id: str) -> str:
     """The session's leased run, opened if none is (a stdio connection's run is taken over, the newer wins)."""
     mailbox = host.tools.mailbox
@@ -118,7 +123,7 @@ class LeasedSession:
         definition = await self.host.tool_definition(self.session_id)
         self.threads = definition is not None and "in_reply_to" in definition["input_schema"]["properties"]
         try:
-            taken = await take_turn(self.host.tools.mailbox, self.session_id, run_id, min(wait_s, MAX_HTTP_WAIT_S))
+            taken = await take_turn(self.host.tools.mailbox, self.session_id, run_id, http_wait_s(wait_s))
         except LifecycleError as error:
             if error.code != "lifecycle:not_current_run":
                 raise
