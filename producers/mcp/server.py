@@ -7,7 +7,9 @@ bearer middleware checks it in Redis on each request (``adapters/tokens.py``),
 so a revoked token is refused at its next request by every server process,
 and the handlers read the session and run from the verified token only. The
 HTTP transport is stateless: any process can serve any request, because the
-binding travels with the request rather than living in one process.
+binding travels with the request rather than living in one process. With
+``--receive`` the session receives too; its claims are held by a lease in the
+session's stream, not by a process (``leased.py``).
 
 Each call's context (see ``tm.tools.bound_context``):
 - session: the binding's;
@@ -387,7 +389,8 @@ async def serve_http(config: Config, url: str, host: str = "127.0.0.1", port: in
 
     api = await Treemail.connect(config, url)
     try:
-        server = uvicorn.Server(uvicorn.Config(http_app(api, host, port, receive=receive), host=host, port=port, log_level="warning"))
+        server = uvicorn.Server(uvicorn.Config(http_app(api, host, port, receive=receive), host=host, port=port,
+                                               log_level="warning"))
         task = asyncio.create_task(server.serve())
         while not server.started and not task.done():
             await asyncio.sleep(0.02)
