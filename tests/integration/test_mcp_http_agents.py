@@ -273,3 +273,20 @@ async def test_a_stdio_connection_and_the_http_run_of_one_session_take_over_from
         assert http_run in [e.run_id for e in of(history, ev.SessionRunFinished)]
         assert [e.message_id for e in of(history, ev.ProducerMessageConsumed)] == [sent["message_id"]]
         assert len(of(history, ev.SessionRunStarted)) == 3
+
+
+async def test_http_agents_answer_in_a_thread(redis_url):
+    async with running_stack(redis_url, threads=True) as host:
+        planner, explore = await tree(host)
+        tokens = [await host.tools.mint_token(s.session_id) for s in (planner, explore)]
+        async with http_server(host, receive=True) as url, http_client(url, tokens[0]) as a, \
+                http_client(url, tokens[1]) as b:
+            await texts(b, "check_mail")  # opens b's run
+            sent = await call(a, {"to": explore.handle, "body": "status?"})
+            qid = sent.structured_content["message_id"]
+            got = await texts(b, "wait_for_mail", {"timeout_s": 10})
+            assert f"(message_id: {qid})" in got.content[0].text  # what the model names to answer it
+            replied = await call(b, {"to": planner.handle, "body": "green", "in_reply_to": qid})
+            assert not replied.is_error, replied.content[0].text
+        thread = await host.history.thread(planner.session_id, qid)
+        assert [r["body"] for r in thread] == ["status?", "green"]
