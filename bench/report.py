@@ -127,6 +127,14 @@ def gateway_rows(g: dict) -> list[tuple[str, str, str, str]]:
     return rows
 
 
+def mcp_conversation_rows(c: dict) -> list[tuple[str, str, str, str]]:
+    """Two agents conversing over streamable HTTP, receiving with leases (bench/mcp_conversation.py)."""
+    return [(f"MCP conversation over HTTP, {row['pairs']} pair(s) (send, wait, reply, wait)",
+             f"{row['rate']:,.1f} conversations/s",
+             f"p50 {row['p50_ms']:.1f} ms, p99 {row['p99_ms']:.1f} ms, {row['conversations']:,} conversations "
+             f"({row['failed']} failed)", "") for row in c.values()]
+
+
 def cluster_rows(rows: list[dict]) -> list[tuple[str, str, str, str]]:
     """Each cluster row's masters (bench/masters.py): their shares of Valkey's CPU, each within 15 % of an even
     share, and the cross-slot operations the masters refused per decision, next to the one refused on purpose."""
@@ -317,6 +325,8 @@ def report(results: dict, env: dict, sizes: Sizes, quick: bool, wall: float) -> 
         rows += mcp_rows(results["mcp"])
     if "gateway" in results:
         rows += gateway_rows(results["gateway"])
+    if "mcp_conversation" in results:
+        rows += mcp_conversation_rows(results["mcp_conversation"])
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
     header = (f"{'QUICK smoke run (not the reference figures); ' if quick else ''}"
@@ -473,6 +483,10 @@ timed span, divided by the commands. Latencies are a host's `send_message` call 
   client of `clients/typescript`, over HTTP to the gateway) make {sizes.gateway_sends} sends each, one at a time, from a root to its
   running child, which claims each at once: the send's round trip and the claim are timed, the consume is not.
   The ratios are the TypeScript host's p50 over the Python host's, over every round's calls.
+- **MCP conversation** (`bench/mcp_conversation.py`): `treemail mcp --http --receive`'s app in a process of its own,
+  one worker; each pair a root and its child, each an official-SDK client with its own token; a conversation is
+  A's send, B's `wait_for_mail`, B's reply (confirming what B was shown), A's `wait_for_mail`; pairs converse back to
+  back for {sizes.mcp_conversation_seconds:g} s with 1 pair, then 8; percentiles over every conversation.
 
 ## Capacity model
 

@@ -25,6 +25,7 @@ class Sizes:
     sessions: int = 100_000  # phase 5b: registered on one Valkey
     mcp_seconds: float = 2.0  # phase 9: each of the empty tool, MCP sends and host sends, per round
     mcp_rounds: int = 7
+    mcp_conversation_seconds: float = 10.0  # phase 9b: exchanges back to back, with each number of pairs
     wake_sends: int = 2_000  # phase 4c: one wake each (idle children)
     fanout_rounds: int = 10  # phase 4d: broadcasts to 100 descendants, a fresh tree each
     loop_rounds: int = 5  # phase 10: reports from each of 100 children, each answered
@@ -44,6 +45,6 @@ FULL = Sizes(trees=200, children=5, commands=100_000, latency_rate=2000, latency
 QUICK = Sizes(trees=20, children=5, commands=5_000, latency_rate=500, latency_seconds=1.0, latency_rounds=1,
               big_events=20_000, probe_sends=100, replay_trees=4, replay_children=4, replay_events=2000,
               scale_trees=16, scale_children=10, scale_commands=3_000, memory_sends=1_000,
-              million_sends=20_000, sessions=2_000, mcp_seconds=1.0, mcp_rounds=3, wake_sends=300,
+              million_sends=20_000, sessions=2_000, mcp_seconds=1.0, mcp_rounds=3, mcp_conversation_seconds=3.0, wake_sends=300,
               fanout_rounds=3, loop_rounds=2, priority_trials=3, decision_commands=1_000, recovery_rounds=1,
               cache_sessions=8, cache_messages=25, cache_budget_mib=2, gateway_sends=100, gateway_rounds=2)

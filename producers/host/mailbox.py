@@ -53,6 +53,12 @@ class Mailbox:
         """A new turn of ``run_id``: every pending message due now (queued mail included), claimed by it."""
         return await self._deliveries.claim(session_id, run_id, turn=True)
 
+    async def claimed_by(self, session_id: str, run_id: str) -> list[str]:
+        """The messages ``run_id`` holds claimed now, in acceptance order: what its last results showed."""
+        mail = await self._store.load_mail(await self._sessions.record(session_id))
+        return [m.message_id for m in sorted(mail.values(), key=lambda m: m.seq)
+                if m.state == "claimed" and m.run_id == run_id]
+
     async def waiting(self, session_id: str) -> list[dict]:
         """What waits for the session, unclaimed (message id, owner, mode, sender, state): never the bodies,
         which only a claim hands out, so looking never delivers a message outside its lifecycle."""

@@ -26,6 +26,7 @@ import contextlib
 from dataclasses import replace
 
 from treemail.domain import envelope, ids
+from treemail.domain.decide.delivery import leased
 from treemail.domain.errors import LifecycleError
 
 from ..host.facade import Treemail
@@ -69,7 +70,8 @@ class Connection:
         self.threads = definition is not None and "in_reply_to" in definition["input_schema"]["properties"]
         for _ in range(5):  # another connection of the session may be opening at the same moment
             current = await mailbox.current_run(self.session_id)
-            if current is not None and not current.startswith(RUN_PREFIX):
+            # Another agent connection's run (stdio, or the lease-held run over HTTP) is taken over; an engine's never.
+            if current is not None and not (current.startswith(RUN_PREFIX) or leased(current)):
                 raise ConnectionRefused(
                     "mcp:engine_run", f"session {self.session_id} is run by its engine (run {current}); "
                     "an MCP connection receives only for a session no engine runs")
@@ -110,9 +112,8 @@ class Connection:
         return confirmed
 
     def _hand_out(self, deliveries: list[Delivery]) -> list[Delivery]:
-        """What a result hands to the model, each repeat marked in its envelope (``shown_before``): a message
-        an earlier connection showed and never confirmed comes back, and a resumed model must tell it from news."""
-        deliveries = [replace(d, text=envelope.mark_shown_before(d.text, d.shown_before)) for d in deliveries]
+        """What a result hands to the model (repeats marked), held until a later call confirms it."""
+        deliveries = marked(deliveries)
         self._outstanding = handed = [d.message_id for d in deliveries]
         if self._keeper is not None:
             self._keeper.cancel()
@@ -166,40 +167,57 @@ class Connection:
                     "mcp:superseded", "a newer connection of this session took over; this one receives no more")
 
     async def _take(self, wait_s: float) -> list[Delivery]:
-        mailbox = self.host.tools.mailbox
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait_s
-        while True:
-            # The position before the claim: whatever lands after an empty claim wakes the wait below.
-            position = await mailbox.position(self.session_id)
-            taken = await mailbox.claim_turn(self.session_id, self.run_id)
-            left = deadline - loop.time()
-            if taken or left <= 0:
-                return taken
-            if not await mailbox.wait_for_change(self.session_id, position, left):
-                return []
+        return await take_turn(self.host.tools.mailbox, self.session_id, self.run_id, wait_s)
 
     # ---- the inbox resource ---------------------------------------------------------------------------
 
     async def inbox(self) -> dict:
-        """What waits, unclaimed (no bodies: reading the resource delivers nothing)."""
-        waiting = await self.host.tools.mailbox.waiting(self.session_id)
-        return {"session_id": self.session_id, "waiting": len(waiting), "messages": waiting}
+        return await inbox_of(self.host.tools.mailbox, self.session_id)
 
     def watch(self, notify) -> asyncio.Task:
         """Call ``notify()`` whenever mail becomes due, until the returned task is cancelled."""
-        task = asyncio.create_task(self._watch(notify))
+        task = asyncio.create_task(watch_inbox(self.host.tools.mailbox, self.session_id, notify))
         self._watchers.add(task)
         task.add_done_callback(self._watchers.discard)
         return task
 
-    async def _watch(self, notify) -> None:
-        mailbox = self.host.tools.mailbox
-        told: set[str] = set()
-        while True:
-            position = await mailbox.position(self.session_id)
-            waiting = {m["message_id"] for m in await mailbox.waiting(self.session_id)}
-            if waiting - told:
-                await notify()
-            told = waiting
-            await mailbox.wait_for_change(self.session_id, position, 30.0)
+
+# ---- what a connection and a leased HTTP session share ---------------------------------------------
+
+
+def marked(deliveries: list[Delivery]) -> list[Delivery]:
+    """What a result hands to the model, each repeat marked in its envelope (``shown_before``): a message an
+    earlier result showed and nothing confirmed comes back, and a resumed model must tell it from news."""
+    return [replace(d, text=envelope.mark_shown_before(d.text, d.shown_before)) for d in deliveries]
+
+
+async def take_turn(mailbox, session_id: str, run_id: str, wait_s: float) -> list[Delivery]:
+    """A new turn of ``run_id``: the mail due now, or the first that becomes due within ``wait_s``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    while True:
+        # The position before the claim: whatever lands after an empty claim wakes the wait below.
+        position = await mailbox.position(session_id)
+        taken = await mailbox.claim_turn(session_id, run_id)
+        left = deadline - loop.time()
+        if taken or left <= 0:
+            return taken
+        if not await mailbox.wait_for_change(session_id, position, left):
+            return []
+
+
+async def inbox_of(mailbox, session_id: str) -> dict:
+    """What waits, unclaimed (no bodies: reading the resource delivers nothing)."""
+    waiting = await mailbox.waiting(session_id)
+    return {"session_id": session_id, "waiting": len(waiting), "messages": waiting}
+
+
+async def watch_inbox(mailbox, session_id: str, notify) -> None:
+    told: set[str] = set()
+    while True:
+        position = await mailbox.position(session_id)
+        waiting = {m["message_id"] for m in await mailbox.waiting(session_id)}
+        if waiting - told:
+            await notify()
+        told = waiting
+        await mailbox.wait_for_change(session_id, position, 30.0)

@@ -7,7 +7,9 @@ bearer middleware checks it in Redis on each request (``adapters/tokens.py``),
 so a revoked token is refused at its next request by every server process,
 and the handlers read the session and run from the verified token only. The
 HTTP transport is stateless: any process can serve any request, because the
-binding travels with the request rather than living in one process.
+binding travels with the request rather than living in one process. With
+``--receive`` the session receives too; its claims are held by a lease in the
+session's stream, not by a process (``leased.py``).
 
 Each call's context (see ``tm.tools.bound_context``):
 - session: the binding's;
@@ -51,6 +53,7 @@ from ..host.facade import Treemail
 from ..tools.table import SessionView
 from ..tools import receiving
 from .connection import INBOX_URI, Connection
+from .leased import LeasedSession
 from .stdio import checked_stdio_server
 
 TOOL_CALL_META = "treemail/tool_call_id"
@@ -63,11 +66,22 @@ RECEIVING_INSTRUCTIONS = (
     "when mail arrives."
 )
 
+HTTP_RECEIVING_INSTRUCTIONS = (
+    "Mail to and from the other agents of your tree. Messages for you arrive when you call check_mail or "
+    "wait_for_mail, and urgent ones ride on your other tool results; a subscriptions/listen stream naming "
+    "treemail://inbox is told when mail arrives."
+)
+# A stateless HTTP server has no session to send a handshake-era subscription's notifications to later.
+NO_HTTP_NOTIFICATIONS = ("resources/subscribe has no session to notify over stateless HTTP: keep a "
+                         "subscriptions/listen stream naming treemail://inbox open, or call wait_for_mail, which "
+                         "returns as soon as mail arrives")
+
 Resolve = Callable[[object], Awaitable[TokenBinding]]
 # The session as read with the request's token check (HTTP), or None: the call reads it itself.
 ViewOf = Callable[[object], "SessionView | None"]
-# The connection that is the agent behind a request (None: the tools only, the session run by its engine).
-ConnectionOf = Callable[[object], Awaitable["Connection | None"]]
+# The connection that is the agent behind a request (None: the tools only, the session run by its engine);
+# over HTTP a leased session, rebuilt for each request.
+ConnectionOf = Callable[[object], Awaitable["Connection | LeasedSession | None"]]
 DELIVERED_META = "treemail/delivered"
 # A tool that does nothing past the transport and the token check: what `make bench` puts next to
 # send_message on the same server, the transport's own ceiling.
@@ -200,6 +214,8 @@ def build_server(host: Treemail, resolve: Resolve, connection_of: ConnectionOf =
 
     async def subscribe(ctx, params: types.SubscribeRequestParams) -> types.EmptyResult:
         connection = await inbox_connection(ctx, params.uri)
+        if not isinstance(connection, Connection):
+            raise MCPError(INVALID_PARAMS, NO_HTTP_NOTIFICATIONS)
         session = ctx.session
         if id(connection) not in subscribed:
             subscribed[id(connection)] = connection.watch(lambda: session.send_resource_updated(INBOX_URI))
@@ -218,11 +234,18 @@ def build_server(host: Treemail, resolve: Resolve, connection_of: ConnectionOf =
 
     async def listen(ctx, params: types.SubscriptionsListenRequestParams):
         connection = await connection_of(ctx)
-        watcher = None
+        handler, watcher = listen_handler, None
         if connection is not None and INBOX_URI in (params.notifications.resource_subscriptions or ()):
-            watcher = connection.watch(lambda: bus.publish(ResourceUpdated(uri=INBOX_URI)))
+            if isinstance(connection, LeasedSession):
+                # One HTTP server serves many sessions, all naming their inbox by the same URI: each stream
+                # gets a bus of its own, so one session's mail never wakes another's listener.
+                own_bus = InMemorySubscriptionBus()
+                handler = ListenHandler(own_bus)
+                watcher = connection.watch(lambda: own_bus.publish(ResourceUpdated(uri=INBOX_URI)))
+            else:
+                watcher = connection.watch(lambda: bus.publish(ResourceUpdated(uri=INBOX_URI)))
         try:
-            return await listen_handler(ctx, params)
+            return await handler(ctx, params)
         finally:
             if watcher is not None:
                 watcher.cancel()
@@ -332,23 +355,32 @@ def _view_of(ctx) -> SessionView | None:
     return access.claims.get(VIEW_CLAIM) if access is not None and access.claims else None
 
 
-def http_app(host: Treemail, bind_host: str = "127.0.0.1", port: int = 8765, noop: bool = False):
+def http_app(host: Treemail, bind_host: str = "127.0.0.1", port: int = 8765, noop: bool = False,
+             receive: bool = False):
     """The Starlette app serving ``/mcp``; every request needs ``Authorization: Bearer <token>``.
-    ``noop``: also a tool that does nothing (the benchmark's transport ceiling)."""
+    ``noop``: also a tool that does nothing (the benchmark's transport ceiling); ``receive``: each token's
+    session is an agent that receives, its claims held by a lease (``leased.py``), not by this process."""
 
     async def resolve(ctx) -> TokenBinding:
         return _binding_of(ctx)
 
-    server = build_server(host, resolve, noop=noop, view_of=_view_of)
+    async def leased_session(ctx) -> LeasedSession:
+        return LeasedSession(host, _binding_of(ctx).session_id)
+
+    server = build_server(host, resolve, leased_session if receive else _no_connection, noop=noop,
+                          instructions=HTTP_RECEIVING_INSTRUCTIONS if receive else INSTRUCTIONS, view_of=_view_of)
     return server.streamable_http_app(
-        stateless_http=True, json_response=True, host=bind_host,
+        # A receiving agent's listen stream carries its inbox notifications as server-sent events; a JSON
+        # response could carry only the final result.
+        stateless_http=True, json_response=not receive, host=bind_host,
         # No OAuth server here: the host mints tokens; issuer_url is required by the settings model only.
         auth=AuthSettings(issuer_url=f"http://{bind_host}:{port}", resource_server_url=None),
         token_verifier=RedisTokenVerifier(host),
     )
 
 
-async def serve_http(config: Config, url: str, host: str = "127.0.0.1", port: int = 8765, say=None) -> None:
+async def serve_http(config: Config, url: str, host: str = "127.0.0.1", port: int = 8765, say=None,
+                     receive: bool = False) -> None:
     """Serve streamable HTTP on ``http://host:port/mcp`` until SIGINT or SIGTERM.
 
     ``say`` is told the address once the port is bound (port 0: the one the system chose), so whoever
@@ -357,7 +389,8 @@ async def serve_http(config: Config, url: str, host: str = "127.0.0.1", port: in
 
     api = await Treemail.connect(config, url)
     try:
-        server = uvicorn.Server(uvicorn.Config(http_app(api, host, port), host=host, port=port, log_level="warning"))
+        server = uvicorn.Server(uvicorn.Config(http_app(api, host, port, receive=receive), host=host, port=port,
+                                               log_level="warning"))
         task = asyncio.create_task(server.serve())
         while not server.started and not task.done():
             await asyncio.sleep(0.02)

@@ -16,8 +16,8 @@ DEFAULT_WAIT_S = 30
 
 _RECEIPT = (
     " Each message arrives in an <agent_message> envelope naming its sender. Your next call of any "
-    "treemail tool confirms you have read them; if you stop before that, they come back on your next "
-    "connection."
+    "treemail tool confirms you have read them; if you stop before that, they come back later, marked as "
+    "shown before."
 )
 
 DEFINITIONS = {

@@ -55,3 +55,25 @@ async def test_a_killed_connection_is_taken_over_and_its_claim_comes_back_once(r
         assert dead_run in finished  # taken over: the dead connection's run was finished by the next one
         assert [e.message_id for e in of(history, ev.ProducerMessageConsumed)] == [sent["message_id"]]
         assert [e.message_id for e in of(history, ev.ProducerMessageReleased)] == [sent["message_id"]]
+
+
+async def test_an_http_server_killed_after_showing_mail_loses_nothing_the_lease_holds_the_claim(redis_url):
+    # The lease, not the process, holds the claim: the next request, on another process, confirms it.
+    from tests.integration.test_mcp import http_client
+    from tests.integration.test_mcp_http_agents import http_process, ids_of
+
+    async with running_stack(redis_url) as host:
+        planner, explore = await tree(host)
+        await host.start_run(planner.session_id, "planner-run")
+        sent = await host.send(planner.session_id, explore.handle, "are you there?", mode="queue")
+        token = await host.tools.mint_token(explore.session_id)
+        with http_process(redis_url) as (url_1, process_1), http_process(redis_url) as (url_2, _):
+            async with http_client(url_1, token) as agent:
+                assert ids_of(await texts(agent, "check_mail")) == [sent["message_id"]]
+            process_1.kill()
+            process_1.wait()
+            async with http_client(url_2, token) as agent:
+                assert (await texts(agent, "check_mail")).structured_content == {"messages": []}  # confirmed it
+        history = await host.history(explore.session_id)
+        assert [e.message_id for e in of(history, ev.ProducerMessageConsumed)] == [sent["message_id"]]
+        assert of(history, ev.ProducerMessageReleased) == []

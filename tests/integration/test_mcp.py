@@ -41,8 +41,9 @@ def stdio(url: str, session_id: str, *extra: str) -> StdioServerParameters:
 
 
 @contextlib.asynccontextmanager
-async def http_server(host: Treemail):
-    server = uvicorn.Server(uvicorn.Config(http_app(host, "127.0.0.1", 0), host="127.0.0.1", port=0,
+async def http_server(host: Treemail, **options):
+    """``options``: ``http_app``'s own (``receive=True``: its sessions receive, their claims under a lease)."""
+    server = uvicorn.Server(uvicorn.Config(http_app(host, "127.0.0.1", 0, **options), host="127.0.0.1", port=0,
                                            log_level="warning"))
     task = asyncio.create_task(server.serve())
     while not server.started:

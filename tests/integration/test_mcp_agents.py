@@ -242,14 +242,13 @@ def one_line_refusal(url: str, *args: str) -> str:
     return done.stderr
 
 
-async def test_a_session_its_engine_runs_is_never_taken_over_and_http_cannot_receive(redis_url):
+async def test_a_session_its_engine_runs_is_never_taken_over(redis_url):
     async with running_stack(redis_url) as host:
         planner, explore = await tree(host)
         await host.start_run(explore.session_id, "engine-run")
         refused = one_line_refusal(redis_url, "--session", explore.session_id, RECEIVE)
         assert f"mcp:engine_run: session {explore.session_id} is run by its engine" in refused
         assert await host.tools.mailbox.current_run(explore.session_id) == "engine-run"
-        assert "--receive is for stdio" in one_line_refusal(redis_url, "--http", RECEIVE)
 
 
 async def test_a_connection_still_open_confirms_its_claims_before_they_expire(redis_url):

@@ -40,3 +40,16 @@ def test_mcp_rows_give_the_ratio_the_cpu_per_call_predicts_when_every_process_wa
     m["send_over_noop_by_cpu"] = 1.6 / 3.0
     assert report.mcp_rows(m)[5] == ("MCP send / empty tool, as the CPU per call predicts", "0.53",
                                      "the empty tool's CPU per call over the send's, every process summed", "")
+
+
+def test_the_conversation_rows_give_each_number_of_pairs_its_rate_and_percentiles():
+    rows = report.mcp_conversation_rows({
+        "pairs_1": {"pairs": 1, "conversations": 54, "failed": 0, "rate": 17.63, "p50_ms": 55.5, "p99_ms": 79.6},
+        "pairs_8": {"pairs": 8, "conversations": 1200, "failed": 1, "rate": 30.09, "p50_ms": 245.0, "p99_ms": 397.9},
+    })
+    assert rows == [
+        ("MCP conversation over HTTP, 1 pair(s) (send, wait, reply, wait)", "17.6 conversations/s",
+         "p50 55.5 ms, p99 79.6 ms, 54 conversations (0 failed)", ""),
+        ("MCP conversation over HTTP, 8 pair(s) (send, wait, reply, wait)", "30.1 conversations/s",
+         "p50 245.0 ms, p99 397.9 ms, 1,200 conversations (1 failed)", ""),
+    ]

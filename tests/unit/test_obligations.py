@@ -161,6 +161,24 @@ def test_the_timeout_is_configuration():
         "ProducerMessageReleased"]
 
 
+def test_a_claim_of_an_agent_served_over_http_is_a_lease_that_the_pump_ends_as_a_failed_attempt():
+    h = History(registered(T.child, status="running"), run_started("mcp-http:r"), sent_at(0.0))
+    h.then(decide_claim(ClaimMail("s", "mcp-http:r"), at(h, 10.0)))
+    # No connection confirms it while the model thinks: it lasts the lease (60 s), not the 30 s attempt timeout.
+    assert decide_keep(KeepObligations("s"), at(h, 69.9)) == []
+    assert next_check(h.state, h.mail.values(), CFG, 10.0) == 70.0
+    [released] = h.then(decide_keep(KeepObligations("s"), at(h, 70.0)))
+    assert (type(released), released.reason, released.retry_at) == (ev.ProducerMessageReleased, "attempt_timeout", 71.0)
+    assert h.mail["m-1"].attempts == 1 and h.mail["m-1"].shown == 1  # counted, and shown again marked
+    assert decide_keep(KeepObligations("s"), at(h, 70.0)) == []
+
+
+def test_the_lease_is_configuration():
+    h = History(registered(T.child, status="running"), run_started("mcp-http:r"), sent_at(0.0))
+    h.then(decide_claim(ClaimMail("s", "mcp-http:r"), at(h, 0.0)))
+    assert kinds(decide_keep(KeepObligations("s"), at(h, 5.0, config(mcp_lease_s=5.0)))) == ["ProducerMessageReleased"]
+
+
 # ---- deadlines ------------------------------------------------------------------------------------
 
 

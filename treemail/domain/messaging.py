@@ -36,6 +36,10 @@ class MessagingConfig(BaseModel):
     backoff_max_s: float = Field(default=60.0, ge=0)
     max_attempts: int = Field(default=8, ge=1)
     delivery_deadline_s: float = Field(default=86400.0, gt=0)
+    # A claim made for an agent that reaches treemail over MCP's streamable HTTP (``treemail mcp --http
+    # --receive``) is a lease instead: no connection stays open to confirm it while the model thinks, so it
+    # lasts this long (a model's turn between two calls), then the pump releases it as a failed attempt.
+    mcp_lease_s: float = Field(default=60.0, gt=0)
     # Unsettled send intents of one source session across all its recipients.
     max_outstanding_per_source: int = Field(default=256, ge=1, le=1000)
     # Peer mail as an outbox: the source's delivery rows, bounded each on its own: pending (stored or parked,

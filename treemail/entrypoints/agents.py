@@ -29,8 +29,9 @@ def mcp(
     http: Annotated[bool, typer.Option(
         "--http", help="streamable HTTP on /mcp instead of stdio; each request needs a bearer token")] = False,
     receive: Annotated[bool, typer.Option(
-        "--receive", help="stdio: this connection is the agent (no engine runs the session): the session runs "
-                          "while it is connected and receives mail (check_mail, wait_for_mail, the inbox resource)")
+        "--receive", help="the agent receives mail (check_mail, wait_for_mail, the inbox resource): over stdio the "
+                          "connection is the agent, its session runs while it is connected; over HTTP each claim "
+                          "is held by a lease ([messaging] mcp_lease_s) until the session's next call confirms it")
     ] = False,
     host: Annotated[str, typer.Option(help="HTTP: the address to listen on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="HTTP: the port to listen on")] = 8765,
@@ -40,11 +41,10 @@ def mcp(
     from treemail.producers.mcp.server import serve_http, serve_stdio
 
     cfg = config_of(ctx, config)
-    if http and receive:
-        raise ValueError("--receive is for stdio: an HTTP server has no connection whose life could be a session's")
     if http:
         # stderr: a supervisor's log shows where it listens, and stdout stays free.
-        asyncio.run(serve_http(cfg, url_of(cfg), host, port, say=lambda line: print(line, file=sys.stderr)))
+        asyncio.run(serve_http(cfg, url_of(cfg), host, port, say=lambda line: print(line, file=sys.stderr),
+                               receive=receive))
     elif not session:
         raise ValueError("mcp needs --session SESSION (stdio) or --http")
     else:

@@ -40,8 +40,18 @@ def deadline_of(item: MailItem, policy: MessagingConfig) -> float | None:
     return item.since + policy.delivery_deadline_s if item.since > 0 else None
 
 
+# The run of an agent served over streamable HTTP (``producers/mcp/leased.py``): no process holds its claims
+# open, so each lasts a lease (``mcp_lease_s``) rather than an attempt timeout. The run id says which,
+# so every pump decides the same expiry from the stored state alone.
+LEASED_RUN_PREFIX = "mcp-http:"
+
+
+def leased(run_id: str | None) -> bool:
+    return run_id is not None and run_id.startswith(LEASED_RUN_PREFIX)
+
+
 def claim_expires_at(item: MailItem, policy: MessagingConfig) -> float:
-    return item.claimed_at + policy.attempt_timeout_s
+    return item.claimed_at + (policy.mcp_lease_s if leased(item.run_id) else policy.attempt_timeout_s)
 
 
 def wake_stale(state: SessionState, policy: MessagingConfig, now: float, stale_before: float = 0.0) -> bool:
