@@ -2,8 +2,8 @@
 browser). ``register(app)`` adds them; each wires ``projections.timeline`` and ``projections.mailboxes``.
 """
 
+import contextlib
 import datetime as dt
-import socket
 from typing import Annotated, Optional
 
 import typer
@@ -11,6 +11,7 @@ import typer
 from treemail.domain.errors import ConfigError
 
 from .clicommon import ConfigOpt, JsonOpt, SessionArg, config_of, run_with_host, session_id, url_of
+from .httpserve import serve_until_stopped
 
 DEFAULT_UI_PORT = 8780
 # The page's history cache (projections.mailboxes.HistoryCache), in MiB: a few thousand sessions of a few
@@ -175,60 +176,22 @@ def ui(
 ) -> None:
     """Serve the mailbox time-travel page: delegation trees, each session's mailbox through time, a message's
     lifecycle and causal chain, open obligations, live."""
-    import asyncio
-
-    import uvicorn
-
     from .ui import LOOPBACK_HOSTS, Page, create_app
 
     cfg = config_of(ctx, config)
     url_of(cfg)  # no server configured: one line, before anything starts
     access = "write actions need the operator's token" if token else "read-only (no TREEMAIL_UI_TOKEN)"
 
-    async def serve() -> bool:
+    @contextlib.asynccontextmanager
+    async def opened():
         page = Page(cfg, token or None, history_cache_mb * 2**20)
-        await page.open()  # an unreachable server is one line, not a failed startup's traceback
-        app = create_app(cfg, loopback_only=host in LOOPBACK_HOSTS, page=page)
-        # Open event streams end within a second of Ctrl-C instead of holding the shutdown.
-        server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
-                                               timeout_graceful_shutdown=1))
+        await page.open()
         try:
-            listening = listen(host, port)
-            task = asyncio.create_task(server.serve(sockets=[listening]))
-            while not server.started and not task.done():
-                await asyncio.sleep(0.05)
-            if server.started:
-                address = listening.getsockname()
-                shown = f"[{address[0]}]" if ":" in address[0] else address[0]
-                print(f"treemail ui at http://{shown}:{address[1]}/ ({access}); Ctrl-C stops it", flush=True)
-            await task
-            return server.started
+            yield create_app(cfg, loopback_only=host in LOOPBACK_HOSTS, page=page)
         finally:
             await page.close()
 
-    try:
-        started = asyncio.run(serve())
-    except KeyboardInterrupt:  # uvicorn stops on Ctrl-C, then raises it again: a clean stop
-        started = True
-    if not started:
-        raise typer.Exit(1)
-
-
-def listen(host: str, port: int) -> socket.socket:
-    """The page's socket, bound here so a taken port is one line (uvicorn would exit from inside its task)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets that say they are TCP, and without it a
-    # keep-alive client waits out a delayed ACK (about 40 ms) on every answer written in two parts.
-    listening = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        listening.bind((host.strip("[]"), port))
-    except OSError as error:
-        listening.close()
-        raise ConfigError(f"cannot listen on {host}:{port}: {error.strerror or error} "
-                          "(--port picks another port, 0 a free one)") from None
-    listening.listen(128)
-    return listening
+    serve_until_stopped(host, port, opened, lambda address: f"treemail ui at {address}/ ({access}); Ctrl-C stops it")
 
 
 def register(app: typer.Typer) -> None:
