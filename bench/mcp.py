@@ -192,7 +192,9 @@ async def phase_mcp(url: str, seconds: float, rounds: int, log, valkey_pid: int 
     return out
 
 
-async def _serve(url: str, port: int) -> None:
+async def _serve(url: str, port: int, **app_options) -> None:
+    """The MCP app in this process (the benchmark's server process): ``noop`` adds the empty tool beside
+    send_message, ``receive`` serves the receiving tools (bench/mcp_conversation.py)."""
     import uvicorn
 
     from treemail.adapters.config import load_config
@@ -200,7 +202,7 @@ async def _serve(url: str, port: int) -> None:
 
     api = await Treemail.connect(load_config(), url)
     try:
-        server = uvicorn.Server(uvicorn.Config(http_app(api, "127.0.0.1", port, noop=True), host="127.0.0.1",
+        server = uvicorn.Server(uvicorn.Config(http_app(api, "127.0.0.1", port, **app_options), host="127.0.0.1",
                                                port=port, log_level="warning"))
         await server.serve()
     finally:
@@ -208,4 +210,5 @@ async def _serve(url: str, port: int) -> None:
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["serve"]:
-    asyncio.run(_serve(sys.argv[2], int(sys.argv[3])))
+    options = {"receive": True} if sys.argv[4:5] == ["receive"] else {"noop": True}
+    asyncio.run(_serve(sys.argv[2], int(sys.argv[3]), **options))

@@ -97,7 +97,7 @@ async def phase_mcp_conversation(url: str, seconds: float, log) -> dict:
     workers.start(1)
     host = await Treemail.connect(bench_config(url), url)
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "bench.mcp_conversation", "serve", url, str(port)],
+    server = subprocess.Popen([sys.executable, "-m", "bench.mcp", "serve", url, str(port), "receive"],
                               env=worker_env(url), start_new_session=True)
     try:
         await wait_listening(port, server)
@@ -113,22 +113,3 @@ async def phase_mcp_conversation(url: str, seconds: float, log) -> dict:
         await host.close()
         workers.stop()
     return results
-
-
-async def _serve(url: str, port: int) -> None:
-    import uvicorn
-
-    from treemail.adapters.config import load_config
-    from treemail.producers.mcp.server import http_app
-
-    api = await Treemail.connect(load_config(), url)
-    try:
-        server = uvicorn.Server(uvicorn.Config(http_app(api, "127.0.0.1", port, receive=True), host="127.0.0.1",
-                                               port=port, log_level="warning"))
-        await server.serve()
-    finally:
-        await api.close()
-
-
-if __name__ == "__main__" and sys.argv[1:2] == ["serve"]:
-    asyncio.run(_serve(sys.argv[2], int(sys.argv[3])))
