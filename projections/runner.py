@@ -24,6 +24,10 @@ from .views import PROJECTIONS, fold_event
 log = logging.getLogger("treemail.projections")
 
 
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
 class ProjectionRunner:
     def __init__(
         self, store: EventStore, config: Config, partitions: list[int] | None = None, names: list[str] | None = None,
@@ -42,22 +46,46 @@ class ProjectionRunner:
 
     async def start(self) -> None:
         for partition in self.partitions:
-            _, trimmed = await feed_position(self.redis, partition)
-            stale = []
-            for name in self.names:
-                view, checkpoint = await load_view(self.redis, partition, name)
-                # Trimming removed entries this view never folded: only the streams still have them.
-                if checkpoint is None or trimmed > checkpoint.entries:
-                    stale.append(name)
-                else:
-                    self.views[(name, partition)] = view
-                    self.checkpoints[(name, partition)] = checkpoint
-            if stale:
-                log.warning("rebuilding %s of partition %d from the streams", ", ".join(stale), partition)
-                rebuilt = await rebuild(self.store, [partition], stale)
-                for (name, p), view in rebuilt.items():
-                    self.views[(name, p)] = view
-                    self.checkpoints[(name, p)] = (await load_view(self.redis, p, name))[1]
+            await self._load(partition)
+
+    async def _load(self, partition: int) -> None:
+        """Each view of ``partition`` and its checkpoint as the server holds them; one with no checkpoint, or
+        whose checkpoint the trimmed feed has dropped, rebuilt from the session streams."""
+        _, trimmed = await feed_position(self.redis, partition)
+        stale = []
+        for name in self.names:
+            view, checkpoint = await load_view(self.redis, partition, name)
+            # Trimming removed entries this view never folded: only the streams still have them.
+            if checkpoint is None or trimmed > checkpoint.entries:
+                stale.append(name)
+            else:
+                self.views[(name, partition)] = view
+                self.checkpoints[(name, partition)] = checkpoint
+        if stale:
+            await self._rebuild(partition, stale)
+
+    async def _rebuild(self, partition: int, names: list[str]) -> None:
+        log.warning("rebuilding %s of partition %d from the streams", ", ".join(names), partition)
+        rebuilt = await rebuild(self.store, [partition], names)
+        for (name, p), view in rebuilt.items():
+            self.views[(name, p)] = view
+            self.checkpoints[(name, p)] = (await load_view(self.redis, p, name))[1]
+
+    async def _lost_what_it_folded(self, partition: int) -> bool:
+        """Whether the server no longer has the last feed entry this runner folded of ``partition``: it lost its
+        last writes (a failover to a replica that had not received them, a server back from an older copy).
+        The views held here then count events no stream has, and so may the server's copy: a write of views
+        and checkpoint in flight at the failover is sent again to the new primary by the cluster client."""
+        last = max((self.checkpoints[(n, partition)] for n in self.names), key=lambda c: id_tuple(c.entry_id))
+        if last.entries == 0:
+            return False
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.xrange(keys.feed(partition), min=last.entry_id, max=last.entry_id, count=1)
+            pipe.xrange(keys.feed(partition), count=1)
+            still_there, first = await pipe.execute()
+        # Gone because trimming took it (every reader had handled it) leaves the feed starting after it; lost
+        # with the server's last writes leaves the entries before it in place.
+        return not still_there and bool(first) and id_tuple(_text(first[0][0])) < id_tuple(last.entry_id)
 
     def _position(self, partition: int) -> str:
         return min((self.checkpoints[(n, partition)] for n in self.names),
@@ -82,6 +110,11 @@ class ProjectionRunner:
         return folded
 
     async def _fold(self, partition: int, entries: list) -> int:
+        if await self._lost_what_it_folded(partition):
+            log.warning("partition %d's feed lost entries this runner had folded (the server lost its last writes)",
+                        partition)
+            await self._rebuild(partition, list(self.names))
+            return 0  # the next step reads on from where the rebuild ended
         decoded, entry_ids = [], []
         for entry in await feed.resolve(self.redis, partition, entries, self._read_types.__contains__):
             if entry.newer:
