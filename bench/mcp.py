@@ -33,6 +33,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def stop_server(server: subprocess.Popen) -> None:
+    """The benchmark's MCP server process: asked to stop, then killed if it has not within 10 s."""
+    server.terminate()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        server.wait(timeout=10)
+    if server.poll() is None:
+        server.kill()
+
+
 async def wait_listening(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -166,11 +175,7 @@ async def phase_mcp(url: str, seconds: float, rounds: int, log, valkey_pid: int 
                         f"{run['failed']} failed")
         workers.check_alive()
     finally:
-        server.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            server.wait(timeout=10)
-        if server.poll() is None:
-            server.kill()
+        stop_server(server)
         await host.close()
         workers.stop()
     out = {name: summary(value) for name, value in runs.items()}

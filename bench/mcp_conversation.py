@@ -17,7 +17,7 @@ import time
 from treemail.host import Treemail
 
 from .common import Workers, bench_config, flush, percentile, worker_env
-from .mcp import free_port, wait_listening
+from .mcp import free_port, stop_server, wait_listening
 
 PAIRS = (1, 8)
 WARM_UP = 3
@@ -105,11 +105,7 @@ async def phase_mcp_conversation(url: str, seconds: float, log) -> dict:
         results = {f"pairs_{n}": await converse(endpoint, host, n, seconds, log) for n in PAIRS}
         workers.check_alive()
     finally:
-        server.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            server.wait(timeout=10)
-        if server.poll() is None:
-            server.kill()
+        stop_server(server)
         await host.close()
         workers.stop()
     return results
