@@ -260,3 +260,21 @@ async def one_send(config: Config, url: str) -> dict:
         return await host.send_message(SendContext(root.session_id, "r", "c"), {"to": child.handle, "body": "hi"})
     finally:
         await host.close()
+
+
+@contextlib.asynccontextmanager
+async def serving(app):
+    """``app`` served by uvicorn in this test's event loop on a free loopback port; yields the base URL."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        await task

@@ -13,7 +13,6 @@ import sys
 
 import httpx2
 import pytest
-import uvicorn
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -26,7 +25,7 @@ from treemail.producers.tools import send_message as tool
 from treemail.producers.mcp.server import TOOL_CALL_META, http_app
 
 from ..conftest import backend_env
-from .conftest import live, make_config, running_stack
+from .conftest import live, make_config, running_stack, serving
 
 # What the stdio child processes need to publish where the in-test workers read.
 CHILD_ENV = {"TREEMAIL_SERVICE_COMMAND_STREAMS": "2", "TREEMAIL_SERVICE_DECISION_TIMEOUT_S": "10"}
@@ -43,19 +42,8 @@ def stdio(url: str, session_id: str, *extra: str) -> StdioServerParameters:
 @contextlib.asynccontextmanager
 async def http_server(host: Treemail, **options):
     """``options``: ``http_app``'s own (``receive=True``: its sessions receive, their claims under a lease)."""
-    server = uvicorn.Server(uvicorn.Config(http_app(host, "127.0.0.1", 0, **options), host="127.0.0.1", port=0,
-                                           log_level="warning"))
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        server.should_exit = True
-        await task
+    async with serving(http_app(host, "127.0.0.1", 0, **options)) as url:
+        yield f"{url}/mcp"
 
 
 @contextlib.asynccontextmanager

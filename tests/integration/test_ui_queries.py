@@ -7,27 +7,16 @@ import urllib.request
 import json
 
 import pytest
-import uvicorn
 
 from treemail.entrypoints.ui import create_app
 
-from .conftest import make_config, running_stack
+from .conftest import make_config, running_stack, serving
 
 
 @contextlib.asynccontextmanager
 async def ui_page(redis_url: str):
-    server = uvicorn.Server(uvicorn.Config(create_app(make_config(redis_url)), host="127.0.0.1", port=0,
-                                           log_level="warning"))
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}/"
-    finally:
-        server.should_exit = True
-        await task
+    async with serving(create_app(make_config(redis_url))) as url:
+        yield f"{url}/"
 
 
 def get(url: str) -> tuple[int, dict]:
