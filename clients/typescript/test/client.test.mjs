@@ -23,16 +23,15 @@ describe("the TypeScript client", () => {
     assert.deepEqual(await new TreemailClient({ baseUrl: `${stack.url}/v1/` }).info(), info);
   });
 
-  test("an aborted long poll ends at once, and followWakes ends with its signal", async () => {
+  test("an aborted long poll ends at once, and a stream of wakes ends with its signal", async () => {
     const stop = new AbortController();
-    const polling = tm.wakes("client-test", { block_ms: 30_000, signal: stop.signal });
+    const polling = tm.pollWakes("client-test", { block_ms: 30_000, signal: stop.signal });
     setTimeout(() => stop.abort(), 50);
     await assert.rejects(polling, (error) => error.name === "AbortError");
 
     const follow = new AbortController();
     setTimeout(() => follow.abort(), 50);
-    const seen = [];
-    for await (const wake of tm.followWakes("client-test", { block_ms: 30_000, signal: follow.signal })) seen.push(wake);
+    for await (const wake of tm.wakes("client-test", { signal: follow.signal })) assert.fail(`no wake: ${wake}`);
     assert.ok(follow.signal.aborted);
   });
 
@@ -83,26 +82,28 @@ describe("the TypeScript client", () => {
     assert.ok((await tm.reconcile()) >= 0);
   });
 
-  test("followWakes waits as long as a 429 says, then polls again", async () => {
+  test("a stream refused for now (429) is opened again as late as it says", async () => {
     const wake = { session_id: "s", message_id: null, stream: "tm:{p0}:wakes", entry_id: "1-0" };
     const answers = [
-      [429, { error: { code: "gateway:too_many_polls", message: "busy", retry_after_ms: 20 } }],
-      [200, { wakes: [wake] }],
+      new Response(JSON.stringify({ error: { code: "gateway:too_many_streams", message: "busy", retry_after_ms: 20 } }),
+        { status: 429 }),
+      new Response(`retry: 10\n\n: heartbeat\n\nid: 0:1-0\nevent: wake\ndata: ${JSON.stringify(wake)}\n\n`,
+        { status: 200, headers: { "Content-Type": "text/event-stream" } }),
     ];
-    const polled = [];
-    const fake = async (url) => {
-      polled.push(performance.now());
-      const [status, body] = answers.shift() ?? [200, { wakes: [] }];
-      return new Response(JSON.stringify(body), { status });
+    const opened = [];
+    const fake = async (url, init) => {
+      opened.push([performance.now(), init.headers.Accept, new URL(url).pathname]);
+      return answers.shift() ?? new Promise(() => {});
     };
     const stop = new AbortController();
     const client = new TreemailClient({ baseUrl: "http://gateway.invalid", fetch: fake });
-    for await (const got of client.followWakes("r", { signal: stop.signal })) {
+    for await (const got of client.wakes("r", { signal: stop.signal })) {
       assert.deepEqual(got, wake);
       stop.abort();
     }
-    assert.equal(polled.length, 2);
-    assert.ok(polled[1] - polled[0] >= 15, "it waited out retry_after_ms before polling again");
+    assert.equal(opened.length, 2);
+    assert.deepEqual(opened[1].slice(1), ["text/event-stream", "/v1/wakes/stream"]);
+    assert.ok(opened[1][0] - opened[0][0] >= 15, "it waited out retry_after_ms before opening again");
   });
 
   test("a gateway that cannot be reached is gateway:unavailable", async () => {
