@@ -117,14 +117,6 @@ class Treemail:
         await self._services.listener.aclose()
         await self._services.redis.aclose()
 
-    async def probe(self) -> str | None:
-        """None while this host can serve: the server answers and every wake stream has the runners' group
-        (recreated here when a server came back without its data, as a worker recreates its own); raises
-        when the server cannot be reached. What a process serving the host API reports as its readiness."""
-        await self._services.redis.ping()
-        await self._services.store.ensure_wake_groups(self._services.config.service.partitions)
-        return None
-
     async def __aenter__(self) -> "Treemail":
         return self
 
@@ -211,11 +203,6 @@ class Treemail:
     async def wakes(self, consumer: str, count: int = 10, block_ms: int = 1000) -> list[Wake]:
         """Wake triggers for this host runner (one consumer group shared by all runners)."""
         return await self._services.wake_reader.read(consumer, count, block_ms)
-
-    async def unacknowledged_wakes(self, consumer: str, after: dict[str, str] | None = None) -> list[Wake]:
-        """The wake triggers this runner read and never acknowledged, past ``after`` (wake stream -> entry
-        id; all of a stream it does not name): what a follower that reconnects never received."""
-        return await self._services.wake_reader.unacknowledged(consumer, after or {})
 
     async def wake_run(self, wake: Wake, run_id: str) -> bool:
         """Start the woken run (its due mail is admitted into it) and acknowledge the trigger.

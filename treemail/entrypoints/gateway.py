@@ -12,7 +12,6 @@ reconnecting client names. ``/healthz`` and ``/readyz`` answer as a worker's do 
 """
 
 import asyncio
-import collections
 import contextlib
 import dataclasses
 import json
@@ -109,7 +108,7 @@ class Gateway:
     @contextlib.asynccontextmanager
     async def lifespan(self, app):
         await self.open()
-        watching = asyncio.create_task(watch(self.health, self.host.probe, OutageLog(log), lambda: self.closing))
+        watching = asyncio.create_task(watch(self.health, self.host.obligations.probe, OutageLog(log), lambda: self.closing))
         try:
             yield
         finally:
@@ -174,9 +173,7 @@ class Gateway:
         call = dataclasses.replace(call, after={keys.wake_stream(p): entry for p, entry in position.items()})
         self._waiting += 1
 
-        # A trigger read and not acknowledged within reclaim_idle_ms is claimed again by the next read, as a
-        # dead runner's is: this runner is alive and received it, so it is not sent twice on one stream.
-        sent: collections.OrderedDict = collections.OrderedDict()
+        sent = w.Sent(position)
 
         async def events():
             try:
@@ -187,18 +184,13 @@ class Gateway:
                     if trigger is None:
                         yield ": heartbeat\n\n"
                         continue
-                    if (trigger.stream, trigger.entry_id) in sent:
+                    event_id = sent.add(self._partition_of[trigger.stream], trigger.entry_id)
+                    if event_id is None:
                         # Its own, unacknowledged a while, claimed again: it has it. Said as a heartbeat, so a
                         # stream whose reads only find these still says something.
                         yield ": heartbeat\n\n"
                         continue
-                    sent[(trigger.stream, trigger.entry_id)] = None
-                    if len(sent) > w.SENT_REMEMBERED:
-                        sent.popitem(last=False)
-                    partition = self._partition_of[trigger.stream]
-                    if w.later(trigger.entry_id, position.get(partition)):
-                        position[partition] = trigger.entry_id
-                    yield w.sse_event(operation.events, w.position_text(position), dataclasses.asdict(trigger))
+                    yield w.sse_event(operation.events, event_id, dataclasses.asdict(trigger))
             except (RedisError, RedisUnavailable, OSError) as error:
                 # Said once, then the stream ends: the client reconnects after the last id it received.
                 body = w.error_body(w.UNAVAILABLE, f"the server could not be reached ({type(error).__name__})")

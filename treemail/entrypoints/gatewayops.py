@@ -178,7 +178,7 @@ async def wakes(call: Call) -> dict:
 async def follow_wakes(call: Call) -> AsyncIterator[Wake | None]:
     """Those read for this runner that its last connection never received, then every new one as it comes."""
     q = call.query
-    for wake in await call.host.unacknowledged_wakes(q["consumer"], call.after):
+    for wake in await call.host.obligations.unacknowledged_wakes(q["consumer"], call.after):
         yield wake
     while True:
         batch = await call.host.wakes(q["consumer"], q["count"], q["heartbeat_ms"])

@@ -430,11 +430,31 @@ def parse_position(text: str, partitions: int) -> dict[int, str]:
     return position
 
 
-def later(entry_id: str, than: str | None) -> bool:
+def _later(entry_id: str, than: str | None) -> bool:
     """Whether a stream entry id comes after another (ids are "<ms>-<seq>", compared as numbers)."""
-    if than is None:
-        return True
-    return tuple(map(int, entry_id.split("-"))) > tuple(map(int, than.split("-")))
+    return than is None or tuple(map(int, entry_id.split("-"))) > tuple(map(int, than.split("-")))
+
+
+class Sent:
+    """What one event stream has sent: its position, and the triggers it remembers sending.
+
+    A trigger read and not acknowledged within reclaim_idle_ms is claimed again by the next read, as a dead
+    runner's is; the runner of this stream is alive and has it, so the stream does not send it twice."""
+
+    def __init__(self, position: dict[int, str]) -> None:
+        self.position = dict(position)
+        self._sent: dict[tuple[int, str], None] = {}
+
+    def add(self, partition: int, entry_id: str) -> str | None:
+        """The id of the event that sends this trigger (the position after it), or None: sent already."""
+        if (partition, entry_id) in self._sent:
+            return None
+        self._sent[(partition, entry_id)] = None
+        if len(self._sent) > SENT_REMEMBERED:
+            del self._sent[next(iter(self._sent))]
+        if _later(entry_id, self.position.get(partition)):
+            self.position[partition] = entry_id
+        return position_text(self.position)
 
 
 def sse_event(event: str, event_id: str, data: dict) -> str:
