@@ -6,6 +6,7 @@ import type {
   ToolFormat, Wake,
 } from "./types.js";
 import { serverSentEvents } from "./sse.js";
+import { fetchTransport, nodeTransport, type Transport } from "./transport.js";
 
 /** The gateway version this client speaks: the paths' prefix, checked against the gateway's header. */
 export const GATEWAY_VERSION = 1;
@@ -13,7 +14,8 @@ export const GATEWAY_VERSION = 1;
 export interface ClientOptions {
   /** Where `treemail gateway` listens, e.g. `http://127.0.0.1:8781` (with or without `/v1`). */
   baseUrl: string;
-  /** Another fetch (a proxy's, a test's); Node 20's global fetch by default. */
+  /** Another fetch (a proxy's, a test's), used for every request. By default requests go through Node's own
+   *  http(s) with keep-alive (fetch where there is none), and the event streams through the global fetch. */
   fetch?: typeof fetch;
   /** Sent with every request, e.g. the authorization a proxy in front of the gateway asks for. */
   headers?: Record<string, string>;
@@ -51,11 +53,13 @@ export class TreemailClient {
   readonly #base: string;
   readonly #fetch: typeof fetch;
   readonly #headers: Record<string, string>;
+  #transport: Promise<Transport> | undefined;
 
   constructor(options: ClientOptions) {
     this.#base = options.baseUrl.replace(/\/+$/, "").replace(/\/v\d+$/, "") + `/v${GATEWAY_VERSION}`;
     this.#fetch = options.fetch ?? fetch;
     this.#headers = { ...options.headers };
+    if (options.fetch !== undefined) this.#transport = Promise.resolve(fetchTransport(options.fetch));
   }
 
   // ---- the wire ---------------------------------------------------------------------------------------
@@ -68,29 +72,27 @@ export class TreemailClient {
     if (params.length > 0) {
       url += "?" + new URLSearchParams(params.map(([k, v]): [string, string] => [k, String(v)])).toString();
     }
-    let response: Response;
+    let status: number;
+    let text: string;
     try {
-      response = await this.#fetch(url, {
-        method,
-        headers: { ...this.#headers, ...(body === undefined ? {} : { "Content-Type": "application/json" }) },
-        body: body === undefined ? undefined : JSON.stringify(body),
-        signal: options?.signal,
-      });
+      const send = await (this.#transport ??= nodeTransport());
+      ({ status, text } = await send(method, url,
+        { ...this.#headers, ...(body === undefined ? {} : { "Content-Type": "application/json" }) },
+        body === undefined ? undefined : JSON.stringify(body), options?.signal));
     } catch (error) {
       if (aborted(options?.signal)) throw error; // the caller's own cancellation, as it is
       const message = `the gateway at ${this.#base} could not be reached (${(error as Error).message})`;
       throw new TreemailError(0, { code: "gateway:unavailable", message });
     }
-    const text = await response.text();
     let answer: any;
     try {
       answer = JSON.parse(text);
     } catch {
-      throw new TreemailError(response.status, {
-        code: "gateway:invalid_answer", message: `not JSON (HTTP ${response.status}): ${text.slice(0, 200)}`,
+      throw new TreemailError(status, {
+        code: "gateway:invalid_answer", message: `not JSON (HTTP ${status}): ${text.slice(0, 200)}`,
       });
     }
-    return { status: response.status, answer };
+    return { status, answer };
   }
 
   /** A host operation: its answer, or `TreemailError` with the refusal's code. */
