@@ -1,28 +1,22 @@
 // Wakes as a stream through the client, on a real stack: a lost connection is opened again after the last
 // wake received (Last-Event-ID), so the runner gets every wake read for it, none twice.
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import assert from "node:assert/strict";
 
 import { TreemailClient } from "../dist/src/index.js";
-import { startStack } from "./stack.mjs";
+import { stackWithClient } from "./stack.mjs";
 
-let stack;
-let tm;
-before(async () => {
-  stack = await startStack();
-  tm = new TreemailClient({ baseUrl: stack.url });
-});
-after(() => stack?.stop());
+const stack = stackWithClient();
 
 /** `count` idle children, each sent one message: one wake each. */
 async function idleChildrenWithMail(count, tag) {
-  const root = await tm.registerRoot({ agent_type: "planner", rules: { child: "allow" } });
-  await tm.startRun(root.session_id, "run-1");
+  const root = await stack.tm.registerRoot({ agent_type: "planner", rules: { child: "allow" } });
+  await stack.tm.startRun(root.session_id, "run-1");
   const children = [];
   for (let i = 0; i < count; i++) {
-    const child = await tm.registerChild(root.session_id, { agent_type: "explore", rules: { parent: "allow" },
+    const child = await stack.tm.registerChild(root.session_id, { agent_type: "explore", rules: { parent: "allow" },
       status: "idle" });
-    const sent = await tm.sendMessage({ session_id: root.session_id, run_id: "run-1", tool_call_id: `${tag}-${i}` },
+    const sent = await stack.tm.sendMessage({ session_id: root.session_id, run_id: "run-1", tool_call_id: `${tag}-${i}` },
       { to: child.handle, body: "wake up" });
     assert.equal(sent.result.recipient_state, "queued");
     children.push(child.session_id);
@@ -78,7 +72,7 @@ test("a stream cut after a wake is opened again after it: every wake once, in th
 test("a wake sent while the runner follows arrives as it comes", async () => {
   const stop = new AbortController();
   const following = (async () => {
-    for await (const wake of tm.wakes("node-live", { signal: stop.signal, heartbeat_ms: 500 })) {
+    for await (const wake of stack.tm.wakes("node-live", { signal: stop.signal, heartbeat_ms: 500 })) {
       stop.abort();
       return wake;
     }
@@ -86,5 +80,5 @@ test("a wake sent while the runner follows arrives as it comes", async () => {
   const [child] = await idleChildrenWithMail(1, "live");
   const wake = await following;
   assert.equal(wake.session_id, child);
-  assert.equal(await tm.wakeRun(wake, "run-live"), true);
+  assert.equal(await stack.tm.wakeRun(wake, "run-live"), true);
 });
