@@ -482,6 +482,7 @@ timed span, divided by the commands. Latencies are a host's `send_message` call 
   {sizes.gateway_rounds} round(s), the Python host (the benchmark process) and then the TypeScript host (`bench/gateway_host.mjs`, the
   client of `clients/typescript`, over HTTP to the gateway) make {sizes.gateway_sends} sends each, one at a time, from a root to its
   running child, which claims each at once: the send's round trip and the claim are timed, the consume is not.
+  Each TypeScript round is a new node process and warms up first, as the Python host's first round does.
   The ratios are the TypeScript host's p50 over the Python host's, over every round's calls.
 - **MCP conversation** (`bench/mcp_conversation.py`): `treemail mcp --http --receive`'s app in a process of its own,
   one worker; each pair a root and its child, each an official-SDK client with its own token; a conversation is

@@ -81,8 +81,16 @@ class Interrupts:
 
     async def read(self, consumer: str, count: int = 10, block_ms: int = 1000) -> list[Interrupt]:
         """Interrupt triggers for this runner; those whose run already ended are acknowledged and dropped."""
+        return await self._live(await self._reader.read(consumer, count, block_ms))
+
+    async def unacknowledged(self, consumer: str, after: dict[str, str] | None = None) -> list[Interrupt]:
+        """The triggers this runner read and never acknowledged, past ``after`` (stream -> entry id), as
+        ``read`` hands them: a follower that reconnects gets those that never reached it."""
+        return await self._live(await self._reader.unacknowledged(consumer, after or {}))
+
+    async def _live(self, triggers: list[Interrupt]) -> list[Interrupt]:
         live = []
-        for trigger in await self._reader.read(consumer, count, block_ms):
+        for trigger in triggers:
             record = await self._sessions.record(trigger.session_id)
             if (await self._store.load(record)).state.current_run == trigger.run_id:
                 live.append(trigger)

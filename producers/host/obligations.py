@@ -261,6 +261,19 @@ class Obligations:
         record = await self._sessions.record(session_id)
         return sorted((await self._store.load_mail(record)).values(), key=lambda m: m.seq)
 
+    async def unacknowledged_wakes(self, consumer: str, after: dict[str, str] | None = None) -> list:
+        """The wake triggers runner ``consumer`` read and never acknowledged, past ``after`` (wake stream ->
+        entry id; all of a stream it does not name): what a follower that reconnects never received."""
+        return await self._wake_reader.unacknowledged(consumer, after or {})
+
+    async def probe(self) -> str | None:
+        """None while wakes can be followed and answered: the server answers and every wake stream has the
+        runners' group (recreated here when a server came back without its data, as a worker recreates its
+        own); raises when the server cannot be reached. A process serving the host API reports it as ready."""
+        await self._redis.ping()
+        await self._store.ensure_wake_groups(self._config.service.partitions)
+        return None
+
     async def reconcile(self, interrupted_runs: bool = False) -> int:
         """After a restart: make sure every obligation is kept; what the delivery pump does at start.
 

@@ -86,6 +86,28 @@ class WakeReader:
         return await self._mine([(stream, entry_id, fields) for stream, entries in replies or []
                                  for entry_id, fields in entries])
 
+    async def unacknowledged(self, consumer: str, after: dict[str, str], count: int = 100) -> list:
+        """What ``consumer`` read and has not acknowledged, in each stream after the entry ``after`` names
+        there (all of it in a stream ``after`` does not name), in each stream's order: a follower that lost
+        its connection gets again what was read for it and never reached it, and nothing it had."""
+        if not self._groups_ready:
+            await self._ensure_groups()
+        out = []
+        for stream in self.streams():
+            start = after.get(stream, "0-0")
+            while True:
+                # An explicit id reads this consumer's own pending entries past it (never new ones).
+                reply = await self.redis.xreadgroup(self.group, consumer, {stream: start}, count=count)
+                entries = [(entry_id, fields) for _, got in reply or [] for entry_id, fields in got]
+                if not entries:
+                    break
+                start = _text(entries[-1][0])
+                # An entry trimmed since it was read has no fields left: nothing to start.
+                out.extend(await self._mine([(stream, entry_id, fields) for entry_id, fields in entries if fields]))
+                if len(entries) < count:
+                    break
+        return out
+
     async def _mine(self, entries: list) -> list:
         """The triggers of this reader's kind; the others are acknowledged in this group and dropped."""
         mine, others = [], {}

@@ -263,7 +263,7 @@ class HttpBackend:
 
     async def wake_for(self, a):
         for _ in range(FOLLOW_READS):
-            answer = await self._plain("wakes", query={"consumer": a["consumer"], "block_ms": FOLLOW_BLOCK_MS})
+            answer = await self._plain("pollWakes", query={"consumer": a["consumer"], "block_ms": FOLLOW_BLOCK_MS})
             for wake in answer["wakes"]:
                 if wake["session_id"] == a["session"]:
                     return await self._plain("wakeRun", body={"wake": wake, "run_id": a["run"]})
@@ -271,7 +271,7 @@ class HttpBackend:
 
     async def interrupt_for(self, a):
         for _ in range(FOLLOW_READS):
-            answer = await self._plain("interrupts", query={"consumer": a["consumer"], "block_ms": FOLLOW_BLOCK_MS})
+            answer = await self._plain("pollInterrupts", query={"consumer": a["consumer"], "block_ms": FOLLOW_BLOCK_MS})
             for it in answer["interrupts"]:
                 if it["session_id"] == a["session"]:
                     return await self._plain("abortRun", body={"interrupt": it})

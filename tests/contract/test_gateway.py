@@ -42,8 +42,9 @@ def test_the_document_is_valid_openapi_3_1_and_the_check_would_catch_a_broken_on
 
 def test_every_served_route_is_documented_and_every_documented_route_is_served():
     app = create_app(Config(service=ServiceConfig(redis_url="redis://unused")))
+    # The probes (/healthz, /readyz) answer as every treemail process's do: not operations of the host API.
     served = {(route.path, method.lower()) for route in app.routes if isinstance(route, Route)
-              for method in route.methods - {"HEAD"}}
+              and route.path not in ("/healthz", "/readyz") for method in route.methods - {"HEAD"}}
     documented = {(path, method) for path, item in json.loads(CHECKED_IN.read_text())["paths"].items()
                   for method in item}
     assert served == documented
@@ -54,10 +55,19 @@ def test_every_operation_has_a_unique_id_and_a_documented_body():
     doc = gatewayapi.document()
     ids = [op.id for op in OPERATIONS]
     assert len(ids) == len(set(ids))
+    streams = {PREFIX + op.path for op in OPERATIONS if op.events}
+    assert streams == {PREFIX + "/wakes/stream", PREFIX + "/interrupts/stream"}
     for path, item in doc["paths"].items():
         for method, operation in item.items():
-            assert operation["responses"]["200"]["content"]["application/json"]["schema"]["$ref"], (path, method)
+            ok = operation["responses"]["200"]["content"]
+            if path in streams:
+                refs = [event["$ref"] for event in ok["text/event-stream"]["x-events"].values()]
+                assert all(ref.rsplit("/", 1)[1] in doc["components"]["schemas"] for ref in refs), path
+            else:
+                assert ok["application/json"]["schema"]["$ref"], (path, method)
             for status, response in operation["responses"].items():
+                if status == "200" and path in streams:
+                    continue
                 schema = response["content"]["application/json"]["schema"]
                 for ref in [schema.get("$ref")] if "$ref" in schema else [s["$ref"] for s in schema["anyOf"]]:
                     assert ref.rsplit("/", 1)[1] in doc["components"]["schemas"], (path, method, status)
@@ -81,7 +91,8 @@ async def test_every_contract_operation_answers_as_documented_and_the_rest_are_r
     assert status == 200 and answer["woken"] >= 0
     status, stopped = await http.request("stopSubtree", {"session_id": root["session_id"]}, {"how": "dispose"})
     assert status == 200 and [row["session_id"] for row in stopped["stopped"]][-1] == root["session_id"]
-    assert {op.id for op in OPERATIONS} == {op_id for op_id, _ in http.answered}
+    # The event streams are followed in test_gateway_events.py.
+    assert {op.id for op in OPERATIONS if not op.events} == {op_id for op_id, _ in http.answered}
 
 
 async def _permissions_approvals_and_drains(http: HttpBackend, root: dict, child: dict) -> None:
@@ -133,9 +144,9 @@ async def test_bad_input_is_refused_with_a_stable_code_before_the_host_api_is_ca
         status, answer = await http.request("setStatus", path, body)
         assert (status, answer["error"]["code"]) == (400, "gateway:invalid_request"), body
     for block_ms in (10 ** 9, 0):  # 0 would be "forever" to the server
-        status, answer = await http.request("wakes", query={"consumer": "r", "block_ms": block_ms})
+        status, answer = await http.request("pollWakes", query={"consumer": "r", "block_ms": block_ms})
         assert (status, answer["error"]["code"]) == (400, "gateway:invalid_request")
-    status, answer = await http.request("wakes")  # no consumer
+    status, answer = await http.request("pollWakes")  # no consumer
     assert (status, answer["error"]["code"]) == (400, "gateway:invalid_request")
     forged = {"session_id": root["session_id"], "message_id": None, "stream": "tm:cmd:{c0}", "entry_id": "0-1"}
     status, answer = await http.request("wakeRun", body={"wake": forged, "run_id": "r"})
@@ -213,14 +224,14 @@ async def test_long_polls_past_the_bound_are_told_to_come_back_so_other_operatio
 
     from treemail.entrypoints import gatewaywire
 
-    monkeypatch.setattr(gatewaywire, "MAX_LONG_POLLS", 2)
+    monkeypatch.setattr(gatewaywire, "MAX_WAITING_READS", 2)
     url = await _own_database(valkey, 8)  # no wake triggers: each poll waits its whole block_ms
     async with gateway_stack(url) as (_, base_url):
         http = HttpBackend(base_url)
-        waiting = [asyncio.create_task(http.request("wakes", query={"consumer": f"bound-{i}", "block_ms": 3000}))
+        waiting = [asyncio.create_task(http.request("pollWakes", query={"consumer": f"bound-{i}", "block_ms": 3000}))
                    for i in range(2)]
         await asyncio.sleep(1)  # both are waiting at the gateway by then (each for 3 s): a third is refused at once
-        status, answer = await http.request("wakes", query={"consumer": "bound-3", "block_ms": 3000})
+        status, answer = await http.request("pollWakes", query={"consumer": "bound-3", "block_ms": 3000})
         assert (status, answer["error"]["code"]) == (429, "gateway:too_many_polls")
         assert answer["error"]["retry_after_ms"] > 0
         status, _ = await http.request("info")  # other operations still answered meanwhile

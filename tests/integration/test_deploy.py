@@ -70,7 +70,7 @@ def test_deploy_tree_has_the_expected_files():
         "compose.yaml", "Dockerfile", "compose/prometheus.yml", "compose/treemail.toml",
         "valkey/valkey.conf", "valkey/valkey-cluster.conf", "k8s/kustomization.yaml",
         "k8s/valkey-cluster/kustomization.yaml", "grafana/provisioning/datasources/prometheus.yml",
-        "grafana/provisioning/dashboards/treemail.yml", "k8s/pump.yaml", "targets/pumps.json",
+        "grafana/provisioning/dashboards/treemail.yml", "k8s/pump.yaml", "targets/pumps.json", "k8s/gateway.yaml",
     ):
         assert (DEPLOY / name).is_file(), f"deploy/{name} is missing"
 
@@ -161,6 +161,45 @@ def test_worker_projection_and_pump_deployments():
         volume = next(v for v in template["spec"]["volumes"] if v["name"] == mounts[str(Path(config_mount).parent)])
         assert volume["configMap"]["name"] == "treemail-config"
         assert Path(config_mount).name in find("ConfigMap", "treemail-config")["data"]
+
+
+GATEWAY_PORT = 8781
+
+
+def test_the_gateway_serves_on_its_port_with_readiness_probes_in_k8s_and_compose():
+    """The host gateway binds every address in its container (loopback is its default), on the port its probes,
+    Service and compose healthcheck name; ready means what a worker's /readyz means."""
+    import inspect
+
+    from treemail.entrypoints.gateway_command import gateway
+
+    options = inspect.signature(gateway).parameters
+    assert {"host", "port"} <= set(options)
+    args = ["gateway", "--host", "0.0.0.0", "--port", str(GATEWAY_PORT)]
+
+    deployment = find("Deployment", "treemail-gateway")
+    assert deployment["spec"]["replicas"] >= 2  # it keeps nothing: any replica answers any request
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["args"] == args
+    (port,) = container["ports"]
+    assert port["containerPort"] == GATEWAY_PORT
+    for probe, path in (("startupProbe", "/healthz"), ("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        assert container[probe]["httpGet"] == {"path": path, "port": port["name"]}, probe
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["TREEMAIL_CONFIG"] == "/etc/treemail/treemail.toml"
+    service = find("Service", "treemail-gateway")
+    # No authentication of its own: never published outside the cluster by these files.
+    assert service["spec"].get("type", "ClusterIP") == "ClusterIP"
+    assert matches(service["spec"]["selector"], deployment["spec"]["template"]["metadata"]["labels"])
+    assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [(GATEWAY_PORT, port["name"])]
+
+    services = compose()["services"]
+    gateway_service = services["gateway"]
+    assert gateway_service["command"] == args
+    assert gateway_service["ports"] == [f"127.0.0.1:{GATEWAY_PORT}:{GATEWAY_PORT}"]  # the host's loopback only
+    assert f"127.0.0.1:{GATEWAY_PORT}/readyz" in " ".join(gateway_service["healthcheck"]["test"])
+    assert gateway_service["environment"]["REDIS_URL"] == "redis://valkey:6379/0"
+    assert gateway_service["depends_on"]["valkey"]["condition"] == "service_healthy"
 
 
 def test_worker_pdb_and_services_select_the_worker_pods():

@@ -50,12 +50,26 @@ def _parameters(op: Operation) -> list[dict]:
             schema["maximum"] = q.maximum
         out.append({"name": q.name, "in": "query", "required": q.required, "schema": schema,
                     "description": q.description})
+    if op.events is not None:
+        out.append({"name": "Last-Event-ID", "in": "header", "required": False, "schema": {"type": "string"},
+                    "description": "the id of the last event received: the stream resumes just after it"})
     return out
+
+
+def _events(op: Operation) -> dict:
+    """An event stream's answer: OpenAPI 3.1 has no schema for a stream's items, so its events are described
+    beside it (x-events), each event's data by its schema."""
+    data = op.response.__name__
+    return {"text/event-stream": {
+        "schema": {"type": "string", "description": f"`{op.events}` events (data: {data}, id: the position to resume "
+                   "after), a comment line as a heartbeat, and `error` (data: Error) before the stream ends"},
+        "x-events": {op.events: {"$ref": REF.format(model=data)}, "error": {"$ref": REF.format(model="Error")}},
+    }}
 
 
 def _operation(op: Operation) -> dict:
     ok = op.response.__name__
-    responses = {"200": {"description": STATUS_TEXT[200], "content": _json(ok)}}
+    responses = {"200": {"description": STATUS_TEXT[200], "content": _events(op) if op.events else _json(ok)}}
     for status in sorted({400, 503, *op.errors, *((413,) if op.request is not None else ())}):
         # A model-facing call answers the tool's refusal with the tool's whole answer (which carries the error
         # too), and a refusal of the request itself (its body, its session, the server) as every route does.

@@ -8,7 +8,7 @@ OpenAPI document (``gatewayapi``), so a route cannot be served undocumented or d
 """
 
 import dataclasses
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from pydantic import BaseModel
@@ -30,6 +30,8 @@ class Call:
     query: dict[str, Any]
     # The wake streams a wake or interrupt token may name: the gateway acknowledges nothing else.
     wake_streams: frozenset[str]
+    # An event stream's resumption: wake stream -> the last entry its client received (Last-Event-ID).
+    after: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +51,7 @@ class Operation:
     method: str
     path: str
     summary: str
-    run: Callable[[Call], Awaitable[Any]]
+    run: Callable[[Call], Awaitable[Any] | AsyncIterator[Any]]
     request: type[BaseModel] | None = None
     response: type[BaseModel] = w.Ok
     query: tuple[Query, ...] = ()
@@ -57,6 +59,9 @@ class Operation:
     errors: tuple[int, ...] = (404, 409)
     # Waits for something to happen (up to block_ms): abandoned when its client goes away.
     long_poll: bool = False
+    # An event stream (text/event-stream) of these events: ``run`` yields triggers, and None when it has
+    # waited a heartbeat's time for one.
+    events: str | None = None
 
 
 def _context(body: w.ToolCall) -> SendContext:
@@ -170,6 +175,19 @@ async def wakes(call: Call) -> dict:
                                                                                   q["block_ms"])]}
 
 
+async def follow_wakes(call: Call) -> AsyncIterator[Wake | None]:
+    """Those read for this runner that its last connection never received, then every new one as it comes."""
+    q = call.query
+    for wake in await call.host.obligations.unacknowledged_wakes(q["consumer"], call.after):
+        yield wake
+    while True:
+        batch = await call.host.wakes(q["consumer"], q["count"], q["heartbeat_ms"])
+        if not batch:
+            yield None
+        for wake in batch:
+            yield wake
+
+
 async def run_wake(call: Call) -> dict:
     return {"started": await call.host.wake_run(_wake(call.body.wake, call.wake_streams), call.body.run_id)}
 
@@ -178,6 +196,18 @@ async def interrupts(call: Call) -> dict:
     q = call.query
     read = await call.host.interrupts.read(q["consumer"], q["count"], q["block_ms"])
     return {"interrupts": [dataclasses.asdict(it) for it in read]}
+
+
+async def follow_interrupts(call: Call) -> AsyncIterator[Interrupt | None]:
+    q = call.query
+    for it in await call.host.interrupts.unacknowledged(q["consumer"], call.after):
+        yield it
+    while True:
+        batch = await call.host.interrupts.read(q["consumer"], q["count"], q["heartbeat_ms"])
+        if not batch:
+            yield None
+        for it in batch:
+            yield it
 
 
 async def abort_run(call: Call) -> dict:
@@ -268,6 +298,8 @@ COUNT = Query("count", int, default=10, minimum=1, maximum=w.MAX_COUNT, descript
 # At least 1: a block of 0 is "wait forever" to the server, which no poll through the gateway may do.
 BLOCK = Query("block_ms", int, default=1000, minimum=1, maximum=w.MAX_BLOCK_MS,
               description="how long to wait for one when none is there (a long poll)")
+HEARTBEAT = Query("heartbeat_ms", int, default=w.HEARTBEAT_MS, minimum=1, maximum=w.MAX_BLOCK_MS,
+                  description="with nothing to send for this long, a comment line (a heartbeat)")
 S = "/sessions/{session_id}"
 
 OPERATIONS: tuple[Operation, ...] = (
@@ -303,12 +335,18 @@ OPERATIONS: tuple[Operation, ...] = (
               w.ToolAnswer, errors=(403, 404, 409, 429)),
     Operation("callTool", "POST", "/tools/{name}", "A model's call of any other installed tool (interrupt_agent, "
               "send_to_peer, ...)", call_tool, w.ToolCall, w.ToolAnswer, errors=(403, 404, 409, 429)),
-    Operation("wakes", "GET", "/wakes", "Wake triggers for this runner (a long poll)", wakes, response=w.Wakes,
-              query=(CONSUMER, COUNT, BLOCK), errors=(429,), long_poll=True),
+    Operation("pollWakes", "GET", "/wakes", "Wake triggers for this runner (a long poll)", wakes,
+              response=w.Wakes, query=(CONSUMER, COUNT, BLOCK), errors=(429,), long_poll=True),
+    Operation("wakes", "GET", "/wakes/stream", "Wake triggers for this runner as they come (server-sent events, "
+              "resumed after Last-Event-ID)", follow_wakes, response=w.WakeToken, query=(CONSUMER, COUNT, HEARTBEAT),
+              errors=(429,), events="wake"),
     Operation("wakeRun", "POST", "/wakes/run", "Start the woken run and acknowledge its trigger", run_wake,
               w.RunWake, w.Started),
-    Operation("interrupts", "GET", "/interrupts", "Interrupt triggers of runs still open (a long poll)",
+    Operation("pollInterrupts", "GET", "/interrupts", "Interrupt triggers of runs still open (a long poll)",
               interrupts, response=w.Interrupts, query=(CONSUMER, COUNT, BLOCK), errors=(429,), long_poll=True),
+    Operation("interrupts", "GET", "/interrupts/stream", "Interrupt triggers of runs still open as they come "
+              "(server-sent events, resumed after Last-Event-ID)", follow_interrupts, response=w.InterruptToken,
+              query=(CONSUMER, COUNT, HEARTBEAT), errors=(429,), events="interrupt"),
     Operation("abortRun", "POST", "/interrupts/abort", "Finish the interrupted run aborted and acknowledge",
               abort_run, w.AbortRun, w.Aborted),
     Operation("inspect", "GET", "/messages/{message_id}", "What became of a sent message", inspect,

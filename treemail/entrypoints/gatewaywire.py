@@ -8,6 +8,8 @@ host uses, and a status derived from the code alone (``status_of``), so the same
 status whichever route answers it.
 """
 
+import json
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -28,12 +30,20 @@ TOO_LARGE = "gateway:request_too_large"
 # A long poll holds one server connection for its whole wait: bounded so a client cannot hold the pool.
 MAX_BLOCK_MS = 30_000
 MAX_COUNT = 100
-# Long polls waiting at once: each holds one of the host's pooled server connections (64 on one server)
-# for its whole wait, so at most half of them, and the other operations always find one free. A poll past
-# the bound is refused for a moment (429), and its runner simply polls again.
-MAX_LONG_POLLS = 32
+# Long polls and event streams waiting at once: each holds one of the host's pooled server connections (64
+# on one server) for its whole wait, so together at most half of them, and the other operations always
+# find one free. One past the bound is refused for a moment (429), and its runner comes back.
+MAX_WAITING_READS = 32
 POLL_RETRY_AFTER_MS = 1000
 TOO_MANY_POLLS = "gateway:too_many_polls"
+TOO_MANY_STREAMS = "gateway:too_many_streams"
+# An event stream with nothing to say writes a comment this often, so a proxy between it and its client
+# (most close a connection idle for 60 s) keeps it open, and the client can tell a dead connection.
+HEARTBEAT_MS = 15_000
+# How long an EventSource waits before it reconnects (the stream's "retry:" field).
+RECONNECT_MS = 1000
+# The triggers one stream remembers having sent, so one its runner holds unacknowledged is not sent again.
+SENT_REMEMBERED = 10_000
 # A request body is read whole before it is parsed: bounded well above any body treemail stores (a
 # message's images included), so a runaway client cannot fill the gateway's memory.
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
@@ -396,6 +406,59 @@ def status_of(error: dict) -> int:
     if last in _FORBIDDEN:
         return 403
     return 409
+
+
+# ---- event streams ---------------------------------------------------------------------------------------
+
+_POSITION = re.compile(r"^(\d+):(\d+-\d+)$")
+
+
+def position_text(position: dict[int, str]) -> str:
+    """A stream's position, its events' ``id``: per partition, the last wake stream entry sent ("0:1712-0,3:1715-2")."""
+    return ",".join(f"{partition}:{entry_id}" for partition, entry_id in sorted(position.items()))
+
+
+def parse_position(text: str, partitions: int) -> dict[int, str]:
+    """The position a reconnecting client names in ``Last-Event-ID``; ValueError when it is not one of ours."""
+    position: dict[int, str] = {}
+    for part in filter(None, text.strip().split(",")):
+        found = _POSITION.match(part)
+        if found is None or int(found[1]) >= partitions:
+            raise ValueError(f"Last-Event-ID is not a position this gateway wrote ({partitions} partitions): "
+                             f"{text[:200]!r}")
+        position[int(found[1])] = found[2]
+    return position
+
+
+def _later(entry_id: str, than: str | None) -> bool:
+    """Whether a stream entry id comes after another (ids are "<ms>-<seq>", compared as numbers)."""
+    return than is None or tuple(map(int, entry_id.split("-"))) > tuple(map(int, than.split("-")))
+
+
+class Sent:
+    """What one event stream has sent: its position, and the triggers it remembers sending.
+
+    A trigger read and not acknowledged within reclaim_idle_ms is claimed again by the next read, as a dead
+    runner's is; the runner of this stream is alive and has it, so the stream does not send it twice."""
+
+    def __init__(self, position: dict[int, str]) -> None:
+        self.position = dict(position)
+        self._sent: dict[tuple[int, str], None] = {}
+
+    def add(self, partition: int, entry_id: str) -> str | None:
+        """The id of the event that sends this trigger (the position after it), or None: sent already."""
+        if (partition, entry_id) in self._sent:
+            return None
+        self._sent[(partition, entry_id)] = None
+        if len(self._sent) > SENT_REMEMBERED:
+            del self._sent[next(iter(self._sent))]
+        if _later(entry_id, self.position.get(partition)):
+            self.position[partition] = entry_id
+        return position_text(self.position)
+
+
+def sse_event(event: str, event_id: str, data: dict) -> str:
+    return f"id: {event_id}\nevent: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
 
 
 def error_body(code: str, message: str) -> dict:

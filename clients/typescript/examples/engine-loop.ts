@@ -49,9 +49,10 @@ const delegated = await tm.sendMessage({ session_id: planner.session_id, run_id:
   { to: explorer.handle, body: "Find where the cache is invalidated." });
 console.log(`planner: ${delegated.text}`);
 
-// 4. A runner follows wakes and starts each woken run; here it stops after the explorer's.
+// 4. A runner follows wakes (one event stream, resumed after the last wake if the connection drops) and
+//    starts each woken run; here it stops after the explorer's.
 const stop = new AbortController();
-for await (const wake of tm.followWakes("runner-1", { block_ms: 1000, signal: stop.signal })) {
+for await (const wake of tm.wakes("runner-1", { signal: stop.signal })) {
   const runId = `wake-${wake.entry_id}`;
   await tm.wakeRun(wake, runId); // starts the run (its due mail is admitted) and acknowledges
   if (wake.session_id !== explorer.session_id) continue;

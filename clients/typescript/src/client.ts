@@ -2,8 +2,11 @@ import { TreemailError } from "./errors.js";
 import type {
   Approval, CallOptions, CancelAnswer, Delivery, Disposed, ErrorDetail, GatewayInfo, HostSend, Inject, Interrupt,
   MessageStatus, PeerRoute, PollOptions, RegisterChild, RegisterRoot, RegisterRoute, Registration, Refusal,
-  RevokeRoute, Rules, SendContext, SendResult, SetGrant, Status, StopReason, StopSubtree, ToolAnswer, ToolFormat, Wake,
+  RevokeRoute, Rules, SendContext, SendResult, SetGrant, Status, StopReason, StopSubtree, StreamOptions, ToolAnswer,
+  ToolFormat, Wake,
 } from "./types.js";
+import { serverSentEvents } from "./sse.js";
+import { fetchTransport, nodeTransport, type Transport } from "./transport.js";
 
 /** The gateway version this client speaks: the paths' prefix, checked against the gateway's header. */
 export const GATEWAY_VERSION = 1;
@@ -11,7 +14,8 @@ export const GATEWAY_VERSION = 1;
 export interface ClientOptions {
   /** Where `treemail gateway` listens, e.g. `http://127.0.0.1:8781` (with or without `/v1`). */
   baseUrl: string;
-  /** Another fetch (a proxy's, a test's); Node 20's global fetch by default. */
+  /** Another fetch (a proxy's, a test's), used for every request. By default requests go through Node's own
+   *  http(s) with keep-alive (fetch where there is none), and the event streams through the global fetch. */
   fetch?: typeof fetch;
   /** Sent with every request, e.g. the authorization a proxy in front of the gateway asks for. */
   headers?: Record<string, string>;
@@ -49,11 +53,13 @@ export class TreemailClient {
   readonly #base: string;
   readonly #fetch: typeof fetch;
   readonly #headers: Record<string, string>;
+  #transport: Promise<Transport> | undefined;
 
   constructor(options: ClientOptions) {
     this.#base = options.baseUrl.replace(/\/+$/, "").replace(/\/v\d+$/, "") + `/v${GATEWAY_VERSION}`;
     this.#fetch = options.fetch ?? fetch;
     this.#headers = { ...options.headers };
+    if (options.fetch !== undefined) this.#transport = Promise.resolve(fetchTransport(options.fetch));
   }
 
   // ---- the wire ---------------------------------------------------------------------------------------
@@ -66,29 +72,27 @@ export class TreemailClient {
     if (params.length > 0) {
       url += "?" + new URLSearchParams(params.map(([k, v]): [string, string] => [k, String(v)])).toString();
     }
-    let response: Response;
+    let status: number;
+    let text: string;
     try {
-      response = await this.#fetch(url, {
-        method,
-        headers: { ...this.#headers, ...(body === undefined ? {} : { "Content-Type": "application/json" }) },
-        body: body === undefined ? undefined : JSON.stringify(body),
-        signal: options?.signal,
-      });
+      const send = await (this.#transport ??= nodeTransport());
+      ({ status, text } = await send(method, url,
+        { ...this.#headers, ...(body === undefined ? {} : { "Content-Type": "application/json" }) },
+        body === undefined ? undefined : JSON.stringify(body), options?.signal));
     } catch (error) {
       if (aborted(options?.signal)) throw error; // the caller's own cancellation, as it is
       const message = `the gateway at ${this.#base} could not be reached (${(error as Error).message})`;
       throw new TreemailError(0, { code: "gateway:unavailable", message });
     }
-    const text = await response.text();
     let answer: any;
     try {
       answer = JSON.parse(text);
     } catch {
-      throw new TreemailError(response.status, {
-        code: "gateway:invalid_answer", message: `not JSON (HTTP ${response.status}): ${text.slice(0, 200)}`,
+      throw new TreemailError(status, {
+        code: "gateway:invalid_answer", message: `not JSON (HTTP ${status}): ${text.slice(0, 200)}`,
       });
     }
-    return { status: response.status, answer };
+    return { status, answer };
   }
 
   /** A host operation: its answer, or `TreemailError` with the refusal's code. */
@@ -211,10 +215,27 @@ export class TreemailClient {
     return answer.message_id;
   }
 
-  // ---- wakes and interrupts: long polls ----------------------------------------------------------------
+  // ---- wakes and interrupts: event streams, and long polls ------------------------------------------
 
-  /** Wake triggers for this runner (one consumer group shared by every runner), waiting up to block_ms. */
-  async wakes(consumer: string, poll: PollOptions = {}): Promise<Wake[]> {
+  /**
+   * Every wake for this runner as it comes, over one server-sent event stream, until the signal aborts (then
+   * the iteration ends). A lost connection is opened again after the last event received (`Last-Event-ID`):
+   * nothing read for this runner is missed, and nothing it received comes twice. Each wake is a token to give
+   * back to `wakeRun`, which also acknowledges it.
+   *
+   *     for await (const wake of tm.wakes("runner-1", { signal })) await tm.wakeRun(wake, runId);
+   */
+  wakes(consumer: string, options: StreamOptions = {}): AsyncGenerator<Wake> {
+    return this.#events<Wake>("/wakes/stream", "wake", consumer, options);
+  }
+
+  /** Interrupt triggers of runs still open, for this runner, as they come (as `wakes`). */
+  interrupts(consumer: string, options: StreamOptions = {}): AsyncGenerator<Interrupt> {
+    return this.#events<Interrupt>("/interrupts/stream", "interrupt", consumer, options);
+  }
+
+  /** Wake triggers for this runner (one consumer group shared by every runner): one long poll of block_ms. */
+  async pollWakes(consumer: string, poll: PollOptions = {}): Promise<Wake[]> {
     const { signal, count, block_ms } = poll;
     const answer = await this.#call<{ wakes: Wake[] }>("GET", "/wakes", undefined, { consumer, count, block_ms },
       { signal });
@@ -228,13 +249,8 @@ export class TreemailClient {
     return answer.started;
   }
 
-  /** Every wake for this runner, as they come, until the signal aborts (then the iteration ends). */
-  async *followWakes(consumer: string, poll: PollOptions = {}): AsyncGenerator<Wake> {
-    yield* this.#follow((p) => this.wakes(consumer, p), poll);
-  }
-
-  /** Interrupt triggers of runs still open, for this runner. */
-  async interrupts(consumer: string, poll: PollOptions = {}): Promise<Interrupt[]> {
+  /** Interrupt triggers of runs still open, for this runner: one long poll. */
+  async pollInterrupts(consumer: string, poll: PollOptions = {}): Promise<Interrupt[]> {
     const { signal, count, block_ms } = poll;
     const answer = await this.#call<{ interrupts: Interrupt[] }>(
       "GET", "/interrupts", undefined, { consumer, count, block_ms }, { signal });
@@ -248,25 +264,63 @@ export class TreemailClient {
     return answer.aborted;
   }
 
-  async *followInterrupts(consumer: string, poll: PollOptions = {}): AsyncGenerator<Interrupt> {
-    yield* this.#follow((p) => this.interrupts(consumer, p), poll);
-  }
-
-  async *#follow<T>(read: (poll: PollOptions) => Promise<T[]>, poll: PollOptions): AsyncGenerator<T> {
-    while (!aborted(poll.signal)) {
-      let batch: T[];
+  async *#events<T>(path: string, name: string, consumer: string, options: StreamOptions): AsyncGenerator<T> {
+    const { signal, count, heartbeat_ms } = options;
+    let lastEventId = options.lastEventId;
+    let reconnectMs = 1000;
+    const params = new URLSearchParams({ consumer });
+    if (count !== undefined) params.set("count", String(count));
+    if (heartbeat_ms !== undefined) params.set("heartbeat_ms", String(heartbeat_ms));
+    const url = `${this.#base}${path}?${params}`;
+    // Silent for two heartbeats (the gateway writes one whenever it has nothing to say): the connection is dead.
+    const silentMs = 2 * (heartbeat_ms ?? 15_000) + 1000;
+    while (!aborted(signal)) {
+      const connection = new AbortController();
+      const stop = () => connection.abort();
+      signal?.addEventListener("abort", stop, { once: true });
+      let timer = setTimeout(stop, silentMs);
       try {
-        batch = await read(poll);
-      } catch (error) {
-        if (aborted(poll.signal)) return;
-        // The gateway holds as many long polls as it has connections to spare: come back when it says.
-        if (error instanceof TreemailError && error.status === 429 && error.retryAfterMs !== undefined) {
-          await pause(error.retryAfterMs, poll.signal);
+        let response: Response;
+        try {
+          response = await this.#fetch(url, {
+            headers: { ...this.#headers, Accept: "text/event-stream",
+              ...(lastEventId === undefined ? {} : { "Last-Event-ID": lastEventId }) },
+            signal: connection.signal,
+          });
+        } catch (error) {
+          if (aborted(signal)) return;
+          await pause(reconnectMs, signal); // the gateway is not there (yet): as an EventSource does
           continue;
         }
-        throw error;
+        if (response.status !== 200) {
+          const error = new TreemailError(response.status, (JSON.parse(await response.text()) as Refusal).error);
+          // Refused for now (too many streams open at the gateway, the server unreachable): come back.
+          if (error.status === 429 || error.status === 503) {
+            await pause(error.retryAfterMs ?? reconnectMs, signal);
+            continue;
+          }
+          throw error;
+        }
+        for await (const event of serverSentEvents(response.body!)) {
+          clearTimeout(timer);
+          timer = setTimeout(stop, silentMs);
+          if (event.retry !== undefined) reconnectMs = event.retry;
+          if (event.event === name) {
+            lastEventId = event.id;
+            clearTimeout(timer); // the caller's time with the wake is not the connection's silence
+            yield JSON.parse(event.data) as T;
+            timer = setTimeout(stop, silentMs);
+          }
+        }
+      } catch (error) {
+        if (aborted(signal)) return;
+        if (!connection.signal.aborted && !(error instanceof TypeError)) throw error; // not a lost connection
+      } finally {
+        clearTimeout(timer);
+        signal?.removeEventListener("abort", stop);
+        connection.abort(); // a generator the caller left early closes its connection
       }
-      yield* batch;
+      await pause(reconnectMs, signal);
     }
   }
 

@@ -205,3 +205,13 @@ export interface PollOptions extends CallOptions {
   count?: number;
   block_ms?: number;
 }
+
+export interface StreamOptions extends CallOptions {
+  /** At most this many triggers per read at the gateway. */
+  count?: number;
+  /** The gateway writes a heartbeat after this long with nothing to send (default 15 s); the client takes a
+   *  connection silent for two of them as lost and opens another. */
+  heartbeat_ms?: number;
+  /** Resume after this event id (one the stream handed out), as a reconnect does. */
+  lastEventId?: string;
+}

@@ -81,7 +81,7 @@ function operations(tm) {
     cancel: (a) => tm.cancel(a.message, a.caller),
     wake_for: async (a) => {
       for (let i = 0; i < FOLLOW_READS; i++) {
-        for (const wake of await tm.wakes(a.consumer, { block_ms: FOLLOW_BLOCK_MS })) {
+        for (const wake of await tm.pollWakes(a.consumer, { block_ms: FOLLOW_BLOCK_MS })) {
           if (wake.session_id === a.session) return { started: await tm.wakeRun(wake, a.run) };
         }
       }
@@ -89,7 +89,7 @@ function operations(tm) {
     },
     interrupt_for: async (a) => {
       for (let i = 0; i < FOLLOW_READS; i++) {
-        for (const it of await tm.interrupts(a.consumer, { block_ms: FOLLOW_BLOCK_MS })) {
+        for (const it of await tm.pollInterrupts(a.consumer, { block_ms: FOLLOW_BLOCK_MS })) {
           if (it.session_id === a.session) return { aborted: await tm.abortRun(it) };
         }
       }

@@ -1,6 +1,7 @@
 // A real stack for a test file: Valkey, a worker and the gateway, started by the repository's Python
 // (tests/contract/stack.py) and stopped when the file's tests end.
 import { spawn } from "node:child_process";
+import { after, before } from "node:test";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import path from "node:path";
@@ -32,4 +33,18 @@ export async function startStack() {
       child.stdin.end();
     }),
   };
+}
+
+/** A stack for the enclosing suite (or file) and a client of it, filled in before its tests: `held.tm`,
+ *  `held.url`. */
+export function stackWithClient() {
+  const held = {};
+  before(async () => {
+    const { TreemailClient } = await import("../dist/src/index.js");
+    held.stack = await startStack();
+    held.url = held.stack.url;
+    held.tm = new TreemailClient({ baseUrl: held.url });
+  });
+  after(() => held.stack?.stop());
+  return held;
 }
