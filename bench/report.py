@@ -111,7 +111,23 @@ def mcp_rows(m: dict) -> list[tuple[str, str, str, str]]:
          if m["send"].get("cpu_ms") and m["noop"].get("cpu_ms") else []) + (
         [("MCP send / empty tool, as the CPU per call predicts", f"{m['send_over_noop_by_cpu']:.2f}",
           "the empty tool's CPU per call over the send's, every process summed", "")]
-        if "send_over_noop_by_cpu" in m else [])
+        if "send_over_noop_by_cpu" in m else []) + deciding_rows(m)
+
+
+def deciding_rows(m: dict) -> list[tuple[str, str, str, str]]:
+    """The same MCP sends to a server that decides them itself (``[service] host_decides_sends``)."""
+    if "send_deciding" not in m:  # a run from before it was measured
+        return []
+    d = m["send_deciding"]
+    return [
+        (f"MCP send_message decided by its server (host_decides_sends), {m['clients']} clients",
+         f"{d['rate']:,.0f} sends/s", f"p50 {d['p50_ms']:.2f} ms, p99 {d['p99_ms']:.2f} ms, {d['calls']:,} calls "
+         f"({d['failed']} failed)", ""),
+        ("MCP send decided by its server / empty tool", f"{m['send_deciding_over_noop']:.2f}", "target >= 0.7",
+         verdict(m["send_deciding_over_noop"] >= 0.7)),
+    ] + ([("MCP send decided by its server / empty tool, as the CPU per call predicts",
+           f"{m['send_deciding_over_noop_by_cpu']:.2f}", "every process summed", "")]
+         if "send_deciding_over_noop_by_cpu" in m else [])
 
 
 def gateway_rows(g: dict) -> list[tuple[str, str, str, str]]:

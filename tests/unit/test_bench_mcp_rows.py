@@ -78,3 +78,17 @@ def test_the_side_by_side_rows_of_treemail_alone_have_no_ratio():
     ours = {"pairs_1": {"pairs": 1, "conversations": 6, "failed": 0, "rate": 2.0, "p50_ms": 5.0, "p99_ms": 7.0}}
     assert [r[0] for r in report.agent_mail_rows({"treemail": ours})] == [
         "conversation side by side, 1 pair(s): treemail"]
+
+
+def test_the_sends_a_server_decides_itself_have_their_rows_and_the_target_verdict():
+    m = figures(200.0, 400.0)
+    assert report.deciding_rows(m) == []  # a run from before they were measured
+    m["send_deciding"] = {"rate": 300.0, "rates": [300.0], "calls": 900, "failed": 0, "p50_ms": 3.0, "p99_ms": 9.0}
+    m["send_deciding_over_noop"] = 0.75
+    rows = report.mcp_rows(m)
+    assert rows[-2:] == [
+        ("MCP send_message decided by its server (host_decides_sends), 8 clients", "300 sends/s",
+         "p50 3.00 ms, p99 9.00 ms, 900 calls (0 failed)", ""),
+        ("MCP send decided by its server / empty tool", "0.75", "target >= 0.7", "met")]
+    m["send_deciding_over_noop"] = 0.6
+    assert report.mcp_rows(m)[-1][3] == "NOT met"
