@@ -153,7 +153,7 @@ async def phase_agent_mail(url: str, seconds: float, log, pairs: tuple[int, ...]
                            agent_mail: bool = True) -> dict:
     """``agent_mail=False``: treemail's side alone (the phase's quick test, which installs nothing)."""
     async with serve_treemail(url) as (endpoint, host):
-        out = {"treemail": {f"pairs_{n}": await converse(endpoint, host, n, seconds, log) for n in pairs}}
+        out = {"treemail": {f"pairs_{n}": await converse(endpoint, host, n, seconds, log, "treemail ") for n in pairs}}
     if agent_mail:
         out["agent_mail"] = await agent_mail_side(seconds, log, pairs)
     return out

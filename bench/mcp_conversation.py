@@ -89,7 +89,7 @@ async def sdk_client(stack: contextlib.AsyncExitStack, endpoint: str, headers: d
     return await stack.enter_async_context(Client(streamable_http_client(endpoint, http_client=http), cache=None))
 
 
-async def converse(endpoint: str, host: Treemail, pairs: int, seconds: float, log) -> dict:
+async def converse(endpoint: str, host: Treemail, pairs: int, seconds: float, log, label: str = "") -> dict:
     sessions = await register_pairs(host, pairs)
     async with contextlib.AsyncExitStack() as stack:
         async def client(session_id: str):
@@ -101,7 +101,7 @@ async def converse(endpoint: str, host: Treemail, pairs: int, seconds: float, lo
             await b.call_tool("check_mail", {})
             for i in range(WARM_UP):
                 await exchange(a, b, a_id, b_id, -i)
-        return await timed(agents, exchange, pairs, seconds, log)
+        return await timed(agents, exchange, pairs, seconds, log, label)
 
 
 @contextlib.asynccontextmanager

@@ -87,12 +87,19 @@ async def test_steer_mail_rides_on_the_next_http_call_and_the_call_after_confirm
         assert [e.message_id for e in consumed] == [sent["message_id"]]
 
 
+@contextlib.asynccontextmanager
+async def on_the_test_clock(redis_url: str, **messaging):
+    """A stack on the test clock with 60 s leases, a planner whose run is open and the explorer it writes to."""
+    async with timed_stack(redis_url, mcp_lease_s=60, **messaging) as env:
+        planner, explore = await tree(env.tm)
+        await env.tm.start_run(planner.session_id, "planner-run")
+        yield env, planner, explore
+
+
 async def test_a_client_killed_mid_claim_gets_the_message_again_when_its_lease_expires_counted_and_marked(
         redis_url):
-    async with timed_stack(redis_url, mcp_lease_s=60) as env:
+    async with on_the_test_clock(redis_url) as (env, planner, explore):
         host = env.tm
-        planner, explore = await tree(host)
-        await host.start_run(planner.session_id, "planner-run")
         sent = await host.send(planner.session_id, explore.handle, "are you there?", mode="queue")
         token = await host.tools.mint_token(explore.session_id)
         async with http_server(host, receive=True) as url:
@@ -122,10 +129,8 @@ async def test_a_client_killed_mid_claim_gets_the_message_again_when_its_lease_e
 
 
 async def test_a_call_before_the_lease_ends_confirms_whatever_the_clock_says_after(redis_url):
-    async with timed_stack(redis_url, mcp_lease_s=60) as env:
+    async with on_the_test_clock(redis_url) as (env, planner, explore):
         host = env.tm
-        planner, explore = await tree(host)
-        await host.start_run(planner.session_id, "planner-run")
         sent = await host.send(planner.session_id, explore.handle, "think it over", mode="queue")
         token = await host.tools.mint_token(explore.session_id)
         async with http_server(host, receive=True) as url, http_client(url, token) as agent:
@@ -140,10 +145,8 @@ async def test_a_call_before_the_lease_ends_confirms_whatever_the_clock_says_aft
 
 async def test_a_vanished_http_agents_run_is_finished_by_the_pump_and_its_next_call_starts_again_with_its_mail(
         redis_url):
-    async with timed_stack(redis_url, mcp_lease_s=60, mcp_idle_s=600) as env:
+    async with on_the_test_clock(redis_url, mcp_idle_s=600) as (env, planner, explore):
         host = env.tm
-        planner, explore = await tree(host)
-        await host.start_run(planner.session_id, "planner-run")
         first = await host.send(planner.session_id, explore.handle, "first task", mode="queue")
         token = await host.tools.mint_token(explore.session_id)
         async with http_server(host, receive=True) as url:
