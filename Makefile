@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: docs run test soak test-typescript test-unit test-integration test-slow test-cluster cluster bench ab install clean prometheus chromium screenshot lock upgrade-check
+.PHONY: docs run test soak test-typescript test-unit test-integration test-slow test-cluster cluster bench bench-agentmail ab install clean prometheus chromium screenshot lock upgrade-check
 
 # pip's own progress, not --quiet: a first install takes a minute or two and must not look hung.
 # setuptools says "Editable installation ... Please be careful" on every editable install; it is
@@ -144,8 +144,14 @@ test-slow: $(STAMP)
 	$(BIN)/pytest -q -m slow
 
 ## bench: throughput and latency next to raw baselines measured in the same run
-bench: $(STAMP)
+bench: $(STAMP) bench-agentmail
 	$(BIN)/python -m bench.run
+
+## bench-agentmail: mcp-agent-mail for the side by side (bench/agent_mail.py), in a virtualenv of its own from
+## its pinned constraints, never in .venv; a failed install leaves the phase to report it as its rows' error
+AGENTMAIL := .venv-agentmail
+bench-agentmail: $(STAMP)
+	-$(BIN)/python -m bench.agent_mail install
 
 ## ab: judge a change: BEFORE and AFTER (commits) run in turn, ROUNDS times (default 5), phases ONLY
 ## (default one,latency,latency_low); the pairs, the medians and how many pairs came out better
@@ -153,4 +159,4 @@ ab: $(STAMP)
 	$(BIN)/python -m bench.ab $(BEFORE) $(AFTER) $(if $(ONLY),--only $(ONLY)) $(if $(ROUNDS),--rounds $(ROUNDS))
 
 clean:
-	rm -rf $(VENV) $(UPGRADE) build *.egg-info
+	rm -rf $(VENV) $(UPGRADE) $(AGENTMAIL) build *.egg-info

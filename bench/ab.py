@@ -41,6 +41,10 @@ FIGURES = (
     ("scale_single", "one Valkey, 4 workers: commands/s", (2, "rate"), False),
     ("scale_single", "one Valkey, 2 workers: worker CPU-s", (1, "worker_cpu_s"), True),
     ("routing", "both ways, 2 workers, by tree: commands/s", ("by_tree", "rate"), False),
+    ("mcp", "MCP send / empty tool", ("send_over_noop",), False),
+    ("mcp", "MCP send / empty tool, by CPU", ("send_over_noop_by_cpu",), False),
+    ("mcp", "MCP send decided by its server / empty tool", ("send_deciding_over_noop",), False),
+    ("mcp", "MCP send decided by its server / empty tool, by CPU", ("send_deciding_over_noop_by_cpu",), False),
 )
 
 

@@ -125,9 +125,13 @@ async def phase_mcp(url: str, seconds: float, rounds: int, log, valkey_pid: int 
     workers = Workers(url)
     workers.start(1)
     host = await Treemail.connect(bench_config(url), url)
-    port = free_port()
+    port, port_deciding = free_port(), free_port()
     server = subprocess.Popen([sys.executable, "-m", "bench.mcp", "serve", url, str(port)], env=worker_env(url),
                               start_new_session=True)
+    # The same app with [service] host_decides_sends: the server decides each send itself, no worker on its path.
+    deciding = subprocess.Popen([sys.executable, "-m", "bench.mcp", "serve", url, str(port_deciding)],
+                                env=worker_env(url, {"TREEMAIL_SERVICE_HOST_DECIDES_SENDS": "true"}),
+                                start_new_session=True)
     try:
         trees = await register_trees(host, CLIENTS, 1)
         pairs = [(root, kids[0]) for root, kids in trees]
@@ -135,14 +139,19 @@ async def phase_mcp(url: str, seconds: float, rounds: int, log, valkey_pid: int 
         for _, child in pairs:
             await host.start_run(child, "run-1")
         await wait_listening(port, server)
-        endpoint = f"http://127.0.0.1:{port}/mcp"
+        await wait_listening(port_deciding, deciding)
         async with contextlib.AsyncExitStack() as stack:
-            clients = []
-            for token in tokens:
-                http = await stack.enter_async_context(
-                    create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}))
-                clients.append(await stack.enter_async_context(
-                    Client(streamable_http_client(endpoint, http_client=http), cache=None)))
+            async def clients_of(endpoint: str) -> list:
+                out = []
+                for token in tokens:
+                    http = await stack.enter_async_context(
+                        create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}))
+                    out.append(await stack.enter_async_context(
+                        Client(streamable_http_client(endpoint, http_client=http), cache=None)))
+                return out
+
+            clients = await clients_of(f"http://127.0.0.1:{port}/mcp")
+            clients_deciding = await clients_of(f"http://127.0.0.1:{port_deciding}/mcp")
 
             async def noop(k, client, i) -> bool:
                 return not (await client.call_tool("noop", {})).is_error
@@ -156,17 +165,21 @@ async def phase_mcp(url: str, seconds: float, rounds: int, log, valkey_pid: int 
                                                  {"to": pairs[k][1], "body": f"host send {i}"})
                 return "message_id" in result
 
-            for k, client in enumerate(clients):  # warm up: connections, the server's caches, the worker
+            for k, (client, other) in enumerate(zip(clients, clients_deciding)):  # warm up: connections, caches
                 for i in range(WARM_UP_CALLS):
                     await noop(k, client, i)
                     await mcp_send(k, client, i)
+                    await mcp_send(k, other, -i - 1)
             await settle(host, pairs)
-            runs: dict[str, list[dict]] = {"noop": [], "send": [], "host": []}
-            pids = {"client": os.getpid(), "server": server.pid, **{f"worker{'' if i == 0 else i + 1}": proc.pid
-                                                                    for i, proc in enumerate(workers.procs)},
+            runs: dict[str, list[dict]] = {"noop": [], "send": [], "send_deciding": [], "host": []}
+            # Each call's CPU in every process it may cost: the deciding server's is its own (nothing else
+            # calls it), so the empty tool's and the other sends' count it at zero.
+            pids = {"client": os.getpid(), "server": server.pid, "deciding server": deciding.pid,
+                    **{f"worker{'' if i == 0 else i + 1}": proc.pid for i, proc in enumerate(workers.procs)},
                     **({"valkey": valkey_pid} if valkey_pid else {})}
             for round_ in range(rounds):
                 for name, call, callers in (("noop", noop, clients), ("send", mcp_send, clients),
+                                            ("send_deciding", mcp_send, clients_deciding),
                                             ("host", host_send, list(range(CLIENTS)))):
                     run = await drive(callers, call, seconds, pids)
                     runs[name].append(run)
@@ -176,23 +189,28 @@ async def phase_mcp(url: str, seconds: float, rounds: int, log, valkey_pid: int 
         workers.check_alive()
     finally:
         stop_server(server)
+        stop_server(deciding)
         await host.close()
         workers.stop()
     out = {name: summary(value) for name, value in runs.items()}
     out["clients"] = CLIENTS
-    out["send_over_noop"] = statistics.median(
-        send["rate"] / noop["rate"] for send, noop in zip(runs["send"], runs["noop"]))
+    for name in ("send", "send_deciding"):
+        out[f"{name}_over_noop"] = statistics.median(
+            send["rate"] / noop["rate"] for send, noop in zip(runs[name], runs["noop"]))
     # The ratio the CPU per call predicts (the empty tool's total over the send's): steadier than the rates'
     # on a shared machine, and it says which process the difference is in.
-    if out["send"]["cpu_ms"] and out["noop"]["cpu_ms"]:
-        out["send_over_noop_by_cpu"] = sum(out["noop"]["cpu_ms"].values()) / sum(out["send"]["cpu_ms"].values())
+    for name in ("send", "send_deciding"):
+        if out[name]["cpu_ms"] and out["noop"]["cpu_ms"]:
+            out[f"{name}_over_noop_by_cpu"] = sum(out["noop"]["cpu_ms"].values()) / sum(out[name]["cpu_ms"].values())
     log(f"  MCP send {out['send']['rate']:,.0f}/s (p50 {out['send']['p50_ms']:.2f} ms, p99 "
         f"{out['send']['p99_ms']:.2f} ms), empty tool {out['noop']['rate']:,.0f}/s, host API "
-        f"{out['host']['rate']:,.0f}/s; send / empty tool {out['send_over_noop']:.2f}")
+        f"{out['host']['rate']:,.0f}/s; send / empty tool {out['send_over_noop']:.2f}; decided by the server "
+        f"{out['send_deciding']['rate']:,.0f}/s, / empty tool {out['send_deciding_over_noop']:.2f}")
     if out["send"]["cpu_ms"]:
         log("  CPU ms per call (" + ", ".join(out["send"]["cpu_ms"]) + "): " + "; ".join(
             f"{label} " + " / ".join(f"{v:.2f}" for v in out[name]["cpu_ms"].values())
-            for name, label in (("send", "MCP send"), ("noop", "empty tool"), ("host", "host API send")))
+            for name, label in (("send", "MCP send"), ("send_deciding", "MCP send decided by the server"),
+                                ("noop", "empty tool"), ("host", "host API send")))
             + f"; their sums predict send / empty tool {out.get('send_over_noop_by_cpu', 0):.2f}")
     return out
 

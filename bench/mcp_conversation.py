@@ -50,48 +50,64 @@ async def exchange(a, b, a_id: str, b_id: str, i: int) -> bool:
     return not answered.is_error and bool(answered.structured_content["messages"])
 
 
-async def converse(endpoint: str, host: Treemail, pairs: int, seconds: float, log) -> dict:
+async def timed(agents: list[tuple], exchange, pairs: int, seconds: float, log, label: str = "") -> dict:
+    """Each pair (``agents``: the arguments ``exchange`` takes before the exchange's number) holds
+    conversations back to back for ``seconds``, all pairs at once: conversations per second over all pairs,
+    and each conversation's p50 and p99. The timing both sides of the side by side share (bench/agent_mail.py)."""
+    latencies: list[float] = []
+    failed = 0
+    deadline = time.perf_counter() + seconds
+
+    async def loop(*agent) -> None:
+        nonlocal failed
+        i = 0
+        while time.perf_counter() < deadline:
+            start = time.perf_counter()
+            ok = await exchange(*agent, i)
+            latencies.append(time.perf_counter() - start)
+            failed += not ok
+            i += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(loop(*agent) for agent in agents))
+    elapsed = time.perf_counter() - started
+    out = {"pairs": pairs, "conversations": len(latencies), "failed": failed, "rate": len(latencies) / elapsed,
+           "p50_ms": percentile(latencies, 50) * 1000, "p99_ms": percentile(latencies, 99) * 1000}
+    log(f"  {label}{pairs} pair(s): {out['conversations']:,} conversations = {out['rate']:,.1f}/s, p50 "
+        f"{out['p50_ms']:.1f} ms, p99 {out['p99_ms']:.1f} ms, {failed} failed")
+    return out
+
+
+async def sdk_client(stack: contextlib.AsyncExitStack, endpoint: str, headers: dict[str, str] | None = None):
+    """The official SDK's client over streamable HTTP, open until ``stack`` closes: what every agent of both
+    sides speaks through."""
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared._httpx_utils import create_mcp_http_client
 
+    http = await stack.enter_async_context(create_mcp_http_client(headers=headers))
+    return await stack.enter_async_context(Client(streamable_http_client(endpoint, http_client=http), cache=None))
+
+
+async def converse(endpoint: str, host: Treemail, pairs: int, seconds: float, log, label: str = "") -> dict:
     sessions = await register_pairs(host, pairs)
     async with contextlib.AsyncExitStack() as stack:
         async def client(session_id: str):
             token = await host.tools.mint_token(session_id)
-            http = await stack.enter_async_context(create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}))
-            return await stack.enter_async_context(Client(streamable_http_client(endpoint, http_client=http), cache=None))
+            return await sdk_client(stack, endpoint, {"Authorization": f"Bearer {token}"})
 
         agents = [(await client(a), await client(b), a, b) for a, b in sessions]
         for a, b, a_id, b_id in agents:  # warm up; it also opens each agent's leased run
             await b.call_tool("check_mail", {})
             for i in range(WARM_UP):
                 await exchange(a, b, a_id, b_id, -i)
-        latencies: list[float] = []
-        failed = 0
-        deadline = time.perf_counter() + seconds
-
-        async def loop(a, b, a_id, b_id) -> None:
-            nonlocal failed
-            i = 0
-            while time.perf_counter() < deadline:
-                start = time.perf_counter()
-                ok = await exchange(a, b, a_id, b_id, i)
-                latencies.append(time.perf_counter() - start)
-                failed += not ok
-                i += 1
-
-        started = time.perf_counter()
-        await asyncio.gather(*(loop(*agent) for agent in agents))
-        elapsed = time.perf_counter() - started
-    out = {"pairs": pairs, "conversations": len(latencies), "failed": failed, "rate": len(latencies) / elapsed,
-           "p50_ms": percentile(latencies, 50) * 1000, "p99_ms": percentile(latencies, 99) * 1000}
-    log(f"  {pairs} pair(s): {out['conversations']:,} conversations = {out['rate']:,.1f}/s, p50 "
-        f"{out['p50_ms']:.1f} ms, p99 {out['p99_ms']:.1f} ms, {failed} failed")
-    return out
+        return await timed(agents, exchange, pairs, seconds, log, label)
 
 
-async def phase_mcp_conversation(url: str, seconds: float, log) -> dict:
+@contextlib.asynccontextmanager
+async def serve_treemail(url: str):
+    """`treemail mcp --http --receive`'s app in a process of its own, one worker deciding the sends: yields the
+    endpoint and a host to register the pairs with."""
     await flush(url)
     workers = Workers(url)
     workers.start(1)
@@ -101,11 +117,14 @@ async def phase_mcp_conversation(url: str, seconds: float, log) -> dict:
                               env=worker_env(url), start_new_session=True)
     try:
         await wait_listening(port, server)
-        endpoint = f"http://127.0.0.1:{port}/mcp"
-        results = {f"pairs_{n}": await converse(endpoint, host, n, seconds, log) for n in PAIRS}
+        yield f"http://127.0.0.1:{port}/mcp", host
         workers.check_alive()
     finally:
         stop_server(server)
         await host.close()
         workers.stop()
-    return results
+
+
+async def phase_mcp_conversation(url: str, seconds: float, log, pairs: tuple[int, ...] = PAIRS) -> dict:
+    async with serve_treemail(url) as (endpoint, host):
+        return {f"pairs_{n}": await converse(endpoint, host, n, seconds, log) for n in pairs}

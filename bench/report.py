@@ -9,7 +9,7 @@ from pathlib import Path
 
 from treemail.adapters.config import ServiceConfig
 
-from . import capacity
+from . import agent_mail, capacity
 from .common import bench_config
 from .sizes import Sizes
 
@@ -111,7 +111,23 @@ def mcp_rows(m: dict) -> list[tuple[str, str, str, str]]:
          if m["send"].get("cpu_ms") and m["noop"].get("cpu_ms") else []) + (
         [("MCP send / empty tool, as the CPU per call predicts", f"{m['send_over_noop_by_cpu']:.2f}",
           "the empty tool's CPU per call over the send's, every process summed", "")]
-        if "send_over_noop_by_cpu" in m else [])
+        if "send_over_noop_by_cpu" in m else []) + deciding_rows(m)
+
+
+def deciding_rows(m: dict) -> list[tuple[str, str, str, str]]:
+    """The same MCP sends to a server that decides them itself (``[service] host_decides_sends``)."""
+    if "send_deciding" not in m:  # a run from before it was measured
+        return []
+    d = m["send_deciding"]
+    return [
+        (f"MCP send_message decided by its server (host_decides_sends), {m['clients']} clients",
+         f"{d['rate']:,.0f} sends/s", f"p50 {d['p50_ms']:.2f} ms, p99 {d['p99_ms']:.2f} ms, {d['calls']:,} calls "
+         f"({d['failed']} failed)", ""),
+        ("MCP send decided by its server / empty tool", f"{m['send_deciding_over_noop']:.2f}", "target >= 0.7",
+         verdict(m["send_deciding_over_noop"] >= 0.7)),
+    ] + ([("MCP send decided by its server / empty tool, as the CPU per call predicts",
+           f"{m['send_deciding_over_noop_by_cpu']:.2f}", "every process summed", "")]
+         if "send_deciding_over_noop_by_cpu" in m else [])
 
 
 def gateway_rows(g: dict) -> list[tuple[str, str, str, str]]:
@@ -133,6 +149,28 @@ def mcp_conversation_rows(c: dict) -> list[tuple[str, str, str, str]]:
              f"{row['rate']:,.1f} conversations/s",
              f"p50 {row['p50_ms']:.1f} ms, p99 {row['p99_ms']:.1f} ms, {row['conversations']:,} conversations "
              f"({row['failed']} failed)", "") for row in c.values()]
+
+
+def agent_mail_rows(c: dict) -> list[tuple[str, str, str, str]]:
+    """The conversation side by side (bench/agent_mail.py): each system's row for each number of pairs, the
+    other system's error as its row's result, and treemail's rate over its where both ran."""
+    rows = []
+    for key, ours in c["treemail"].items():
+        theirs = c.get("agent_mail", {}).get(key)
+        for name, row in (("treemail", ours), ("mcp-agent-mail", theirs)):
+            if row is None:
+                continue
+            label = f"conversation side by side, {row['pairs']} pair(s): {name}"
+            if "error" in row:
+                rows.append((label, "failed", row["error"], ""))
+                continue
+            rows.append((label, f"{row['rate']:,.1f} conversations/s",
+                         f"p50 {row['p50_ms']:.1f} ms, p99 {row['p99_ms']:.1f} ms, {row['conversations']:,} "
+                         f"conversations ({row['failed']} failed)", ""))
+        if theirs and "error" not in theirs and theirs["rate"] > 0:
+            rows.append((f"conversation side by side, {ours['pairs']} pair(s): treemail / mcp-agent-mail",
+                         f"{ours['rate'] / theirs['rate']:.1f}", "conversations/s, same run", ""))
+    return rows
 
 
 def cluster_rows(rows: list[dict]) -> list[tuple[str, str, str, str]]:
@@ -327,6 +365,8 @@ def report(results: dict, env: dict, sizes: Sizes, quick: bool, wall: float) -> 
         rows += gateway_rows(results["gateway"])
     if "mcp_conversation" in results:
         rows += mcp_conversation_rows(results["mcp_conversation"])
+    if "agent_mail" in results:
+        rows += agent_mail_rows(results["agent_mail"])
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
     header = (f"{'QUICK smoke run (not the reference figures); ' if quick else ''}"
@@ -488,6 +528,11 @@ timed span, divided by the commands. Latencies are a host's `send_message` call 
   one worker; each pair a root and its child, each an official-SDK client with its own token; a conversation is
   A's send, B's `wait_for_mail`, B's reply (confirming what B was shown), A's `wait_for_mail`; pairs converse back to
   back for {sizes.mcp_conversation_seconds:g} s with 1 pair, then 8; percentiles over every conversation.
+- **Side by side with mcp-agent-mail** (`bench/agent_mail.py`): the same conversation through the same client,
+  treemail as above, then mcp-agent-mail 0.1.0 (its HTTP server on SQLite and a Git archive in a temporary
+  directory, installed into the bench-only `.venv-agentmail` from `bench/agent_mail.constraints.txt`): A's
+  `send_message`, B's `fetch_inbox` asked every {agent_mail.POLL_S * 1000:g} ms until the message is there (it has no
+  blocking wait), B's `reply_message`, A's `fetch_inbox` likewise; its failure is its row's result.
 
 ## Capacity model
 

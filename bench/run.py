@@ -48,7 +48,7 @@ from treemail.host import SendContext, Treemail
 from treemail.domain import events as ev
 from treemail.domain.state import evolve
 
-from . import (backpressure, decision, fanout, fanout_loops, floor, gateway, historycache, latency, mcp, mcp_conversation, memory, million, population, priority, raw,
+from . import (agent_mail, backpressure, decision, fanout, fanout_loops, floor, gateway, historycache, latency, mcp, mcp_conversation, memory, million, population, priority, raw,
                recovery, replay, scale, wakes)
 from .report import ROOT, report, write_markdown
 from .sizes import FULL, QUICK, Sizes
@@ -398,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="shrink every phase for a smoke run")
     parser.add_argument("--no-write", action="store_true", help="print only, leave BENCHMARKS.md alone")
     parser.add_argument("--only", default="", help="comma-separated phases (one,decision,raw,floor,durable,replicated,memory,two,latency,latency_low,wake_latency,fanout,backpressure,recovery,"
-                        "priority,history,sessions,replay,scale_single,routing,scale_cluster,mcp,mcp_conversation,fanout_loops,history_cache,gateway); implies --no-write")
+                        "priority,history,sessions,replay,scale_single,routing,scale_cluster,mcp,mcp_conversation,agent_mail,fanout_loops,history_cache,gateway); implies --no-write")
     args = parser.parse_args(argv)
     only = [p for p in args.only.split(",") if p]
     quick = args.quick or os.environ.get("BENCH_QUICK", "") not in ("", "0")
@@ -471,6 +471,9 @@ def main(argv: list[str] | None = None) -> int:
             ("mcp_conversation", "phase 9b: two agents converse over streamable HTTP, receiving with leases, "
                                  f"with {' and '.join(map(str, mcp_conversation.PAIRS))} pairs",
              lambda: asyncio.run(mcp_conversation.phase_mcp_conversation(url, sizes.mcp_conversation_seconds, log))),
+            ("agent_mail", "phase 9c: the conversation side by side, treemail and mcp-agent-mail through the same MCP "
+                           f"client, with {' and '.join(map(str, mcp_conversation.PAIRS))} pairs",
+             lambda: asyncio.run(agent_mail.phase_agent_mail(url, sizes.mcp_conversation_seconds, log))),
             ("fanout_loops", f"phase 10: loop detection, {fanout_loops.CHILDREN} children reporting to a parent and "
                              "answered, then a ping-pong",
              lambda: asyncio.run(fanout_loops.phase_fanout_loops(url, sizes.loop_rounds, log))),

@@ -1,4 +1,5 @@
-"""The command client: publish a SendMessage to a command stream and wait for its decision.
+"""The command client: publish a SendMessage to a command stream and wait for its decision (or, with
+``[service] host_decides_sends``, decide it here, as a worker would).
 
 Each client owns a reply list; one background task pops it and hands each
 answer to the send waiting for it. A send that gets no answer before its
@@ -21,9 +22,10 @@ from treemail.adapters.codec import encode_command
 from treemail.adapters.config import ServiceConfig
 from treemail.adapters.directory import Directory
 from treemail.adapters.lanes import Lanes, raise_refused
-from treemail.domain import ids
+from treemail.domain import compactjson, ids
 from treemail.domain.commands import SendArguments, SendContext, SendMessage
 from treemail.domain.results import engine_shutdown
+from treemail.services.sends import SendService
 
 log = logging.getLogger("treemail.client")
 # At most this many commands in one publishing round trip; more wait for the next.
@@ -43,9 +45,12 @@ def _no_decision(answer: asyncio.Future, timeout_s: float) -> None:
 
 
 class CommandClient:
-    def __init__(self, redis: Redis, listener: Redis, config: ServiceConfig, directory: Directory | None = None
-                 ) -> None:
-        """``directory``: where a sender's tree is looked up (``stream_for``); without it, commands go by sender."""
+    def __init__(self, redis: Redis, listener: Redis, config: ServiceConfig, directory: Directory | None = None,
+                 decider: SendService | None = None) -> None:
+        """``directory``: where a sender's tree is looked up (``stream_for``); without it, commands go by sender.
+        ``decider``: decides each command in this process (``_decide_here``, ``[service] host_decides_sends``);
+        None: the workers decide them all."""
+        self._decider = decider
         self._listener = listener
         self.config = config
         self._directory = directory
@@ -90,6 +95,10 @@ class CommandClient:
         if self._closing:
             return engine_shutdown("the engine is shutting down")
         command = SendMessage(ids.uuid7(), context, arguments, self.client_id, traceparent)
+        if self._decider is not None and not traceparent:
+            decided = await self._decide_here(command)
+            if decided is not None:
+                return decided
         loop = asyncio.get_running_loop()
         # One future per send, answered by its decision, by its failed publishing or at its deadline: the
         # send wakes once. A future for the publishing and a wait_for around the answer woke it twice: a
@@ -109,6 +118,19 @@ class CommandClient:
         finally:
             deadline.cancel()
             self._waiting.pop(command.command_id, None)
+
+    async def _decide_here(self, command: SendMessage) -> dict | None:
+        """``command`` decided in this process, by the decision and the commit script a worker runs, under the
+        same etags, idempotency record and live-sender check: its answer costs no trip through the command
+        stream, a worker and the reply list. None: it failed part way (a lost connection, say) and goes to the
+        workers, whose decision of it is this one's if this one was appended (the tool call's key)."""
+        try:
+            outcomes, _ = await self._decider.decide([command])
+            # As the worker's answer reads once decoded: the same JSON, whoever decided it.
+            return json.loads(compactjson.dumps(outcomes[command.command_id]))
+        except Exception:  # noqa: BLE001 - the workers decide it instead, idempotently
+            log.debug("a send decided here failed; it goes to the workers", exc_info=True)
+            return None
 
     async def _flush(self) -> None:
         """Publishes the outbox, a batch a round trip; a send whose command could not be published is answered

@@ -15,7 +15,7 @@ import redis.asyncio as aioredis
 from treemail.adapters import keys
 from treemail.adapters.eventstore import EventStore
 from treemail.domain import commands as c
-from treemail.domain.decide.delivery import WAITING
+from treemail.domain.decide.delivery import WAITING, renewal_due
 from treemail.services.sessions import SessionService
 
 from .delivery import Deliveries
@@ -39,6 +39,16 @@ class Mailbox:
     async def current_run(self, session_id: str) -> str | None:
         """The session's open run, None when none is."""
         return (await self._store.load(await self._sessions.record(session_id))).state.current_run
+
+    async def renewed_run(self, session_id: str) -> str | None:
+        """The session's open run, as ``current_run``; a call of a leased run's agent (over HTTP) is recorded
+        when due, so the pump never finishes the run of an agent that still calls (``mcp_idle_s``). Raises
+        ``lifecycle:not_current_run`` if the pump finished it first."""
+        record = await self._sessions.record(session_id)
+        state = (await self._store.load(record)).state
+        if renewal_due(state, self._sessions.config.messaging, self._sessions.clock.now()):
+            await self._sessions.execute(c.RenewRun(session_id, state.current_run), record)
+        return state.current_run
 
     async def end_connection(self, session_id: str, run_id: str) -> None:
         """The connection that ran the session is gone (closed, or killed and taken over): its run ends as cut

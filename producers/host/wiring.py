@@ -19,6 +19,7 @@ from treemail.services.interrupts import InterruptService
 from treemail.services.obligations import ObligationService
 from treemail.services.peerdelivery import PeerDriver
 from treemail.services.peers import PeerService
+from treemail.services.sends import SendService
 from treemail.services.sessions import SessionService
 from treemail.services.settlement import SettlementService
 from treemail.services.subtree import SubtreeService
@@ -53,6 +54,12 @@ class Services:
     subtree: SubtreeService
 
 
+def decides_sends(config: Config) -> bool:
+    """The host decides its sends itself (``[service] host_decides_sends``); never under the replicated profile,
+    whose unconfirmed appends the workers answer (``not_replicated``)."""
+    return config.service.host_decides_sends and config.service.profile != "replicated"
+
+
 def build(redis: aioredis.Redis, listener: aioredis.Redis, config: Config, clock: Clock = SYSTEM_CLOCK) -> Services:
     """``clock``: what every service decides by (``treemail.testing`` passes one it can move forward)."""
     store = EventStore(redis, config.service)
@@ -63,7 +70,8 @@ def build(redis: aioredis.Redis, listener: aioredis.Redis, config: Config, clock
     disposal = DisposalService(store, sessions, settlement, clock)
     return Services(
         config=config, redis=redis, listener=listener, store=store, sessions=sessions,
-        commands=CommandClient(redis, listener, config.service, store.directory),
+        commands=CommandClient(redis, listener, config.service, store.directory,
+                               SendService(store, config.messaging, keyring, clock) if decides_sends(config) else None),
         wake_reader=WakeReader(redis, config.service),
         interrupt_reader=interrupt_reader(redis, config.service),
         interrupts=InterruptService(store, clock),

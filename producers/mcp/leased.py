@@ -16,9 +16,14 @@ in a process: every request rebuilds what it needs from the session's stream.
   claim at its attempt timeout (``decide/obligations.py``): counted, due again
   after its backoff, and shown again marked ``shown_before``.
 
-The run is never finished by the transport (HTTP says nothing when a client
-goes away); a stdio connection of the session takes it over, or the host
-finishes it. A session an engine runs is never taken over (``mcp:engine_run``).
+- the run's life: HTTP says nothing when a client goes away, so the run lasts
+  while its agent calls. A call is recorded on the run (``SessionRunRenewed``,
+  at most one per tenth of ``[messaging] mcp_idle_s``); a run with no call for
+  ``mcp_idle_s`` (600 s) is finished by the pump, as a connection's end, and
+  the agent's next call opens a new one.
+
+A stdio connection of the session takes the run over, or the host finishes
+it. A session an engine runs is never taken over (``mcp:engine_run``).
 """
 
 import asyncio
@@ -45,7 +50,12 @@ async def leased_run(host: Treemail, session_id: str) -> str:
     """The session's leased run, opened if none is (a stdio connection's run is taken over, the newer wins)."""
     mailbox = host.tools.mailbox
     for _ in range(5):  # another process may be opening it at the same moment
-        current = await mailbox.current_run(session_id)
+        try:
+            current = await mailbox.renewed_run(session_id)
+        except LifecycleError as error:
+            if error.code != "lifecycle:not_current_run":
+                raise
+            continue  # the pump finished it for idleness at this moment: open a new one
         if leased(current):
             return current
         if current is not None and not current.startswith(RUN_PREFIX):

@@ -87,12 +87,19 @@ async def test_steer_mail_rides_on_the_next_http_call_and_the_call_after_confirm
         assert [e.message_id for e in consumed] == [sent["message_id"]]
 
 
+@contextlib.asynccontextmanager
+async def on_the_test_clock(redis_url: str, **messaging):
+    """A stack on the test clock with 60 s leases, a planner whose run is open and the explorer it writes to."""
+    async with timed_stack(redis_url, mcp_lease_s=60, **messaging) as env:
+        planner, explore = await tree(env.tm)
+        await env.tm.start_run(planner.session_id, "planner-run")
+        yield env, planner, explore
+
+
 async def test_a_client_killed_mid_claim_gets_the_message_again_when_its_lease_expires_counted_and_marked(
         redis_url):
-    async with timed_stack(redis_url, mcp_lease_s=60) as env:
+    async with on_the_test_clock(redis_url) as (env, planner, explore):
         host = env.tm
-        planner, explore = await tree(host)
-        await host.start_run(planner.session_id, "planner-run")
         sent = await host.send(planner.session_id, explore.handle, "are you there?", mode="queue")
         token = await host.tools.mint_token(explore.session_id)
         async with http_server(host, receive=True) as url:
@@ -122,20 +129,62 @@ async def test_a_client_killed_mid_claim_gets_the_message_again_when_its_lease_e
 
 
 async def test_a_call_before_the_lease_ends_confirms_whatever_the_clock_says_after(redis_url):
-    async with timed_stack(redis_url, mcp_lease_s=60) as env:
+    async with on_the_test_clock(redis_url) as (env, planner, explore):
         host = env.tm
-        planner, explore = await tree(host)
-        await host.start_run(planner.session_id, "planner-run")
         sent = await host.send(planner.session_id, explore.handle, "think it over", mode="queue")
         token = await host.tools.mint_token(explore.session_id)
         async with http_server(host, receive=True) as url, http_client(url, token) as agent:
             assert ids_of(await texts(agent, "check_mail")) == [sent["message_id"]]
             await env.advance(45)  # a model thinking longer than the 30 s attempt timeout, within its lease
             assert (await texts(agent, "check_mail")).structured_content == {"messages": []}
-            assert await env.advance(600) == []  # confirmed: nothing left for the pump
+            assert await env.advance(500) == []  # confirmed: nothing left for the pump (the run lasts 600 s)
         history = await host.history(explore.session_id)
         assert [e.message_id for e in of(history, ev.ProducerMessageConsumed)] == [sent["message_id"]]
         assert of(history, ev.ProducerMessageReleased) == []
+
+
+async def test_a_vanished_http_agents_run_is_finished_by_the_pump_and_its_next_call_starts_again_with_its_mail(
+        redis_url):
+    async with on_the_test_clock(redis_url, mcp_idle_s=600) as (env, planner, explore):
+        host = env.tm
+        first = await host.send(planner.session_id, explore.handle, "first task", mode="queue")
+        token = await host.tools.mint_token(explore.session_id)
+        async with http_server(host, receive=True) as url:
+            async with http_client(url, token) as agent:
+                assert ids_of(await texts(agent, "check_mail")) == [first["message_id"]]
+                assert (await texts(agent, "acknowledge_mail")).structured_content == {"acknowledged": 1}
+                for _ in range(3):  # an agent still calling keeps its run, however long the whole takes
+                    await env.advance(250)
+                    assert (await texts(agent, "check_mail")).structured_content == {"messages": []}
+                run = await host.tools.mailbox.current_run(explore.session_id)
+                shown = await host.send(planner.session_id, explore.handle, "second task", mode="queue")
+                assert ids_of(await texts(agent, "check_mail")) == [shown["message_id"]]
+            # The client is gone, holding a claim; HTTP never says so.
+            await env.advance(60)  # its lease ends: released as a failed attempt
+            assert await host.tools.mailbox.current_run(explore.session_id) == run  # the run is still open
+            assert await env.advance(539) == []
+            finished = await env.advance(1)  # 600 s after its last call
+            assert [(type(e), e.run_id, e.reason) for e in finished if isinstance(e, ev.SessionRunFinished)] == [
+                (ev.SessionRunFinished, run, "idle")]
+            assert await host.tools.mailbox.current_run(explore.session_id) is None
+            later = await host.send(planner.session_id, explore.handle, "third task")
+            assert later["recipient_state"] == "queued"  # no longer running: a host may wake it
+
+            async with http_client(url, token) as agent:  # the same agent, back: a new run, nothing lost
+                again = await texts(agent, "check_mail")
+                assert [(m["message_id"], m.get("shown_before")) for m in again.structured_content["messages"]] == [
+                    (shown["message_id"], 1), (later["message_id"], None)]
+                assert (await texts(agent, "acknowledge_mail")).structured_content == {"acknowledged": 2}
+                assert (await host.tools.mailbox.current_run(explore.session_id)) not in (None, run)
+
+        history = await host.history(explore.session_id)
+        consumed = [e.message_id for e in of(history, ev.ProducerMessageConsumed)]
+        assert sorted(consumed) == sorted([first["message_id"], shown["message_id"], later["message_id"]])
+        assert len(consumed) == 3  # each once
+        started = [e.run_id for e in of(history, ev.SessionRunStarted)]
+        assert len(started) == 2 and all(r.startswith(LEASED_RUN_PREFIX) for r in started)
+        renewals = of(history, ev.SessionRunRenewed)
+        assert len(renewals) == 3  # the calls 250 s apart were recorded; the ones a moment apart were not
 
 
 @contextlib.contextmanager

@@ -53,3 +53,42 @@ def test_the_conversation_rows_give_each_number_of_pairs_its_rate_and_percentile
         ("MCP conversation over HTTP, 8 pair(s) (send, wait, reply, wait)", "30.1 conversations/s",
          "p50 245.0 ms, p99 397.9 ms, 1,200 conversations (1 failed)", ""),
     ]
+
+
+def test_the_side_by_side_rows_give_each_system_its_rate_the_ratio_and_the_other_systems_error_as_a_row():
+    ours = {"pairs_1": {"pairs": 1, "conversations": 60, "failed": 0, "rate": 20.0, "p50_ms": 50.0, "p99_ms": 70.0},
+            "pairs_8": {"pairs": 8, "conversations": 400, "failed": 0, "rate": 40.0, "p50_ms": 200.0, "p99_ms": 300.0}}
+    theirs = {"pairs_1": {"pairs": 1, "conversations": 3, "failed": 0, "rate": 0.8, "p50_ms": 1400.0, "p99_ms": 1500.0},
+              "pairs_8": {"pairs": 8, "error": "RuntimeError: send_message: archive lock timed out"}}
+    rows = report.agent_mail_rows({"treemail": ours, "agent_mail": theirs})
+    assert rows == [
+        ("conversation side by side, 1 pair(s): treemail", "20.0 conversations/s",
+         "p50 50.0 ms, p99 70.0 ms, 60 conversations (0 failed)", ""),
+        ("conversation side by side, 1 pair(s): mcp-agent-mail", "0.8 conversations/s",
+         "p50 1400.0 ms, p99 1500.0 ms, 3 conversations (0 failed)", ""),
+        ("conversation side by side, 1 pair(s): treemail / mcp-agent-mail", "25.0", "conversations/s, same run", ""),
+        ("conversation side by side, 8 pair(s): treemail", "40.0 conversations/s",
+         "p50 200.0 ms, p99 300.0 ms, 400 conversations (0 failed)", ""),
+        ("conversation side by side, 8 pair(s): mcp-agent-mail", "failed",
+         "RuntimeError: send_message: archive lock timed out", ""),
+    ]
+
+
+def test_the_side_by_side_rows_of_treemail_alone_have_no_ratio():
+    ours = {"pairs_1": {"pairs": 1, "conversations": 6, "failed": 0, "rate": 2.0, "p50_ms": 5.0, "p99_ms": 7.0}}
+    assert [r[0] for r in report.agent_mail_rows({"treemail": ours})] == [
+        "conversation side by side, 1 pair(s): treemail"]
+
+
+def test_the_sends_a_server_decides_itself_have_their_rows_and_the_target_verdict():
+    m = figures(200.0, 400.0)
+    assert report.deciding_rows(m) == []  # a run from before they were measured
+    m["send_deciding"] = {"rate": 300.0, "rates": [300.0], "calls": 900, "failed": 0, "p50_ms": 3.0, "p99_ms": 9.0}
+    m["send_deciding_over_noop"] = 0.75
+    rows = report.mcp_rows(m)
+    assert rows[-2:] == [
+        ("MCP send_message decided by its server (host_decides_sends), 8 clients", "300 sends/s",
+         "p50 3.00 ms, p99 9.00 ms, 900 calls (0 failed)", ""),
+        ("MCP send decided by its server / empty tool", "0.75", "target >= 0.7", "met")]
+    m["send_deciding_over_noop"] = 0.6
+    assert report.mcp_rows(m)[-1][3] == "NOT met"

@@ -174,6 +174,7 @@ def one_of_each_event_type() -> list[ev.Event]:
                                    body="b", mode="steer"),
         ev.SessionRunStarted(run_id="r"),
         ev.SessionRunFinished(run_id="r"),
+        ev.SessionRunRenewed(run_id="r"),
         ev.RunStepReported(run_id="r", step=2),
         ev.SessionWakeRequested(message_id="m"),
         ev.ProducerMessageAdmitted(**message),

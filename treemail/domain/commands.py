@@ -146,6 +146,14 @@ class FinishRun:
 
 
 @dataclass(frozen=True)
+class RenewRun:
+    """The agent of a leased run (over streamable HTTP) made a call: the run is alive (``SessionRunRenewed``)."""
+
+    session_id: str
+    run_id: str
+
+
+@dataclass(frozen=True)
 class ClaimMail:
     session_id: str
     run_id: str
@@ -576,9 +584,9 @@ class CancelPeerDelivery:
 
 
 SessionCommand = (
-    RegisterSession | ChangeStatus | StartRun | FinishRun | ClaimMail | ClaimTurn | ConsumeMail | ReleaseMail | DiscardMail
-    | InjectMail | RequestWake | ResolveApproval | RevertSession | ForkSession | OverlayMessageRules
-    | KeepObligations | RetryMail | RegisterPeerRoute | RevokePeerRoute | SetPeerGrant | InstallTools
+    RegisterSession | ChangeStatus | StartRun | FinishRun | RenewRun | ClaimMail | ClaimTurn | ConsumeMail
+    | ReleaseMail | DiscardMail | InjectMail | RequestWake | ResolveApproval | RevertSession | ForkSession
+    | OverlayMessageRules | KeepObligations | RetryMail | RegisterPeerRoute | RevokePeerRoute | SetPeerGrant | InstallTools
     | DisposeSession | CloseSession | ReturnMail | SettleSession | DrainSession | LiftDrain
     | DrivePeerDelivery | RecordPeerAdmission | SettlePeerDelivery | RetryPeerDelivery | DiscardPeerDelivery
     # Whole subtrees.

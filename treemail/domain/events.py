@@ -164,6 +164,14 @@ class SessionRunStarted(Event):
     run_id: str
 
 
+class SessionRunRenewed(Event):
+    """An agent served over streamable HTTP made a call: its lease-held run (``mcp-http:``) is alive. Recorded
+    when the last record is older than a tenth of ``mcp_idle_s``; a run with none for that long is finished
+    by the pump."""
+
+    run_id: str
+
+
 class RunStepReported(Event):
     """A model step the host reported (``claim(..., step=N)``) whose claim took no mail: without it the step
     left no trace, so a run's steps could not be counted from its history. A step that claimed mail is
@@ -564,6 +572,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ProducerMessageAccepted,
         SessionRunStarted,
         SessionRunFinished,
+        SessionRunRenewed,
         RunStepReported,
         SessionWakeRequested,
         ProducerMessageAdmitted,

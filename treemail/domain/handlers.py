@@ -44,7 +44,8 @@ from .decide import peerdelivery
 from .decide.mailcontrol import decide_cancel, decide_cancel_peer, expiring_senders
 from .decide.interrupt import decide_interrupt
 from .decide.rules import decide_overlay_rules
-from .decide.obligations import decide_keep, decide_retry
+from .decide.obligations import decide_retry
+from .decide.leasedruns import decide_keep_with_idle, decide_renew_run
 from .decide.tools import decide_install_tools
 from .decide.routes import decide_peer_send, decide_register_route, decide_revoke_route, decide_set_grant
 from .decide.send import decide_send
@@ -83,6 +84,7 @@ HANDLERS: dict[type, Handler] = {
     # A settling finish writes its parent's notice in the same step.
     c.FinishRun: Handler(decide_finish_run, reads_mail="all", reads_senders=settlement_parent,
                          elsewhere=settlement_elsewhere),
+    c.RenewRun: Handler(decide_renew_run),
     c.ClaimMail: Handler(decide_claim, reads_mail="due"),
     # Queued mail is not in the due index (it waits for a new run), so a turn reads all pending mail.
     c.ClaimTurn: Handler(decide_claim_turn, reads_mail="all"),
@@ -105,7 +107,8 @@ HANDLERS: dict[type, Handler] = {
     c.OverlayMessageRules: Handler(decide_overlay_rules),
     # Delivery as an obligation.
     # Expiry: an expired message is settled with its sender, in the pump's same step.
-    c.KeepObligations: Handler(decide_keep, reads_mail="all", reads_senders=expiring_senders),
+    # A leased run (an agent over HTTP) whose agent stopped calling is finished by the pump's same look.
+    c.KeepObligations: Handler(decide_keep_with_idle, reads_mail="all", reads_senders=expiring_senders),
     c.RetryMail: Handler(decide_retry, reads_mail="all"),
     # Peer routes and grants (on the target's stream); a peer send is decided like the
     # interrupt, on what ``services.peers`` loads, by the send's own guards

@@ -6,7 +6,7 @@ the validated values.
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class MessagingConfig(BaseModel):
@@ -40,6 +40,10 @@ class MessagingConfig(BaseModel):
     # --receive``) is a lease instead: no connection stays open to confirm it while the model thinks, so it
     # lasts this long (a model's turn between two calls), then the pump releases it as a failed attempt.
     mcp_lease_s: float = Field(default=60.0, gt=0)
+    # Such an agent's run (its session running) lasts while it calls: one that made no call for this long (the
+    # client vanished: HTTP never says so) is finished by the pump, and its next call opens a new one.
+    # At least the lease, so its claims have ended by then.
+    mcp_idle_s: float = Field(default=600.0, gt=0)
     # Unsettled send intents of one source session across all its recipients.
     max_outstanding_per_source: int = Field(default=256, ge=1, le=1000)
     # Peer mail as an outbox: the source's delivery rows, bounded each on its own: pending (stored or parked,
@@ -67,3 +71,10 @@ class MessagingConfig(BaseModel):
     steer_max_boundaries: int = Field(default=0, ge=0)
     # Order and priority: at most this many urgent messages sent after a normal one are claimed before it.
     urgent_starvation_bound: int = Field(default=8, ge=0, le=64)
+
+    @model_validator(mode="after")
+    def _idle_outlasts_the_lease(self) -> "MessagingConfig":
+        # A run finished for idleness while a claim of it still held a lease would end that claim early.
+        if self.mcp_idle_s < self.mcp_lease_s:
+            raise ValueError(f"mcp_idle_s ({self.mcp_idle_s:g}) must be at least mcp_lease_s ({self.mcp_lease_s:g})")
+        return self

@@ -20,6 +20,7 @@ from . import compactjson, loops
 from . import events as ev
 from . import flow
 from .frozen import replace
+from .leasedruns import leased
 from . import outbox as peer_outbox
 from . import peers as peer_state
 
@@ -105,6 +106,9 @@ class SessionState:
     # where a sender without one counts from: its numbers stay increasing, whatever it sent before.
     pair_seq: dict[str, int] = field(default_factory=dict)
     pair_seq_floor: int = 0
+    # A leased run (an agent over streamable HTTP): when its agent was last recorded calling (its start, or
+    # ``SessionRunRenewed``); 0 for any other run.
+    run_seen_at: float = 0.0
 
     def to_json(self) -> str:
         """Only the fields that differ from a new session's (``from_json`` fills in the rest, as it does
@@ -359,7 +363,10 @@ def _evolve_common(state: SessionState, event: ev.Event) -> SessionState:
         case ev.SessionStatusChanged(status=status):
             return replace(state, status=status)
         case ev.SessionRunStarted(run_id=run_id):
-            return replace(state, status="running", current_run=run_id, wake_pending=False, abort_hold=False)
+            return replace(state, status="running", current_run=run_id, wake_pending=False, abort_hold=False,
+                           run_seen_at=event.at if leased(run_id) else 0.0)
+        case ev.SessionRunRenewed(run_id=run_id) if run_id == state.current_run:
+            return replace(state, run_seen_at=event.at)
         case ev.SessionWakeRequested():
             return replace(state, wake_pending=True, wake_requested_at=event.at)
         case ev.SessionRunFinished(run_id=run_id):
@@ -372,9 +379,10 @@ def _evolve_common(state: SessionState, event: ev.Event) -> SessionState:
             aborted = event.reason == "aborted"
             if aborted and not state.continuable:
                 # A one-shot child's abort ends it for good: it is never resumed the way a continuable one is.
-                return replace(state, status="finished", current_run=None, run_hops=hops, last_run=run_id)
+                return replace(state, status="finished", current_run=None, run_hops=hops, last_run=run_id,
+                               run_seen_at=0.0)
             return replace(state, status="idle", current_run=None, run_hops=hops, last_run=run_id,
-                           abort_hold=aborted)
+                           abort_hold=aborted, run_seen_at=0.0)
         case ev.ProducerMessageConsumed():
             return _drain(replace(state, run_hops=_observe(state, event), **_caused(state, event),
                                   consumed_pace=flow.observe(state.consumed_pace, event.at)), event)

@@ -4,6 +4,7 @@ the pump must next look at a session. Pure: every function takes the clock as ``
 
 from collections.abc import Iterable
 
+from ..leasedruns import LEASED_RUN_PREFIX, leased  # noqa: F401 - their historical address
 from ..messaging import MessagingConfig
 from ..state import MailItem, SessionState
 from . import ordering, steer
@@ -40,18 +41,24 @@ def deadline_of(item: MailItem, policy: MessagingConfig) -> float | None:
     return item.since + policy.delivery_deadline_s if item.since > 0 else None
 
 
-# The run of an agent served over streamable HTTP (``producers/mcp/leased.py``): no process holds its claims
-# open, so each lasts a lease (``mcp_lease_s``) rather than an attempt timeout. The run id says which,
-# so every pump decides the same expiry from the stored state alone.
-LEASED_RUN_PREFIX = "mcp-http:"
-
-
-def leased(run_id: str | None) -> bool:
-    return run_id is not None and run_id.startswith(LEASED_RUN_PREFIX)
-
-
 def claim_expires_at(item: MailItem, policy: MessagingConfig) -> float:
     return item.claimed_at + (policy.mcp_lease_s if leased(item.run_id) else policy.attempt_timeout_s)
+
+
+# A leased run records that its agent called only when its last record is older than this fraction of
+# ``mcp_idle_s`` (one small event a minute at the default, however often the agent calls): so the run ends
+# between 0.9 and 1.0 of ``mcp_idle_s`` after the agent's last call.
+RENEW_AT = 0.1
+
+
+def idle_at(state: SessionState, policy: MessagingConfig) -> float | None:
+    """When the session's leased run has gone ``mcp_idle_s`` with no call recorded; None for any other run."""
+    return state.run_seen_at + policy.mcp_idle_s if leased(state.current_run) else None
+
+
+def renewal_due(state: SessionState, policy: MessagingConfig, now: float) -> bool:
+    """A call of the leased run's agent should be recorded (``SessionRunRenewed``)."""
+    return leased(state.current_run) and now - state.run_seen_at >= RENEW_AT * policy.mcp_idle_s
 
 
 def wake_stale(state: SessionState, policy: MessagingConfig, now: float, stale_before: float = 0.0) -> bool:
@@ -92,6 +99,8 @@ def next_check(
     times: list[float] = []
     for item in items:
         times.extend(check_times(state, item, policy, now))
+    # A leased run whose agent stopped calling is finished by the pump.
+    times += [t for t in (idle_at(state, policy),) if t is not None]
     # Order: mail held behind an earlier message of its pair is not due (that one's backoff end is checked).
     due_now = ordering.any_due(items, now, WAITING)
     if wakeable(state) and state.pending_all > 0:
