@@ -284,3 +284,42 @@ async def test_a_peer_send_decided_before_a_drain_and_committed_after_it_is_deci
     assert reads[:2] == [False, True]  # the commit refused the first decision; the second read the drain
     assert "draining" in result["error"]["code"], result
     assert await of_type(host, advisor.session_id, ev.ProducerMessageAccepted) == []
+
+
+async def test_an_inbox_entry_whose_sender_the_reader_may_not_read_answers_not_granted_in_every_partition(
+    host, calls,
+):
+    """Nothing is left out of a page silently: an entry from a sender the reader holds no ``read`` grant on is
+    listed by id with ``peer_message:not_granted`` (and none of its provenance), the same whether the sender's
+    stream is in the reader's partition or another."""
+    advisor = await host.register_root("advisor", "reviews designs", rules={}, status="idle")
+    partitions = adapters(host).config.service.partitions
+    own = keys.partition_of(advisor.root_session_id, partitions)
+    by_partition = {}
+    while len(by_partition) < 4:
+        sender = await host.register_root("planner", "plans the work", rules={})
+        at = keys.partition_of(sender.root_session_id, partitions)
+        if (at == own) == (not by_partition) and at not in by_partition:  # the reader's own partition first
+            by_partition[at] = sender
+    same, granted, *others = by_partition.values()
+    sent = {}
+    for sender in by_partition.values():
+        await live(host, sender)
+        await route(host, sender, advisor, "advisor", send=True)
+        sent[sender.session_id] = (await host.peers.send(calls.ctx(sender.session_id),
+                                                         {"peer": "advisor", "body": "hello"}))["message_id"]
+    await host.peers.set_grant(granted.session_id, source_session_id=advisor.session_id, read=True)
+    await deliveries(host, advisor.session_id)  # every send admitted into the advisor's inbox
+
+    page = await host.peers.inbox(calls.ctx(advisor.session_id), {"limit": 10})
+    rows = {row["message_id"]: row for row in page["messages"]}
+    assert set(rows) == set(sent.values()) and page["next_cursor"] is None  # every entry listed
+    assert rows[sent[granted.session_id]]["sender_session_id"] == granted.session_id
+    for sender in (same, *others):
+        row = rows[sent[sender.session_id]]
+        assert set(row) == {"message_id", "at", "error"}, row  # no sender, principal or route back
+        assert row["error"]["code"] == "peer_message:not_granted"
+    # One page at a time: a withheld entry holds its place, so the cursor pages through them all.
+    first = await host.peers.inbox(calls.ctx(advisor.session_id), {"limit": 3})
+    rest = await host.peers.inbox(calls.ctx(advisor.session_id), {"limit": 3, "cursor": first["next_cursor"]})
+    assert [r["message_id"] for r in first["messages"] + rest["messages"]] == [r["message_id"] for r in page["messages"]]
