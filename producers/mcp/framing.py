@@ -1,4 +1,7 @@
-"""Judging one line of the stdio transport before the SDK reads it: the message, or the error that answers it. Pure.
+"""Judging one request before the SDK reads it: the message, or the error that answers it. Pure.
+
+One rule for both transports: a stdio line (``stdio.py``) and a streamable HTTP body (``checkedhttp.py``)
+are judged here alike, so the same bytes get the same answer whichever the client speaks.
 
 The SDK's stdio reader hands a line it cannot read to the server as an
 exception, and the server answers nothing: a client whose request held an
