@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from treemail import TreemailError
 from treemail.adapters import keys
 from treemail.adapters.metrics import HOST_REGISTRY as REGISTRY
 from treemail.adapters.proofkeys import ProofConfig
@@ -248,13 +249,17 @@ async def test_with_proofs_off_mail_is_delivered_as_before_but_never_reported_ve
 async def test_a_route_leads_only_to_an_independent_agent_never_to_another_trees_delegated_worker(host):
     planner, advisor = await independent_trees(host)
     worker = await host.register_child(advisor.session_id, "explore", "reads", rules={})
-    with pytest.raises(ValueError, match="delegated child"):
+    # Each a ValueError, as before the codes, and a TreemailError with its own stable code.
+    with pytest.raises(ValueError, match="delegated child") as refused:
         await host.peers.register_route("worker", worker.session_id, source_session_id=planner.session_id)
-    with pytest.raises(ValueError, match="itself"):
+    assert isinstance(refused.value, TreemailError) and refused.value.code == "peer_route:delegated_child"
+    with pytest.raises(ValueError, match="itself") as refused:
         await host.peers.register_route("me", planner.session_id, source_session_id=planner.session_id)
-    with pytest.raises(ValueError, match="not a valid JSON Schema"):
+    assert isinstance(refused.value, TreemailError) and refused.value.code == "peer_route:self"
+    with pytest.raises(ValueError, match="not a valid JSON Schema") as refused:
         await host.peers.register_route("advisor", advisor.session_id, source_session_id=planner.session_id,
                                        input_schema={"type": "no-such-type"})
+    assert isinstance(refused.value, TreemailError) and refused.value.code == "peer_route:invalid_input_schema"
     assert await host.peers.routes(planner.session_id) == []
 
 
