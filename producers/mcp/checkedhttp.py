@@ -5,9 +5,9 @@ surrogate was a parse error there (-32700) and a JSON-RPC object that is no
 message was invalid params (-32602), where stdio answers -32602 and -32600,
 so a client's error depended on the transport it spoke. Here one rule holds
 for both: a body the judge refuses is answered with its JSON-RPC error (HTTP
-400) and the request's id; a body it accepts reaches the SDK as the judge
-wrote it out; a notification or a response it drops is accepted (202), as
-JSON-RPC answers neither. An empty body is the SDK's to answer (-32700): it
+400, or 413 for one over the size bound) and the request's id; a body it
+accepts reaches the SDK as the judge wrote it out; a notification or a
+response it drops is accepted (202), as JSON-RPC answers neither. An empty body is the SDK's to answer (-32700): it
 names no message at all.
 """
 
@@ -32,7 +32,8 @@ class CheckedBodies:
         judged = framing.judge(body) if body.strip() else body
         if isinstance(judged, framing.Refusal):
             error = {"jsonrpc": "2.0", "id": judged.id, "error": {"code": judged.code, "message": judged.message}}
-            await JSONResponse(error, status_code=400)(scope, receive, send)
+            too_large = len(body) > framing.MAX_FRAME_BYTES
+            await JSONResponse(error, status_code=413 if too_large else 400)(scope, receive, send)
         elif judged is None:
             await Response(status_code=202)(scope, receive, send)
         else:
@@ -41,12 +42,14 @@ class CheckedBodies:
 
 
 async def _body(receive: Receive) -> bytes:
-    chunks = []
-    while True:
+    """The body, or its first ``MAX_FRAME_BYTES`` and more once it is over them (never held whole)."""
+    chunks, size = [], 0
+    while size <= framing.MAX_FRAME_BYTES:
         message = await receive()
         if message["type"] != "http.request":  # the client left before its body ended
             break
         chunks.append(message.get("body", b""))
+        size += len(chunks[-1])
         if not message.get("more_body", False):
             break
     return b"".join(chunks)

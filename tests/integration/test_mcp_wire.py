@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+from treemail.producers.mcp import framing
+
 from ..conftest import backend_env
 from .conftest import running_stack
 from .test_mcp import CHILD_ENV
@@ -56,8 +58,8 @@ async def raw_server(redis_url):
 
 # Each unreadable request with the id and JSON-RPC error it is answered with, over stdio and HTTP alike: a
 # line or a body that is not UTF-8, not JSON or nested too deep is a parse error (-32700); JSON that is no
-# JSON-RPC request (no method, a null id) is an invalid request (-32600); a lone surrogate escape is valid
-# JSON but no Unicode text, so in a request's params it is invalid params (-32602).
+# JSON-RPC request (no method, a null id) or a message over the size bound is an invalid request (-32600); a
+# lone surrogate escape is valid JSON but no Unicode text, so in a request's params it is invalid params (-32602).
 UNREADABLE = [
     (call(3, b'"\\ud800"'), 3, -32602),                         # a lone surrogate: the case that hung for ever
     (call(4, b'"\xff\xfe"'), 4, -32700),                        # invalid UTF-8
@@ -67,6 +69,7 @@ UNREADABLE = [
     (b'{"jsonrpc":"2.0","id":6}', 6, -32600),                    # neither a request nor a response
     (b'{"jsonrpc":"2.0","id":null,"method":"tools/list"}', None, -32600),
     (b'{"jsonrpc":"2.0","id":"\\udc00","method":"tools/list"}', None, -32600),  # an id that is no text
+    (call(8, b'"' + b"x" * framing.MAX_FRAME_BYTES + b'"'), 8, -32600),  # over the size bound (HTTP status 413)
 ]
 
 
@@ -99,7 +102,7 @@ async def test_over_http_each_unreadable_body_gets_the_json_rpc_error_stdio_answ
                 answer = await raw_server.exchange(body)
                 over_stdio.append((answer["id"], answer["error"]["code"]))
                 refused = await raw.post(url, content=body, headers=headers)
-                assert refused.status_code == 400, refused.text
+                assert refused.status_code == (413 if len(body) > framing.MAX_FRAME_BYTES else 400), refused.text
                 over_http.append((refused.json()["id"], refused.json()["error"]["code"]))
                 listed = await raw.post(url, json={"jsonrpc": "2.0", "id": 7, "method": "tools/list"}, headers=headers)
                 assert listed.status_code == 200 and listed.json()["id"] == 7
