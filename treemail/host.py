@@ -2,12 +2,15 @@
 
 The facade lives with the other producers (``treemail.producers.host``); this
 module is its public address, with the configuration an engine connects with
-and the installed distribution's version.
+and the installed distribution's version. ``TreemailError`` is the root of every
+error the host raises for a caller's mistake or a refusal, each with its
+stable ``code``.
 """
 
 from importlib.metadata import PackageNotFoundError, version
 
 from treemail.adapters.config import Config, ServiceConfig, load_config
+from treemail.domain.errors import TreemailError
 from treemail.domain.messaging import MessagingConfig
 from treemail.producers.host.facade import (
     Delivery,
@@ -32,5 +35,5 @@ except PackageNotFoundError:  # run from a source tree that was never installed
 __all__ = [
     "Treemail", "SendContext", "Registration", "Delivery", "Wake", "Interrupt", "SendAttempt", "Observed",
     "SubscriptionGap", "ToolResult", "Disposed", "result_text",
-    "Config", "MessagingConfig", "ServiceConfig", "load_config", "__version__",
+    "Config", "MessagingConfig", "ServiceConfig", "load_config", "__version__", "TreemailError",
 ]

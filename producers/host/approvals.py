@@ -16,8 +16,9 @@ from tenacity import AsyncRetrying, RetryError, retry_if_exception_type
 from treemail.adapters import approvalindex, keys, tracing
 from treemail.adapters.config import ServiceConfig
 from treemail.domain import commands as c
+from treemail.domain import limits
 from treemail.domain.commands import SendArguments, SendContext
-from treemail.domain.errors import LifecycleError
+from treemail.domain.errors import InvalidRequest, LifecycleError, NotFound
 from treemail.services.clock import SYSTEM_CLOCK, Clock
 from treemail.services.sessions import SessionService
 
@@ -96,13 +97,14 @@ async def pending(redis: aioredis.Redis, partitions: int) -> list[dict]:
 
 async def resolve(redis: aioredis.Redis, sessions: SessionService, partitions: int, request_id: str,
                   decision: str) -> dict:
+    limits.require_id("request_id", request_id)  # before any read: a 4 MiB id never reaches the server
     request = await approvalindex.find(redis, request_id, partitions)
     if request is None:
-        raise LookupError(f"no approval request has id {request_id}")
+        raise NotFound("approval:unknown_request", f"no approval request has id {request_id}")
     try:
         await sessions.execute(c.ResolveApproval(request["sender_session_id"], request_id, decision))
     except LifecycleError as error:
-        raise ValueError(error.message) from None
+        raise InvalidRequest(error.code, error.message) from None
     await redis.lpush(keys.approval_notify(request_id), decision)
     await redis.expire(keys.approval_notify(request_id), 3600)
     return {**request, "status": "denied" if decision == "deny" else "approved", "decision": decision,

@@ -29,7 +29,7 @@ from treemail.domain import commands as c
 from treemail.domain import ids, limits
 from treemail.domain.commands import SendContext
 from treemail.domain.decide.mailcontrol import with_send_options as mail_options
-from treemail.domain.errors import LifecycleError, Rejected
+from treemail.domain.errors import InvalidRequest, LifecycleError, Rejected
 from treemail.services.clock import SYSTEM_CLOCK, Clock
 from treemail.services.tracecause import cause_traceparent
 
@@ -103,7 +103,7 @@ class Treemail:
         tracing.configure_from_env()
         url = url or config.service.redis_url
         if not url:
-            raise ValueError("no Redis URL: set REDIS_URL or [service] redis_url")
+            raise InvalidRequest("config:no_server", "no Redis URL: set REDIS_URL or [service] redis_url")
         redis = await connect(url, config.service)
         listener = await connect(url, config.service)
         host = cls(redis, listener, config, clock)

@@ -16,10 +16,11 @@ from treemail.adapters.config import ServiceConfig
 from treemail.adapters.eventstore import EventStore
 from treemail.domain import commands as c
 from treemail.domain import events as ev
+from treemail.domain import limits
 from treemail.domain import search as mail_search
 from treemail.domain.commands import SendArguments
 from treemail.domain.decide import ordering
-from treemail.domain.errors import Code, Rejected
+from treemail.domain.errors import Code, NotFound, Rejected
 from treemail.domain.search import MailQuery
 from treemail.services.drains import DrainService
 from treemail.services.sessions import SessionService
@@ -62,11 +63,12 @@ class History:
         """The directed pair's read receipt, read from the recipient: ``sent_through``, the number of the last
         message the sender landed there, and ``consumed_through``, the highest N such that every message of
         the pair numbered up to N is done (consumed, or discarded). "Has it read my message N?" is
-        ``consumed_through >= N``, N being the ``sequence`` of that send's result. Raises KeyError for an
-        unknown recipient."""
+        ``consumed_through >= N``, N being the ``sequence`` of that send's result. Raises ``NotFound`` (a
+        KeyError) for an unknown recipient."""
         record = await self._store.directory.get(recipient_session_id)
         if record is None:
-            raise KeyError(recipient_session_id)
+            raise NotFound(Code.RECEIPT_UNKNOWN_RECIPIENT.value,
+                           f"no session has id {limits.shown(recipient_session_id)}")
         state = (await self._store.load(record)).state
         positions = ordering.pending_from(await self._store.load_mail(record), sender_session_id)
         accepted = await self._store.read_at(record, positions) if positions else {}

@@ -20,7 +20,7 @@ from treemail.adapters.config import Config
 from treemail.adapters.eventstore import EventStore
 from treemail.domain import commands as c
 from treemail.domain import events as ev
-from treemail.domain.errors import Code, LifecycleError, UnknownSessionError
+from treemail.domain.errors import Code, LifecycleError, NotFound, UnknownSessionError
 from treemail.domain import limits, outbox
 from treemail.domain.outbound import may_inspect, status_of
 from treemail.domain.records import SessionRecord
@@ -101,6 +101,11 @@ class Obligations:
 
     async def _locate(self, message_id: str, caller: str | None, operation: str = "read"):
         """(the index's find: sender and its records, recipient record, pending item) or an error dict."""
+        try:  # before any read: a 4 MiB id is refused here, never sent to the server (16 times, one a partition)
+            limits.require_id("message_id", message_id)
+            limits.require_id("caller_session_id", caller, optional=True)
+        except limits.IdentifierError as refused:
+            return error_result(refused.code, refused.message)
         everywhere = list(range(self._config.service.partitions))
         found = None
         if caller is not None:
@@ -325,16 +330,18 @@ def _destination(sent) -> str:
 
 
 async def cli_inspect(obligations: Obligations, message_id: str, as_json: bool = False) -> str:
-    """The text `treemail inspect MESSAGE_ID [--json]` prints; an error raises LookupError (one line, exit 2)."""
+    """The text `treemail inspect MESSAGE_ID [--json]` prints; an error raises ``NotFound`` (a LookupError: one
+    line, exit 2)."""
     return _cli_text(await obligations.inspect(message_id), as_json)
 
 
 async def cli_retry(obligations: Obligations, message_id: str) -> str:
-    """The text `treemail retry MESSAGE_ID` prints; an error raises LookupError (one line, exit 2)."""
+    """The text `treemail retry MESSAGE_ID` prints; an error raises ``NotFound`` (a LookupError: one line,
+    exit 2)."""
     return _cli_text(await obligations.retry(message_id), False)
 
 
 def _cli_text(status: dict, as_json: bool) -> str:
     if "error" in status:
-        raise LookupError(f"{status['error']['code']}: {status['error']['message']}")
+        raise NotFound(status["error"]["code"], status["error"]["message"])
     return json.dumps(status, sort_keys=True) if as_json else render(status)

@@ -32,6 +32,7 @@ from treemail.adapters import feed, keys
 from treemail.adapters.config import ServiceConfig
 from treemail.domain import limits
 from treemail.domain import events as ev
+from treemail.domain.errors import TreemailError
 
 # The mail traffic plugins observe: producers and every ProducerMessage* step.
 MAIL_EVENTS: frozenset[type[ev.Event]] = frozenset(
@@ -41,8 +42,10 @@ START = "start"
 _PART = re.compile(r"^\d+-\d+/\d+(/\d+)?$")
 
 
-class SubscriptionGap(LookupError):
+class SubscriptionGap(TreemailError, LookupError):
     """The feeds no longer hold every event after this position (trimmed): resuming would skip some."""
+
+    code = "history:subscription_gap"
 
 
 class Observed(NamedTuple):
@@ -81,7 +84,8 @@ class FeedPosition:
     def parse(cls, text: str, partitions: int) -> "FeedPosition":
         parts = text.split(",")
         if len(parts) != partitions or not all(_PART.match(p) for p in parts):
-            raise ValueError(f"not a subscription position of this deployment ({partitions} partitions): {limits.shown(text)}")
+            raise limits.invalid(f"not a subscription position of this deployment ({partitions} partitions): "
+                                 f"{limits.shown(text)}")
         split = [p.split("/") for p in parts]
         within = tuple(int(s[2]) if len(s) > 2 else 0 for s in split)
         return cls(tuple((s[0], int(s[1])) for s in split), within if any(within) else ())

@@ -13,8 +13,6 @@ Every tool call here never raises for model input: a result or
 from the host's context; the model names only a peer.
 """
 
-from datetime import datetime, timezone
-
 from redis.exceptions import RedisError
 
 from treemail.adapters.eventstore import EventStore
@@ -137,9 +135,10 @@ class Peers:
             pass
 
     async def inbox(self, context: SendContext, arguments=None) -> dict:
-        """The calling session's peer mail with its provenance, newest first: only from senders it holds a
-        ``read`` grant on, a page at a time (``next_cursor`` when more remain). A cursor stays valid while mail
-        arrives: following it reaches every entry older than the page it came with, none twice. A caller that
+        """The calling session's peer mail, newest first, a page at a time (``next_cursor`` when more remain):
+        with its provenance from senders it holds a ``read`` grant on; an entry from any other sender shows only
+        its id, arrival and ``peer_message:not_granted``. A cursor stays valid while mail arrives: following it
+        reaches every entry older than the page it came with, none twice. A caller that
         holds no read grant at all (from none of its inbox's senders, and on none of its routes) is refused
         (``peer_message:not_granted``), never shown an empty page it could take for an empty inbox."""
         try:
@@ -157,14 +156,10 @@ class Peers:
             return error_result(Code.UNKNOWN_SESSION.value, "the calling session is not registered with treemail")
         except RedisError as error:
             return error_result(Code.PEER_ENGINE_SHUTDOWN.value, f"the inbox could not be read ({type(error).__name__})")
-        shown = [e for e in entries if e.sender_session_id in readable]
         before = peer_tools.cursor_position(cursor)
         if cursor is not None and before is None:
             return error_result(Code.PEER_INVALID_ARGUMENTS.value,
                                 "`cursor` is not a cursor of your inbox; call peer_inbox without it to start over")
-        page, next_cursor = peers.page(shown, limit, before)
-        return {"messages": [{
-            "message_id": e.message_id, "sender": e.sender_handle, "sender_session_id": e.sender_session_id,
-            "principal": e.principal, "at": datetime.fromtimestamp(e.at, timezone.utc).isoformat(timespec="seconds"),
-            "in_reply_to": e.in_reply_to, "reply_peer": back.get(e.sender_session_id),
-        } for e in page], "next_cursor": peer_tools.cursor_of(next_cursor)}
+        page, next_cursor = peers.page(entries, limit, before)
+        return {"messages": [peer_tools.inbox_row(e, readable, back) for e in page],
+                "next_cursor": peer_tools.cursor_of(next_cursor)}

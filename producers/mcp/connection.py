@@ -27,7 +27,7 @@ from dataclasses import replace
 
 from treemail.domain import envelope, ids
 from treemail.domain.decide.delivery import leased
-from treemail.domain.errors import LifecycleError
+from treemail.domain.errors import InvalidRequest, LifecycleError
 
 from ..host.facade import Treemail
 from ..host.types import Delivery
@@ -42,13 +42,8 @@ INBOX_URI = "treemail://inbox"
 KEEP_AT = 0.8
 
 
-class ConnectionRefused(ValueError):
+class ConnectionRefused(InvalidRequest):
     """The connection cannot be the agent (a user error: the CLI says it in one line)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
 
 
 class Connection:

@@ -1,4 +1,7 @@
-"""Judging one line of the stdio transport before the SDK reads it: the message, or the error that answers it. Pure.
+"""Judging one request before the SDK reads it: the message, or the error that answers it. Pure.
+
+One rule for both transports: a stdio line (``stdio.py``) and a streamable HTTP body (``checkedhttp.py``)
+are judged here alike, so the same bytes get the same answer whichever the client speaks.
 
 The SDK's stdio reader hands a line it cannot read to the server as an
 exception, and the server answers nothing: a client whose request held an
@@ -11,8 +14,9 @@ request's id whenever the line's top-level object names one (even in a
 line that does not parse as a whole), so the caller's request ends:
 
 - not UTF-8, not JSON, or nested too deep to read: -32700 (parse error);
-- JSON that is not a JSON-RPC message (no method, a mistyped id, ...), or a
-  lone surrogate outside the params: -32600 (invalid request);
+- JSON that is not a JSON-RPC message (no method, a mistyped id, ...), a
+  lone surrogate outside the params, or a message over ``MAX_FRAME_BYTES``:
+  -32600 (invalid request);
 - a lone surrogate in a request's params: -32602 (invalid params).
 
 A notification (no id) and the client's own response are never answered,
@@ -23,11 +27,14 @@ import json
 import re
 from typing import NamedTuple
 
+from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
 from mcp_types import jsonrpc_message_adapter
 from mcp_types.jsonrpc import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR
 
 # The SDK's own parser refuses a message nested about 200 levels deep; an MCP message nests a few levels.
 MAX_DEPTH = 100
+# The SDK's own bound on an HTTP body (4 MiB); a stdio line is held to it too, so both refuse the same message.
+MAX_FRAME_BYTES = DEFAULT_MAX_REQUEST_BODY_SIZE
 _WHITESPACE = " \t\n\r"
 
 
@@ -41,6 +48,9 @@ class Refusal(NamedTuple):
 
 def judge(line: bytes) -> str | Refusal | None:
     """The line as the SDK should read it, the error to answer instead, or None (nothing to read or answer)."""
+    if len(line) > MAX_FRAME_BYTES:  # the id is read from the part kept, if it comes before the bulk
+        return Refusal(top_level_id(line[:MAX_FRAME_BYTES].decode("utf-8", "replace")), INVALID_REQUEST,
+                       f"Invalid request: the message is over {MAX_FRAME_BYTES} bytes")
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError as error:

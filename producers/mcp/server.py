@@ -52,6 +52,7 @@ from treemail.domain.errors import UnknownSessionError
 from ..host.facade import Treemail
 from ..tools.table import SessionView
 from ..tools import receiving
+from .checkedhttp import CheckedBodies
 from .connection import INBOX_URI, Connection
 from .leased import LeasedSession
 from .stdio import checked_stdio_server
@@ -175,7 +176,7 @@ def build_server(host: Treemail, resolve: Resolve, connection_of: ConnectionOf =
 
             result, delivered = await connection.step(call)
         if result is None:
-            raise MCPError(INVALID_PARAMS, f"Unknown tool: {params.name}")
+            raise MCPError(INVALID_PARAMS, f"Unknown tool: {limits.shown(params.name, 80)}")
         # Steer mail due at this step rides on the tool's own result, in every form a client may show its
         # model: after the text, and in the structured result (``agent_messages``); the tool's own fields are
         # unchanged. The next call confirms it, so it must be in whichever form that client reads.
@@ -201,7 +202,7 @@ def build_server(host: Treemail, resolve: Resolve, connection_of: ConnectionOf =
     async def inbox_connection(ctx, uri) -> Connection:
         connection = await connection_of(ctx)
         if connection is None or str(uri) != INBOX_URI:
-            raise MCPError(INVALID_PARAMS, f"Unknown resource: {uri}")
+            raise MCPError(INVALID_PARAMS, f"Unknown resource: {limits.shown(uri, 80)}")
         return connection
 
     async def read_resource(ctx, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
@@ -369,7 +370,7 @@ def http_app(host: Treemail, bind_host: str = "127.0.0.1", port: int = 8765, noo
 
     server = build_server(host, resolve, leased_session if receive else _no_connection, noop=noop,
                           instructions=HTTP_RECEIVING_INSTRUCTIONS if receive else INSTRUCTIONS, view_of=_view_of)
-    return server.streamable_http_app(
+    app = server.streamable_http_app(
         # A receiving agent's listen stream carries its inbox notifications as server-sent events; a JSON
         # response could carry only the final result.
         stateless_http=True, json_response=not receive, host=bind_host,
@@ -377,6 +378,11 @@ def http_app(host: Treemail, bind_host: str = "127.0.0.1", port: int = 8765, noo
         auth=AuthSettings(issuer_url=f"http://{bind_host}:{port}", resource_server_url=None),
         token_verifier=RedisTokenVerifier(host),
     )
+    # Every body judged as a stdio line is, behind the bearer check: one JSON-RPC error rule for both transports.
+    for route in app.routes:
+        if getattr(route, "path", None) == "/mcp":
+            route.app.app = CheckedBodies(route.app.app)
+    return app
 
 
 async def serve_http(config: Config, url: str, host: str = "127.0.0.1", port: int = 8765, say=None,

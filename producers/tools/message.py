@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from treemail.domain.commands import SendContext
-from treemail.domain.errors import Code
+from treemail.domain.errors import Code, InvalidRequest
 from treemail.domain.results import error_result
 
 
@@ -77,7 +77,7 @@ class Inspector(Protocol):
 async def handle(inspector: Inspector, name: str, context: SendContext, arguments: Any) -> dict:
     """Run the tool ``name`` for the session in ``context``."""
     if name not in DESCRIPTIONS:
-        raise ValueError(f"unknown message tool {name!r}; one of {', '.join(TOOL_NAMES)}")
+        raise InvalidRequest(Code.UNKNOWN_TOOL.value, f"unknown message tool {name!r}; one of {', '.join(TOOL_NAMES)}")
     message_id = parse_arguments(arguments)
     if isinstance(message_id, dict):
         return message_id

@@ -10,12 +10,13 @@ A little over the house's 200 lines: the three peer tools' definitions and stric
 """
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
+from datetime import datetime, timezone
 from typing import Any
 
 from treemail.domain.commands import PeerSendArguments
 from treemail.domain.errors import Code, Rejected
-from treemail.domain.peers import INBOX_LIMIT
+from treemail.domain.peers import INBOX_LIMIT, InboxEntry
 
 from . import arguments
 
@@ -44,8 +45,10 @@ INBOX_DESCRIPTION = (
     "List the latest messages other agents sent you over peer routes, newest first, from the peers you may read: "
     "each with its message_id, its sender, the principal it was delivered as, when it arrived, and `reply_peer`, "
     "the peer name to answer it with reply_to_peer (null when you have no route back to that sender). When "
-    "`next_cursor` is not null, pass it as `cursor` to read the next page."
+    "`next_cursor` is not null, pass it as `cursor` to read the next page. A message from a sender you may not "
+    "read shows only its message_id, when it arrived and an `error` (peer_message:not_granted)."
 )
+WITHHELD = "you hold no read grant on this message's sender: its sender and provenance are not shown"
 
 
 def _peer_lines(views) -> str:
@@ -211,6 +214,18 @@ def parse_inbox(raw: Any) -> tuple[int, str | None]:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= INBOX_LIMIT:
         raise _invalid(f"`limit` must be an integer from 1 to {INBOX_LIMIT}")
     return limit, _reference(raw, "cursor", False)
+
+
+def inbox_row(entry: InboxEntry, readable: Collection[str], back: Mapping[str, str]) -> dict:
+    """One entry of a page: with its provenance when the reader holds ``read`` on its sender, else its id and
+    arrival with the refusal's code, so a reader is told what it may not see rather than miss it silently."""
+    at = datetime.fromtimestamp(entry.at, timezone.utc).isoformat(timespec="seconds")
+    if entry.sender_session_id not in readable:
+        return {"message_id": entry.message_id, "at": at,
+                "error": {"code": Code.PEER_NOT_GRANTED.value, "message": WITHHELD}}
+    return {"message_id": entry.message_id, "sender": entry.sender_handle, "sender_session_id": entry.sender_session_id,
+            "principal": entry.principal, "at": at, "in_reply_to": entry.in_reply_to,
+            "reply_peer": back.get(entry.sender_session_id)}
 
 
 # A page's cursor names an arrival number, never a message id: an entry read and let go still leaves the

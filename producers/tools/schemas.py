@@ -15,6 +15,8 @@ From the canonical definition (``name``, ``description``, ``input_schema``):
 
 import copy
 
+from treemail.domain import limits
+
 FORMATS = ("anthropic", "openai", "mcp")
 
 # Keywords OpenAI's strict mode accepts (Structured Outputs, "Supported schemas"); a schema using any
@@ -28,7 +30,7 @@ STRICT_KEYWORDS = {
 
 def export(definitions: list[dict], fmt: str) -> list[dict]:
     if fmt not in FORMATS:
-        raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+        raise limits.invalid(f"format must be one of {', '.join(FORMATS)}, got {limits.shown(fmt)}")
     return [_EXPORTERS[fmt](definition) for definition in definitions]
 
 

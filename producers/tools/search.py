@@ -10,10 +10,11 @@ import json
 from typing import Any
 
 from treemail.domain import search
+from treemail.domain.errors import InvalidRequest
 from treemail.domain.results import error_result
 
 TOOL_NAME = "search_mail"
-INVALID = f"{TOOL_NAME}:invalid_arguments"
+INVALID = search.INVALID_ARGUMENTS
 FIELDS = {"text", "sender", "since", "until", "limit", "cursor"}
 
 
@@ -54,8 +55,8 @@ def parse_arguments(raw: Any) -> search.MailQuery | dict:
     try:
         return search.checked(search.MailQuery(raw.get("text"), raw.get("sender"), raw.get("since"), raw.get("until"),
                                                raw.get("limit", search.DEFAULT_LIMIT), raw.get("cursor")))
-    except ValueError as invalid:
-        return error_result(INVALID, str(invalid))
+    except InvalidRequest as invalid:
+        return error_result(INVALID, invalid.message)
 
 
 def result_text(result: dict) -> str:
@@ -77,5 +78,5 @@ async def call(history, context, arguments) -> dict:
         return await history.search_page(
             context.session_id, text=query.text, sender=query.sender, since=query.since, until=query.until,
             limit=query.limit, own=True, cursor=query.cursor)
-    except ValueError as invalid:  # a cursor of no page of this search
-        return error_result(INVALID, str(invalid))
+    except InvalidRequest as invalid:  # a cursor of no page of this search
+        return error_result(INVALID, invalid.message)

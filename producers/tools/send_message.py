@@ -6,7 +6,7 @@ a send (who sends, from which run and tool call) comes from the host.
 
 from typing import Any
 
-from treemail.domain import effective
+from treemail.domain import effective, limits
 from treemail.domain.blocks import text_of
 from treemail.domain.commands import SendArguments
 from treemail.domain.decide import content
@@ -148,6 +148,9 @@ def parse_arguments(raw: Any, content_blocks: bool = False, threads: bool = Fals
         raise _invalid("`mode` must be \"steer\" or \"queue\"")
     if not raw["to"].strip():
         raise _invalid("`to` is empty: give the recipient's handle or session id")
+    if limits.byte_length(raw["to"]) > limits.MAX_ID_BYTES:
+        # A handle or a session id is short: a longer `to` names no session, and is refused before it is stored.
+        raise _invalid(f"`to` is over {limits.MAX_ID_BYTES} bytes: give the recipient's handle or session id")
     # The arguments are well formed; a blank body is the one body check that needs no settings.
     # (Content blocks are judged whole, every block counted, by the decider's content guard.)
     if blocks is None:

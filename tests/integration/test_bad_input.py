@@ -91,6 +91,8 @@ def bad_calls(tm, root, child):
         ("inspect id 4 MiB", lambda: tm.obligations.inspect(HUGE)),
         ("cancel id 4 MiB", lambda: tm.obligations.cancel(HUGE)),
         ("retry id 4 MiB", lambda: tm.obligations.retry(HUGE)),
+        ("approve id 4 MiB", lambda: tm.permissions.approve(HUGE)),
+        ("deny id not text", lambda: tm.permissions.deny(5)),
         ("tool call id surrogate", lambda: tm.send_message(SendContext(sid, "run-1", SURROGATE),
                                                            {"to": child.handle, "body": "hi"})),
     ]

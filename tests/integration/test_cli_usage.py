@@ -250,3 +250,15 @@ def test_a_session_reference_too_long_or_not_text_is_a_one_line_coded_error_with
                                                                                                   code):
     line = one_line_error(cli(redis_url, "history", ref))
     assert code in line and len(line) < 600
+
+
+@pytest.mark.parametrize("args,code", [
+    (("inspect", "m" * 100_000), "identifier:too_long"),
+    (("retry", "m" * 100_000), "identifier:too_long"),
+    (("approvals", "approve", "r" * 100_000), "identifier:too_long"),
+    (("approvals", "deny", "no-such-request"), "approval:unknown_request"),
+    (("inspect", "no-such-message"), "message:unknown"),
+])
+def test_an_id_too_long_or_naming_nothing_is_a_one_line_coded_error_with_a_bounded_echo(redis_url, args, code):
+    line = one_line_error(cli(redis_url, *args))
+    assert code in line and len(line) < 600

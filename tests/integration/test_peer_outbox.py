@@ -269,7 +269,7 @@ async def test_the_capacity_counts_tree_mail_and_peer_intents_together_exactly_u
         assert await outstanding(host, planner) == capacity
 
 
-async def test_the_peer_inbox_shows_only_readable_senders_a_page_at_a_time_with_a_cursor(redis_url, calls):
+async def test_the_peer_inbox_shows_readable_senders_a_page_at_a_time_and_withholds_the_others_by_code(redis_url, calls):
     async with running_stack(redis_url, max_inflight_per_pair=10) as host:  # the host admits each send at once
         planner, advisor = await independent_trees(host)
         await route(host, planner, advisor, send=True)
@@ -290,16 +290,17 @@ async def test_the_peer_inbox_shows_only_readable_senders_a_page_at_a_time_with_
         assert pages == [sent[4:2:-1], sent[2:0:-1], sent[0:1]]
         bad = await host.peers.inbox(context, {"cursor": "not-a-cursor"})
         assert bad["error"]["code"] == "peer_message:invalid_arguments"
-        # The inbox lists provenance only from senders the reader is authorized for: a second sender
-        # without a read grant sends too, and only the first one's mail is listed.
+        # The inbox shows provenance only from senders the reader is authorized for: a second sender without
+        # a read grant sends too, and its message is listed by id with peer_message:not_granted, nothing more.
         other = await host.register_root("planner", "another planner", rules={})
         await host.start_run(other.session_id, "run-1")
         await route(host, other, advisor, send=True)
         unreadable = await host.peers.send(calls.ctx(other.session_id), {"peer": "advisor", "body": "x"})
         unreadable = unreadable["message_id"]
         listed = await host.peers.inbox(context, {"limit": 32})
-        assert [m["message_id"] for m in listed["messages"]] == sent[::-1]
-        assert unreadable not in str(listed) and other.session_id not in str(listed)
+        assert [m["message_id"] for m in listed["messages"]] == [unreadable, *sent[::-1]]
+        assert listed["messages"][0]["error"]["code"] == "peer_message:not_granted"
+        assert set(listed["messages"][0]) == {"message_id", "at", "error"} and other.session_id not in str(listed)
 
 
 async def test_a_reader_following_the_inbox_cursor_reaches_every_message_while_more_arrive(redis_url, calls):

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from treemail import TreemailError
 from treemail.adapters import keys
 from treemail.adapters.metrics import HOST_REGISTRY as REGISTRY
 from treemail.adapters.proofkeys import ProofConfig
@@ -248,13 +249,17 @@ async def test_with_proofs_off_mail_is_delivered_as_before_but_never_reported_ve
 async def test_a_route_leads_only_to_an_independent_agent_never_to_another_trees_delegated_worker(host):
     planner, advisor = await independent_trees(host)
     worker = await host.register_child(advisor.session_id, "explore", "reads", rules={})
-    with pytest.raises(ValueError, match="delegated child"):
+    # Each a ValueError, as before the codes, and a TreemailError with its own stable code.
+    with pytest.raises(ValueError, match="delegated child") as refused:
         await host.peers.register_route("worker", worker.session_id, source_session_id=planner.session_id)
-    with pytest.raises(ValueError, match="itself"):
+    assert isinstance(refused.value, TreemailError) and refused.value.code == "peer_route:delegated_child"
+    with pytest.raises(ValueError, match="itself") as refused:
         await host.peers.register_route("me", planner.session_id, source_session_id=planner.session_id)
-    with pytest.raises(ValueError, match="not a valid JSON Schema"):
+    assert isinstance(refused.value, TreemailError) and refused.value.code == "peer_route:self"
+    with pytest.raises(ValueError, match="not a valid JSON Schema") as refused:
         await host.peers.register_route("advisor", advisor.session_id, source_session_id=planner.session_id,
                                        input_schema={"type": "no-such-type"})
+    assert isinstance(refused.value, TreemailError) and refused.value.code == "peer_route:invalid_input_schema"
     assert await host.peers.routes(planner.session_id) == []
 
 
@@ -284,3 +289,42 @@ async def test_a_peer_send_decided_before_a_drain_and_committed_after_it_is_deci
     assert reads[:2] == [False, True]  # the commit refused the first decision; the second read the drain
     assert "draining" in result["error"]["code"], result
     assert await of_type(host, advisor.session_id, ev.ProducerMessageAccepted) == []
+
+
+async def test_an_inbox_entry_whose_sender_the_reader_may_not_read_answers_not_granted_in_every_partition(
+    host, calls,
+):
+    """Nothing is left out of a page silently: an entry from a sender the reader holds no ``read`` grant on is
+    listed by id with ``peer_message:not_granted`` (and none of its provenance), the same whether the sender's
+    stream is in the reader's partition or another."""
+    advisor = await host.register_root("advisor", "reviews designs", rules={}, status="idle")
+    partitions = adapters(host).config.service.partitions
+    own = keys.partition_of(advisor.root_session_id, partitions)
+    by_partition = {}
+    while len(by_partition) < 4:
+        sender = await host.register_root("planner", "plans the work", rules={})
+        at = keys.partition_of(sender.root_session_id, partitions)
+        if (at == own) == (not by_partition) and at not in by_partition:  # the reader's own partition first
+            by_partition[at] = sender
+    same, granted, *others = by_partition.values()
+    sent = {}
+    for sender in by_partition.values():
+        await live(host, sender)
+        await route(host, sender, advisor, "advisor", send=True)
+        sent[sender.session_id] = (await host.peers.send(calls.ctx(sender.session_id),
+                                                         {"peer": "advisor", "body": "hello"}))["message_id"]
+    await host.peers.set_grant(granted.session_id, source_session_id=advisor.session_id, read=True)
+    await deliveries(host, advisor.session_id)  # every send admitted into the advisor's inbox
+
+    page = await host.peers.inbox(calls.ctx(advisor.session_id), {"limit": 10})
+    rows = {row["message_id"]: row for row in page["messages"]}
+    assert set(rows) == set(sent.values()) and page["next_cursor"] is None  # every entry listed
+    assert rows[sent[granted.session_id]]["sender_session_id"] == granted.session_id
+    for sender in (same, *others):
+        row = rows[sent[sender.session_id]]
+        assert set(row) == {"message_id", "at", "error"}, row  # no sender, principal or route back
+        assert row["error"]["code"] == "peer_message:not_granted"
+    # One page at a time: a withheld entry holds its place, so the cursor pages through them all.
+    first = await host.peers.inbox(calls.ctx(advisor.session_id), {"limit": 3})
+    rest = await host.peers.inbox(calls.ctx(advisor.session_id), {"limit": 3, "cursor": first["next_cursor"]})
+    assert [r["message_id"] for r in first["messages"] + rest["messages"]] == [r["message_id"] for r in page["messages"]]

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from treemail import TreemailError
 from treemail.adapters import keys
 from treemail.adapters.connection import connect
 from treemail.domain.commands import SendArguments
@@ -70,6 +71,14 @@ async def test_a_send_that_opens_an_approval_request_is_answered_at_once_not_at_
         await host.permissions.approve(pending[0]["request_id"])
         result = await asyncio.wait_for(waiting, 4)
         assert "message_id" in result, result
+        # Deciding it again, or a request that never was: each a TreemailError with its code (and the builtin
+        # error these calls raised before they had codes).
+        with pytest.raises(ValueError) as decided:
+            await host.permissions.deny(pending[0]["request_id"])
+        assert isinstance(decided.value, TreemailError) and decided.value.code == "approval:already_decided"
+        with pytest.raises(LookupError) as unknown:
+            await host.permissions.approve("no-such-request")
+        assert isinstance(unknown.value, TreemailError) and unknown.value.code == "approval:unknown_request"
         server = adapters(host)
         for index in range(server.config.service.command_streams):
             assert (await server.redis.xpending(keys.command_stream(index), keys.COMMAND_GROUP))["pending"] == 0

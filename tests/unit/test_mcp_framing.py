@@ -62,3 +62,11 @@ def test_a_clients_response_is_never_answered_even_when_unreadable():
     assert framing.judge(b'{"jsonrpc":"2.0","id":3,"result":5}') is None
     assert framing.judge(b'{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"\\ud800"}}') is None
     assert json.loads(framing.judge(b'{"jsonrpc":"2.0","id":3,"result":{}}')) == {"jsonrpc": "2.0", "id": 3, "result": {}}
+
+
+def test_a_message_over_the_size_bound_is_an_invalid_request_with_the_id_read_from_the_part_kept():
+    bulk = b'"' + b"x" * framing.MAX_FRAME_BYTES + b'"'
+    refused = framing.judge(call_with(bulk))
+    assert (refused.id, refused.code) == (7, -32600) and str(framing.MAX_FRAME_BYTES) in refused.message
+    just_under = call_with(b'"' + b"x" * (framing.MAX_FRAME_BYTES - len(call_with(b'""'))) + b'"')
+    assert isinstance(framing.judge(just_under), str)  # at the bound itself: read as usual

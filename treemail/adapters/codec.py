@@ -19,14 +19,17 @@ from ..domain.protocol import PROTOCOL_VERSION
 from ..domain import blocks, compactjson, limits, protocol
 from ..domain.commands import SendArguments, SendContext, SendMessage
 from ..domain.decide.mailcontrol import require_send_options
+from ..domain.errors import TreemailError
 
 MODES = ("steer", "queue")
 # An id or reply list longer than this is not one a producer wrote.
 MAX_ID_CHARS = 200
 
 
-class InvalidCommand(ValueError):
+class InvalidCommand(TreemailError, ValueError):
     """Valid JSON, but not a command; ``command_id`` and ``reply_to`` are set when they can be answered."""
+
+    code = "command:invalid"
 
     def __init__(self, reason: str, command_id: str | None = None, reply_to: str | None = None) -> None:
         super().__init__(reason)
@@ -136,7 +139,7 @@ def parse_command(data: str | bytes, *, check_version: bool = True) -> SendMessa
             raise ValueError("must be [expires in seconds, supersede key]")
         require_send_options(*control)
     except ValueError as error:
-        raise invalid(f"`mc` {error}") from None
+        raise invalid(f"`mc` {getattr(error, 'message', error)}") from None
     urgent = decoded.get("u", False)
     if not isinstance(urgent, bool):
         raise invalid("`u` must be true or false")

@@ -23,12 +23,16 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError as RedisResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from ..domain.errors import TreemailError
+
 # Failures that mean "the server is not there", not "this code is wrong": no traceback for these.
 UNREACHABLE = (RedisConnectionError, RedisTimeoutError, ConnectionError, TimeoutError, OSError)
 
 
-class NotReady(Exception):
+class NotReady(TreemailError):
     """The server answers, but what the process reads from is not there (yet)."""
+
+    code = "server:not_ready"
 
 
 def expected(exc: BaseException) -> bool:

@@ -25,7 +25,7 @@ from redis.exceptions import (
 )
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..domain.errors import Code, RedisUnavailable
+from ..domain.errors import Code, RedisUnavailable, TreemailError
 from ..domain.results import error_result
 from .config import ServiceConfig
 
@@ -40,7 +40,7 @@ SILENT_MARGIN_S = 2.0
 MOVED_ON = (MovedError, AskError, TryAgainError, ClusterDownError, ReadOnlyError)
 
 
-class NotReplicated(Exception):
+class NotReplicated(TreemailError):
     """The append was made on a primary, but not confirmed on ``min_replicas`` replicas in time."""
 
     code = Code.NOT_REPLICATED

@@ -19,6 +19,8 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from .errors import TreemailError
+
 MEDIA_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 MAX_BLOCKS = 64
 
@@ -38,8 +40,10 @@ class ImageBlock:
 Block = TextBlock | ImageBlock
 
 
-class InvalidBlocks(ValueError):
+class InvalidBlocks(TreemailError, ValueError):
     """The model's blocks cannot be a message; the text says which block and how to fix it."""
+
+    code = "send_message:invalid_arguments"
 
 
 def _is_text(value) -> bool:

@@ -1,7 +1,12 @@
-"""Stable error codes of the send_message contract, and the rejection that carries one.
+"""Stable error codes of the send_message contract, and the error root every refusal sits under.
 
 A model reacts to the code, so codes never change once shipped; messages may
-become more helpful.
+become more helpful. Every error treemail raises for a caller's mistake or a
+refusal is a ``TreemailError`` with a stable ``code``: a caller catches the
+library's errors in one clause and branches on the code, not on the text.
+The classes that were builtin errors before the root existed stay so too
+(``UnknownSessionError`` is a ``LookupError``, ``IdentifierError`` a
+``ValueError``), so an ``except`` written for them still catches them.
 """
 
 from enum import Enum
@@ -88,7 +93,26 @@ class Code(str, Enum):
 MAX_MESSAGE_CHARS = 8192
 
 
-class Rejected(Exception):
+class TreemailError(Exception):
+    """The root of every error treemail raises for a caller's mistake or a refusal. ``code``: stable, never
+    empty on what is raised (a class either names its one code or takes one per raise)."""
+
+    code: str = ""
+
+
+class CodedError(TreemailError):
+    """An error whose stable code is chosen where it is raised: ``str(error)`` is ``"<code>: <message>"``."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+    # KeyError (a ``NotFound``) would show the text quoted, as a key; the message is a sentence.
+    __str__ = Exception.__str__
+
+
+class Rejected(TreemailError):
     """A decision that refuses a command. Carries its stable code and a message for the model."""
 
     def __init__(self, code: Code, message: str) -> None:
@@ -99,22 +123,34 @@ class Rejected(Exception):
         self.message = message
 
 
-class LifecycleError(Exception):
+class LifecycleError(CodedError):
     """An illegal lifecycle transition requested by the host (not by a model): nothing changed."""
 
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
+
+class InvalidRequest(CodedError, ValueError):
+    """A host call whose values can never succeed as given (a peer route to a delegated child, an approval
+    already decided): nothing changed. A ``ValueError`` too, as these calls raised before they had codes."""
 
 
-class ConfigError(Exception):
-    """The configuration cannot be used; the message names the key and the fix."""
+class NotFound(CodedError, KeyError):
+    """A host call named something that does not exist (an approval request, a message for the CLI to show).
+    A ``KeyError`` (so a ``LookupError``) too, as these calls raised before they had codes."""
 
 
-class UnknownSessionError(LookupError):
+class ConfigError(TreemailError):
+    """The configuration cannot be used; the message names the key and the fix. Not a ValueError: the
+    settings parser would take one raised while it reads a source for a bad value and reword it."""
+
+    code = "config:invalid"
+
+
+class UnknownSessionError(TreemailError, LookupError):
     """A host API call named a session that was never registered."""
 
+    code = "lifecycle:unknown_session"
 
-class RedisUnavailable(Exception):
+
+class RedisUnavailable(TreemailError):
     """The Redis/Valkey server could not be reached after bounded retries."""
+
+    code = "server:unavailable"

@@ -12,6 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .errors import InvalidRequest
+
 Status = Literal["queued", "running", "idle", "finished"]
 Mode = Literal["steer", "queue"]
 # Who produced a message on the recipient: an agent via send_message, or one
@@ -42,7 +44,8 @@ def agent_producer_id(sender_session_id: str) -> str:
 def _implied_producer(data: dict) -> str:
     if data.get("owner") == "agent" and data.get("sender_session_id"):
         return agent_producer_id(data["sender_session_id"])
-    raise ValueError("producer_id is required unless an agent (sender_session_id) produced the message")
+    raise InvalidRequest("event:invalid",
+                         "producer_id is required unless an agent (sender_session_id) produced the message")
 
 
 def _implied_return_address(data: dict) -> str | None:

@@ -24,7 +24,8 @@ there.
 
 from dataclasses import dataclass
 
-from .errors import Code, Rejected
+from . import limits
+from .errors import Code, InvalidRequest, Rejected
 from .peers import OPERATIONS, Grant, PeerState, source_key
 
 
@@ -45,7 +46,8 @@ def grant_for(peers: PeerState, agent_type: str, session_id: str) -> Grant | Non
 def authorize(peers: PeerState, agent_type: str, session_id: str, operation: str) -> Authorization:
     """May this source (its session id and agent type) do ``operation`` to the session holding ``peers``?"""
     if operation not in OPERATIONS:
-        raise ValueError(f"operation must be one of {', '.join(OPERATIONS)}, got {operation!r}")
+        raise InvalidRequest(Code.PEER_INVALID_ARGUMENTS.value,
+                             f"operation must be one of {', '.join(OPERATIONS)}, got {limits.shown(operation)}")
     grant = grant_for(peers, agent_type, session_id)
     if grant is None or not grant.allows(operation):
         return Authorization(operation, False)

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import fields
 from functools import cache
 
+from .errors import InvalidRequest
+
 # Run ids, tool call ids, idempotency keys, message and request ids a caller names.
 MAX_ID_BYTES = 256
 # A host's own idempotency key for a programmatic send (``tm.send``): kept as its tool call id, "key:<key>".
@@ -28,13 +30,8 @@ TOO_LONG = "identifier:too_long"
 INVALID = "identifier:invalid"
 
 
-class IdentifierError(ValueError):
+class IdentifierError(InvalidRequest):
     """An identifier a caller supplied is missing, not a string, or over its limit: nothing was stored."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
 
 
 def shown(value, chars: int = 40) -> str:

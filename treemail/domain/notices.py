@@ -25,7 +25,7 @@ Rendered as ``<treemail_notice kind="...">``, never as ``<agent_message>``:
 
 from collections.abc import Iterable
 
-from . import effective, envelope, neighbours
+from . import effective, envelope, limits, neighbours
 from .records import SessionRecord
 from .state import SessionState
 
@@ -79,7 +79,8 @@ def closing_message(closing) -> str | None:
     or the content blocks of the child's last message, whose text blocks are kept in order and byte for byte
     (reasoning, tool calls and any other block left out). None when nothing readable is left: an empty
     string, no text blocks, or only blank text reads as no closing message, never as an error.
-    Raises ValueError for a block list that is not one (a block that is not an object, a text that is not text)."""
+    Raises ``IdentifierError`` (a ValueError) for a block list that is not one (a block that is not an object,
+    a text that is not text)."""
     if closing is None:
         return None
     if isinstance(closing, str):
@@ -88,13 +89,13 @@ def closing_message(closing) -> str | None:
         texts = []
         for block in closing:
             if not isinstance(block, dict):
-                raise ValueError("closing message blocks must be objects like {\"type\": \"text\", \"text\": ...}")
+                raise limits.invalid("closing message blocks must be objects like {\"type\": \"text\", \"text\": ...}")
             if block.get("type") == "text":
                 if not isinstance(block.get("text"), str):
-                    raise ValueError("a closing message text block's `text` must be a string")
+                    raise limits.invalid("a closing message text block's `text` must be a string")
                 texts.append(block["text"])
     else:
-        raise ValueError("the closing message is a string or a list of content blocks")
+        raise limits.invalid("the closing message is a string or a list of content blocks")
     texts = [text for text in texts if text.strip()]
     return BLOCK_SEPARATOR.join(texts) if texts else None
 

@@ -14,20 +14,25 @@ from jsonschema import exceptions, validators
 from referencing import Registry
 from referencing.exceptions import Unresolvable
 
-from .errors import Code, Rejected
+from .errors import Code, InvalidRequest, Rejected
 
 MAX_ERROR_CHARS = 300
 LOCAL_ONLY: Registry = Registry()
 
 
+# A route's input schema the host gave that is no JSON Schema.
+INVALID_SCHEMA = "peer_route:invalid_input_schema"
+
+
 def check_schema(schema: object) -> dict:
-    """The schema itself, or ValueError naming what is wrong with it (the host's mistake, not a model's)."""
+    """The schema itself, or ``InvalidRequest`` (a ValueError) naming what is wrong with it (the host's mistake,
+    not a model's)."""
     if not isinstance(schema, dict):
-        raise ValueError("input_schema must be a JSON Schema object")
+        raise InvalidRequest(INVALID_SCHEMA, "input_schema must be a JSON Schema object")
     try:
         validators.validator_for(schema).check_schema(schema)
     except exceptions.SchemaError as error:
-        raise ValueError(f"input_schema is not a valid JSON Schema: {error.message}") from None
+        raise InvalidRequest(INVALID_SCHEMA, f"input_schema is not a valid JSON Schema: {error.message}") from None
     return schema
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from . import events as ev
+from .errors import ConfigError
 
 VERSION = 1
 Verdict = Literal["ok", "missing", "unknown_key", "mismatch"]
@@ -33,7 +34,7 @@ class Keyring:
 
     def __post_init__(self) -> None:
         if self.current not in self.keys:
-            raise ValueError(f"the signing key {self.current!r} is not in the keyring")
+            raise ConfigError(f"the signing key {self.current!r} is not in the keyring")
 
 
 def _digest(data: bytes) -> str:

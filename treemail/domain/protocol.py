@@ -8,6 +8,8 @@ refuses it with ``NewerProtocol`` (a worker dead-letters such a command with
 that reason; readers of streams skip the entry and report it).
 """
 
+from .errors import TreemailError
+
 # Bumped for an incompatible change (the protocol-schema test says when). 6: a feed entry names a whole step.
 # 7: a send command may ask for its number (`n`); SessionAnnounced (a child given its task directly); a peer
 # intent's code version; a peer admission can be refused for a full peer inbox (peer_message:inbox_full); a
@@ -19,9 +21,11 @@ PROTOCOL_VERSION = 7
 UNVERSIONED = 1
 
 
-class NewerProtocol(ValueError):
+class NewerProtocol(TreemailError, ValueError):
     """An entry or command from a newer treemail than this reader (a ValueError: the CLI prints it as
     one line, no traceback)."""
+
+    code = "protocol:newer"
 
     def __init__(self, version: int, what: str) -> None:
         super().__init__(

@@ -16,6 +16,7 @@ import json
 from dataclasses import dataclass
 
 from . import events as ev
+from .errors import InvalidRequest
 
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 100
@@ -36,20 +37,20 @@ class MailQuery:
 
 
 def checked(query: MailQuery) -> MailQuery:
-    """The query, or ValueError saying which criterion is out of bounds."""
+    """The query, or ``InvalidRequest`` (a ValueError) saying which criterion is out of bounds."""
     if not isinstance(query.limit, int) or isinstance(query.limit, bool) or not 1 <= query.limit <= MAX_LIMIT:
-        raise ValueError(f"limit must be a whole number from 1 to {MAX_LIMIT}")
+        raise _invalid(f"limit must be a whole number from 1 to {MAX_LIMIT}")
     if query.text is not None and not (isinstance(query.text, str) and 0 < len(query.text.strip())
                                        and len(query.text) <= MAX_TEXT_CHARS):
-        raise ValueError(f"text must be 1 to {MAX_TEXT_CHARS} characters")
+        raise _invalid(f"text must be 1 to {MAX_TEXT_CHARS} characters")
     if query.sender is not None and not (isinstance(query.sender, str) and query.sender):
-        raise ValueError("sender must be a session id or a handle")
+        raise _invalid("sender must be a session id or a handle")
     if query.cursor is not None and not (isinstance(query.cursor, str) and 0 < len(query.cursor) <= MAX_CURSOR_CHARS):
-        raise ValueError("cursor must be the next_cursor of an earlier page of this search")
+        raise _invalid("cursor must be the next_cursor of an earlier page of this search")
     for name in ("since", "until"):
         value = getattr(query, name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise ValueError(f"{name} must be a time in seconds since the epoch")
+            raise _invalid(f"{name} must be a time in seconds since the epoch")
     return query
 
 
@@ -80,14 +81,14 @@ def cursor_after(row: dict, key: str) -> str:
 
 
 def position_of(cursor: str, key: str) -> tuple[float, str]:
-    """Where the page before ``cursor`` ended in search ``key``; ValueError for a cursor of no page of it."""
+    """Where the page before ``cursor`` ended in search ``key``; ``InvalidRequest`` for a cursor of no page of it."""
     try:
         packed = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         named, at, message_id = json.loads(packed)
     except (ValueError, TypeError, binascii.Error, UnicodeDecodeError, RecursionError):
-        raise ValueError("cursor must be the next_cursor of an earlier page of this search") from None
+        raise _invalid("cursor must be the next_cursor of an earlier page of this search") from None
     if named != key or isinstance(at, bool) or not isinstance(at, (int, float)) or not isinstance(message_id, str):
-        raise ValueError("cursor belongs to another search (other criteria, or another session's)")
+        raise _invalid("cursor belongs to another search (other criteria, or another session's)")
     return at, message_id
 
 
@@ -96,3 +97,11 @@ def page(rows: list[dict], limit: int, after: tuple[float, str] | None) -> tuple
     and whether more remain."""
     older = rows if after is None else [row for row in rows if (row["at"], row["message_id"]) < after]
     return older[:limit], len(older) > limit
+
+
+# What the search_mail tool answers too: a host caller and a model read the same code.
+INVALID_ARGUMENTS = "search_mail:invalid_arguments"
+
+
+def _invalid(message: str) -> InvalidRequest:
+    return InvalidRequest(INVALID_ARGUMENTS, message)

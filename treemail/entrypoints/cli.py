@@ -19,7 +19,7 @@ import typer
 from treemail.domain.protocol import PROTOCOL_VERSION
 from treemail.host import __version__
 from treemail.adapters.config import load_config
-from treemail.domain.errors import ConfigError, LifecycleError, RedisUnavailable, UnknownSessionError
+from treemail.domain.errors import ConfigError, TreemailError
 
 from . import agents, clusterplan, gateway_command, logs, operations, timeline_commands
 from .clicommon import ConfigOpt, JsonOpt, SessionArg
@@ -423,7 +423,9 @@ gateway_command.register(app)
 
 # -- errors --------------------------------------------------------------------------------
 
-USER_ERRORS = (ConfigError, RedisUnavailable, UnknownSessionError, LifecycleError, LookupError, ValueError)
+# Every error under treemail's root is a refusal with its code, said in one line; and the builtin errors a value
+# that cannot be parsed raises.
+USER_ERRORS = (TreemailError, LookupError, ValueError)
 
 
 # An error line shows at most this much: whatever was typed is echoed as a prefix, never whole.

@@ -30,7 +30,7 @@ from starlette.routing import Route
 from treemail.adapters import keys
 from treemail.adapters.config import Config
 from treemail.adapters.health import Health, OutageLog, watch
-from treemail.domain.errors import LifecycleError, RedisUnavailable, UnknownSessionError
+from treemail.domain.errors import LifecycleError, RedisUnavailable, TreemailError, UnknownSessionError
 from treemail.domain.limits import IdentifierError
 from treemail.domain.protocol import PROTOCOL_VERSION
 from treemail.host import Treemail
@@ -43,8 +43,8 @@ log = logging.getLogger("treemail.gateway")
 HEADERS = {w.VERSION_HEADER: str(w.GATEWAY_VERSION), w.PROTOCOL_HEADER: str(PROTOCOL_VERSION)}
 
 
-class RequestTooLarge(Exception):
-    pass
+class RequestTooLarge(TreemailError):
+    code = w.TOO_LARGE
 
 
 def answer(body: dict, status: int = 200) -> JSONResponse:

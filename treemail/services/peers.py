@@ -22,7 +22,7 @@ from ..domain.commands import RegisterPeerRoute, RevokePeerRoute, SendToPeer, Se
 from ..domain.decide import idempotency, routes
 from ..domain.decide.guards import Found
 from ..domain.decide.send import Refused, SendGiven, outcome_of
-from ..domain.errors import LifecycleError, UnknownSessionError
+from ..domain.errors import InvalidRequest, LifecycleError, UnknownSessionError
 from ..domain.handlers import HANDLERS
 from ..domain.messaging import MessagingConfig
 from ..domain.records import SessionRecord
@@ -31,6 +31,10 @@ from . import contention, servicedrain
 from .clock import SYSTEM_CLOCK, Clock
 from .keyedcalls import append_keyed
 from .sessions import SessionService
+
+# A route the host asks for that no peer route may be: its target is a delegated child, or its own source.
+DELEGATED_CHILD = "peer_route:delegated_child"
+SELF_ROUTE = "peer_route:self"
 
 decide_peer_send = HANDLERS[SendToPeer].decide
 
@@ -92,12 +96,12 @@ class PeerService:
         if target.parent_session_id is not None:
             # Peers are independent agents. A delegated child is its parent's worker; a route
             # to it would bypass the parent's admission and budget, so it is reached by tree mail only.
-            raise ValueError(f"session {target_session_id} is a delegated child; a peer route may only lead to "
-                             "the root of a tree (an independent agent)")
+            raise InvalidRequest(DELEGATED_CHILD, f"session {target_session_id} is a delegated child; a peer route "
+                                                  "may only lead to the root of a tree (an independent agent)")
         if kind == "session":
             await self.sessions.record(source)
             if source == target_session_id:
-                raise ValueError("a session cannot have a peer route to itself")
+                raise InvalidRequest(SELF_ROUTE, "a session cannot have a peer route to itself")
         previous = await self.index.get(kind, source, name)
         # The index first: a route event it does not lead to yet would only go unused, never misused.
         await self.index.put(kind, source, name, target_session_id)

@@ -19,7 +19,7 @@ from ..domain import actions, ids, limits, outbound
 from ..domain.commands import STATUSES, ForkSession, RegisterSession, SessionCommand
 from ..domain.commitplan import plan_commit
 from ..domain.decide.lifecycle import Given, require_parent_unsealed
-from ..domain.errors import LifecycleError, UnknownSessionError
+from ..domain.errors import LifecycleError, TreemailError, UnknownSessionError
 from ..domain.handlers import HANDLERS, decide_command
 from ..domain.records import SessionRecord
 from . import contention
@@ -175,7 +175,8 @@ class SessionService:
                     await self.store.directory.withdraw(record.session_id)
                 raise
             return record
-        raise RuntimeError(f"no free handle for agent type {origin.agent_type!r} after {HANDLE_ATTEMPTS} attempts")
+        raise LifecycleError("lifecycle:contention", f"no free handle for agent type {origin.agent_type!r} after "
+                                                     f"{HANDLE_ATTEMPTS} attempts")
 
 
 # What a registration and the directory record both hold: the record is the registration's origin.
@@ -184,5 +185,7 @@ _ORIGIN_FIELDS = tuple(
 )
 
 
-class HandleTaken(Exception):
-    """Another session of the tree holds this handle: registration draws another."""
+class HandleTaken(TreemailError):
+    """Another session of the tree holds this handle: registration draws another (never reaches a caller)."""
+
+    code = "lifecycle:handle_taken"

@@ -32,10 +32,7 @@ def check_stop_reason(reason) -> None:
 def check_closing_text(closing) -> str | None:
     """The closing message a host gave (a string, or the child's last content blocks) as the notice carries
     it (``notices.closing_message``), bounded; None: no closing message (an empty one included)."""
-    try:
-        text = notices.closing_message(closing)
-    except ValueError as error:
-        raise limits.IdentifierError(limits.INVALID, str(error)) from None
+    text = notices.closing_message(closing)
     if text is not None:
         limits.require_text("closing_text", text, limits.MAX_CLOSING_TEXT_BYTES)
     return text

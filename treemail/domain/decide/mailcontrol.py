@@ -20,7 +20,7 @@ from collections.abc import Mapping
 
 from .. import events as ev
 from ..commands import CancelMail, CancelPeerDelivery
-from ..errors import Code, LifecycleError, Rejected
+from ..errors import Code, InvalidRequest, LifecycleError, Rejected
 from ..outbound import bounded
 from ..limits import MAX_IDEMPOTENCY_KEY_BYTES
 from ..state import MailItem, SessionState, supersede_entry
@@ -37,24 +37,28 @@ MAX_EXPIRY_S = 7 * 24 * 3600.0
 MAX_SUPERSEDE_KEY_BYTES = MAX_IDEMPOTENCY_KEY_BYTES
 
 
+def _invalid(message: str) -> InvalidRequest:
+    return InvalidRequest(Code.INVALID_ARGUMENTS.value, message)
+
+
 def require_send_options(expires_in_s, supersede_key) -> None:
-    """Bad options are refused before anything is stored (ValueError, worded for the host)."""
+    """Bad options are refused before anything is stored (``InvalidRequest``, worded for the host)."""
     if expires_in_s is not None:
         if isinstance(expires_in_s, bool) or not isinstance(expires_in_s, (int, float)) or not (
                 0 < expires_in_s <= MAX_EXPIRY_S):
-            raise ValueError(f"expires_in_s must be a number of seconds in (0, {MAX_EXPIRY_S:.0f}], got {expires_in_s!r}")
+            raise _invalid(f"expires_in_s must be a number of seconds in (0, {MAX_EXPIRY_S:.0f}], got {expires_in_s!r}")
     if supersede_key is not None:
         if not isinstance(supersede_key, str) or not supersede_key.strip() or not supersede_key.isprintable() \
                 or len(supersede_key.encode()) > MAX_SUPERSEDE_KEY_BYTES:
-            raise ValueError(f"supersede_key must be one printable line of 1 to {MAX_SUPERSEDE_KEY_BYTES} bytes")
+            raise _invalid(f"supersede_key must be one printable line of 1 to {MAX_SUPERSEDE_KEY_BYTES} bytes")
 
 
 def with_send_options(arguments, expires_in_s: float | None, supersede_key: str | None):
     """The parsed arguments with the host's send options; bad options are ``send_message:invalid_arguments``."""
     try:
         require_send_options(expires_in_s, supersede_key)
-    except ValueError as error:
-        raise Rejected(Code.INVALID_ARGUMENTS, str(error)) from None
+    except InvalidRequest as error:
+        raise Rejected(Code.INVALID_ARGUMENTS, error.message) from None
     return dataclasses.replace(arguments, expires_in_s=None if expires_in_s is None else float(expires_in_s),
                                supersede_key=supersede_key)
 
