@@ -32,6 +32,7 @@ ANSWERED_ELSEWHERE = {
     ("treemail.producers.mcp.server", "MCPError"): "the SDK's JSON-RPC error: an answer on the wire to the MCP client",
     ("treemail.producers.tools.arguments", "invalid"): "the caller's factory, typed Callable[[str], Rejected]",
     ("treemail.domain.frozen", "TypeError"): "replace() naming a field treemail's own dataclass lacks: a bug",
+    ("treemail.domain.messaging", "ValueError"): "a settings validator's: the loader answers it as a ConfigError",
 }
 
 
