@@ -15,6 +15,19 @@ from . import roundtrip
 from .common import Workers, bench_config, cpu_seconds, flush, percentile, register_trees, server_of
 
 WARM_UP_SENDS = 200
+# The round trip's targets are read at this share of one worker's capacity measured in the same run: at a
+# fixed rate, a slower machine's worker runs near its limit and the round trip measures the queue (one that
+# decided 2,372 commands/s gave p50 121-481 ms at 2,000/s), a faster one's idles between sends.
+SHARE_OF_CAPACITY = 0.5
+
+
+def paced_rate(one: dict | None, fallback: int) -> tuple[int, str]:
+    """The rate the round trip's targets are read at, and what it is: ``SHARE_OF_CAPACITY`` of the one-worker
+    phase's rate in this run (rounded down to tens), or ``fallback`` when the run did not measure it."""
+    if not one:
+        return fallback, f"the configured {fallback:,}/s: this run did not measure one worker's capacity"
+    rate = max(10, int(one["rate"] * SHARE_OF_CAPACITY) // 10 * 10)
+    return rate, f"{SHARE_OF_CAPACITY:g} of one worker's {one['rate']:,.0f} commands/s measured in this run"
 
 
 def _ms(run: dict, q: float) -> float:
@@ -112,9 +125,12 @@ async def raw_round(url: str, pairs: list[tuple[str, str]], rate: int, total: in
     return {**run, "sends": total}
 
 
-async def phase_latency(url: str, rate: int, seconds: float, rounds: int, log) -> dict:
-    """``rounds`` rounds of ``seconds`` at ``rate``: treemail's figures, and the raw round trip's in ``raw``."""
+async def phase_latency(url: str, rate: int, seconds: float, rounds: int, log, basis: str = "") -> dict:
+    """``rounds`` rounds of ``seconds`` at ``rate``: treemail's figures, and the raw round trip's in ``raw``.
+    ``basis``: why this rate (``paced_rate``), kept with the figures."""
     total = int(rate * seconds)
+    if basis:
+        log(f"  at {rate:,}/s: {basis}")
     mine, raws = [], []
     for round_ in range(rounds):
         run = await treemail_round(url, rate, total)
@@ -122,7 +138,7 @@ async def phase_latency(url: str, rate: int, seconds: float, rounds: int, log) -
         raws.append(await raw_round(url, run["pairs"], rate, total))
         log(f"  round {round_ + 1} of {rounds} at {rate:,}/s: treemail p50 {_ms(run, 50):.2f} ms, p99 "
             f"{_ms(run, 99):.2f} ms; raw p50 {_ms(raws[-1], 50):.2f} ms, p99 {_ms(raws[-1], 99):.2f} ms")
-    out = {"target_rate": rate, **pooled(mine, ("host_cpu", "worker_cpu"))}
+    out = {"target_rate": rate, "basis": basis, **pooled(mine, ("host_cpu", "worker_cpu"))}
     out["raw"] = pooled(raws, ("host_cpu", "echo_cpu"))
     out["host_cpu_ratio"] = out["host_cpu_us_per_send"] / out["raw"]["host_cpu_us_per_send"]
     for who, figures, cpu in (("latency", out, "worker"), ("raw round trip", out["raw"], "echo")):

@@ -11,7 +11,8 @@ Phases (the Valkey is flushed between the throughput phases):
   3. two worker processes on the same backlog
   3b-3d. the durable profile; memory per accepted message vs a bare XADD; what is left after 1,000,000 sends
   3e. the replicated profile: phase 1 on a Valkey with one replica, WAIT before every answer
-  4. host round-trip latency at a steady send rate, one worker running
+  4. host round-trip latency at a steady send rate, one worker running: at half of phase 1's rate, and at
+     the fixed 2,000/s where that is below it
      (each rate also through a bare XADD + BLMPOP round trip to an echo consumer: host CPU per send)
   4d. subtree broadcast: from the call until each of 100 descendants' copies is claimable, two workers
   4g. the first decision after a 0.3 s server outage (kill -9 and restart), next to a healthy round trip
@@ -155,6 +156,25 @@ async def phase_floor(url: str, sizes: Sizes) -> dict:
     finally:
         await r.aclose()
     return {**out, "memory": mem}
+
+
+async def phase_round_trip(url: str, sizes: Sizes, results: dict) -> dict:
+    """The send round trip at half of one worker's capacity measured in this run (``latency.paced_rate``)."""
+    rate, basis = latency.paced_rate(results.get("one"), sizes.latency_rate)
+    return await latency.phase_latency(url, rate, sizes.latency_seconds, sizes.latency_rounds, log, basis)
+
+
+async def phase_fixed_round_trip(url: str, sizes: Sizes, results: dict) -> dict:
+    """The round trip at the fixed rate earlier runs were read at, where it is below the paced phase's rate
+    (at or above it, the worker would run at or past half its capacity: the queue, not the path)."""
+    paced = results.get("latency", {}).get("target_rate") or latency.paced_rate(results.get("one"),
+                                                                                  sizes.latency_rate)[0]
+    if sizes.latency_rate >= paced:
+        log(f"  skipped: {sizes.latency_rate:,}/s is not below the paced rate {paced:,}/s")
+        return {"skipped": f"{sizes.latency_rate:,}/s is not below half the capacity ({paced:,}/s)",
+                "target_rate": sizes.latency_rate}
+    return await latency.phase_latency(url, sizes.latency_rate, sizes.latency_seconds, sizes.latency_rounds, log,
+                                       "the fixed rate of earlier runs")
 
 
 async def timed_send(host: Treemail, ctx: SendContext, to: str, body: str) -> tuple[float, dict]:
@@ -397,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench.run")
     parser.add_argument("--quick", action="store_true", help="shrink every phase for a smoke run")
     parser.add_argument("--no-write", action="store_true", help="print only, leave BENCHMARKS.md alone")
-    parser.add_argument("--only", default="", help="comma-separated phases (one,decision,raw,floor,durable,replicated,memory,two,latency,latency_low,wake_latency,fanout,backpressure,recovery,"
+    parser.add_argument("--only", default="", help="comma-separated phases (one,decision,raw,floor,durable,replicated,memory,two,latency,latency_fixed,latency_low,wake_latency,fanout,backpressure,recovery,"
                         "priority,history,sessions,replay,scale_single,routing,scale_cluster,mcp,mcp_conversation,agent_mail,fanout_loops,history_cache,gateway); implies --no-write")
     args = parser.parse_args(argv)
     only = [p for p in args.only.split(",") if p]
@@ -432,9 +452,11 @@ def main(argv: list[str] | None = None) -> int:
              lambda: asyncio.run(million.phase_million(url, sizes.million_sends, log))),
             ("two", "phase 3: two treemail worker processes, the backlog over two command streams",
              lambda: asyncio.run(phase_workers(url, sizes, 2, streams=2))),
-            ("latency", "phase 4: producer round-trip latency",
-             lambda: asyncio.run(latency.phase_latency(url, sizes.latency_rate, sizes.latency_seconds,
-                                                       sizes.latency_rounds, log))),
+            ("latency", "phase 4: producer round-trip latency at half of one worker's capacity in this run",
+             lambda: asyncio.run(phase_round_trip(url, sizes, results))),
+            ("latency_fixed", f"phase 4a: the same at a fixed {sizes.latency_rate:,}/s, where that is below half "
+                              "the capacity",
+             lambda: asyncio.run(phase_fixed_round_trip(url, sizes, results))),
             ("latency_low", "phase 4b: the same at a quarter of the rate",
              lambda: asyncio.run(latency.phase_latency(url, sizes.latency_rate // 4, sizes.latency_seconds,
                                                        sizes.latency_rounds, log))),

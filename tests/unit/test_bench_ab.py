@@ -22,7 +22,7 @@ def test_each_figure_is_compared_pair_by_pair_with_its_own_sense_of_better():
     rate = rows["1 worker: commands/s"]
     assert rate.better == 2  # higher is better: 4,600 > 4,500 and 4,650 > 4,400, not 4,600 < 4,700
     # A figure only some rounds report is compared over those; one no round reports is left out.
-    assert rows["2,000/s: p50 ms"].pairs == [(2.0, 1.7), (1.8, 1.9)]
+    assert rows["half capacity: p50 ms"].pairs == [(2.0, 1.7), (1.8, 1.9)]
     assert "memory: bytes per message" not in rows
     assert "better in 2 of 3 pairs" in cpu.line() and "(-1.9 %)" in cpu.line()
 

@@ -633,6 +633,13 @@ EVENT_TYPES: dict[str, type[Event]] = {
 }
 
 
+def other_types(*read: type[Event]) -> frozenset[type[Event]]:
+    """Every known event type but ``read``: what a fold that reads only those may pass by its exact type,
+    before its class patterns (each a type check through the models' metaclass, about 0.2 us), without
+    changing what it does (a type not known here, a subclass, still goes through the patterns)."""
+    return frozenset(EVENT_TYPES.values()) - set(read)
+
+
 def encode(event: Event) -> tuple[str, str]:
     # Fields left at their default are not written: they read back as the same default, and a message's
     # event stays about its body (a dozen nulls and falses were a third of an accepted message's entry).

@@ -19,8 +19,9 @@ def _field_names(cls: type) -> frozenset[str]:
 
 
 def replace(obj, /, **changes):
-    unknown = changes.keys() - _field_names(type(obj))
-    if unknown:
+    names = _field_names(type(obj))
+    if not names.issuperset(changes):  # checked without building the set of unknown names: once per event folded
+        unknown = changes.keys() - names
         raise TypeError(f"{type(obj).__name__} has no field {sorted(unknown)[0]!r}")
     copy = object.__new__(type(obj))
     copy.__dict__.update(obj.__dict__, **changes)

@@ -127,6 +127,10 @@ def sources(recipient_id: str, recipient_status: str, events: list[ev.Event], ve
     return out
 
 
+# What ``index_entries`` passes by its exact type (``events.other_types``): every send's accepted message.
+_NOT_INDEXED = ev.other_types(ev.MessageSent, ev.MessageRefused, ev.PeerIntentStored, ev.MessageSettled)
+
+
 def index_entries(sender_id: str, events: list[ev.Event], first_position: int) -> list[str]:
     """(field, value) pairs of the partition's outbound index that the sender's ``events`` write, the first
     of them at ``first_position`` on its stream.
@@ -136,6 +140,8 @@ def index_entries(sender_id: str, events: list[ev.Event], first_position: int) -
     """
     pairs: list[str] = []
     for position, event in enumerate(events, start=first_position):
+        if type(event) in _NOT_INDEXED:
+            continue
         match event:
             case ev.MessageSent() | ev.MessageRefused() | ev.PeerIntentStored():
                 pairs.extend((event.message_id, f"{sender_id} {position}"))

@@ -464,8 +464,23 @@ def fold(events, state: SessionState = INITIAL) -> SessionState:
     return state
 
 
+# The event types whose items ``evolve_mail`` changes, and the others ``apply`` notes; every other known type
+# passes through both unread (``events.other_types``): a sender's record would pass a dozen class patterns.
+_MAIL_EVENTS = frozenset({
+    ev.ProducerMessageAccepted, ev.ProducerMessageAdmitted, ev.ProducerMessageClaimed, ev.ProducerMessageReleased,
+    ev.ProducerMessageParked, ev.ProducerMessageRetried, ev.ProducerMessageSteerFellBack, ev.ProducerMessageConsumed,
+    ev.ProducerMessageDiscarded, ev.ProducerMessageRestored,
+})
+_NOTED_EVENTS = frozenset({ev.SessionWakeRequested, ev.SessionRegistered, ev.ApprovalRequested, ev.ApprovalGranted,
+                           ev.ApprovalDenied, ev.SessionInterruptRequested})
+_NOT_MAIL = ev.other_types(*_MAIL_EVENTS)
+_NOT_NOTED = ev.other_types(*_MAIL_EVENTS, *_NOTED_EVENTS)
+
+
 def evolve_mail(mail: dict[str, MailItem], event: ev.Event, seq: int) -> dict[str, MailItem]:
     """The pending-mail view after one event at stream position ``seq``; mutates and returns ``mail``."""
+    if type(event) in _NOT_MAIL:
+        return mail
     match event:
         case ev.ProducerMessageAccepted():
             mail[event.message_id] = MailItem(
@@ -583,6 +598,8 @@ def apply(state: SessionState, mail: dict[str, MailItem], events: list[ev.Event]
         if folded is None:
             state = evolve(state, event)
         mail = evolve_mail(mail, event, seq)
+        if type(event) in _NOT_NOTED:
+            continue
         match event:
             case ev.ProducerMessageAccepted() | ev.MessageEvent():
                 touched.append(event.message_id)

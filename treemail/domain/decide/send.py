@@ -3,11 +3,11 @@
 A little over the house's 200 lines: decide_send and the admission steps every agent send shares.
 """
 
-import dataclasses
 import hashlib
 from dataclasses import dataclass, field
 
 from .. import blocks, digests, effective, loops, permissions, proof
+from ..frozen import replace
 from .. import events as ev
 from ..commands import READ_RECEIPT, SendArguments, SendMessage
 from ..errors import Code, Rejected
@@ -178,7 +178,7 @@ def numbered(accepted: Accepted, arguments: SendArguments, sender_state: Session
     if arguments.numbered or READ_RECEIPT in sender_state.installed_tools:
         return accepted
     result = {key: value for key, value in accepted.result.items() if key != "sequence"}
-    return dataclasses.replace(accepted, result=result)
+    return replace(accepted, result=result)
 
 
 def refused(given: SendGiven, rejection: Rejected) -> Refused:
