@@ -498,6 +498,11 @@ def evolve_mail(mail: dict[str, MailItem], event: ev.Event, seq: int) -> dict[st
                                                  reason=f"steer_{event.reason}")
         case ev.ProducerMessageConsumed() | ev.ProducerMessageDiscarded():
             mail.pop(event.message_id, None)
+        case ev.SessionResumed():
+            # The incarnation the held mail waited for has come: from here it is that incarnation's mail like any
+            # other, returned if this incarnation is disposed in turn (never held over to yet another one).
+            for message_id in held_for_next(mail):
+                mail[message_id] = replace(mail[message_id], reason="")
         case ev.ProducerMessageRestored():
             # Consumed on a reverted branch: due again, in its original acceptance order.
             mail[event.message_id] = MailItem(
@@ -507,6 +512,11 @@ def evolve_mail(mail: dict[str, MailItem], event: ev.Event, seq: int) -> dict[st
         case _:
             pass
     return mail
+
+
+def held_for_next(mail: dict[str, MailItem]) -> list[str]:
+    """The messages waiting for the session's next incarnation (sent while it closed)."""
+    return [message_id for message_id, item in mail.items() if item.reason == NEXT_INCARNATION]
 
 
 def _attempt(item: MailItem, event: ev.MessageEvent) -> MailItem:
@@ -574,6 +584,8 @@ def apply(state: SessionState, mail: dict[str, MailItem], events: list[ev.Event]
     for seq, event in enumerate(events, start=version + 1):
         if folded is None:
             state = evolve(state, event)
+        if isinstance(event, ev.SessionResumed):
+            touched.extend(held_for_next(mail))  # each held item becomes the new incarnation's: written again
         mail = evolve_mail(mail, event, seq)
         match event:
             case ev.ProducerMessageAccepted() | ev.MessageEvent():

@@ -60,6 +60,11 @@ class DisposalService:
                                                               closing_text)
                 break
             except LifecycleError as error:
+                if error.code == "lifecycle:not_closing":
+                    # Another disposal of the same incarnation closed it first (and mail held for the next one
+                    # resumed it since): the disposal this call joined is complete, its close was that one's.
+                    events, settled = [], None
+                    break
                 if error.code != "lifecycle:unreturned_mail":
                     raise
         else:
