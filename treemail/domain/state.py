@@ -194,6 +194,8 @@ class MailItem:
     # step boundary is taken off; never reset, not even by a retry): a later claim hands it out again, and the
     # recipient is told it saw it before (an MCP agent's envelope says ``shown_before``).
     shown: int = 0
+    # The delivery pump reported that no rule can end it any more, and why (``decide/stranded.py``); "" not.
+    stranded: str = ""
 
     def to_json(self) -> str:
         """Kept under its message id (the mail hash's field), so the id is not written again; the
@@ -201,7 +203,7 @@ class MailItem:
         is written on every send and kept until it is processed)."""
         fields = [self.seq, self.owner, self.sender_session_id, self.agent_hop, self.mode, self.state,
                   self.run_id, self.attempts, self.since, self.claimed_at, self.retry_at, self.reason, self.trace, self.peer,
-                  self.expires_at, self.supersede_key, self.passed, self.urgent, self.shown]
+                  self.expires_at, self.supersede_key, self.passed, self.urgent, self.shown, self.stranded]
         while len(fields) > _ITEM_REQUIRED and fields[-1] == _ITEM_DEFAULTS[len(fields) - 1]:
             fields.pop()
         return compactjson.dumps(fields)
@@ -219,7 +221,7 @@ class MailItem:
 # The compact item's order after its position: owner .. run_id are always written; attempts .. trace
 # are dropped from the end while they hold these defaults.
 _ITEM_REQUIRED = 7
-_ITEM_DEFAULTS = (None,) * _ITEM_REQUIRED + (0, 0.0, 0.0, 0.0, "", "", False, 0.0, "", 0, False, 0)
+_ITEM_DEFAULTS = (None,) * _ITEM_REQUIRED + (0, 0.0, 0.0, 0.0, "", "", False, 0.0, "", 0, False, 0, "")
 
 
 def _recent(producers: tuple[str, ...], producer_id: str) -> tuple[str, ...]:
@@ -490,6 +492,10 @@ def evolve_mail(mail: dict[str, MailItem], event: ev.Event, seq: int) -> dict[st
             item = mail.get(event.message_id)
             if item is not None:
                 mail[event.message_id] = _attempt(item, event)
+        case ev.ProducerMessageStranded():
+            item = mail.get(event.message_id)
+            if item is not None:
+                mail[event.message_id] = replace(item, stranded=event.reason)
         case ev.ProducerMessageSteerFellBack():
             # Flow control: queued from here, due at the next run start; the reason is what inspect shows.
             item = mail.get(event.message_id)
