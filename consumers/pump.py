@@ -14,10 +14,11 @@ It is also a peer driver (``services.peerdelivery``): it admits pending
 peer intents to their destinations, with attempts, backoff and parking, and
 brings receipts and settlements back to their sources.
 
-It proves every accepted message ends: every ``STRANDED_SWEEP_S`` of its clock (and at its first pass), it
-looks over every closed session still holding mail, and each message no rule can end any more is reported
-once (``ProducerMessageStranded`` on its recipient's stream, which ``inspect`` shows), counted in
-``treemail_obligations_total{action="stranded"}`` and logged, instead of waiting for ever.
+It proves every accepted message ends: at its start (whose sweep keeps every session with pending mail), then
+every ``STRANDED_SWEEP_S`` of its clock, it looks over every closed session still holding mail, and each
+message no rule can end any more is reported once (``ProducerMessageStranded`` on its recipient's stream,
+which ``inspect`` shows), counted in ``treemail_obligations_total{action="stranded"}`` and logged, instead
+of waiting for ever.
 
 It acts only through ``KeepObligations`` (and the peer driver's commands), decided by a pure function and
 appended under the session's etag, so pumps scale like workers: run one for
@@ -66,7 +67,8 @@ class Pump:
         self.passes = 0
         self.swept = False
         self.clock = clock
-        # When, by ``clock``, the next look for stranded mail is due: at the first pass, then every STRANDED_SWEEP_S.
+        # When, by ``clock``, the next look for stranded mail is due: at the first pass unless ``start`` swept, then
+        # every STRANDED_SWEEP_S.
         self.stranded_sweep_at = 0.0
         self.health = Health()
         self.outages = OutageLog(log)
@@ -82,6 +84,7 @@ class Pump:
         log.info("pump swept %d sessions with pending mail; %d events", swept.sessions, len(swept.events))
         await self.peer_driver.sweep()
         self.swept = True
+        self.stranded_sweep_at = self.clock.now() + STRANDED_SWEEP_S  # the sweep kept every session with mail
         return swept.sessions
 
     async def step(self) -> int:

@@ -11,6 +11,7 @@ from treemail.domain.decide.lifecycle import Given
 from treemail.domain.decide.obligations import decide_keep
 from treemail.domain.decide.stranded import CLOSED_FOR_GOOD, CLOSED_UNRESUMED, may_strand, unendable
 from treemail.domain.outbound import status_of
+from treemail.producers.tools.message import render
 
 from .builders import History, accepted, closed, closing, config, registered_as, tree
 
@@ -47,7 +48,8 @@ def test_mail_pending_on_a_closed_session_is_unendable(events, continuable, why)
     ((accepted("m-1", T.root), closing()), False),  # closing: its close returns it
     ((closing(), accepted("m-1", T.root).model_copy(update={"next_incarnation": True})), True),  # held: resumes it
     ((accepted("m-1", T.root), ev.SessionStatusChanged(status="finished")), False),  # one-shot finished: a dispose
-    ((closing(), closed(), accepted("m-1", T.root).model_copy(update={"expires_at": NOW + 60})), False),  # its expiry ends it
+    # its expiry ends it
+    ((closing(), closed(), accepted("m-1", T.root).model_copy(update={"expires_at": NOW + 60})), False),
 ], ids=["idle", "closing", "held-while-closing", "one-shot-finished", "expires"])
 def test_mail_some_rule_can_still_end_is_not(events, continuable):
     h = child(*events, continuable=continuable)
@@ -86,6 +88,7 @@ def test_inspect_says_a_message_is_stranded_and_why():
     h.then(decide_keep(KeepObligations("c"), Given(h.state, h.mail, CFG, NOW)))
     status = status_of("m-1", T.root.session_id, sent, None, item_of(h), CFG, NOW)
     assert (status["status"], status["stranded"]) == ("accepted", CLOSED_FOR_GOOD)
+    assert "  stranded: closed_for_good" in render(status).splitlines()  # `treemail inspect` prints it
     # Kept in the item the commit writes, and read back the same.
     stored = item_of(h)
     assert decode_item("m-1", encode_item(stored)) == stored
