@@ -14,6 +14,12 @@ It is also a peer driver (``services.peerdelivery``): it admits pending
 peer intents to their destinations, with attempts, backoff and parking, and
 brings receipts and settlements back to their sources.
 
+It proves every accepted message ends: at its start (whose sweep keeps every session with pending mail), then
+every ``STRANDED_SWEEP_S`` of its clock, it looks over every closed session still holding mail, and each
+message no rule can end any more is reported once (``ProducerMessageStranded`` on its recipient's stream,
+which ``inspect`` shows), counted in ``treemail_obligations_total{action="stranded"}`` and logged, instead
+of waiting for ever.
+
 It acts only through ``KeepObligations`` (and the peer driver's commands), decided by a pure function and
 appended under the session's etag, so pumps scale like workers: run one for
 availability, two or more for speed; none ever doubles a release, a park or
@@ -39,7 +45,7 @@ from treemail.adapters.lifecycle import serve_until_signalled
 from treemail.adapters.proofkeys import load_keyring
 from treemail.domain import events as ev
 from treemail.services.clock import SYSTEM_CLOCK, Clock
-from treemail.services.obligations import ObligationService
+from treemail.services.obligations import STRANDED_SWEEP_S, ObligationService
 from treemail.services.peerdelivery import PeerDriver
 from treemail.services.sessions import SessionService
 
@@ -60,6 +66,10 @@ class Pump:
         self.peer_driver = PeerDriver(store, SessionService(store, config, clock), load_keyring(config.proof), clock)
         self.passes = 0
         self.swept = False
+        self.clock = clock
+        # When, by ``clock``, the next look for stranded mail is due: at the first pass unless ``start`` swept, then
+        # every STRANDED_SWEEP_S.
+        self.stranded_sweep_at = 0.0
         self.health = Health()
         self.outages = OutageLog(log)
 
@@ -74,6 +84,7 @@ class Pump:
         log.info("pump swept %d sessions with pending mail; %d events", swept.sessions, len(swept.events))
         await self.peer_driver.sweep()
         self.swept = True
+        self.stranded_sweep_at = self.clock.now() + STRANDED_SWEEP_S  # the sweep kept every session with mail
         return swept.sessions
 
     async def step(self) -> int:
@@ -81,12 +92,17 @@ class Pump:
 
     async def run_pass(self) -> list[ev.Event]:
         """One pass of every timed rule at the clock's present reading: the delivery obligations due by now,
-        then the peer deliveries due by now (attempts, backoff, parking, settlement). Returns the events
-        appended, which is what ``treemail.testing`` hands a test."""
+        then the peer deliveries due by now (attempts, backoff, parking, settlement), and when its time has
+        come the look for stranded mail. Returns the events appended, which is what ``treemail.testing`` hands
+        a test."""
         done = await self.service.step()
         driven = await self.peer_driver.step()
+        events = done.events + driven.events
+        if self.clock.now() >= self.stranded_sweep_at:
+            events += (await self.service.sweep_stranded()).events
+            self.stranded_sweep_at = self.clock.now() + STRANDED_SWEEP_S
         self.passes += 1
-        return done.events + driven.events
+        return events
 
     async def run(self, stopping: asyncio.Event) -> None:
         while not stopping.is_set():

@@ -37,6 +37,8 @@ _KIND = {
     ev.ProducerMessageConsumed: ("consumed", "consumed"),
     ev.ProducerMessageParked: ("parked", "parked"),
     ev.ProducerMessageRetried: ("retried", "pending"),
+    # Reported by the pump: no rule can end it any more (still pending until a person ends it).
+    ev.ProducerMessageStranded: ("stranded", "pending"),
     ev.ProducerMessageRestored: ("restored", "pending"),
     # Flow control: steer mail queued for the next run start.
     ev.ProducerMessageSteerFellBack: ("steer_fell_back", "pending"),

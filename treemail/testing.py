@@ -11,8 +11,9 @@ all decide by one clock, which moves only when the test moves it.
 Time skipping, as durable-execution engines' test environments do it: nothing waits in real time.
 ``advance`` moves the clock, then runs one delivery-pump pass over everything due by then, so each
 timed rule (a claim's attempt timeout, the backoff before the next attempt, the delivery deadline, a
-stale wake asked again, and the peer driver's: a peer message's next admission attempt, its parking, its
-settlement brought back to the sender) fires as it would have at that moment; a send waiting on a person times out once the
+stale wake asked again, the look for mail no rule can end any more (at the first pass, then every 60 s), and
+the peer driver's: a peer message's next admission attempt, its parking, its settlement brought back to the
+sender) fires as it would have at that moment; a send waiting on a person times out once the
 clock passes its deadline (its wait looks at the clock every half second). The pump never runs by itself here, so
 what it does happens at ``advance`` (or ``pump``) and a test sees each step.
 
@@ -106,8 +107,9 @@ class TestStack:
 
     async def pump(self) -> list[ev.Event]:
         """One delivery-pump pass at the clock's present reading, every timed rule of the pump: each
-        session whose obligations are due by now, and each peer delivery due by now (its next admission
-        attempt, parking, its settlement read back to the source)."""
+        session whose obligations are due by now, each peer delivery due by now (its next admission
+        attempt, parking, its settlement read back to the source), and, when its time has come, the look
+        for stranded mail (``ProducerMessageStranded``)."""
         return await self._pump.run_pass()
 
 

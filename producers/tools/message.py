@@ -102,7 +102,7 @@ def render(status: dict) -> str:
             lines.append("  " + ", ".join(history))
     elif status.get("recipient_session_id"):
         lines.append(f"  to {status['recipient_session_id']}")
-    for key in ("delivery", "attempts", "reason", "next_attempt_at", "deadline_at"):
+    for key in ("delivery", "attempts", "reason", "stranded", "next_attempt_at", "deadline_at"):
         if status.get(key) is not None:
             lines.append(f"  {key}: {status[key]}")
     if status.get("settlement"):

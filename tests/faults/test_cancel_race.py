@@ -2,26 +2,15 @@
 done again by a restarted host: a message is never both delivered and cancelled."""
 
 import asyncio
-import os
-import signal
-import sys
 
 import pytest
 
 from tests.integration.conftest import running_stack
 from treemail.domain import events as ev
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from .hostkill import run_host
+
 RULES = {"*": "allow"}
-
-
-async def run_host(url: str, operation: str, target: str, run_id: str, after: int) -> int:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.faults.hostkill", url, operation, target, run_id, str(after), cwd=ROOT,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
-    _, err = await asyncio.wait_for(process.communicate(), 60)
-    assert process.returncode in (0, -signal.SIGKILL), err.decode()[-2000:]
-    return process.returncode
 
 
 @pytest.mark.slow

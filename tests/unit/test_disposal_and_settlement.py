@@ -126,6 +126,22 @@ def test_close_before_dispose_is_refused():
     assert lifecycle_code(lambda: decide_close(CloseSession("c"), given_lifecycle(child()))) == "lifecycle:not_closing"
 
 
+def test_mail_held_for_the_next_incarnation_is_that_incarnations_and_its_disposal_returns_it():
+    held = accepted("m-held", T.root).model_copy(update={"next_incarnation": True})
+    h = child(closing(), held, status="idle")
+    resumed = h.then(decide_close(CloseSession("c", ()), given_lifecycle(h)))
+    assert ev.SessionResumed in {type(e) for e in resumed}
+    assert h.state.disposal is None and h.mail["m-held"].reason == ""
+    # The incarnation it resumed is disposed before any run took it: returned like the rest of its mail,
+    # never held over to yet another incarnation.
+    h.then(decide_dispose(DisposeSession("c"), given_lifecycle(h)))
+    code = lifecycle_code(lambda: decide_close(CloseSession("c", ()), given_lifecycle(h)))
+    assert code == "lifecycle:unreturned_mail"
+    events = h.then(decide_close(CloseSession("c", (("m-held", returned_reason("n-1")),)), given_lifecycle(h)))
+    assert [type(e) for e in events] == [ev.ProducerMessageDiscarded, ev.SessionClosed]
+    assert h.mail == {} and h.state.disposal == "closed"
+
+
 # ---- returned mail ------------------------------------------------------------------------------------------
 
 

@@ -195,6 +195,7 @@ def one_of_each_event_type() -> list[ev.Event]:
         ev.MessageRulesOverlaid(rules=[("sibling", "deny")]),
         ev.ProducerMessageParked(**message, reason="max_attempts"),
         ev.ProducerMessageRetried(**message),
+        ev.ProducerMessageStranded(**message, reason="closed_for_good"),
         ev.ProducerMessageSteerFellBack(**message, reason="deadline"),
         ev.MessageSent(message_id="m", recipient_session_id="s2", position=3, recipient_state="running"),
         ev.MessageSettled(message_id="m", recipient_session_id="s2", outcome="consumed"),

@@ -82,20 +82,20 @@ def id_from_bytes(raw: bytes) -> str:
 # ---- the mail item ---------------------------------------------------------------------------------
 #
 # A JSON array: the stream position and the time its retry budget started (both always), then the sender
-# (as ``id_text``, or null), hops, mode, delivery state, owner, run, and the attempt, expiry, priority
-# fields, each left out from the end while at its default. The message id is the hash field, the body and
-# the rest of the message are on the stream at the position. An item of a plain accepted message is
+# (as ``id_text``, or null), hops, mode, delivery state, owner, run, and the attempt, expiry, priority and
+# stranded fields, each left out from the end while at its default. The message id is the hash field, the
+# body and the rest of the message are on the stream at the position. An item of a plain accepted message is
 # ``[seq, since, "<22 characters>"]``, about 50 bytes. Told from the forms before it by its second value, a
 # number where they had the owner's name (or started with the message id).
 
-_ITEM_DEFAULTS = (None, 0, "steer", "accepted", "agent", None, 0, 0.0, 0.0, "", "", False, 0.0, "", 0, False, 0)
+_ITEM_DEFAULTS = (None, 0, "steer", "accepted", "agent", None, 0, 0.0, 0.0, "", "", False, 0.0, "", 0, False, 0, "")
 
 
 def encode_item(item: MailItem) -> str:
     sender = None if item.sender_session_id is None else id_text(item.sender_session_id)
     rest = [sender, item.agent_hop, item.mode, item.state, item.owner, item.run_id, item.attempts,
             item.claimed_at, item.retry_at, item.reason, item.trace, item.peer, item.expires_at,
-            item.supersede_key, item.passed, item.urgent, item.shown]
+            item.supersede_key, item.passed, item.urgent, item.shown, item.stranded]
     end = len(rest)
     while end and rest[end - 1] == _ITEM_DEFAULTS[end - 1] and type(rest[end - 1]) is type(_ITEM_DEFAULTS[end - 1]):
         end -= 1
@@ -109,10 +109,10 @@ def decode_item(message_id: str, raw: str | bytes) -> MailItem:
     seq, since, *rest = fields
     rest += _ITEM_DEFAULTS[len(rest):]
     sender, hop, mode, state, owner, run_id, attempts, claimed_at, retry_at, reason, trace, peer, \
-        expires_at, supersede_key, passed, urgent, shown = rest
+        expires_at, supersede_key, passed, urgent, shown, stranded = rest
     return MailItem(message_id, owner, None if sender is None else id_from_text(sender), hop, mode, state, run_id,
                     seq, attempts, since, claimed_at, retry_at, reason, trace, peer, expires_at, supersede_key,
-                    passed, urgent, shown)
+                    passed, urgent, shown, stranded)
 
 
 # ---- the idempotency record ------------------------------------------------------------------------

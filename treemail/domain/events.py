@@ -332,6 +332,14 @@ class ProducerMessageRetried(MessageEvent):
     """An explicit retry renewed a parked message's budget: attempts and deadline start again."""
 
 
+class ProducerMessageStranded(MessageEvent):
+    """The delivery pump found that no rule can end this message any more (its session closed with it pending):
+    reported once, so it shows in ``inspect`` and is counted, instead of waiting for ever. Not an end: it stays
+    pending until a person ends it (a cancel discards it)."""
+
+    reason: str  # "closed_for_good" or "closed_unresumed" (``decide/stranded.py``)
+
+
 # Flow control: steer mail its running recipient did not take in time falls back to queue.
 class ProducerMessageSteerFellBack(MessageEvent):
     """Steer mail no step boundary took in time is queued instead: delivered at the recipient's next run start
@@ -597,6 +605,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         # Delivery as an obligation.
         ProducerMessageParked,
         ProducerMessageRetried,
+        ProducerMessageStranded,
         MessageSent,
         MessageSettled,
         MessageRefused,

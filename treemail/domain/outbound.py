@@ -179,6 +179,8 @@ def status_of(message_id: str, sender_id: str, sent: ev.MessageSent | ev.Message
     if item is None:
         return {**out, "status": "accepted", "reason": None}
     out.update(attempts=item.attempts, delivery=item.state, reason=item.reason or None)
+    if item.stranded:
+        out["stranded"] = item.stranded  # no rule can end it any more: the pump reported it (a cancel ends it)
     if item.state == "parked":
         return {**out, "status": "parked"}
     out["status"] = "accepted"

@@ -198,6 +198,8 @@ class MailItem:
     # step boundary is taken off; never reset, not even by a retry): a later claim hands it out again, and the
     # recipient is told it saw it before (an MCP agent's envelope says ``shown_before``).
     shown: int = 0
+    # The delivery pump reported that no rule can end it any more, and why (``decide/stranded.py``); "" not.
+    stranded: str = ""
 
     def to_json(self) -> str:
         """Kept under its message id (the mail hash's field), so the id is not written again; the
@@ -205,7 +207,7 @@ class MailItem:
         is written on every send and kept until it is processed)."""
         fields = [self.seq, self.owner, self.sender_session_id, self.agent_hop, self.mode, self.state,
                   self.run_id, self.attempts, self.since, self.claimed_at, self.retry_at, self.reason, self.trace, self.peer,
-                  self.expires_at, self.supersede_key, self.passed, self.urgent, self.shown]
+                  self.expires_at, self.supersede_key, self.passed, self.urgent, self.shown, self.stranded]
         while len(fields) > _ITEM_REQUIRED and fields[-1] == _ITEM_DEFAULTS[len(fields) - 1]:
             fields.pop()
         return compactjson.dumps(fields)
@@ -223,7 +225,7 @@ class MailItem:
 # The compact item's order after its position: owner .. run_id are always written; attempts .. trace
 # are dropped from the end while they hold these defaults.
 _ITEM_REQUIRED = 7
-_ITEM_DEFAULTS = (None,) * _ITEM_REQUIRED + (0, 0.0, 0.0, 0.0, "", "", False, 0.0, "", 0, False, 0)
+_ITEM_DEFAULTS = (None,) * _ITEM_REQUIRED + (0, 0.0, 0.0, 0.0, "", "", False, 0.0, "", 0, False, 0, "")
 
 
 def _recent(producers: tuple[str, ...], producer_id: str) -> tuple[str, ...]:
@@ -513,6 +515,10 @@ def evolve_mail(mail: dict[str, MailItem], event: ev.Event, seq: int) -> dict[st
             item = mail.get(event.message_id)
             if item is not None:
                 mail[event.message_id] = _attempt(item, event)
+        case ev.ProducerMessageStranded():
+            item = mail.get(event.message_id)
+            if item is not None:
+                mail[event.message_id] = replace(item, stranded=event.reason)
         case ev.ProducerMessageSteerFellBack():
             # Flow control: queued from here, due at the next run start; the reason is what inspect shows.
             item = mail.get(event.message_id)
@@ -521,6 +527,11 @@ def evolve_mail(mail: dict[str, MailItem], event: ev.Event, seq: int) -> dict[st
                                                  reason=f"steer_{event.reason}")
         case ev.ProducerMessageConsumed() | ev.ProducerMessageDiscarded():
             mail.pop(event.message_id, None)
+        case ev.SessionResumed():
+            # The incarnation the held mail waited for has come: from here it is that incarnation's mail like any
+            # other, returned if this incarnation is disposed in turn (never held over to yet another one).
+            for message_id in held_for_next(mail):
+                mail[message_id] = replace(mail[message_id], reason="")
         case ev.ProducerMessageRestored():
             # Consumed on a reverted branch: due again, in its original acceptance order.
             mail[event.message_id] = MailItem(
@@ -530,6 +541,11 @@ def evolve_mail(mail: dict[str, MailItem], event: ev.Event, seq: int) -> dict[st
         case _:
             pass
     return mail
+
+
+def held_for_next(mail: dict[str, MailItem]) -> list[str]:
+    """The messages waiting for the session's next incarnation (sent while it closed)."""
+    return [message_id for message_id, item in mail.items() if item.reason == NEXT_INCARNATION]
 
 
 def _attempt(item: MailItem, event: ev.MessageEvent) -> MailItem:
@@ -597,6 +613,8 @@ def apply(state: SessionState, mail: dict[str, MailItem], events: list[ev.Event]
     for seq, event in enumerate(events, start=version + 1):
         if folded is None:
             state = evolve(state, event)
+        if isinstance(event, ev.SessionResumed):
+            touched.extend(held_for_next(mail))  # each held item becomes the new incarnation's: written again
         mail = evolve_mail(mail, event, seq)
         if type(event) in _NOT_NOTED:
             continue

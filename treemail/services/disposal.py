@@ -60,6 +60,11 @@ class DisposalService:
                                                               closing_text)
                 break
             except LifecycleError as error:
+                if error.code == "lifecycle:not_closing":
+                    # Another disposal of the same incarnation closed it first (and mail held for the next one
+                    # resumed it since): the disposal this call joined is complete, its close was that one's.
+                    events, settled = [], None
+                    break
                 if error.code != "lifecycle:unreturned_mail":
                     raise
         else:
@@ -82,9 +87,15 @@ class DisposalService:
     async def _return_pending(self, record: SessionRecord, stop_reason: str | None, skip) -> dict[str, str]:
         """Hand every pending agent message back to its sender as a notice; message id -> discard reason."""
         mail = await self.store.load_mail(record)
+        # Read after the mail: a session no longer closing was closed by another disposal of the same incarnation
+        # (and maybe resumed since, its held mail now the new incarnation's, to be delivered): nothing of it is
+        # this call's to return. Had that close come after the mail was read, its held mail still reads as held.
+        state = (await self.store.load(record)).state
+        if state.disposal != "closing":
+            return {}
         # Mail sent while it closed waits for its next incarnation: it is not the disposal's to return, unless a
         # cascading stop sealed the session (there is no next incarnation then).
-        for_good = (await self.store.load(record)).state.sealed
+        for_good = state.sealed
         items = sorted((m for m in mail.values() if m.owner == "agent" and m.message_id not in skip
                         and (m.reason != NEXT_INCARNATION or for_good)), key=lambda m: m.seq)
         if not items:

@@ -8,15 +8,23 @@ number of pumps (or a pump and a reconcile) can race: a decision made on a
 state another one already changed fails its etag check and is decided again.
 """
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..adapters import keys, metrics, tracing
 from ..domain import events as ev
 from ..domain.commands import KeepObligations
+from ..domain.decide.stranded import may_strand
 from ..domain.errors import LifecycleError, UnknownSessionError
-from ..domain.state import MailItem
+from ..domain.state import MailItem, SessionState
 from .clock import SYSTEM_CLOCK, Clock
 from .sessions import SessionService
+
+log = logging.getLogger("treemail.pump")
+# How often, by the pump's clock, it looks over every stored session for mail no rule can end any more: each
+# look reads every session's snapshot, so it is not every pass.
+STRANDED_SWEEP_S = 60.0
 
 
 @dataclass
@@ -64,6 +72,12 @@ class ObligationService:
                 case ev.SessionWakeRequested():
                     metrics.OBLIGATIONS.labels("woken").inc()
                     continue
+                case ev.ProducerMessageStranded():
+                    metrics.OBLIGATIONS.labels("stranded").inc()
+                    log.warning("message %s on session %s can no longer end (%s): reported as stranded; "
+                                "`treemail inspect` shows it, a cancel discards it", event.message_id, session_id,
+                                event.reason)
+                    continue
                 case ev.ProducerMessageSteerFellBack():  # flow control: the steer deadline
                     metrics.STEER_FALLBACKS.labels(event.reason).inc()
                     continue
@@ -83,13 +97,23 @@ class ObligationService:
         It also rewrites each such session's due entry, so an index that
         lost entries (or mail stored before the index existed) is complete again.
         """
+        return await self._keep_every(lambda state: state.pending_all > 0, stale_before)
+
+    async def sweep_stranded(self) -> Pass:
+        """Every closed session still holding mail, in every partition, kept (``KeepObligations`` reports each
+        message no rule can end any more, once): what the due index alone would miss, a state an older version
+        left with no due entry."""
+        return await self._keep_every(may_strand)
+
+    async def _keep_every(self, wanted: Callable[[SessionState], bool], stale_before: float = 0.0) -> Pass:
+        """``keep`` for every stored session whose state is ``wanted``, partition by partition."""
         done = Pass()
         for partition in self.partitions:
             members = sorted(m.decode() for m in await self.redis.smembers(keys.partition_sessions(partition)))
             records = [r for r in (await self.store.directory.many(members)).values() if r is not None]
             states = await self.store.load_many(records)
             for record in records:
-                if states[record.session_id].state.pending_all > 0:
+                if wanted(states[record.session_id].state):
                     done.sessions += 1
                     done.events.extend(await self.keep(record.session_id, stale_before))
         return done

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from ..leasedruns import LEASED_RUN_PREFIX, leased  # noqa: F401 - their historical address
 from ..messaging import MessagingConfig
 from ..state import MailItem, SessionState
-from . import ordering, steer
+from . import ordering, steer, stranded
 
 # Pending, not claimed, not parked: a run may take it once its backoff is over.
 WAITING = ("accepted", "admitted", "released")
@@ -76,6 +76,8 @@ def check_times(state: SessionState, item: MailItem, policy: MessagingConfig, no
     """When the pump must look at this item: its claim's expiry, else its deadline, and for an asleep
     session the end of a backoff still running (a running session's next claim takes it without
     help; once over, the item is due and the session-wide wake check below covers it)."""
+    if stranded.unreported(state, item):
+        return [now]  # reported at the pump's next pass
     if item.state == "claimed":
         return [claim_expires_at(item, policy)]
     if item.state not in WAITING:

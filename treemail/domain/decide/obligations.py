@@ -11,7 +11,7 @@ from ..commands import KeepObligations, RetryMail
 from ..errors import LifecycleError
 from ..messaging import MessagingConfig
 from ..state import MailItem, fold
-from . import mailcontrol, ordering, steer
+from . import mailcontrol, ordering, steer, stranded
 from .delivery import WAITING, backoff_delay, claim_expires_at, deadline_of, wake_stale, wakeable
 from .wake import mail_after, with_wake
 
@@ -89,6 +89,9 @@ def decide_keep(command: KeepObligations, given) -> list[ev.Event]:
     # Flow control: steer mail the open run did not take by its deadline falls back to queue.
     acted = frozenset(e.message_id for e in events)
     events += steer.past_deadline(given.state, sorted(given.mail.values(), key=lambda m: m.seq), policy, now, acted)
+    # Mail no rule can end any more is reported, once, instead of waiting for ever.
+    events += stranded.stranded_events(given.state, [m for m in sorted(given.mail.values(), key=lambda m: m.seq)
+                                                     if m.message_id not in gone], now)
     state = fold(events, given.state)
     mail = mail_after(given.mail, events)
     needs_wake = wakeable(state) and ordering.any_due(mail.values(), now, WAITING)

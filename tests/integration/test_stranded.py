@@ -1,0 +1,61 @@
+"""The pump's sweep for mail no rule can end any more, against a real Valkey: a stream an older close left with a
+message pending (no return, no resume, no due entry), written with real events through the event store, is
+reported once (the event on its stream, inspect, the metric, a log line); a healthy obligation is not."""
+
+import logging
+
+from treemail.adapters import keys, metrics
+from treemail.domain import events as ev
+from treemail.domain.commitplan import plan_commit
+from treemail.host import SendContext
+
+from .conftest import adapters, timed_stack
+
+
+def stranded_count() -> float:
+    return metrics.PUMP_REGISTRY.get_sample_value("treemail_obligations_total", {"action": "stranded"}) or 0.0
+
+
+async def close_without_returning(env, record) -> None:
+    """What a close that forgot the session's pending mail would have written: closing, then closed, and nothing
+    for the message; with no due entry for the session (an index that never had one for this rule)."""
+    store = adapters(env.tm).store
+    loaded = await store.load(record)
+    events = [ev.SessionClosing(at=env.clock.now(), stop_reason="completed"), ev.SessionClosed(at=env.clock.now())]
+    result = await store.append(store.prepare(plan_commit(record, loaded.state, loaded.version, events), loaded))
+    assert result.status == "ok"
+    await adapters(env.tm).redis.zrem(keys.due_index(record.partition), record.session_id)
+
+
+async def test_the_pump_reports_a_message_no_rule_can_end_once_and_leaves_a_healthy_one_alone(redis_url, caplog):
+    async with timed_stack(redis_url) as env:
+        tm = env.tm
+        root = await tm.register_root("planner", "plans", rules={"child": "allow"}, status="running")
+        await tm.start_run(root.session_id, "run-1")
+        one_shot = await tm.register_child(root.session_id, "explore", "reads", continuable=False, status="running")
+        healthy = await tm.register_child(root.session_id, "review", "reviews", status="idle")
+        ctx = lambda n: SendContext(root.session_id, "run-1", f"call-{n}")  # noqa: E731
+        stuck = (await tm.send_message(ctx(1), {"to": one_shot.handle, "body": "look", "mode": "queue"}))["message_id"]
+        fine = (await tm.send_message(ctx(2), {"to": healthy.handle, "body": "review"}))["message_id"]
+        await env.pump()  # the healthy child's wake, and nothing stranded yet
+        assert "stranded" not in await tm.obligations.inspect(stuck)
+
+        await close_without_returning(env, await adapters(tm).sessions.record(one_shot.session_id))
+        before = stranded_count()
+        with caplog.at_level(logging.WARNING, logger="treemail.pump"):
+            reported = await env.advance(60)  # the sweep's interval: the due index has no entry for it
+        assert [(type(e).__name__, e.message_id, e.reason) for e in reported
+                if isinstance(e, ev.ProducerMessageStranded)] == [("ProducerMessageStranded", stuck,
+                                                                   "closed_for_good")]
+        assert stranded_count() == before + 1
+        assert any(stuck in r.getMessage() and "can no longer end" in r.getMessage() for r in caplog.records)
+        status = await tm.obligations.inspect(stuck)
+        assert (status["status"], status["stranded"]) == ("accepted", "closed_for_good")
+        assert "stranded" not in await tm.obligations.inspect(fine)
+
+        # Reported once: later sweeps find it reported already. A cancel then ends it.
+        again = await env.advance(60)
+        assert not [e for e in again if isinstance(e, ev.ProducerMessageStranded)]
+        assert stranded_count() == before + 1
+        assert (await tm.obligations.cancel(stuck))["outcome"] == "cancelled"
+        assert (await tm.obligations.inspect(stuck))["status"] == "processed"
