@@ -468,11 +468,10 @@ def fold(events, state: SessionState = INITIAL) -> SessionState:
 
 # The event types whose items ``evolve_mail`` changes, and the others ``apply`` notes; every other known type
 # passes through both unread (``events.other_types``): a sender's record would pass a dozen class patterns.
-_MAIL_EVENTS = frozenset({
-    ev.ProducerMessageAccepted, ev.ProducerMessageAdmitted, ev.ProducerMessageClaimed, ev.ProducerMessageReleased,
-    ev.ProducerMessageParked, ev.ProducerMessageRetried, ev.ProducerMessageSteerFellBack, ev.ProducerMessageConsumed,
-    ev.ProducerMessageDiscarded, ev.ProducerMessageRestored,
-})
+# Every message event is among them, derived rather than listed, so a new one is never passed by unread; and
+# a resumption, which makes held mail the new incarnation's.
+_MAIL_EVENTS = frozenset({ev.ProducerMessageAccepted, ev.SessionResumed}) | {
+    kind for kind in ev.EVENT_TYPES.values() if issubclass(kind, ev.MessageEvent)}
 _NOTED_EVENTS = frozenset({ev.SessionWakeRequested, ev.SessionRegistered, ev.ApprovalRequested, ev.ApprovalGranted,
                            ev.ApprovalDenied, ev.SessionInterruptRequested})
 _NOT_MAIL = ev.other_types(*_MAIL_EVENTS)
