@@ -121,10 +121,10 @@ async def _permissions_approvals_and_drains(http: HttpBackend, root: dict, child
     status, answer = await asyncio.wait_for(asking, 30)
     assert status == 200 and "message_id" in answer["result"]
     status, answer = await http.request("deny", {"request_id": mine[0]["request_id"]}, {})
-    # Decided already: the host API refuses the value (a ValueError, no code of its own), so does the gateway.
-    assert (status, answer["error"]["code"]) == (400, "gateway:invalid_request")
+    # Decided already: the gateway answers with the host API's own code.
+    assert (status, answer["error"]["code"]) == (409, "approval:already_decided")
     status, answer = await http.request("approve", {"request_id": "no-such-request"}, {})
-    assert (status, answer["error"]["code"]) == (404, "gateway:not_found")
+    assert (status, answer["error"]["code"]) == (404, "approval:unknown_request")
     await http.request("setMessageRules", path, {"rules": None})
     status, drained = await http.request("drain", body={"session_id": child["session_id"]})
     assert (status, drained["sessions"]) == (200, 1)
@@ -158,6 +158,10 @@ async def test_bad_input_is_refused_with_a_stable_code_before_the_host_api_is_ca
     assert (status, answer["error"]["code"]) == (400, "gateway:invalid_request")
     status, answer = await http.request("startRun", path, {"run_id": "x" * 1000})
     assert (status, answer["error"]["code"]) == (400, "identifier:too_long")
+    # A refusal the host API raises keeps its own code, the one a Python host catches, not a gateway's.
+    status, answer = await http.request("registerRoute", body={"name": "me", "target_session_id": root["session_id"],
+                                                               "source_session_id": root["session_id"]})
+    assert (status, answer["error"]["code"]) == (409, "peer_route:self")
 
 
 def _raw(url: str, method: str = "GET", data: bytes | None = None):

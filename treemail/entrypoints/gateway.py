@@ -30,8 +30,7 @@ from starlette.routing import Route
 from treemail.adapters import keys
 from treemail.adapters.config import Config
 from treemail.adapters.health import Health, OutageLog, watch
-from treemail.domain.errors import LifecycleError, RedisUnavailable, TreemailError, UnknownSessionError
-from treemail.domain.limits import IdentifierError
+from treemail.domain.errors import RedisUnavailable, TreemailError, UnknownSessionError
 from treemail.domain.protocol import PROTOCOL_VERSION
 from treemail.host import Treemail
 
@@ -231,13 +230,14 @@ class Gateway:
         """The host API's answer, or its error in the one shape: what the Python host raises or returns."""
         try:
             result = await operation.run(call)
-        except (LifecycleError, IdentifierError) as error:
-            return refusal(error.code, error.message)
         except UnknownSessionError as error:
             return refusal("lifecycle:unknown_session", str(error))
         except (RedisError, RedisUnavailable, OSError) as error:
             return refusal(w.UNAVAILABLE, f"the server could not be reached ({type(error).__name__}); "
                                           "retrying is safe where the operation is idempotent")
+        except TreemailError as error:  # the host's own code, the one a Python host would catch
+            code = getattr(error.code, "value", error.code)
+            return refusal(code or w.INVALID_REQUEST, getattr(error, "message", "") or str(error))
         except LookupError as error:  # what the host API finds nothing under (an approval request's id)
             return refusal(w.NOT_FOUND, str(error))
         except ValueError as error:  # what the host API refuses a caller's value with
