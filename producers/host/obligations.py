@@ -13,11 +13,8 @@ so a model-facing tool can return it as is.
 
 import json
 
-import redis.asyncio as aioredis
-
-from treemail.adapters import outboundindex, tracing
+from treemail.adapters import tracing
 from treemail.adapters.config import Config
-from treemail.adapters.eventstore import EventStore
 from treemail.domain import commands as c
 from treemail.domain import events as ev
 from treemail.domain.errors import Code, LifecycleError, UnknownSessionError
@@ -32,11 +29,10 @@ from treemail.services.clock import SYSTEM_CLOCK, Clock
 from treemail.services.obligations import ObligationService
 from treemail.services.peerdelivery import PeerDriver
 from treemail.services.peers import PeerService
+from treemail.services.sessionreader import SessionReader
 from treemail.services.sessions import SessionService
 
 from ..tools.message import render
-
-from .wakes import WakeReader
 
 # Delegation trees are shallow; this only bounds a walk over a corrupt directory.
 MAX_DEPTH = 256
@@ -58,16 +54,13 @@ def settled(message_id: str) -> dict:
 
 
 class Obligations:
-    def __init__(self, redis: aioredis.Redis, config: Config, store: EventStore, sessions: SessionService,
-                 wake_reader: WakeReader, sweeper: ObligationService, disposal: DisposalService,
-                 clock: Clock = SYSTEM_CLOCK, *, peers: PeerService | None = None,
+    def __init__(self, config: Config, reader: SessionReader, sessions: SessionService, sweeper: ObligationService,
+                 disposal: DisposalService, clock: Clock = SYSTEM_CLOCK, *, peers: PeerService | None = None,
                  peer_driver: PeerDriver | None = None) -> None:
         self._clock = clock
-        self._redis = redis
         self._config = config
-        self._store = store
+        self._reader = reader
         self._sessions = sessions
-        self._wake_reader = wake_reader
         self._sweeper = sweeper
         self._disposal = disposal
         self._peers = peers
@@ -87,7 +80,7 @@ class Obligations:
         parent = record.parent_session_id
         while parent is not None and len(out) < MAX_DEPTH:
             out.append(parent)
-            found = await self._store.directory.get(parent)
+            found = await self._reader.find(parent)
             parent = found.parent_session_id if found is not None else None
         return out
 
@@ -104,21 +97,21 @@ class Obligations:
         everywhere = list(range(self._config.service.partitions))
         found = None
         if caller is not None:
-            record = await self._store.directory.get(caller)
+            record = await self._reader.find(caller)
             # The sender and the sessions it was delegated from share its tree's partition: looked at first.
-            found = await outboundindex.find(self._redis, message_id, [record.partition]) if record else None
+            found = await self._sweeper.find_sent(message_id, [record.partition]) if record else None
             if found is None:
                 # Elsewhere, the caller is a stranger to the message whichever partition holds it: the answer
                 # is the same from every partition, ``permission_denied`` for a message that exists.
                 elsewhere = [p for p in everywhere if record is None or p != record.partition]
-                if await outboundindex.find(self._redis, message_id, elsewhere) is not None:
+                if await self._sweeper.find_sent(message_id, elsewhere) is not None:
                     return denied()
                 return unknown(message_id)
         else:
-            found = await outboundindex.find(self._redis, message_id, everywhere)
+            found = await self._sweeper.find_sent(message_id, everywhere)
         if found is None:
             return unknown(message_id)
-        sender = await self._store.directory.get(found.sender_id)
+        sender = await self._reader.find(found.sender_id)
         if sender is None:
             return unknown(message_id)
         if not may_inspect(caller, sender.session_id, await self.ancestors(sender)):
@@ -129,12 +122,12 @@ class Obligations:
             return error_result(Code.PEER_NOT_GRANTED.value,
                                 f"permission denied: the sender holds no `{operation}` grant for this message's peer")
         if isinstance(found.sent, ev.PeerIntentStored):
-            row = (await self._store.load(sender)).state.outbox.get(message_id)
+            row = (await self._reader.state(sender)).outbox.get(message_id)
             return found, None, row
-        recipient = await self._store.directory.get(destination)
+        recipient = await self._reader.find(destination)
         item = None
         if found.settled is None and isinstance(found.sent, ev.MessageSent) and recipient is not None:
-            item = (await self._store.load_mail_items(recipient, [message_id])).get(message_id)
+            item = (await self._reader.mail_items(recipient, [message_id])).get(message_id)
         return found, recipient, item
 
     async def inspect(self, message_id: str, caller_session_id: str | None = None) -> dict:
@@ -171,7 +164,7 @@ class Obligations:
     async def _provenance(self, recipient: SessionRecord, message_id: str, position: int) -> dict:
         """What the accepted event itself says of the message's history (its cause, chain and trace): kept
         there only, not on the sender's record, so a send costs no more bytes for what inspect reads rarely."""
-        accepted = (await self._store.read_at(recipient, [position])).get(position)
+        accepted = (await self._reader.read_at(recipient, [position])).get(position)
         if not isinstance(accepted, ev.ProducerMessageAccepted) or accepted.message_id != message_id:
             return {}  # the recipient's stream no longer holds it there (trimmed, or a ghost's)
         return {"caused_by": accepted.caused_by, "chain_id": accepted.chain_of,
@@ -222,7 +215,7 @@ class Obligations:
             how = "consumed" if found.settled.outcome == "consumed" else found.settled.reason or "discarded"
             try:
                 if isinstance(found.sent, ev.PeerIntentStored):
-                    sender = await self._sessions.record(found.sender_id)
+                    sender = await self._reader.record(found.sender_id)
                     await self._sessions.execute(c.CancelPeerDelivery(sender.session_id, message_id, by, how), sender)
                 elif recipient is not None:
                     await self._sessions.execute(c.CancelMail(recipient.session_id, message_id, by, how), recipient)
@@ -231,7 +224,7 @@ class Obligations:
             return _cancel_answer(message_id, found.settled, by)
         if isinstance(found.sent, ev.PeerIntentStored):
             # Peer mail still in its source's outbox: cancelled there, where its admission attempts start.
-            sender = await self._sessions.record(found.sender_id)
+            sender = await self._reader.record(found.sender_id)
             try:
                 events = await self._sessions.execute(c.CancelPeerDelivery(sender.session_id, message_id, by), sender)
             except LifecycleError as error:
@@ -247,7 +240,7 @@ class Obligations:
 
     async def _retry_peer(self, message_id: str, found, caller_session_id: str | None) -> dict:
         """A parked peer delivery gets a new budget on its source, and is due at once."""
-        sender = await self._sessions.record(found.sender_id)
+        sender = await self._reader.record(found.sender_id)
         try:
             await self._sessions.execute(c.RetryPeerDelivery(sender.session_id, message_id), sender)
         except LifecycleError as error:
@@ -258,8 +251,8 @@ class Obligations:
         return await self.inspect(message_id, caller_session_id)
 
     async def pending_mail(self, session_id: str) -> list[MailItem]:
-        record = await self._sessions.record(session_id)
-        return sorted((await self._store.load_mail(record)).values(), key=lambda m: m.seq)
+        record = await self._reader.record(session_id)
+        return sorted((await self._reader.mail(record)).values(), key=lambda m: m.seq)
 
     async def reconcile(self, interrupted_runs: bool = False) -> int:
         """After a restart: make sure every obligation is kept; what the delivery pump does at start.
@@ -279,9 +272,9 @@ class Obligations:
         finished: list[ev.Event] = []
         if interrupted_runs:
             for p in range(self._config.service.partitions):
-                for session_id in await self._wake_reader.sessions(p):
-                    record = await self._sessions.record(session_id)
-                    state = (await self._store.load(record)).state
+                for session_id in await self._reader.partition_sessions(p):
+                    record = await self._reader.record(session_id)
+                    state = await self._reader.state(record)
                     run = state.current_run
                     if run is not None:
                         finished += await self._sessions.execute(c.FinishRun(session_id, run, interrupted=True),

@@ -16,14 +16,14 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_fixed
 
-from treemail.adapters import keys
-from treemail.adapters.codec import encode_command
-from treemail.adapters.config import ServiceConfig
-from treemail.adapters.directory import Directory
-from treemail.adapters.lanes import Lanes, raise_refused
-from treemail.domain import ids
-from treemail.domain.commands import SendArguments, SendContext, SendMessage
-from treemail.domain.results import engine_shutdown
+from ..domain import ids
+from ..domain.commands import SendArguments, SendContext, SendMessage
+from ..domain.results import engine_shutdown
+from . import keys
+from .codec import encode_command
+from .config import ServiceConfig
+from .directory import Directory
+from .lanes import Lanes, raise_refused
 
 log = logging.getLogger("treemail.client")
 # At most this many commands in one publishing round trip; more wait for the next.

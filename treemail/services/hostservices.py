@@ -1,0 +1,112 @@
+"""The host's services, each built once and given what it depends on: the floor its parts talk to.
+
+The host's bootstrap (``producers/host/wiring.py``) builds these first, then
+the parts over them, so a reader finds every service of the host in this file
+and every part in that one.
+"""
+
+from dataclasses import dataclass
+
+from ..adapters.commandclient import CommandClient
+from ..adapters.config import Config
+from ..adapters.connection import connect
+from ..adapters.eventstore import EventStore
+from ..adapters.proofkeys import load_keyring
+from ..adapters.wakes import WakeReader, interrupt_reader
+from ..domain.proof import Keyring
+from .approvals import ApprovalService, ApprovalWait
+from .clock import SYSTEM_CLOCK, Clock
+from .disposal import DisposalService
+from .drains import DrainService
+from .interrupts import InterruptService
+from .obligations import ObligationService
+from .peerdelivery import PeerDriver
+from .peers import PeerService
+from .sessionreader import SessionReader
+from .sessions import SessionService
+from .settlement import SettlementService
+from .subscriptions import Subscriptions
+from .subtree import SubtreeService
+from .tokens import TokenService
+from .triggers import Triggers
+
+
+@dataclass(frozen=True)
+class HostServices:
+    config: Config
+    clock: Clock
+    # Every read of a session the parts make.
+    reader: SessionReader
+    sessions: SessionService
+    # The tree sends' commands to the worker pool, and the wait an `ask` rule adds.
+    commands: CommandClient
+    approval_wait: ApprovalWait
+    approvals: ApprovalService
+    triggers: Triggers
+    subscriptions: Subscriptions
+    tokens: TokenService
+    interrupts: InterruptService
+    obligations: ObligationService
+    settlement: SettlementService
+    disposal: DisposalService
+    drains: DrainService
+    keyring: Keyring | None
+    peers: PeerService
+    # Peer mail as an outbox: the host's driver makes each peer send's first admission attempt.
+    peer_driver: PeerDriver
+    # Whole subtrees: a broadcast's and a cascading stop's recorded steps.
+    subtree: SubtreeService
+    # Kept to set up the streams' groups at connect and to close the connections at the end.
+    store: EventStore
+    redis: object
+    listener: object
+
+    async def prepare(self) -> None:
+        """The groups a host reads in: the command streams' and the wake streams'."""
+        await self.store.ensure_command_group(self.config.service.command_streams)
+        await self.store.ensure_wake_groups(self.config.service.partitions)
+
+    async def close(self) -> None:
+        """Pending sends are answered send_message:engine_shutdown; then the connections close."""
+        await self.commands.close()
+        await self.listener.aclose()
+        await self.redis.aclose()
+
+
+async def connections(config: Config, url: str | None) -> tuple[object, object]:
+    """The host's two connections: one for requests, one for its blocking reads (answers, waits)."""
+    url = url or config.service.redis_url
+    if not url:
+        raise ValueError("no Redis URL: set REDIS_URL or [service] redis_url")
+    return await connect(url, config.service), await connect(url, config.service)
+
+
+def build(redis, listener, config: Config, clock: Clock = SYSTEM_CLOCK) -> HostServices:
+    """``clock``: what every service decides by (``treemail.testing`` passes one it can move forward)."""
+    store = EventStore(redis, config.service)
+    sessions = SessionService(store, config, clock)
+    reader = SessionReader(store, listener)
+    settlement = SettlementService(sessions)
+    # Loaded once: a bad key file fails at connect, not at the first delivery.
+    keyring = load_keyring(config.proof)
+    disposal = DisposalService(store, sessions, settlement, clock)
+    commands = CommandClient(redis, listener, config.service, store.directory)
+    approvals = ApprovalService(redis, sessions, config.service.partitions)
+    return HostServices(
+        config=config, clock=clock, reader=reader, sessions=sessions, commands=commands,
+        approval_wait=ApprovalWait(approvals, config.service, commands, clock),
+        approvals=approvals,
+        triggers=Triggers(WakeReader(redis, config.service), interrupt_reader(redis, config.service), reader),
+        subscriptions=Subscriptions(redis, config.service, lambda: commands.closing),
+        tokens=TokenService(redis, reader),
+        interrupts=InterruptService(store, clock),
+        obligations=ObligationService(sessions, clock),
+        settlement=settlement,
+        disposal=disposal,
+        drains=DrainService(store, sessions),
+        keyring=keyring,
+        peers=PeerService(store, sessions, config.messaging, keyring, clock),
+        peer_driver=PeerDriver(store, sessions, keyring, clock),
+        subtree=SubtreeService(store, sessions, disposal, clock),
+        store=store, redis=redis, listener=listener,
+    )
