@@ -23,7 +23,7 @@ from treemail.domain import ids, limits
 from treemail.domain.commands import SendContext
 from treemail.domain.errors import LifecycleError
 from treemail.domain.triggers import Interrupt, Wake
-from treemail.services import hostservices
+from treemail.services import bootstrap
 from treemail.services.clock import SYSTEM_CLOCK, Clock
 from treemail.services.subscriptions import Observed, SubscriptionGap
 
@@ -67,7 +67,7 @@ class Treemail:
         """``clock``: what the host's decisions are dated by; a test passes ``treemail.testing.TestClock``."""
         config = config or load_config()
         tracing.configure_from_env()
-        host = cls(*await hostservices.connections(config, url), config, clock)
+        host = cls(*await bootstrap.connections(config, url), config, clock)
         await host._services.prepare()
         return host
 

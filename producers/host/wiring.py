@@ -1,4 +1,4 @@
-"""The host's bootstrap: its services first (``services/hostservices.py``), then its parts over them.
+"""The host's bootstrap: its services first (``services/bootstrap.py``), then its parts over them.
 
 Each part is built once and given services, or a part built before it, never
 a method of the facade: ``Treemail`` only holds what is built here and hands
@@ -9,9 +9,9 @@ in this file.
 from dataclasses import dataclass
 
 from treemail.adapters.config import Config
-from treemail.services import hostservices
+from treemail.services import bootstrap
 from treemail.services.clock import SYSTEM_CLOCK, Clock
-from treemail.services.hostservices import HostServices
+from treemail.services.bootstrap import HostServices
 
 from ..tools.table import ToolParts, Views
 
@@ -45,7 +45,7 @@ class Host:
 
 def build(redis, listener, config: Config, clock: Clock = SYSTEM_CLOCK) -> Host:
     """Services, then parts, downward only. ``clock``: what every decision is dated by."""
-    s = hostservices.build(redis, listener, config, clock)
+    s = bootstrap.host(redis, listener, config, clock)
     reader = s.reader
     views = Views(reader, config, s.peers)
     permissions = Permissions(config, reader, s.sessions, s.approvals)

@@ -1,8 +1,12 @@
-"""The host's services, each built once and given what it depends on: the floor its parts talk to.
+"""Each process's services, built once and given what they depend on: the floor its parts talk to.
 
-The host's bootstrap (``producers/host/wiring.py``) builds these first, then
-the parts over them, so a reader finds every service of the host in this file
-and every part in that one.
+One bootstrap per process kind, each building its services here first and
+then its parts over them, downward only: the host (``host``, then
+``producers/host/wiring.py``), the worker (``worker``, then
+``consumers/app.py``), the delivery pump (``pump``, then
+``consumers/pump.py``) and the projection runner (``projections``, then
+``projections/service.py``). A reader finds every service a process has in
+this file, and every part in that one.
 """
 
 from dataclasses import dataclass
@@ -23,6 +27,7 @@ from .obligations import ObligationService
 from .peerdelivery import PeerDriver
 from .peers import PeerService
 from .sessionreader import SessionReader
+from .sends import SendService
 from .sessions import SessionService
 from .settlement import SettlementService
 from .subscriptions import Subscriptions
@@ -81,7 +86,7 @@ async def connections(config: Config, url: str | None) -> tuple[object, object]:
     return await connect(url, config.service), await connect(url, config.service)
 
 
-def build(redis, listener, config: Config, clock: Clock = SYSTEM_CLOCK) -> HostServices:
+def host(redis, listener, config: Config, clock: Clock = SYSTEM_CLOCK) -> HostServices:
     """``clock``: what every service decides by (``treemail.testing`` passes one it can move forward)."""
     store = EventStore(redis, config.service)
     sessions = SessionService(store, config, clock)
@@ -110,3 +115,34 @@ def build(redis, listener, config: Config, clock: Clock = SYSTEM_CLOCK) -> HostS
         subtree=SubtreeService(store, sessions, disposal, clock),
         store=store, redis=redis, listener=listener,
     )
+
+
+@dataclass(frozen=True)
+class WorkerServices:
+    store: EventStore
+    # The command batches' decisions and commits.
+    decider: SendService
+
+
+def worker(redis, config: Config, clock: Clock = SYSTEM_CLOCK) -> WorkerServices:
+    store = EventStore(redis, config.service)
+    return WorkerServices(store, SendService(store, config.messaging, load_keyring(config.proof), clock=clock))
+
+
+@dataclass(frozen=True)
+class PumpServices:
+    # The delivery obligations' passes (``KeepObligations``).
+    obligations: ObligationService
+    # Peer mail as an outbox: the pump is also a peer driver (admission attempts, status back).
+    peer_driver: PeerDriver
+
+
+def pump(store: EventStore, config: Config, clock: Clock = SYSTEM_CLOCK) -> PumpServices:
+    """Over ``store``: the pump's caller (``treemail.testing``, ``serve_pump``) holds the store it passes."""
+    return PumpServices(ObligationService(SessionService(store, config, clock), clock),
+                        PeerDriver(store, SessionService(store, config, clock), load_keyring(config.proof), clock))
+
+
+def projections(redis, config: Config) -> EventStore:
+    """The projection runner folds the session streams through the store alone."""
+    return EventStore(redis, config.service)
