@@ -11,7 +11,6 @@ import contextlib
 from dataclasses import replace
 
 from treemail.adapters import metrics, tracing
-from treemail.adapters.config import Config
 from treemail.adapters.proofmetrics import PROOF_FAILURES
 from treemail.domain import blocks, envelope, notices, proof
 from treemail.domain import commands as c
@@ -22,13 +21,12 @@ from treemail.domain.proof import Keyring
 from treemail.domain.records import SessionRecord
 from treemail.domain.tracecontext import trace_id
 from treemail.services.peers import PeerService
-from treemail.services.sessionreader import NEWER, SessionReader
-from treemail.services.sessions import SessionService
+from treemail.services.sessionreader import NEWER
 
 from ..tools import send_message as tool
 from ..tools import table
-from ..tools.table import Views
 
+from .shared import Part, Shared
 from .types import Delivery
 
 
@@ -59,13 +57,9 @@ def verdict(record: SessionRecord, message_id: str, event, keyring: Keyring | No
     return proof.verify(event, record.session_id, keyring)
 
 
-class Deliveries:
-    def __init__(self, config: Config, reader: SessionReader, sessions: SessionService, views: Views,
-                 peers: PeerService, keyring: Keyring | None) -> None:
-        self._config = config
-        self._reader = reader
-        self._sessions = sessions
-        self._views = views
+class Deliveries(Part):
+    def __init__(self, shared: Shared, peers: PeerService, keyring: Keyring | None) -> None:
+        super().__init__(shared)
         self._peers = peers
         self._keyring = keyring
 

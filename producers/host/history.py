@@ -14,19 +14,16 @@ from treemail.domain.commands import SendArguments
 from treemail.domain.decide import ordering
 from treemail.domain.search import MailQuery
 from treemail.services.drains import DrainService
-from treemail.services.sessionreader import SessionReader
-from treemail.services.sessions import SessionService
 from treemail.services.subscriptions import MAIL_EVENTS, Subscriptions
 
 from .sending import joined_thread
+from .shared import Part, Shared
 from .types import Registration
 
 
-class History:
-    def __init__(self, reader: SessionReader, sessions: SessionService, drains: DrainService,
-                 subscriptions: Subscriptions) -> None:
-        self._reader = reader
-        self._sessions = sessions
+class History(Part):
+    def __init__(self, shared: Shared, drains: DrainService, subscriptions: Subscriptions) -> None:
+        super().__init__(shared)
         self._drains = drains
         self._subscriptions = subscriptions
 

@@ -18,15 +18,16 @@ from treemail.services.triggers import Triggers
 from ..tools import interrupt as interrupt_tool
 from ..tools import table
 from ..tools.answering import answered
-from ..tools.table import Views
+
+from .shared import Part, Shared
 
 __all__ = ["Interrupt", "Interrupts"]
 
 
-class Interrupts:
-    def __init__(self, views: Views, service: InterruptService, triggers: Triggers,
+class Interrupts(Part):
+    def __init__(self, shared: Shared, service: InterruptService, triggers: Triggers,
                  settlement: SettlementService) -> None:
-        self._views = views
+        super().__init__(shared)
         self._service = service
         self._triggers = triggers
         self._settlement = settlement

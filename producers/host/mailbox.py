@@ -10,20 +10,17 @@ nothing appended in between is missed and nobody polls.
 
 from treemail.domain import commands as c
 from treemail.domain.decide.delivery import WAITING
-from treemail.services.sessionreader import SessionReader
-from treemail.services.sessions import SessionService
 
 from .delivery import Deliveries
+from .shared import Part, Shared
 from .types import Delivery
 
 
-class Mailbox:
-    def __init__(self, reader: SessionReader, sessions: SessionService, deliveries: Deliveries,
-                 claim_timeout_s: float) -> None:
+class Mailbox(Part):
+    def __init__(self, shared: Shared, deliveries: Deliveries) -> None:
+        super().__init__(shared)
         # How long a claim may go unacknowledged before treemail releases it (``attempt_timeout_s``).
-        self.claim_timeout_s = claim_timeout_s
-        self._reader = reader
-        self._sessions = sessions
+        self.claim_timeout_s = shared.config.messaging.attempt_timeout_s
         self._deliveries = deliveries
 
     async def current_run(self, session_id: str) -> str | None:

@@ -14,7 +14,6 @@ so a model-facing tool can return it as is.
 import json
 
 from treemail.adapters import tracing
-from treemail.adapters.config import Config
 from treemail.domain import commands as c
 from treemail.domain import events as ev
 from treemail.domain.errors import Code, LifecycleError, UnknownSessionError
@@ -25,14 +24,13 @@ from treemail.domain.results import error_result
 from treemail.domain.state import MailItem
 from treemail.domain.tracecontext import trace_id
 from treemail.services.disposal import DisposalService
-from treemail.services.clock import SYSTEM_CLOCK, Clock
 from treemail.services.obligations import ObligationService
 from treemail.services.peerdelivery import PeerDriver
 from treemail.services.peers import PeerService
-from treemail.services.sessionreader import SessionReader
-from treemail.services.sessions import SessionService
 
 from ..tools.message import render
+
+from .shared import Part, Shared
 
 # Delegation trees are shallow; this only bounds a walk over a corrupt directory.
 MAX_DEPTH = 256
@@ -53,14 +51,10 @@ def settled(message_id: str) -> dict:
                                             "refused; it cannot be retried, send a new one")
 
 
-class Obligations:
-    def __init__(self, config: Config, reader: SessionReader, sessions: SessionService, sweeper: ObligationService,
-                 disposal: DisposalService, clock: Clock = SYSTEM_CLOCK, *, peers: PeerService | None = None,
-                 peer_driver: PeerDriver | None = None) -> None:
-        self._clock = clock
-        self._config = config
-        self._reader = reader
-        self._sessions = sessions
+class Obligations(Part):
+    def __init__(self, shared: Shared, sweeper: ObligationService, disposal: DisposalService, *,
+                 peers: PeerService | None = None, peer_driver: PeerDriver | None = None) -> None:
+        super().__init__(shared)
         self._sweeper = sweeper
         self._disposal = disposal
         self._peers = peers

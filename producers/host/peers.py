@@ -22,21 +22,19 @@ from treemail.domain.errors import Code, Rejected, UnknownSessionError
 from treemail.domain.results import error_result
 from treemail.services.peerdelivery import PeerDriver
 from treemail.services.peers import PeerService
-from treemail.services.sessionreader import SessionReader
 
 from ..tools import peer as peer_tools
 from ..tools import table
 from ..tools.answering import answered
-from ..tools.table import Views
 
+from .shared import Part, Shared
 from .subtree import Subtree
 
 
-class Peers:
-    def __init__(self, reader: SessionReader, views: Views, service: PeerService,
-                 driver: PeerDriver | None = None, subtree: Subtree | None = None) -> None:
-        self._reader = reader
-        self._views = views
+class Peers(Part):
+    def __init__(self, shared: Shared, service: PeerService, driver: PeerDriver | None = None,
+                 subtree: Subtree | None = None) -> None:
+        super().__init__(shared)
         self._service = service
         self._driver = driver
         self._subtree = subtree

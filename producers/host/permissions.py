@@ -6,25 +6,20 @@ the host's pre-send hooks (``plugins.py``) and the people's side of the
 `ask` rule (``services/approvals.py``).
 """
 
-from treemail.adapters.config import Config
 from treemail.domain import limits
 from treemail.domain import commands as c
 from treemail.domain import effective, notices, permissions
 from treemail.domain.commands import SendArguments, SendContext
 from treemail.services.approvals import ApprovalService
-from treemail.services.sessionreader import SessionReader
-from treemail.services.sessions import SessionService
 
 from . import plugins
 from .plugins import SendHook
+from .shared import Part, Shared
 
 
-class Permissions:
-    def __init__(self, config: Config, reader: SessionReader, sessions: SessionService, approvals: ApprovalService
-                 ) -> None:
-        self._config = config
-        self._reader = reader
-        self._sessions = sessions
+class Permissions(Part):
+    def __init__(self, shared: Shared, approvals: ApprovalService) -> None:
+        super().__init__(shared)
         self._approvals = approvals
         self._send_hooks: list[SendHook] = []
 

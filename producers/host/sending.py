@@ -11,7 +11,6 @@ raises for anything a model can cause: it returns the success result or
 import dataclasses
 
 from treemail.adapters import tracing
-from treemail.adapters.config import Config
 from treemail.domain import commands as c
 from treemail.domain import events as ev
 from treemail.domain.commands import SendArguments, SendContext
@@ -24,6 +23,7 @@ from ..tools import send_message as tool
 
 from .hostcall import host_context
 from .permissions import Permissions
+from .shared import Part, Shared
 from .types import ToolResult
 
 
@@ -38,11 +38,10 @@ async def joined_thread(reader: SessionReader, session_id: str, arguments: SendA
                                        "message_id of a message you are answering")
 
 
-class Sending:
-    def __init__(self, config: Config, reader: SessionReader, permissions: Permissions, approvals: ApprovalWait
-                 ) -> None:
-        self._messaging = config.messaging
-        self._reader = reader
+class Sending(Part):
+    def __init__(self, shared: Shared, permissions: Permissions, approvals: ApprovalWait) -> None:
+        super().__init__(shared)
+        self._messaging = shared.config.messaging
         self._permissions = permissions
         self._approvals = approvals
 

@@ -17,14 +17,12 @@ cascading disposal closes the subtree for good: every session is sealed first
 
 import asyncio
 
-from treemail.adapters.config import Config
 from treemail.domain import limits
 from treemail.domain.commands import SendContext
 from treemail.domain.decide import subtree
 from treemail.domain.decide.guards import require_body
 from treemail.domain.errors import Code, Rejected
 from treemail.services.disposal import DisposalService
-from treemail.services.sessionreader import SessionReader
 from treemail.services.settlement import check_closing_text, check_stop_reason
 from treemail.services.subtree import SubtreeService
 
@@ -32,6 +30,7 @@ from ..tools import subtree as subtree_tool
 from ..tools.answering import answered
 from .hostcall import host_context
 from .sending import Sending
+from .shared import Part, Shared
 
 # Copies in flight at once: enough to keep a worker pool busy, few enough not to flood the command stream.
 FAN_OUT = 32
@@ -58,14 +57,12 @@ def accounted(recipients, results: list[dict], records: dict) -> tuple[list[dict
     return delivered, refused
 
 
-class Subtree:
-    def __init__(self, reader: SessionReader, service: SubtreeService, disposal: DisposalService, sending: Sending,
-                 config: Config) -> None:
-        self._reader = reader
+class Subtree(Part):
+    def __init__(self, shared: Shared, service: SubtreeService, disposal: DisposalService, sending: Sending) -> None:
+        super().__init__(shared)
         self._service = service
         self._disposal = disposal
         self._sending = sending
-        self._config = config
 
     # ---- broadcast ----------------------------------------------------------------------------------
 

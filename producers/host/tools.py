@@ -7,28 +7,22 @@ connection to a session; ``tm.tools.mailbox`` is how such a connection
 receives when it is the agent itself (``producers/host/mailbox.py``).
 """
 
-from treemail.adapters.config import Config
 from treemail.adapters.tokens import TokenBinding
 from treemail.domain import commands as c
 from treemail.domain import limits
 from treemail.domain.commands import SendContext
-from treemail.services.sessionreader import SessionReader
-from treemail.services.sessions import SessionService
 from treemail.services.tokens import TokenService
 
 from ..tools import schemas, table
-from ..tools.table import SessionView, ToolParts, Views
+from ..tools.table import SessionView, ToolParts
 
 from .mailbox import Mailbox
+from .shared import Part, Shared
 
 
-class Tools:
-    def __init__(self, config: Config, reader: SessionReader, sessions: SessionService, views: Views,
-                 tokens: TokenService, mailbox: Mailbox, parts: ToolParts) -> None:
-        self._config = config
-        self._reader = reader
-        self._sessions = sessions
-        self._views = views
+class Tools(Part):
+    def __init__(self, shared: Shared, tokens: TokenService, mailbox: Mailbox, parts: ToolParts) -> None:
+        super().__init__(shared)
         self._tokens = tokens
         self._parts = parts
         # What an agent with no engine behind it receives through (an MCP connection that is the agent).

@@ -1,7 +1,7 @@
 """The host's bootstrap: its services first (``services/bootstrap.py``), then its parts over them.
 
-Each part is built once and given services, or a part built before it, never
-a method of the facade: ``Treemail`` only holds what is built here and hands
+Each part is built once and given what every part shares (``Shared``), then
+its own services, or a part built before it, never a method of the facade: ``Treemail`` only holds what is built here and hands
 its calls down. A reader finds every part of the host, and what it is given,
 in this file.
 """
@@ -24,6 +24,7 @@ from .obligations import Obligations
 from .peers import Peers
 from .permissions import Permissions
 from .sending import Sending
+from .shared import Shared
 from .subtree import Subtree
 from .tools import Tools
 
@@ -46,22 +47,19 @@ class Host:
 def build(redis, listener, config: Config, clock: Clock = SYSTEM_CLOCK) -> Host:
     """Services, then parts, downward only. ``clock``: what every decision is dated by."""
     s = bootstrap.host(redis, listener, config, clock)
-    reader = s.reader
-    views = Views(reader, config, s.peers)
-    permissions = Permissions(config, reader, s.sessions, s.approvals)
-    sending = Sending(config, reader, permissions, s.approval_wait)
-    deliveries = Deliveries(config, reader, s.sessions, views, s.peers, s.keyring)
-    history = History(reader, s.sessions, s.drains, s.subscriptions)
+    shared = Shared(config, s.reader, s.sessions, Views(s.reader, config, s.peers), clock)
+    permissions = Permissions(shared, s.approvals)
+    sending = Sending(shared, permissions, s.approval_wait)
+    deliveries = Deliveries(shared, s.peers, s.keyring)
+    history = History(shared, s.drains, s.subscriptions)
     # Whole subtrees: the broadcast reads as mail (``tm.peers``), the cascading stop as disposal.
-    subtree = Subtree(reader, s.subtree, s.disposal, sending, config)
-    peers = Peers(reader, views, s.peers, s.peer_driver, subtree=subtree)
-    interrupts = Interrupts(views, s.interrupts, s.triggers, s.settlement)
-    obligations = Obligations(config, reader, s.sessions, s.obligations, s.disposal, clock, peers=s.peers,
-                              peer_driver=s.peer_driver)
-    mailbox = Mailbox(reader, s.sessions, deliveries, config.messaging.attempt_timeout_s)
-    tools = Tools(config, reader, s.sessions, views, s.tokens, mailbox, ToolParts(
+    subtree = Subtree(shared, s.subtree, s.disposal, sending)
+    peers = Peers(shared, s.peers, s.peer_driver, subtree=subtree)
+    interrupts = Interrupts(shared, s.interrupts, s.triggers, s.settlement)
+    obligations = Obligations(shared, s.obligations, s.disposal, peers=s.peers, peer_driver=s.peer_driver)
+    tools = Tools(shared, s.tokens, Mailbox(shared, deliveries), ToolParts(
         sending=sending, interrupts=interrupts, obligations=obligations, peers=peers, history=history,
-        subtree=subtree, reader=reader,
+        subtree=subtree, reader=s.reader,
     ))
     return Host(s, sending, deliveries, history, peers, interrupts, Disposal(s.disposal, s.drains, subtree=subtree),
                 permissions, obligations, tools)
