@@ -10,8 +10,8 @@ from treemail import TreemailError
 from treemail.adapters import keys
 from treemail.adapters.connection import connect
 from treemail.domain.commands import SendArguments
-from treemail.producers.client import CommandClient
-from treemail.producers.host import approvals
+from treemail.adapters.commandclient import CommandClient
+from treemail.services import approvals
 
 from ..conftest import CLUSTER
 from .conftest import adapters, live, make_config, running_stack, timed_stack
