@@ -139,7 +139,7 @@ async def register_trees(host, trees: int, children: int, run_on: str = "root") 
 
 
 def stream_of(route: str, streams: int) -> str:
-    """The command stream of the tree whose root is ``route`` (producers/client.py routes the same way)."""
+    """The command stream of the tree whose root is ``route`` (treemail/adapters/commandclient.py routes the same way)."""
     return keys.command_stream(keys.command_shard(route, streams))
 
 

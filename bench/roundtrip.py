@@ -1,6 +1,6 @@
 """The raw send round trip: what a send costs the host with nothing but XADD and a blocking reply wait.
 
-Shaped like treemail's producer (producers/client.py), without its batching: one client owns one
+Shaped like treemail's producer (treemail/adapters/commandclient.py), without its batching: one client owns one
 reply list; a send XADDs a command-sized entry (the same compact JSON
 `encode_command` writes) to a stream and awaits a future; one listener task
 BLMPOPs the reply list (up to 1000 answers a round trip: answers come in bursts) and

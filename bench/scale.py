@@ -1,7 +1,7 @@
 """Scale-out: decisions/s with 1, 2, 4 worker processes, on one Valkey and on a local 3-master cluster.
 
 Both use several command streams (`keys.command_stream(i)`), each command on
-stream crc32(the sender's root) % n as producers/client.py routes it, so on the cluster the
+stream crc32(the sender's root) % n as treemail/adapters/commandclient.py routes it, so on the cluster the
 ingress is spread over several slots, and the trees over the `{pN}` partitions.
 
 Routing (`run_routing`): 2 workers, one Valkey, the trees' mail going both ways (children report to their

@@ -46,11 +46,11 @@ from treemail.adapters import metrics, tracing
 from treemail.adapters.config import Config
 from treemail.adapters.connection import connect, redact, require_durable_server
 from treemail.adapters.eventstore import EventStore
-from treemail.adapters.proofkeys import load_keyring
 from treemail.adapters.replication import require_replicated_server
 from treemail.adapters.health import Health, OutageLog, watch
 from treemail.adapters.members import Membership
 from treemail.domain.commands import SendMessage
+from treemail.services import bootstrap
 from treemail.services.clock import SYSTEM_CLOCK, Clock
 from treemail.services.sends import Acknowledge, SendService
 
@@ -165,11 +165,11 @@ class Worker:
             await require_durable_server(self.redis, service.cluster)
         elif service.profile == "replicated":
             await require_replicated_server(self.redis, service)
-        store = EventStore(self.redis, service)
-        await store.ensure_command_group(service.command_streams)
-        await store.load_scripts()
-        self.batches.connect(self.redis, SendService(store, self.config.messaging, load_keyring(self.config.proof),
-                                                     clock=self.clock))
+        # Its bootstrap: the services first, the parts over them once the broker is connected.
+        services = bootstrap.worker(self.redis, self.config, self.clock)
+        await services.store.ensure_command_group(service.command_streams)
+        await services.store.load_scripts()
+        self.batches.connect(self.redis, services.decider)
         if self.metrics_port is not None:
             self._metrics_server = metrics.start_server(
                 self.metrics_port, f"worker {self.consumer}", metrics.WORKER_REGISTRY, self.health,
@@ -180,7 +180,7 @@ class Worker:
         # the streams it owns (``share_streams``).
         await self.broker.connect()
         self.membership = Membership(self.redis, (self.consumer, service.command_streams), service.worker_timeout_ms)
-        self._build_parts(store)
+        self._build_parts(services.store)
         await self.share_streams()
         self._start_loops()
 

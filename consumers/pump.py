@@ -42,12 +42,10 @@ from treemail.adapters.connection import connect
 from treemail.adapters.eventstore import EventStore
 from treemail.adapters.health import UNREACHABLE, Health, OutageLog
 from treemail.adapters.lifecycle import serve_until_signalled
-from treemail.adapters.proofkeys import load_keyring
 from treemail.domain import events as ev
+from treemail.services import bootstrap
 from treemail.services.clock import SYSTEM_CLOCK, Clock
-from treemail.services.obligations import STRANDED_SWEEP_S, ObligationService
-from treemail.services.peerdelivery import PeerDriver
-from treemail.services.sessions import SessionService
+from treemail.services.obligations import STRANDED_SWEEP_S
 
 log = logging.getLogger("treemail.pump")
 
@@ -61,9 +59,10 @@ class Pump:
         self.store = store
         self.config = config
         self.interval_s = interval_s
-        self.service = ObligationService(SessionService(store, config, clock), clock)
+        services = bootstrap.pump(store, config, clock)
+        self.service = services.obligations
         # Peer mail as an outbox: the pump is also a peer driver (admission attempts, status back).
-        self.peer_driver = PeerDriver(store, SessionService(store, config, clock), load_keyring(config.proof), clock)
+        self.peer_driver = services.peer_driver
         self.passes = 0
         self.swept = False
         self.clock = clock

@@ -1,2 +1,2 @@
-"""What publishes commands, in four parts: ``host`` (the facade engines embed, and its parts), ``tools`` (the
-model-facing tool surface), ``mcp`` (those tools served over MCP) and ``client`` (the command client)."""
+"""What publishes commands, in three parts: ``host`` (the facade engines embed, and its parts), ``tools`` (the
+model-facing tool surface) and ``mcp`` (those tools served over MCP). They talk only to ``treemail.services``."""

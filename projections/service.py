@@ -21,9 +21,9 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wai
 from treemail.adapters import keys, members, metrics
 from treemail.adapters.config import Config
 from treemail.adapters.connection import connect
-from treemail.adapters.eventstore import EventStore
 from treemail.adapters.health import UNREACHABLE, Health, OutageLog
 from treemail.adapters.lifecycle import serve_until_signalled
+from treemail.services import bootstrap
 
 from .runner import ProjectionRunner
 from .views import PROJECTIONS
@@ -58,7 +58,7 @@ class ProjectionService:
         if self.stopping.is_set():
             return  # stopped during the pause after a failure
         if self.runner is None:
-            runner = ProjectionRunner(EventStore(self.redis, self.config.service), self.config)
+            runner = ProjectionRunner(bootstrap.projections(self.redis, self.config), self.config)
             await runner.start()
             self.runner = runner
         await self.runner.step()

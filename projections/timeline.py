@@ -21,6 +21,7 @@ listed with the chain.
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import NamedTuple
 
 from treemail.domain import events as ev
 from treemail.domain.tracecontext import trace_id
@@ -112,6 +113,14 @@ class Run:
     inherited_from: str | None = None
 
 
+class Position(NamedTuple):
+    """One position of the session's stream, the type of the event there and when it was appended."""
+
+    position: int
+    event_type: str
+    at: float
+
+
 @dataclass
 class Timeline:
     session_id: str
@@ -124,8 +133,8 @@ class Timeline:
     sent_outside_runs: list[str] = field(default_factory=list)
     reverts: list[dict] = field(default_factory=list)
     fork: dict | None = None
-    # (position, event type, time) of every position: what a scrubber moves through.
-    positions: list[tuple[int, str, float]] = field(default_factory=list)
+    # Every position: what a scrubber moves through.
+    positions: list["Position"] = field(default_factory=list)
     # threads: the conversations the session took part in by then, each a reply tree (``threads``)
     threads: list["Thread"] = field(default_factory=list)
 
@@ -167,7 +176,7 @@ class _Fold:
         self.outside: list[str] = []
         self.reverts: list[dict] = []
         self.fork: dict | None = None
-        self.positions: list[tuple[int, str, float]] = []
+        self.positions: list[Position] = []
 
     def run(self, run_id: str) -> Run:
         if run_id not in self.runs:
@@ -199,7 +208,7 @@ class _Fold:
         return self.step(run_id, max((s.step for s in steps), default=0) + 1, False, seq)
 
     def apply(self, seq: int, event: ev.Event) -> None:
-        self.positions.append((seq, type(event).__name__, event.at))
+        self.positions.append(Position(seq, type(event).__name__, event.at))
         match event:
             case ev.SessionRegistered():
                 self.handle = event.handle

@@ -1,2 +1,2 @@
-"""The host API engines embed: the ``Treemail`` facade (``facade.py``), the one module that builds its services
-(``wiring.py``) and the parts it is composed of. Its public address is ``treemail.host`` (and ``treemail``)."""
+"""The host API engines embed: the ``Treemail`` facade (``facade.py``), its bootstrap (``wiring.py``: the host's
+services, then its parts over them) and the parts. Its public address is ``treemail.host`` (and ``treemail``)."""

@@ -1,18 +1,18 @@
-"""Claiming mail into a run: the claimed accepted events, read tolerantly, each source proof checked, rendered.
+"""The claimed mail's lifecycle: claimed into a run (read tolerantly, each source proof checked, rendered),
+consumed, released or discarded.
 
 A message whose proof fails is discarded (never delivered; the history keeps
 the entry and why) and counted. An entry a newer protocol wrote stays
-claimed and undelivered: not this version's to judge.
+claimed and undelivered: not this version's to judge. Each step after the
+claim is a span of the message's own trace (read only when tracing is on).
 """
 
-from collections.abc import Awaitable, Callable
+import contextlib
 from dataclasses import replace
 
-from treemail.adapters import tracing
-from treemail.adapters.config import Config
-from treemail.adapters.eventstore import EventStore, decode_entry
+from treemail.adapters import metrics, tracing
 from treemail.adapters.proofmetrics import PROOF_FAILURES
-from treemail.domain import blocks, envelope, notices, proof, protocol
+from treemail.domain import blocks, envelope, notices, proof
 from treemail.domain import commands as c
 from treemail.domain import events as ev
 from treemail.domain.decide import routing
@@ -21,14 +21,13 @@ from treemail.domain.proof import Keyring
 from treemail.domain.records import SessionRecord
 from treemail.domain.tracecontext import trace_id
 from treemail.services.peers import PeerService
-from treemail.services.sessions import SessionService
+from treemail.services.sessionreader import NEWER
 
 from ..tools import send_message as tool
+from ..tools import table
 
+from .shared import Part, Shared
 from .types import Delivery
-
-# A claimed entry a newer protocol wrote (``read_claimed``): neither judged nor delivered by this version.
-NEWER = object()
 
 
 def render(event: ev.ProducerMessageAccepted, reply_hint: bool, *, text: str | None = None,
@@ -58,15 +57,11 @@ def verdict(record: SessionRecord, message_id: str, event, keyring: Keyring | No
     return proof.verify(event, record.session_id, keyring)
 
 
-class Deliveries:
-    def __init__(self, config: Config, store: EventStore, sessions: SessionService, peers: PeerService,
-                 keyring: Keyring | None, discard: Callable[[str, str, str], Awaitable[None]]) -> None:
-        self._config = config
-        self._store = store
-        self._sessions = sessions
+class Deliveries(Part):
+    def __init__(self, shared: Shared, peers: PeerService, keyring: Keyring | None) -> None:
+        super().__init__(shared)
         self._peers = peers
         self._keyring = keyring
-        self._discard = discard
 
     async def claim(self, session_id: str, run_id: str, step: int | None = None, *,
                     turn: bool = False) -> list[Delivery]:
@@ -75,39 +70,24 @@ class Deliveries:
         claimed = [e for e in await self._sessions.execute(command) if isinstance(e, ev.ProducerMessageClaimed)]
         if not claimed:
             return []
-        record = await self._sessions.record(session_id)
+        record = await self._reader.record(session_id)
         # The accepted events carry the bodies; claims name them by message id (only those are read).
-        items = await self._store.load_mail_items(record, [e.message_id for e in claimed])
+        items = await self._reader.mail_items(record, [e.message_id for e in claimed])
         claimed_at = [(e.message_id, items[e.message_id].seq) for e in claimed if e.message_id in items]
         # Exact source: entries are read tolerantly and each source proof is checked.
-        accepted = await self.read_claimed(record, [seq for _, seq in claimed_at])
+        accepted = await self._reader.accepted_at(record, [seq for _, seq in claimed_at])
         for event in accepted.values():
             if isinstance(event, ev.ProducerMessageAccepted):
                 with tracing.span("treemail.claim", event.traceparent, message_id=event.message_id,
                                   session_id=session_id, run_id=run_id, step=step):
                     pass
-        overlay = (await self._store.load(record)).state.rules_overlay
-        reply_hint = tool.tool_definition(record.rules, record.send_message_tool, overlay=overlay) is not None
+        # The recipient may answer where its model is offered send_message.
+        view = self._views.of(record, await self._reader.state(record))
+        reply_hint = await table.definition(tool.TOOL_NAME, view) is not None
         deliveries = await self.deliver(record, [(mid, accepted[seq]) for mid, seq in claimed_at], reply_hint)
         # The items were read after this claim, which they count: the ones before it showed it already.
         return [replace(d, shown_before=max(0, items[d.message_id].shown - 1)) if d.message_id in items else d
                 for d in deliveries]
-
-    async def read_claimed(self, record: SessionRecord, seqs: list[int]) -> dict[int, ev.Event | None]:
-        """The accepted events at these positions; None where an entry is gone or no longer reads as an event."""
-        found: dict[int, ev.Event | None] = {}
-        for seq, entries in zip(seqs, await self._store.entries_at(record, seqs)):
-            try:
-                [(_, fields)] = entries
-                if protocol.is_newer(protocol.version_of(fields.get(b"v"))):
-                    # A newer treemail wrote it: not this version's to judge; it stays claimed, undelivered.
-                    found[seq] = NEWER
-                    continue
-                event = decode_entry(fields)
-            except (ValueError, KeyError, UnicodeDecodeError):
-                event = None
-            found[seq] = event if isinstance(event, ev.ProducerMessageAccepted) else None
-        return found
 
     async def deliver(self, record: SessionRecord, claimed: list[tuple[str, ev.Event | None]],
                       reply_hint: bool) -> list[Delivery]:
@@ -120,7 +100,7 @@ class Deliveries:
             if judged not in ("ok", "unchecked"):
                 PROOF_FAILURES.labels(reason=judged).inc()
                 # Discarded, never delivered: the history keeps the entry and why it was refused.
-                await self._discard(record.session_id, message_id, f"source_proof_{judged}")
+                await self.discard(record.session_id, message_id, f"source_proof_{judged}")
                 continue
             verified = judged == "ok"
             if event.principal is not None:
@@ -137,5 +117,32 @@ class Deliveries:
         return deliveries
 
     async def may_reply(self, record: SessionRecord, event: ev.ProducerMessageAccepted) -> bool:
-        sender = await self._store.directory.get(event.sender_session_id) if event.owner == "agent" else None
+        sender = await self._reader.find(event.sender_session_id) if event.owner == "agent" else None
         return sender is not None and routing.may_address(self._config.messaging.routing, record, sender)
+
+    async def consume(self, session_id: str, message_id: str, step: int | None, tokens: int | None) -> None:
+        async with self._span("consume", session_id, message_id):
+            # Recorded with the consume: the run's next send continues this span's trace.
+            traceparent = tracing.traceparent() if tracing.enabled() else ""
+            await self._sessions.execute(c.ConsumeMail(session_id, message_id, step, tokens, traceparent))
+
+    async def release(self, session_id: str, message_id: str, reason: str) -> None:
+        async with self._span("release", session_id, message_id):
+            events = await self._sessions.execute(c.ReleaseMail(session_id, message_id, reason))
+            metrics.count_steer_fallbacks(events)  # flow control: steer mail handed back at its last boundary
+
+    async def discard(self, session_id: str, message_id: str, reason: str = "") -> None:
+        async with self._span("discard", session_id, message_id):
+            await self._sessions.execute(c.DiscardMail(session_id, message_id, reason))
+
+    @contextlib.asynccontextmanager
+    async def _span(self, step: str, session_id: str, message_id: str):
+        """A delivery step is a span of the message's own trace (read only when tracing is on)."""
+        if not tracing.enabled():
+            yield
+            return
+        record = await self._reader.record(session_id)
+        item = (await self._reader.mail_items(record, [message_id])).get(message_id)
+        parent = item.trace if item else None
+        with tracing.span(f"treemail.{step}", parent or None, message_id=message_id, session_id=session_id):
+            yield

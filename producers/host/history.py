@@ -4,49 +4,37 @@
 part is callable); ``position``, ``revert`` and ``fork`` follow the engine's
 own log (mail follows the session's log; see ``domain/decide/branches.py``);
 ``subscribe`` is every session's mail events as they are appended
-(``observe.py``); ``search`` finds a tree's mail by text, sender and time.
+(``services/subscriptions.py``); ``search`` finds a tree's mail by text, sender and time.
 """
 
-import dataclasses
-from collections.abc import Callable
-
-import redis.asyncio as aioredis
-
-from treemail.adapters.config import ServiceConfig
-from treemail.adapters.eventstore import EventStore
 from treemail.domain import commands as c
 from treemail.domain import events as ev
 from treemail.domain import limits
 from treemail.domain import search as mail_search
 from treemail.domain.commands import SendArguments
 from treemail.domain.decide import ordering
-from treemail.domain.errors import Code, NotFound, Rejected
+from treemail.domain.errors import Code, NotFound
 from treemail.domain.search import MailQuery
 from treemail.services.drains import DrainService
-from treemail.services.sessions import SessionService
+from treemail.services.subscriptions import MAIL_EVENTS, Subscriptions
 
-from . import observe
-from .observe import MAIL_EVENTS
+from .sending import joined_thread
+from .shared import Part, Shared
 from .types import Registration
 
 
-class History:
-    def __init__(self, redis: aioredis.Redis, config: ServiceConfig, store: EventStore, sessions: SessionService,
-                 drains: DrainService, closing: Callable[[], bool]) -> None:
-        self._redis = redis
-        self._config = config
-        self._store = store
-        self._sessions = sessions
+class History(Part):
+    def __init__(self, shared: Shared, drains: DrainService, subscriptions: Subscriptions) -> None:
+        super().__init__(shared)
         self._drains = drains
-        self._closing = closing
+        self._subscriptions = subscriptions
 
     async def __call__(self, session_id: str) -> list[tuple[int, ev.Event]]:
-        record = await self._sessions.record(session_id)
-        return await self._store.read(record)
+        return await self._reader.history(await self._reader.record(session_id))
 
     async def position(self, session_id: str) -> int:
         """The session's current stream position: note it beside the engine's own log to revert or fork there."""
-        return (await self._store.load(await self._sessions.record(session_id))).version
+        return await self._reader.version(session_id)
 
     async def revert(self, session_id: str, to_position: int) -> list[str]:
         """The engine reverted the session's history to ``to_position``. Returns the mail due again.
@@ -65,13 +53,13 @@ class History:
         the pair numbered up to N is done (consumed, or discarded). "Has it read my message N?" is
         ``consumed_through >= N``, N being the ``sequence`` of that send's result. Raises ``NotFound`` (a
         KeyError) for an unknown recipient."""
-        record = await self._store.directory.get(recipient_session_id)
+        record = await self._reader.find(recipient_session_id)
         if record is None:
             raise NotFound(Code.RECEIPT_UNKNOWN_RECIPIENT.value,
                            f"no session has id {limits.shown(recipient_session_id)}")
-        state = (await self._store.load(record)).state
-        positions = ordering.pending_from(await self._store.load_mail(record), sender_session_id)
-        accepted = await self._store.read_at(record, positions) if positions else {}
+        state = await self._reader.state(record)
+        positions = ordering.pending_from(await self._reader.mail(record), sender_session_id)
+        accepted = await self._reader.read_at(record, positions) if positions else {}
         numbers = [getattr(accepted.get(position), "pair_seq", None) for position in positions]
         return {
             "sender_session_id": sender_session_id, "recipient_session_id": recipient_session_id,
@@ -96,7 +84,7 @@ class History:
 
     async def subscription_position(self) -> str:
         """Where every feed ends now: ``subscribe(after=...)`` from it misses nothing appended later."""
-        return str(await observe.starting_position(self._redis, self._config.partitions, None))
+        return await self._subscriptions.position()
 
     def subscribe(self, after: str | None = None, *, types=MAIL_EVENTS, block_ms: int = 1000):
         """Every session's mail events as ``(position, session_id, event)``, live, until the host closes.
@@ -104,30 +92,20 @@ class History:
         ``after``: None (from now), ``"start"`` (from the oldest event the feeds hold) or a position yielded
         earlier (resume after it). ``types=None`` yields every event type.
         """
-        return observe.subscribe(self._redis, self._config, after, types, self._closing, block_ms)
+        return self._subscriptions.subscribe(after, types, block_ms)
 
     # ---- threads --------------------------------------------------------------------------------------
 
     async def joined_thread(self, session_id: str, arguments: SendArguments) -> SendArguments:
         """The send answering ``arguments.in_reply_to`` joins that message's thread; only a message the sender
         received can be answered (``send_message:unknown_reply`` otherwise: an id never reads another's mail)."""
-        answered = await self._received(await self._sessions.record(session_id), arguments.in_reply_to)
-        if answered is None:
-            raise Rejected(Code.UNKNOWN_REPLY, f"you received no message {arguments.in_reply_to}: give the "
-                                               "message_id of a message you are answering")
-        return dataclasses.replace(arguments, thread_id=answered.thread_of)
-
-    async def _received(self, record, message_id: str) -> ev.ProducerMessageAccepted | None:
-        for _, event in reversed(await self._store.read(record)):
-            if isinstance(event, ev.ProducerMessageAccepted) and event.message_id == message_id:
-                return event
-        return None
+        return await joined_thread(self._reader, session_id, arguments)
 
     async def thread(self, session_id: str, message_id: str) -> list[dict]:
         """The conversation ``message_id`` belongs to, in ``session_id``'s tree, oldest first: every message
         of its thread (rows as ``search`` gives them, with ``thread_id``). Empty if the tree holds no such
         message."""
-        record = await self._sessions.record(session_id)
+        record = await self._reader.record(session_id)
         rows = await self._tree_rows(record)
         thread_id = next((row["thread_id"] for row in rows if row["message_id"] == message_id), None)
         if thread_id is None:
@@ -135,11 +113,9 @@ class History:
         return sorted((row for row in rows if row["thread_id"] == thread_id), key=lambda row: (row["at"], row["position"]))
 
     async def _tree_rows(self, record, query: MailQuery | None = None) -> list[dict]:
-        members = await self._store.directory.tree_members(record.partition, record.root_session_id)
-        records = [r for r in (await self._store.directory.many(members)).values() if r is not None]
         return [
             _found(member, seq, event)
-            for member in records for seq, event in await self._store.read(member)
+            for member in await self._reader.tree(record) for seq, event in await self._reader.history(member)
             if isinstance(event, ev.ProducerMessageAccepted) and (query is None or mail_search.matches(event, query))
         ]
 
@@ -164,7 +140,7 @@ class History:
         ``cursor``: the previous page's, for the page after it. A cursor pages only the search that gave it
         (the same session, ``own`` and criteria; the limit may change): any other is a ValueError."""
         query = mail_search.checked(MailQuery(text, sender, since, until, limit, cursor))
-        record = await self._sessions.record(session_id)
+        record = await self._reader.record(session_id)
         key = mail_search.search_key(record.session_id, own, query)
         after = mail_search.position_of(cursor, key) if cursor is not None else None
         found = await self._tree_rows(record, query)

@@ -8,45 +8,32 @@ is due there too (``ClaimTurn``). Waiting blocks on the session's own stream
 nothing appended in between is missed and nobody polls.
 """
 
-import time
-
-import redis.asyncio as aioredis
-
-from treemail.adapters import keys
-from treemail.adapters.eventstore import EventStore
 from treemail.domain import commands as c
 from treemail.domain.decide.delivery import WAITING, renewal_due
-from treemail.services.sessions import SessionService
 
 from .delivery import Deliveries
+from .shared import Part, Shared
 from .types import Delivery
 
-# A blocking read stays under the connection's per-reply timeout (``connection.REPLY_TIMEOUT_S``, 5 s):
-# a longer wait is a few blocking reads in a row, each woken at once by an append.
-BLOCK_SLICE_S = 4.0
 
-
-class Mailbox:
-    def __init__(self, listener: aioredis.Redis, store: EventStore, sessions: SessionService,
-                 deliveries: Deliveries, claim_timeout_s: float) -> None:
-        self._listener = listener
+class Mailbox(Part):
+    def __init__(self, shared: Shared, deliveries: Deliveries) -> None:
+        super().__init__(shared)
         # How long a claim may go unacknowledged before treemail releases it (``attempt_timeout_s``).
-        self.claim_timeout_s = claim_timeout_s
-        self._store = store
-        self._sessions = sessions
+        self.claim_timeout_s = shared.config.messaging.attempt_timeout_s
         self._deliveries = deliveries
 
     async def current_run(self, session_id: str) -> str | None:
         """The session's open run, None when none is."""
-        return (await self._store.load(await self._sessions.record(session_id))).state.current_run
+        return (await self._reader.state_of(session_id)).current_run
 
     async def renewed_run(self, session_id: str) -> str | None:
         """The session's open run, as ``current_run``; a call of a leased run's agent (over HTTP) is recorded
         when due, so the pump never finishes the run of an agent that still calls (``mcp_idle_s``). Raises
         ``lifecycle:not_current_run`` if the pump finished it first."""
-        record = await self._sessions.record(session_id)
-        state = (await self._store.load(record)).state
-        if renewal_due(state, self._sessions.config.messaging, self._sessions.clock.now()):
+        record = await self._reader.record(session_id)
+        state = await self._reader.state(record)
+        if renewal_due(state, self._config.messaging, self._clock.now()):
             await self._sessions.execute(c.RenewRun(session_id, state.current_run), record)
         return state.current_run
 
@@ -57,7 +44,7 @@ class Mailbox:
         await self._sessions.execute(c.FinishRun(session_id, run_id, interrupted=True))
 
     async def position(self, session_id: str) -> int:
-        return (await self._store.load(await self._sessions.record(session_id))).version
+        return await self._reader.version(session_id)
 
     async def claim_turn(self, session_id: str, run_id: str) -> list[Delivery]:
         """A new turn of ``run_id``: every pending message due now (queued mail included), claimed by it."""
@@ -65,15 +52,14 @@ class Mailbox:
 
     async def claimed_by(self, session_id: str, run_id: str) -> list[str]:
         """The messages ``run_id`` holds claimed now, in acceptance order: what its last results showed."""
-        mail = await self._store.load_mail(await self._sessions.record(session_id))
+        mail = await self._reader.mail(await self._reader.record(session_id))
         return [m.message_id for m in sorted(mail.values(), key=lambda m: m.seq)
                 if m.state == "claimed" and m.run_id == run_id]
 
     async def waiting(self, session_id: str) -> list[dict]:
         """What waits for the session, unclaimed (message id, owner, mode, sender, state): never the bodies,
         which only a claim hands out, so looking never delivers a message outside its lifecycle."""
-        record = await self._sessions.record(session_id)
-        mail = await self._store.load_mail(record)
+        mail = await self._reader.mail(await self._reader.record(session_id))
         return [
             {"message_id": m.message_id, "owner": m.owner, "mode": m.mode, "sender_session_id": m.sender_session_id,
              "state": m.state}
@@ -83,13 +69,4 @@ class Mailbox:
     async def wait_for_change(self, session_id: str, after: int, timeout_s: float) -> bool:
         """Block until the session's stream holds an event past position ``after`` (True), or ``timeout_s``
         passes (False)."""
-        record = await self._sessions.record(session_id)
-        stream = keys.session_stream(record.partition, record.session_id)
-        deadline = time.monotonic() + max(0.0, timeout_s)
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            block_ms = max(1, int(min(left, BLOCK_SLICE_S) * 1000))
-            if await self._listener.xread({stream: f"{after}-0"}, count=1, block=block_ms):
-                return True
+        return await self._reader.wait_for_change(await self._reader.record(session_id), after, timeout_s)

@@ -13,11 +13,7 @@ so a model-facing tool can return it as is.
 
 import json
 
-import redis.asyncio as aioredis
-
-from treemail.adapters import outboundindex, tracing
-from treemail.adapters.config import Config
-from treemail.adapters.eventstore import EventStore
+from treemail.adapters import tracing
 from treemail.domain import commands as c
 from treemail.domain import events as ev
 from treemail.domain.errors import Code, LifecycleError, NotFound, UnknownSessionError
@@ -28,15 +24,14 @@ from treemail.domain.results import error_result
 from treemail.domain.state import MailItem
 from treemail.domain.tracecontext import trace_id
 from treemail.services.disposal import DisposalService
-from treemail.services.clock import SYSTEM_CLOCK, Clock
 from treemail.services.obligations import ObligationService
 from treemail.services.peerdelivery import PeerDriver
 from treemail.services.peers import PeerService
-from treemail.services.sessions import SessionService
+from treemail.services.triggers import Triggers
 
 from ..tools.message import render
 
-from .wakes import WakeReader
+from .shared import Part, Shared
 
 # Delegation trees are shallow; this only bounds a walk over a corrupt directory.
 MAX_DEPTH = 256
@@ -57,19 +52,14 @@ def settled(message_id: str) -> dict:
                                             "refused; it cannot be retried, send a new one")
 
 
-class Obligations:
-    def __init__(self, redis: aioredis.Redis, config: Config, store: EventStore, sessions: SessionService,
-                 wake_reader: WakeReader, sweeper: ObligationService, disposal: DisposalService,
-                 clock: Clock = SYSTEM_CLOCK, *, peers: PeerService | None = None,
-                 peer_driver: PeerDriver | None = None) -> None:
-        self._clock = clock
-        self._redis = redis
-        self._config = config
-        self._store = store
-        self._sessions = sessions
-        self._wake_reader = wake_reader
+class Obligations(Part):
+    def __init__(self, shared: Shared, sweeper: ObligationService, disposal: DisposalService, triggers: Triggers, *,
+                 peers: PeerService | None = None, peer_driver: PeerDriver | None = None) -> None:
+        super().__init__(shared)
         self._sweeper = sweeper
         self._disposal = disposal
+        # The runners' wake triggers: those never acknowledged, and whether they can be followed at all.
+        self._triggers = triggers
         self._peers = peers
         self._peer_driver = peer_driver
 
@@ -87,7 +77,7 @@ class Obligations:
         parent = record.parent_session_id
         while parent is not None and len(out) < MAX_DEPTH:
             out.append(parent)
-            found = await self._store.directory.get(parent)
+            found = await self._reader.find(parent)
             parent = found.parent_session_id if found is not None else None
         return out
 
@@ -109,21 +99,21 @@ class Obligations:
         everywhere = list(range(self._config.service.partitions))
         found = None
         if caller is not None:
-            record = await self._store.directory.get(caller)
+            record = await self._reader.find(caller)
             # The sender and the sessions it was delegated from share its tree's partition: looked at first.
-            found = await outboundindex.find(self._redis, message_id, [record.partition]) if record else None
+            found = await self._sweeper.find_sent(message_id, [record.partition]) if record else None
             if found is None:
                 # Elsewhere, the caller is a stranger to the message whichever partition holds it: the answer
                 # is the same from every partition, ``permission_denied`` for a message that exists.
                 elsewhere = [p for p in everywhere if record is None or p != record.partition]
-                if await outboundindex.find(self._redis, message_id, elsewhere) is not None:
+                if await self._sweeper.find_sent(message_id, elsewhere) is not None:
                     return denied()
                 return unknown(message_id)
         else:
-            found = await outboundindex.find(self._redis, message_id, everywhere)
+            found = await self._sweeper.find_sent(message_id, everywhere)
         if found is None:
             return unknown(message_id)
-        sender = await self._store.directory.get(found.sender_id)
+        sender = await self._reader.find(found.sender_id)
         if sender is None:
             return unknown(message_id)
         if not may_inspect(caller, sender.session_id, await self.ancestors(sender)):
@@ -134,12 +124,12 @@ class Obligations:
             return error_result(Code.PEER_NOT_GRANTED.value,
                                 f"permission denied: the sender holds no `{operation}` grant for this message's peer")
         if isinstance(found.sent, ev.PeerIntentStored):
-            row = (await self._store.load(sender)).state.outbox.get(message_id)
+            row = (await self._reader.state(sender)).outbox.get(message_id)
             return found, None, row
-        recipient = await self._store.directory.get(destination)
+        recipient = await self._reader.find(destination)
         item = None
         if found.settled is None and isinstance(found.sent, ev.MessageSent) and recipient is not None:
-            item = (await self._store.load_mail_items(recipient, [message_id])).get(message_id)
+            item = (await self._reader.mail_items(recipient, [message_id])).get(message_id)
         return found, recipient, item
 
     async def inspect(self, message_id: str, caller_session_id: str | None = None) -> dict:
@@ -176,7 +166,7 @@ class Obligations:
     async def _provenance(self, recipient: SessionRecord, message_id: str, position: int) -> dict:
         """What the accepted event itself says of the message's history (its cause, chain and trace): kept
         there only, not on the sender's record, so a send costs no more bytes for what inspect reads rarely."""
-        accepted = (await self._store.read_at(recipient, [position])).get(position)
+        accepted = (await self._reader.read_at(recipient, [position])).get(position)
         if not isinstance(accepted, ev.ProducerMessageAccepted) or accepted.message_id != message_id:
             return {}  # the recipient's stream no longer holds it there (trimmed, or a ghost's)
         return {"caused_by": accepted.caused_by, "chain_id": accepted.chain_of,
@@ -227,7 +217,7 @@ class Obligations:
             how = "consumed" if found.settled.outcome == "consumed" else found.settled.reason or "discarded"
             try:
                 if isinstance(found.sent, ev.PeerIntentStored):
-                    sender = await self._sessions.record(found.sender_id)
+                    sender = await self._reader.record(found.sender_id)
                     await self._sessions.execute(c.CancelPeerDelivery(sender.session_id, message_id, by, how), sender)
                 elif recipient is not None:
                     await self._sessions.execute(c.CancelMail(recipient.session_id, message_id, by, how), recipient)
@@ -236,7 +226,7 @@ class Obligations:
             return _cancel_answer(message_id, found.settled, by)
         if isinstance(found.sent, ev.PeerIntentStored):
             # Peer mail still in its source's outbox: cancelled there, where its admission attempts start.
-            sender = await self._sessions.record(found.sender_id)
+            sender = await self._reader.record(found.sender_id)
             try:
                 events = await self._sessions.execute(c.CancelPeerDelivery(sender.session_id, message_id, by), sender)
             except LifecycleError as error:
@@ -252,7 +242,7 @@ class Obligations:
 
     async def _retry_peer(self, message_id: str, found, caller_session_id: str | None) -> dict:
         """A parked peer delivery gets a new budget on its source, and is due at once."""
-        sender = await self._sessions.record(found.sender_id)
+        sender = await self._reader.record(found.sender_id)
         try:
             await self._sessions.execute(c.RetryPeerDelivery(sender.session_id, message_id), sender)
         except LifecycleError as error:
@@ -263,20 +253,19 @@ class Obligations:
         return await self.inspect(message_id, caller_session_id)
 
     async def pending_mail(self, session_id: str) -> list[MailItem]:
-        record = await self._sessions.record(session_id)
-        return sorted((await self._store.load_mail(record)).values(), key=lambda m: m.seq)
+        record = await self._reader.record(session_id)
+        return sorted((await self._reader.mail(record)).values(), key=lambda m: m.seq)
 
     async def unacknowledged_wakes(self, consumer: str, after: dict[str, str] | None = None) -> list:
         """The wake triggers runner ``consumer`` read and never acknowledged, past ``after`` (wake stream ->
         entry id; all of a stream it does not name): what a follower that reconnects never received."""
-        return await self._wake_reader.unacknowledged(consumer, after or {})
+        return await self._triggers.unacknowledged_wakes(consumer, after)
 
     async def probe(self) -> str | None:
         """None while wakes can be followed and answered: the server answers and every wake stream has the
         runners' group (recreated here when a server came back without its data, as a worker recreates its
         own); raises when the server cannot be reached. A process serving the host API reports it as ready."""
-        await self._redis.ping()
-        await self._store.ensure_wake_groups(self._config.service.partitions)
+        await self._triggers.probe()
         return None
 
     async def reconcile(self, interrupted_runs: bool = False) -> int:
@@ -297,9 +286,9 @@ class Obligations:
         finished: list[ev.Event] = []
         if interrupted_runs:
             for p in range(self._config.service.partitions):
-                for session_id in await self._wake_reader.sessions(p):
-                    record = await self._sessions.record(session_id)
-                    state = (await self._store.load(record)).state
+                for session_id in await self._reader.partition_sessions(p):
+                    record = await self._reader.record(session_id)
+                    state = await self._reader.state(record)
                     run = state.current_run
                     if run is not None:
                         finished += await self._sessions.execute(c.FinishRun(session_id, run, interrupted=True),

@@ -13,28 +13,26 @@ Every tool call here never raises for model input: a result or
 from the host's context; the model names only a peer.
 """
 
-from redis.exceptions import RedisError
-
-from treemail.adapters.eventstore import EventStore
+from treemail.adapters.faults import StoreError
 from treemail.domain import peers
 from treemail.domain.commands import SendContext, SendToPeer
 from treemail.domain.errors import Code, Rejected, UnknownSessionError
 from treemail.domain.results import error_result
 from treemail.services.peerdelivery import PeerDriver
 from treemail.services.peers import PeerService
-from treemail.services.sessions import SessionService
 
 from ..tools import peer as peer_tools
+from ..tools import table
 from ..tools.answering import answered
 
+from .shared import Part, Shared
 from .subtree import Subtree
 
 
-class Peers:
-    def __init__(self, store: EventStore, sessions: SessionService, service: PeerService,
-                 driver: PeerDriver | None = None, subtree: Subtree | None = None) -> None:
-        self._store = store
-        self._sessions = sessions
+class Peers(Part):
+    def __init__(self, shared: Shared, service: PeerService, driver: PeerDriver | None = None,
+                 subtree: Subtree | None = None) -> None:
+        super().__init__(shared)
         self._service = service
         self._driver = driver
         self._subtree = subtree
@@ -86,21 +84,24 @@ class Peers:
 
     async def routes(self, session_id: str) -> list[dict]:
         """The session's peer names that lead somewhere, with what each grant allows."""
-        views = await self._service.views(await self._sessions.record(session_id))
+        views = await self._service.views(await self._reader.record(session_id))
         return [{"name": v.name, "target_session_id": v.target.session_id, "principal": v.grant.principal
                  if v.grant else None, **{op: v.allows(op) for op in peers.OPERATIONS}} for v in views]
 
     # ---- the tools, one by one ------------------------------------------------------------------------------
 
     async def send_tool_definition(self, session_id: str) -> dict | None:
-        return peer_tools.send_definition(await self._service.views(await self._sessions.record(session_id)))
+        return await self._definition("send_to_peer", session_id)
 
     async def reply_tool_definition(self, session_id: str) -> dict | None:
-        return peer_tools.reply_definition(await self._service.views(await self._sessions.record(session_id)))
+        return await self._definition("reply_to_peer", session_id)
 
     async def inbox_tool_definition(self, session_id: str) -> dict | None:
-        record = await self._sessions.record(session_id)
-        return peer_tools.inbox_definition(peers.receives((await self._store.load(record)).state.peers))
+        return await self._definition("peer_inbox", session_id)
+
+    async def _definition(self, name: str, session_id: str) -> dict | None:
+        """What the tool is for the session as its grants stand, whether or not the host installed it."""
+        return await table.definition(name, await self._views.read(session_id), installed=False)
 
     async def send(self, context: SendContext, arguments) -> dict:
         """``{"message_id", "peer", "mode", "status": "pending"}`` once the intent is stored, or an error.
@@ -124,14 +125,14 @@ class Peers:
         """Give up on a parked peer delivery of ``source_session_id``: it becomes processed (discarded, with
         ``reason``) and frees its capacity. LifecycleError (``retry_message:not_parked``/``:settled``) for one
         that is not parked."""
-        await self._driver.discard(await self._sessions.record(source_session_id), message_id, reason)
+        await self._driver.discard(await self._reader.record(source_session_id), message_id, reason)
 
     async def deliver(self, source_session_id: str, message_id: str | None = None) -> None:
         """Drive the source's peer deliveries now, as the pump would (``message_id``: only that one): the
         host makes each send's first admission attempt itself. A failure here is the pump's to retry."""
         try:
-            await self._driver.drive(await self._sessions.record(source_session_id), only=message_id)
-        except (RedisError, UnknownSessionError):
+            await self._driver.drive(await self._reader.record(source_session_id), only=message_id)
+        except (StoreError, UnknownSessionError):
             pass
 
     async def inbox(self, context: SendContext, arguments=None) -> dict:
@@ -143,7 +144,7 @@ class Peers:
         (``peer_message:not_granted``), never shown an empty page it could take for an empty inbox."""
         try:
             limit, cursor = peer_tools.parse_inbox(arguments)
-            record = await self._sessions.record(context.session_id)
+            record = await self._reader.record(context.session_id)
             entries, back = await self._service.inbox(record)
             readable = await self._service.readable(record, {e.sender_session_id for e in entries})
             if not readable and not await self._service.holds_read(record):
@@ -154,7 +155,7 @@ class Peers:
             return error_result(rejection.code.value, rejection.message)
         except UnknownSessionError:
             return error_result(Code.UNKNOWN_SESSION.value, "the calling session is not registered with treemail")
-        except RedisError as error:
+        except StoreError as error:
             return error_result(Code.PEER_ENGINE_SHUTDOWN.value, f"the inbox could not be read ({type(error).__name__})")
         before = peer_tools.cursor_position(cursor)
         if cursor is not None and before is None:

@@ -3,29 +3,24 @@
 The rules laid over a session's agent-document rules at run time, the
 effective report, the sentence a child is told about reaching its parent,
 the host's pre-send hooks (``plugins.py``) and the people's side of the
-`ask` rule (``approvals.py``).
+`ask` rule (``services/approvals.py``).
 """
 
-import redis.asyncio as aioredis
-
-from treemail.adapters.config import Config
-from treemail.adapters.eventstore import EventStore
 from treemail.domain import limits
 from treemail.domain import commands as c
 from treemail.domain import effective, notices, permissions
 from treemail.domain.commands import SendArguments, SendContext
-from treemail.services.sessions import SessionService
+from treemail.services.approvals import ApprovalService
 
-from . import approvals, plugins
+from . import plugins
 from .plugins import SendHook
+from .shared import Part, Shared
 
 
-class Permissions:
-    def __init__(self, redis: aioredis.Redis, config: Config, store: EventStore, sessions: SessionService) -> None:
-        self._redis = redis
-        self._config = config
-        self._store = store
-        self._sessions = sessions
+class Permissions(Part):
+    def __init__(self, shared: Shared, approvals: ApprovalService) -> None:
+        super().__init__(shared)
+        self._approvals = approvals
         self._send_hooks: list[SendHook] = []
 
     async def set_message_rules(self, session_id: str, rules) -> None:
@@ -37,19 +32,19 @@ class Permissions:
     async def effective(self, session_id: str) -> dict:
         """The tool's visibility and, per label (parent, child, sibling, *), its effect, the rule that
         decided it and the sessions it covers (``effective.render_report`` prints it)."""
-        record = await self._sessions.record(session_id)
-        overlay = (await self._store.load(record)).state.rules_overlay
-        peers = await self._store.directory.tree_peers(record)
+        record = await self._reader.record(session_id)
+        overlay = (await self._reader.state(record)).rules_overlay
+        peers = await self._reader.tree_peers(record)
         return effective.report(record, overlay, peers, self._config.messaging.enabled)
 
     async def return_guidance(self, session_id: str) -> str | None:
         """The sentence to append to a child's first prompt, or None when it cannot message its parent
         (no tool, its effective rules deny its parent, or the routing policy does not reach it)."""
-        record = await self._sessions.record(session_id)
+        record = await self._reader.record(session_id)
         if record.parent_session_id is None:
             return None
-        parent = await self._store.directory.get(record.parent_session_id)
-        overlay = (await self._store.load(record)).state.rules_overlay
+        parent = await self._reader.find(record.parent_session_id)
+        overlay = (await self._reader.state(record)).rules_overlay
         return notices.return_guidance_for(record, parent, overlay, self._config.messaging.routing)
 
     # ---- the host's pre-send hooks ------------------------------------------------------------------------
@@ -66,23 +61,21 @@ class Permissions:
         """The hooks' refusal of this send as its result, or None to let it through (also with no hook)."""
         if not self._send_hooks:
             return None
-        sender = await self._store.directory.get(context.session_id)
-        if await plugins.already_decided(self._redis, sender, context):
+        sender = await self._reader.find(context.session_id)
+        if await self._reader.decided(sender, context):
             return None  # a retry: the recorded outcome answers it, whatever the hooks say now
         return await plugins.ask_hooks(self._send_hooks, context, arguments)
 
     # ---- the `ask` rule: the people's side ------------------------------------------------------------------
 
     async def pending_approvals(self) -> list[dict]:
-        return await approvals.pending(self._redis, self._config.service.partitions)
+        return await self._approvals.pending()
 
     async def approve(self, request_id: str, scope: str = "once") -> dict:
         if scope not in ("once", "tree"):
             raise limits.invalid(f"scope must be once or tree, got {limits.shown(scope)}")
         decision = "approve_tree" if scope == "tree" else "approve_once"
-        return await approvals.resolve(self._redis, self._sessions, self._config.service.partitions, request_id,
-                                       decision)
+        return await self._approvals.resolve(request_id, decision)
 
     async def deny(self, request_id: str) -> dict:
-        return await approvals.resolve(self._redis, self._sessions, self._config.service.partitions, request_id,
-                                       "deny")
+        return await self._approvals.resolve(request_id, "deny")

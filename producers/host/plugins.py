@@ -20,14 +20,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from redis.asyncio import Redis
-
-from treemail.adapters import keys
-from treemail.adapters.compact import record_fields
 from treemail.domain.commands import SendArguments, SendContext
-from treemail.domain.decide import idempotency
 from treemail.domain.errors import Code
-from treemail.domain.records import SessionRecord
 from treemail.domain.results import error_result
 
 log = logging.getLogger("treemail.plugins")
@@ -67,13 +61,3 @@ async def ask_hooks(hooks: list[SendHook], context: SendContext, arguments: Send
         if verdict is not None:
             return refused(str(verdict) or "refused by a send hook")
     return None
-
-
-async def already_decided(redis: Redis, sender: SessionRecord | None, context: SendContext) -> bool:
-    """Whether this tool call has a decision recorded under its idempotency key (a retry)."""
-    if sender is None:
-        return False
-    # Sends never leave a tree, so the record lives in the sender's partition.
-    key = keys.session_idempotency(sender.partition, sender.session_id)
-    digest = idempotency.key_digest(context)
-    return any(raw is not None for raw in await redis.hmget(key, *record_fields(digest)))

@@ -16,9 +16,7 @@ cascading disposal closes the subtree for good: every session is sealed first
 """
 
 import asyncio
-from collections.abc import Awaitable, Callable
 
-from treemail.adapters.eventstore import EventStore
 from treemail.domain import limits
 from treemail.domain.commands import SendContext
 from treemail.domain.decide import subtree
@@ -31,8 +29,9 @@ from treemail.services.subtree import SubtreeService
 from ..tools import subtree as subtree_tool
 from ..tools.answering import answered
 from .hostcall import host_context
+from .sending import Sending
+from .shared import Part, Shared
 
-Send = Callable[[SendContext, dict], Awaitable[dict]]
 # Copies in flight at once: enough to keep a worker pool busy, few enough not to flood the command stream.
 FAN_OUT = 32
 
@@ -58,14 +57,12 @@ def accounted(recipients, results: list[dict], records: dict) -> tuple[list[dict
     return delivered, refused
 
 
-class Subtree:
-    def __init__(self, store: EventStore, service: SubtreeService, disposal: DisposalService, send: Send,
-                 max_body_bytes: Callable[[], int]) -> None:
-        self._store = store
+class Subtree(Part):
+    def __init__(self, shared: Shared, service: SubtreeService, disposal: DisposalService, sending: Sending) -> None:
+        super().__init__(shared)
         self._service = service
         self._disposal = disposal
-        self._send = send
-        self._max_body_bytes = max_body_bytes
+        self._sending = sending
 
     # ---- broadcast ----------------------------------------------------------------------------------
 
@@ -78,7 +75,7 @@ class Subtree:
         "message"}``, or ``{"error": {"code", "message"}}`` with nothing sent. The same
         ``idempotency_key`` (for this sender and run) resumes the first broadcast, to its recipients.
         """
-        context = await host_context(self._store, session_id, idempotency_key, run_id)
+        context = await host_context(self._reader, session_id, idempotency_key, run_id)
         return await self.message_subtree(context, {"body": body, "mode": mode})
 
     async def message_subtree(self, context: SendContext, arguments) -> dict:
@@ -89,21 +86,21 @@ class Subtree:
     async def _broadcast(self, context: SendContext, arguments) -> dict:
         body, mode = subtree_tool.parse_arguments(arguments)
         try:
-            require_body(body, self._max_body_bytes())
+            require_body(body, self._config.messaging.max_body_bytes)
         except UnicodeEncodeError:
             raise Rejected(Code.SUBTREE_INVALID_BODY, "body is not valid Unicode text (it contains a lone surrogate)")
         except Rejected as rejection:
             raise Rejected(Code.SUBTREE_INVALID_BODY, rejection.message) from None
-        sender = await self._store.directory.get(context.session_id)
+        sender = await self._reader.find(context.session_id)
         if sender is None:
             raise Rejected(Code.SUBTREE_UNKNOWN_SESSION, "the broadcasting session is not registered with treemail")
         broadcast = await self._service.start_broadcast(sender, context.run_id, context.tool_call_id, body, mode)
-        records = await self._store.directory.many(list(broadcast.recipients))
+        records = await self._reader.many(list(broadcast.recipients))
         gate = asyncio.Semaphore(FAN_OUT)
 
         async def copy(recipient: str) -> dict:
             async with gate:
-                return await self._send(
+                return await self._sending.send_message(
                     SendContext(sender.session_id, broadcast.run_id, subtree.copy_call(broadcast.broadcast_id, recipient)),
                     {"to": recipient, "body": body, "mode": mode},
                 )
@@ -143,7 +140,7 @@ class Subtree:
         if how == "dispose":
             # Closed for good: sealed first, so no child joins the subtree while it is being disposed.
             order = await self._service.seal(top, stop_id, order)
-        records = await self._store.directory.many(order)
+        records = await self._reader.many(order)
         rows = []
         for sid in order:
             record = records[sid]

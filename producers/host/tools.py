@@ -1,54 +1,40 @@
 """``tm.tools``: every model-facing tool a session has, for any agent framework and for MCP.
 
 The table (``producers/tools/table.py``) says what each tool is; this part
-reads the session once, answers a call by name through ``Handlers`` (the
-host's parts, bound at wiring) and mints the bearer tokens that bind an MCP
+reads the session once, answers a call by name through ``ToolParts`` (the
+host's parts, built with them) and mints the bearer tokens that bind an MCP
 connection to a session; ``tm.tools.mailbox`` is how such a connection
 receives when it is the agent itself (``producers/host/mailbox.py``).
 """
 
-import redis.asyncio as aioredis
-
-from treemail.adapters import tokens
-from treemail.adapters.config import Config
-from treemail.adapters.eventstore import EventStore
 from treemail.adapters.tokens import TokenBinding
 from treemail.domain import commands as c
 from treemail.domain import limits
 from treemail.domain.commands import SendContext
-from treemail.domain.records import SessionRecord
-from treemail.services.sessions import SessionService
+from treemail.services.tokens import TokenService
 
 from ..tools import schemas, table
-from ..tools.table import Handlers, SessionView
+from ..tools.table import SessionView, ToolParts
 
 from .mailbox import Mailbox
+from .shared import Part, Shared
 
 
-class Tools:
-    def __init__(self, redis: aioredis.Redis, config: Config, store: EventStore, sessions: SessionService,
-                 mailbox: Mailbox, handlers: Handlers) -> None:
-        self._redis = redis
-        self._config = config
-        self._store = store
-        self._sessions = sessions
-        self._handlers = handlers
+class Tools(Part):
+    def __init__(self, shared: Shared, tokens: TokenService, mailbox: Mailbox, parts: ToolParts) -> None:
+        super().__init__(shared)
+        self._tokens = tokens
+        self._parts = parts
         # What an agent with no engine behind it receives through (an MCP connection that is the agent).
         self.mailbox = mailbox
 
-    async def _view(self, record: SessionRecord) -> SessionView:
-        return SessionView(record, (await self._store.load(record)).state, self._config)
-
     async def definitions(self, session_id: str) -> list[dict]:
         """The canonical definitions of every tool this session may see, in table order (its state read once)."""
-        record = await self._sessions.record(session_id)
-        return await table.definitions(self._handlers, await self._view(record))
+        return await table.definitions(await self._views.read(session_id))
 
     async def definition(self, session_id: str, name: str) -> dict | None:
         """The definition of ``name`` if the session has that tool; None: an unknown tool."""
-        record = await self._sessions.record(session_id)
-        found = await table.installed_tool(self._handlers, name, await self._view(record))
-        return None if found is None else found[1]
+        return await table.definition(name, await self._views.read(session_id))
 
     async def schemas(self, session_id: str, format: str = "anthropic") -> list[dict]:
         """The session's tools as ``anthropic``, ``openai`` (function tools, strict where possible) or ``mcp``."""
@@ -61,13 +47,11 @@ class Tools:
         if isinstance(names, str):
             raise limits.invalid("names must be a list of tool names, not one string")
         await self._sessions.execute(c.InstallTools(session_id, tuple(names)))
-        record = await self._sessions.record(session_id)
-        return list((await self._store.load(record)).state.installed_tools)
+        return list((await self._reader.state_of(session_id)).installed_tools)
 
     async def call(self, context: SendContext, name: str, arguments) -> dict:
         """A model's call of any installed tool by name; like send_message, it never raises for model input."""
-        record = await self._sessions.record(context.session_id)
-        return await table.call(self._handlers, await self._view(record), context, name, arguments)
+        return await table.call(self._parts, await self._views.read(context.session_id), context, name, arguments)
 
     async def call_bound(self, binding: TokenBinding, tool_call_id: str, name: str, arguments,
                          view: SessionView | None = None) -> dict | None:
@@ -75,14 +59,13 @@ class Tools:
         None: the session has no tool ``name``. What an MCP request costs before the tool's own work.
         ``view``: the session as read with the token that made this request (``binding_with_view``)."""
         if view is None or view.record.session_id != binding.session_id:
-            view = await self._view(await self._sessions.record(binding.session_id))
-        found = await table.installed_tool(self._handlers, name, view)
-        if found is None:
+            view = await self._views.read(binding.session_id)
+        definition = await table.definition(name, view)
+        if definition is None:
             return None
         run_id = binding.run_id or view.state.current_run or f"mcp:{binding.binding_id}"
-        row, definition = found
-        return await row.call(self._handlers, SendContext(binding.session_id, run_id, tool_call_id),
-                              table.without_null_optionals(definition, arguments))
+        return await table.TOOLS[name].call(self._parts, SendContext(binding.session_id, run_id, tool_call_id),
+                                            table.without_null_optionals(definition, arguments))
 
     @staticmethod
     def result_text(name: str, result: dict) -> str:
@@ -94,15 +77,15 @@ class Tools:
     async def mint_token(self, session_id: str, run_id: str | None = None, ttl_s: int | None = None) -> str:
         """A bearer token binding an MCP connection to this session (and run, else its current one)."""
         limits.require_id("run_id", run_id, optional=True)
-        await self._sessions.record(session_id)
-        return await tokens.mint(self._redis, session_id, run_id, ttl_s)
+        await self._reader.record(session_id)
+        return await self._tokens.mint(session_id, run_id, ttl_s)
 
     async def revoke_token(self, token: str) -> bool:
-        return await tokens.revoke(self._redis, token)
+        return await self._tokens.revoke(token)
 
     async def binding(self, token: str) -> TokenBinding | None:
         """The session (and run) a live token binds; None for an unknown, expired or revoked one."""
-        return await tokens.lookup(self._redis, token)
+        return await self._tokens.lookup(token)
 
     async def binding_with_view(self, token: str, session_id: str | None
                                 ) -> tuple[TokenBinding | None, SessionView | None]:
@@ -113,22 +96,8 @@ class Tools:
         token it is can read that session with the check. The view is None when the token is not live,
         binds another session, or ``session_id`` is unknown (None, or a session that no longer exists).
         """
-        where = tokens.key(token)
-        if where is None:
-            return None, None
-        record = await self._store.directory.get(session_id) if session_id is not None else None
-        if record is None:
-            return tokens.parse(token, await self._redis.get(where)), None
-
-        def build(batch) -> None:
-            batch.execute_command("GET", where)
-            batch.hmget(self._store.state_key(record), *self._store.STATE_FIELDS)
-
-        raw, state = await self._store.read_round_trip(build)
-        binding = tokens.parse(token, raw)
-        if binding is None or binding.session_id != record.session_id:
-            return binding, None
-        return binding, SessionView(record, self._store.parse_loaded(record.session_id, state).state, self._config)
+        binding, record, state = await self._tokens.binding_with_state(token, session_id)
+        return binding, None if record is None else self._views.of(record, state)
 
     async def bound_context(self, binding: TokenBinding, tool_call_id: str) -> SendContext:
         """The context of one call made through a binding (an MCP token, or the session a stdio server serves).
@@ -141,6 +110,5 @@ class Tools:
         """
         run_id = binding.run_id
         if run_id is None:
-            record = await self._sessions.record(binding.session_id)
-            run_id = (await self._store.load(record)).state.current_run or f"mcp:{binding.binding_id}"
+            run_id = (await self._reader.state_of(binding.session_id)).current_run or f"mcp:{binding.binding_id}"
         return SendContext(binding.session_id, run_id, tool_call_id)

@@ -1,87 +1,65 @@
-"""The one place the host's services are built: each once, each given what it depends on.
+"""The host's bootstrap: its services first (``services/bootstrap.py``), then its parts over them.
 
-The facade (``facade.py``) and its parts take what they need from here by
-name, so a reader finds every dependency of the host in this file.
+Each part is built once and given what every part shares (``Shared``), then
+its own services, or a part built before it, never a method of the facade: ``Treemail`` only holds what is built here and hands
+its calls down. A reader finds every part of the host, and what it is given,
+in this file.
 """
 
 from dataclasses import dataclass
 
-import redis.asyncio as aioredis
-
 from treemail.adapters.config import Config
-from treemail.adapters.eventstore import EventStore
-from treemail.adapters.proofkeys import load_keyring
-from treemail.domain.proof import Keyring
-from treemail.services.disposal import DisposalService
-from treemail.services.drains import DrainService
+from treemail.services import bootstrap
 from treemail.services.clock import SYSTEM_CLOCK, Clock
-from treemail.services.interrupts import InterruptService
-from treemail.services.obligations import ObligationService
-from treemail.services.peerdelivery import PeerDriver
-from treemail.services.peers import PeerService
-from treemail.services.sends import SendService
-from treemail.services.sessions import SessionService
-from treemail.services.settlement import SettlementService
-from treemail.services.subtree import SubtreeService
+from treemail.services.bootstrap import HostServices
 
-from ..client import CommandClient
+from ..tools.table import ToolParts, Views
 
-from .interrupts import interrupt_reader
-from .wakes import WakeReader
+from .delivery import Deliveries
+from .disposal import Disposal
+from .history import History
+from .interrupts import Interrupts
+from .mailbox import Mailbox
+from .obligations import Obligations
+from .peers import Peers
+from .permissions import Permissions
+from .sending import Sending
+from .shared import Shared
+from .subtree import Subtree
+from .tools import Tools
 
 
 @dataclass(frozen=True)
-class Services:
-    config: Config
-    redis: aioredis.Redis
-    listener: aioredis.Redis
-    store: EventStore
-    sessions: SessionService
-    commands: CommandClient
-    wake_reader: WakeReader
-    interrupt_reader: WakeReader
-    interrupts: InterruptService
-    obligations: ObligationService
-    settlement: SettlementService
-    disposal: DisposalService
-    drains: DrainService
-    keyring: Keyring | None
-    peers: PeerService
-    # Peer mail as an outbox: the host's driver makes each peer send's first admission attempt.
-    peer_driver: PeerDriver
-    clock: Clock
-    # Whole subtrees: a broadcast's and a cascading stop's recorded steps.
-    subtree: SubtreeService
+class Host:
+    services: HostServices
+    # Every tree send (a model's, the host's, a broadcast copy) goes out through this one part.
+    sending: Sending
+    deliveries: Deliveries
+    history: History
+    peers: Peers
+    interrupts: Interrupts
+    disposal: Disposal
+    permissions: Permissions
+    obligations: Obligations
+    tools: Tools
 
 
-def decides_sends(config: Config) -> bool:
-    """The host decides its sends itself (``[service] host_decides_sends``); never under the replicated profile,
-    whose unconfirmed appends the workers answer (``not_replicated``)."""
-    return config.service.host_decides_sends and config.service.profile != "replicated"
-
-
-def build(redis: aioredis.Redis, listener: aioredis.Redis, config: Config, clock: Clock = SYSTEM_CLOCK) -> Services:
-    """``clock``: what every service decides by (``treemail.testing`` passes one it can move forward)."""
-    store = EventStore(redis, config.service)
-    sessions = SessionService(store, config, clock)
-    settlement = SettlementService(sessions)
-    # Loaded once: a bad key file fails at connect, not at the first delivery.
-    keyring = load_keyring(config.proof)
-    disposal = DisposalService(store, sessions, settlement, clock)
-    return Services(
-        config=config, redis=redis, listener=listener, store=store, sessions=sessions,
-        commands=CommandClient(redis, listener, config.service, store.directory,
-                               SendService(store, config.messaging, keyring, clock) if decides_sends(config) else None),
-        wake_reader=WakeReader(redis, config.service),
-        interrupt_reader=interrupt_reader(redis, config.service),
-        interrupts=InterruptService(store, clock),
-        obligations=ObligationService(sessions, clock),
-        settlement=settlement,
-        disposal=disposal,
-        drains=DrainService(store, sessions),
-        keyring=keyring,
-        peers=PeerService(store, sessions, config.messaging, keyring, clock),
-        peer_driver=PeerDriver(store, sessions, keyring, clock),
-        clock=clock,
-        subtree=SubtreeService(store, sessions, disposal, clock),
-    )
+def build(redis, listener, config: Config, clock: Clock = SYSTEM_CLOCK) -> Host:
+    """Services, then parts, downward only. ``clock``: what every decision is dated by."""
+    s = bootstrap.host(redis, listener, config, clock)
+    shared = Shared(config, s.reader, s.sessions, Views(s.reader, config, s.peers), clock)
+    permissions = Permissions(shared, s.approvals)
+    sending = Sending(shared, permissions, s.approval_wait)
+    deliveries = Deliveries(shared, s.peers, s.keyring)
+    history = History(shared, s.drains, s.subscriptions)
+    # Whole subtrees: the broadcast reads as mail (``tm.peers``), the cascading stop as disposal.
+    subtree = Subtree(shared, s.subtree, s.disposal, sending)
+    peers = Peers(shared, s.peers, s.peer_driver, subtree=subtree)
+    interrupts = Interrupts(shared, s.interrupts, s.triggers, s.settlement)
+    obligations = Obligations(shared, s.obligations, s.disposal, s.triggers, peers=s.peers, peer_driver=s.peer_driver)
+    tools = Tools(shared, s.tokens, Mailbox(shared, deliveries), ToolParts(
+        sending=sending, interrupts=interrupts, obligations=obligations, peers=peers, history=history,
+        subtree=subtree, reader=s.reader,
+    ))
+    return Host(s, sending, deliveries, history, peers, interrupts, Disposal(s.disposal, s.drains, subtree=subtree),
+                permissions, obligations, tools)

@@ -7,8 +7,7 @@ says a retry of the same tool call is safe.
 
 from collections.abc import Awaitable, Callable
 
-from redis.exceptions import RedisError
-
+from treemail.adapters.faults import StoreError
 from treemail.domain.errors import Code, LifecycleError, Rejected
 from treemail.domain.results import error_result
 
@@ -19,7 +18,7 @@ async def answered(decide: Callable[[], Awaitable[dict]], shutdown: Code) -> dic
         outcome = await decide()
     except Rejected as rejection:
         return error_result(rejection.code.value, rejection.message)
-    except (RedisError, LifecycleError) as error:
+    except (StoreError, LifecycleError) as error:
         return error_result(
             shutdown.value, f"no decision could be made ({type(error).__name__}); retrying this same tool call is safe"
         )

@@ -65,18 +65,18 @@ def result_text(result: dict) -> str:
             f"of {result['sent_through']} you sent it.")
 
 
-async def call(history, directory, context, arguments) -> dict:
-    """The tool's call through the host's history part; ``directory`` names the caller's tree peers."""
+async def call(history, reader, context, arguments) -> dict:
+    """The tool's call through the host's history part; ``reader`` names the caller's tree peers."""
     parsed = parse_arguments(arguments)
     if isinstance(parsed, dict):
         return parsed
     to, sequence = parsed
-    sender = await directory.get(context.session_id)
+    sender = await reader.find(context.session_id)
     recipient = None
     if sender is not None and ids.is_uuid(to):
-        recipient = await directory.get(to)
+        recipient = await reader.find(to)
     elif sender is not None:
-        recipient = next((peer.record for peer in await directory.tree_peers(sender)
+        recipient = next((peer.record for peer in await reader.tree_peers(sender)
                           if peer.record.handle == to), None)
     if recipient is None:
         return error_result(Code.RECEIPT_UNKNOWN_RECIPIENT.value,

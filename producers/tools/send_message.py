@@ -14,7 +14,7 @@ from treemail.domain.decide.guards import require_not_blank
 from treemail.domain.decide.mailcontrol import with_send_options
 from treemail.domain.errors import Code, Rejected
 from treemail.domain.messaging import MessagingConfig
-from treemail.domain.results import engine_shutdown, error_result
+from treemail.domain.results import approval_timeout, engine_shutdown, error_result
 
 from . import arguments, surface
 
@@ -202,11 +202,3 @@ def require_storable(arguments: SendArguments, config: MessagingConfig) -> None:
     """
     if config.enabled and (arguments.body or arguments.blocks):
         content.require_content(arguments, config)  # every content block counted, as the decision does
-
-
-def approval_timeout(request_id: str, waited_s: float) -> dict:
-    return error_result(
-        Code.APPROVAL_TIMEOUT.value,
-        f"nobody answered approval request {request_id} within {waited_s:g} s, so nothing was sent. The "
-        "request stays open: if a person approves it later, retrying this same tool call sends the message.",
-    )

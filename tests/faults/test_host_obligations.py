@@ -12,7 +12,7 @@ import pytest
 from tests.integration.conftest import adapters, make_config, running_stack
 from treemail.adapters.connection import connect
 from treemail.adapters.eventstore import EventStore
-from treemail.producers.host.wakes import WakeReader
+from treemail.adapters.wakes import WakeReader
 from treemail.domain import events as ev
 from treemail.domain.commands import SendArguments, SendContext, SendMessage, StartRun
 from treemail.services.obligations import ObligationService

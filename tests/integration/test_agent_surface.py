@@ -13,7 +13,7 @@ from treemail.domain import ids
 from treemail.domain.commands import SendArguments, SendContext, SendMessage
 from treemail.domain.errors import UnknownSessionError
 from treemail.entrypoints import cli
-from treemail.producers.client import command_stream
+from treemail.adapters.commandclient import command_stream
 from treemail.producers.tools import schemas as toolschemas
 from treemail.producers.tools import table as tools
 

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from treemail.consumers.app import Worker
 from treemail.adapters import keys
-from treemail.producers.client import command_stream
+from treemail.adapters.commandclient import command_stream
 
 
 from .conftest import Calls, adapters, close_host, connect_host, make_config

@@ -2,7 +2,7 @@
 
 import pytest
 
-from treemail.producers.host.wakes import WakeReader
+from treemail.adapters.wakes import WakeReader
 from treemail.projections.replay import rebuild
 
 from .conftest import adapters, live

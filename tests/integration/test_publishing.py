@@ -13,7 +13,7 @@ import pytest
 from treemail.adapters.connection import connect
 from treemail.domain.commands import SendArguments
 from treemail.host import SendContext
-from treemail.producers.client import CommandClient
+from treemail.adapters.commandclient import CommandClient
 
 from .conftest import CLUSTER, adapters
 

@@ -10,8 +10,9 @@ from treemail import TreemailError
 from treemail.adapters import keys
 from treemail.adapters.connection import connect
 from treemail.domain.commands import SendArguments
-from treemail.producers.client import CommandClient
-from treemail.producers.host import approvals
+from treemail.domain.limits import MAX_ID_BYTES
+from treemail.adapters.commandclient import CommandClient
+from treemail.services import approvals
 
 from ..conftest import CLUSTER
 from .conftest import adapters, live, make_config, running_stack, timed_stack
@@ -104,11 +105,16 @@ async def test_huge_arguments_come_back_as_bounded_errors(stack, calls):
     for n in range(60):  # more peers than an error lists
         await stack.register_child(root.session_id, "explore", "d" * 4096)  # the longest description allowed
     await live(stack, root)
+    # A `to` longer than any handle or id is refused before it is decided, with a bounded message.
     huge_to = await stack.send_message(calls.ctx(root.session_id), {"to": "z" * 1_000_000, "body": "x"})
-    assert code(huge_to) == "send_message:unknown_session"
-    assert len(huge_to["error"]["message"]) <= 8192
-    assert "unknown subagent reference `zzz" in huge_to["error"]["message"]
-    assert "and 20 more" in huge_to["error"]["message"]
+    assert code(huge_to) == "send_message:invalid_arguments"
+    assert len(huge_to["error"]["message"]) < 500
+    # The longest `to` decided names no one: the recipients it could mean are listed, a bounded number.
+    longest_to = await stack.send_message(calls.ctx(root.session_id), {"to": "z" * MAX_ID_BYTES, "body": "x"})
+    assert code(longest_to) == "send_message:unknown_session"
+    assert len(longest_to["error"]["message"]) <= 8192
+    assert "unknown subagent reference `zzz" in longest_to["error"]["message"]
+    assert "and 20 more" in longest_to["error"]["message"]
     many_keys = {"to": "x", "body": "y", **{f"k{i}": i for i in range(100_000)}}
     unknown = await stack.send_message(calls.ctx(root.session_id), many_keys)
     assert code(unknown) == "send_message:invalid_arguments"

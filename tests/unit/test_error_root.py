@@ -23,7 +23,9 @@ from treemail.domain.limits import IdentifierError
 
 # The layers a host API call runs through, from the facade down to the decisions.
 HOST_LAYERS = ("treemail.producers.host", "treemail.producers.tools", "treemail.producers.mcp", "treemail.services",
-               "treemail.domain")
+               "treemail.domain",
+               # The host's own readers and command client, which live among the adapters.
+               "treemail.adapters.commandclient", "treemail.adapters.observe", "treemail.adapters.wakes")
 # An invariant of the code itself, never a caller's mistake: a failing one is a bug to report, not a code.
 INVARIANTS = (AssertionError, NotImplementedError)
 # Raises that never reach a caller as they are, each with where it goes instead.

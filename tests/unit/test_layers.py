@@ -62,7 +62,8 @@ def target_of(module: str, node: ast.ImportFrom, is_package: bool) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
-def names_of(nodes, module: str, is_package: bool) -> set[str]:
+def names_of(nodes, module: str, is_package: bool, every: bool = False) -> set[str]:
+    """The modules (and names) the import nodes read: treemail's only, or ``every`` one (libraries too)."""
     out: set[str] = set()
     for node in nodes:
         if isinstance(node, ast.Import):
@@ -71,12 +72,33 @@ def names_of(nodes, module: str, is_package: bool) -> set[str]:
             target = target_of(module, node, is_package)
             out.add(target)
             out.update(f"{target}.{alias.name}" for alias in node.names)
-    return {name for name in out if name == "treemail" or name.startswith("treemail.")}
+    return {name for name in out if every or name == "treemail" or name.startswith("treemail.")}
 
 
-def imports_of(module: str, path: Path) -> set[str]:
-    nodes = [node for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, (ast.Import, ast.ImportFrom))]
-    return names_of(nodes, module, path.name == "__init__.py")
+def imports_of(module: str, path: Path, every: bool = False) -> set[str]:
+    return imports_in(module, path.read_text(), path.name == "__init__.py", every)
+
+
+def imports_in(module: str, source: str, is_package: bool = False, every: bool = False) -> set[str]:
+    nodes = [node for node in ast.walk(ast.parse(source)) if isinstance(node, (ast.Import, ast.ImportFrom))]
+    return names_of(nodes, module, is_package, every)
+
+
+# What the top floor never touches: a server client, the key layout, the store and the stream readers.
+# Its parts read sessions through ``services.sessionreader`` and send through ``services``.
+STORAGE = (
+    "redis", "valkey", "treemail.adapters.keys", "treemail.adapters.connection", "treemail.adapters.lanes",
+    "treemail.adapters.eventstore", "treemail.adapters.directory", "treemail.adapters.commandclient",
+    "treemail.adapters.wakes", "treemail.adapters.observe", "treemail.adapters.feed",
+)
+
+
+def storage_imports(module: str, names: set[str]) -> list[tuple[str, str]]:
+    """``(module, imported)`` for each storage module (or a name in one) that a producers module imports."""
+    if package_of(module) != "treemail.producers":
+        return []
+    return sorted((module, name) for name in names
+                  if any(name == s or name.startswith(s + ".") for s in STORAGE))
 
 
 def private_imports(module: str, source: str, is_package: bool = False) -> list[tuple[str, str]]:
@@ -168,3 +190,29 @@ def test_the_installed_distribution_has_one_import_root():
     for name in ("producers", "consumers", "projections"):
         assert importlib.util.find_spec(f"treemail.{name}") is not None
     assert Path(treemail.__file__).parent.name == "treemail"
+
+
+def test_the_top_floor_talks_only_to_services():
+    touched = [found for module, path in installed_modules().items()
+               for found in storage_imports(module, imports_of(module, path, every=True))]
+    assert touched == []
+
+
+def test_the_storage_check_catches_a_part_reading_storage_itself():
+    source = (
+        "import redis.asyncio as aioredis\n"
+        "from redis.exceptions import RedisError\n"
+        "from treemail.adapters import keys\n"
+        "from treemail.adapters.eventstore import EventStore\n"
+        "from ...adapters.wakes import WakeReader\n"
+        "from treemail.adapters.config import Config\n"
+        "from treemail.services.sessionreader import SessionReader\n"
+    )
+    module = "treemail.producers.host.facade"
+    assert [name for _, name in storage_imports(module, imports_in(module, source, every=True))] == [
+        "redis.asyncio", "redis.exceptions", "redis.exceptions.RedisError",
+        "treemail.adapters.eventstore", "treemail.adapters.eventstore.EventStore", "treemail.adapters.keys",
+        "treemail.adapters.wakes", "treemail.adapters.wakes.WakeReader",
+    ]
+    # A service below may hold them: only the top floor is bound.
+    assert storage_imports("treemail.services.sessionreader", {"treemail.adapters.eventstore"}) == []

@@ -40,7 +40,7 @@ def installed(rules=ALLOW_ALL, send_message_tool=True, installed_tools=()) -> li
     """The session's tools, from its record and folded state alone (no optional tool needs I/O unless installed)."""
     record = session_record(ROOT_ID, rules=rules, send_message_tool=send_message_tool)
     state = replace(fold([registered(record)]), installed_tools=tuple(installed_tools))
-    return asyncio.run(tools.definitions(None, tools.SessionView(record, state, Config())))
+    return asyncio.run(tools.definitions(tools.SessionView(record, state, Config())))
 
 
 def test_send_message_is_the_first_row_and_its_definition_is_the_default_tool():

@@ -333,7 +333,7 @@ class EventStore:
         record, applied = plan.record, plan.applied
         p, sid = record.partition, record.session_id
         encoded = [part for event in plan.events for part in ev.encode(event)]
-        # (message id, item or '' once done, which hash keeps it): the Lua keeps each item in one place.
+        # Each ``MailChange`` as three arguments (an item done as ''): the Lua keeps each item in one place.
         changes = [part for message_id, item, where in plan.mail
                    for part in (message_id, encode_item(item) if item else "", where)]
         wakes = [wake_trigger(record, message_id, seq) for seq, message_id in applied.wakes]

@@ -13,6 +13,7 @@ plan out as the commit script's arguments, and the script checks and writes.
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from . import events as ev
 from .decide.delivery import next_check
@@ -20,7 +21,7 @@ from .decide.lifecycle import claimable
 from .messaging import MessagingConfig
 from .outbound import Source, index_entries
 from .records import SessionRecord
-from .state import Applied, MailItem, SessionState, apply
+from .state import Applied, MailItem, SessionState, WakeRequest, apply
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,25 @@ class Idempotency:
     record: list | dict
 
 
+class MailChange(NamedTuple):
+    """One pending-mail item the step writes, and where it is kept: 'due' while a claim may take it, else
+    'held'; prefixed 'new ' for an item these events create, which neither hash holds yet; '' once done."""
+
+    message_id: str
+    item: MailItem | None
+    where: str
+
+
+class DueChange(NamedTuple):
+    """The partition's due index: ('', None) unchanged, ('set', t) exactly t, ('lt', t) at most t, ('del', None)."""
+
+    operation: str
+    when: float | None
+
+
+UNCHANGED = DueChange("", None)
+
+
 @dataclass(frozen=True)
 class SourceWrite:
     """What the step writes on another stream of the partition: a sender's records (the state they leave, its
@@ -40,12 +60,12 @@ class SourceWrite:
     record: SessionRecord
     events: list[ev.Event]
     state: SessionState
-    # (field, value) pairs of the partition's outbound index.
+    # The partition's outbound index entries, a flat list: field, value, field, value ...
     outbound: list[str]
-    # As ``CommitPlan``'s: the items, the (position, message id) of each wake, the due index change.
-    mail: list[tuple[str, MailItem | None, str]] = field(default_factory=list)
-    wakes: list[tuple[int, str | None]] = field(default_factory=list)
-    due: tuple[str, float | None] = ("", None)
+    # As ``CommitPlan``'s: the items, each wake requested, the due index change.
+    mail: list[MailChange] = field(default_factory=list)
+    wakes: list[WakeRequest] = field(default_factory=list)
+    due: DueChange = UNCHANGED
 
 
 @dataclass(frozen=True)
@@ -54,17 +74,14 @@ class CommitPlan:
     events: list[ev.Event]
     # The state, version, wakes, interrupts, approvals, grants and registration the events leave.
     applied: Applied
-    # (message id, item or None once done, where it is kept): 'due' while a claim may take it, else 'held';
-    # prefixed 'new ' for an item these events create, which neither hash holds yet.
-    mail: list[tuple[str, MailItem | None, str]]
-    # The partition's due index: ('', None) unchanged, ('set', t) exactly t, ('lt', t) at most t, ('del', None).
-    due: tuple[str, float | None]
+    mail: list[MailChange]
+    due: DueChange
     sources: list[SourceWrite] = field(default_factory=list)
     idempotency: Idempotency | None = None
     # Whether the decision found the whole service draining (None: it did not look); the step applies only
     # if the partition's copy of the flag still says the same.
     read_draining: bool | None = None
-    # (field, value) pairs of the partition's outbound index that the session's own events write (a peer
+    # The partition's outbound index entries (a flat field, value list) that the session's own events write (a peer
     # intent, and the receipt, refusal and settlement a peer driver records on its source).
     outbound: list[str] = field(default_factory=list)
 
@@ -76,17 +93,17 @@ def placement(item: MailItem, new: bool) -> str:
 
 
 def due_change(applied: Applied, mail: dict[str, MailItem] | None, policy: MessagingConfig | None,
-               now: float) -> tuple[str, float | None]:
+               now: float) -> DueChange:
     """The session's entry in the due index after ``applied``: exact when ``mail`` is all the pending
     mail the decision read, otherwise lowered to what the changed items need; unchanged without a policy."""
     if policy is None:
-        return "", None
+        return UNCHANGED
     if mail is not None:
         items = {**mail, **applied.mail_changes}
         when = next_check(applied.state, [i for i in items.values() if i is not None], policy, now)
-        return ("del", None) if when is None else ("set", when)
+        return DueChange("del", None) if when is None else DueChange("set", when)
     when = next_check(applied.state, [i for i in applied.mail_changes.values() if i is not None], policy, now)
-    return ("", None) if when is None else ("lt", when)
+    return UNCHANGED if when is None else DueChange("lt", when)
 
 
 def source_write(source: Source, policy: MessagingConfig | None = None, now: float = 0.0) -> SourceWrite:
@@ -96,7 +113,7 @@ def source_write(source: Source, policy: MessagingConfig | None = None, now: flo
     applied = apply(source.state, {}, source.events, source.version)
     if not applied.mail_changes and not applied.wakes:
         return SourceWrite(source.record, source.events, applied.state, outbound)
-    mail = [(message_id, item, placement(item, True) if item else "")
+    mail = [MailChange(message_id, item, placement(item, True) if item else "")
             for message_id, item in applied.mail_changes.items()]
     return SourceWrite(source.record, source.events, applied.state, outbound, mail, applied.wakes,
                        due_change(applied, None, policy, now))
@@ -126,7 +143,7 @@ def plan_commit(
     decision folded them already (``state.apply``). ``sources``: the senders' records of the decision.
     """
     applied = apply(state, mail or {}, events, version, folded)
-    changes = [(message_id, item, placement(item, message_id in new_mail) if item else "")
+    changes = [MailChange(message_id, item, placement(item, message_id in new_mail) if item else "")
                for message_id, item in applied.mail_changes.items()]
     return CommitPlan(
         record, events, applied, changes, due_change(applied, mail if mail_complete else None, policy, now),

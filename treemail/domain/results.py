@@ -18,3 +18,11 @@ def engine_shutdown(reason: str) -> dict:
         f"{reason}; the message may or may not have been accepted. Retrying this same tool call is safe: "
         "it is delivered at most once.",
     )
+
+
+def approval_timeout(request_id: str, waited_s: float) -> dict:
+    return error_result(
+        Code.APPROVAL_TIMEOUT.value,
+        f"nobody answered approval request {request_id} within {waited_s:g} s, so nothing was sent. The "
+        "request stays open: if a person approves it later, retrying this same tool call sends the message.",
+    )

@@ -569,6 +569,27 @@ def _attempt(item: MailItem, event: ev.MessageEvent) -> MailItem:
     return item
 
 
+class WakeRequest(NamedTuple):
+    """A wake the events request: its event's stream position and the mail it is for (None: a plain wake)."""
+
+    position: int
+    message_id: str | None
+
+
+class InterruptRequest(NamedTuple):
+    """An interrupt the events request, at its event's stream position."""
+
+    position: int
+    interrupt: "ev.SessionInterruptRequested"
+
+
+class ApprovalChange(NamedTuple):
+    """An approval request's new status, with its request event when the events make it (None otherwise)."""
+
+    request: "ev.ApprovalRequested | None"
+    status: str
+
+
 @dataclass(frozen=True)
 class Applied:
     """What appending some events leaves, besides the events themselves: folded once, here.
@@ -581,16 +602,16 @@ class Applied:
     version: int
     # message id -> its item after the events, or None once it is done.
     mail_changes: dict[str, MailItem | None]
-    # (stream position, message id) of each wake requested.
-    wakes: list[tuple[int, str | None]]
+    # Each wake requested, where on the stream.
+    wakes: list["WakeRequest"]
     # A handle the registration reserves in its tree (unique per tree).
     handle: str | None
-    # Approval requests changed: request id -> (request event or None, status).
-    approvals: dict[str, tuple["ev.ApprovalRequested | None", str]]
+    # Approval requests changed, by request id.
+    approvals: dict[str, "ApprovalChange"]
     # Relationship labels granted for the whole tree.
     tree_grants: list[str]
-    # interrupt_agent: (stream position, interrupt) of each interrupt requested; its trigger rides the wake stream.
-    interrupts: list[tuple[int, "ev.SessionInterruptRequested"]] = field(default_factory=list)
+    # interrupt_agent: each interrupt requested, where on the stream; its trigger rides the wake stream.
+    interrupts: list["InterruptRequest"] = field(default_factory=list)
     # The events register the session: it joins its tree and partition (with or without a handle).
     registers: bool = False
 
@@ -603,12 +624,12 @@ def apply(state: SessionState, mail: dict[str, MailItem], events: list[ev.Event]
     (``wake.with_wake_folded``); the same ``fold``, so it is not done twice."""
     mail = dict(mail)
     touched: list[str] = []
-    wakes: list[tuple[int, str | None]] = []
+    wakes: list[WakeRequest] = []
     handle = None
     registers = False
-    approvals: dict[str, tuple[ev.ApprovalRequested | None, str]] = {}
+    approvals: dict[str, ApprovalChange] = {}
     grants: list[str] = []
-    interrupts: list[tuple[int, ev.SessionInterruptRequested]] = []
+    interrupts: list[InterruptRequest] = []
     for seq, event in enumerate(events, start=version + 1):
         if folded is None:
             state = evolve(state, event)
@@ -621,19 +642,19 @@ def apply(state: SessionState, mail: dict[str, MailItem], events: list[ev.Event]
             case ev.ProducerMessageAccepted() | ev.MessageEvent():
                 touched.append(event.message_id)
             case ev.SessionWakeRequested():
-                wakes.append((seq, event.message_id))
+                wakes.append(WakeRequest(seq, event.message_id))
             case ev.SessionRegistered():
                 handle, registers = event.handle, True
             case ev.ApprovalRequested():
-                approvals[event.request_id] = (event, "pending")
+                approvals[event.request_id] = ApprovalChange(event, "pending")
             case ev.ApprovalGranted():
-                approvals[event.request_id] = (None, "approved")
+                approvals[event.request_id] = ApprovalChange(None, "approved")
                 if event.scope == "tree":
                     grants.append(event.label)
             case ev.ApprovalDenied():
-                approvals[event.request_id] = (None, "denied")
+                approvals[event.request_id] = ApprovalChange(None, "denied")
             case ev.SessionInterruptRequested():
-                interrupts.append((seq, event))
+                interrupts.append(InterruptRequest(seq, event))
     changes = {message_id: mail.get(message_id) for message_id in dict.fromkeys(touched)}
     return Applied(folded or state, version + len(events), changes, wakes, handle, approvals, grants, interrupts=interrupts,
                    registers=registers)

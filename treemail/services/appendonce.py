@@ -16,8 +16,8 @@ from ..domain.commitplan import Idempotency, plan_commit
 from ..domain.messaging import MessagingConfig
 from ..domain.records import SessionRecord
 from ..domain.state import SessionState
-from . import contention
 from .clock import Clock
+from .transaction import Write, transact
 
 
 def notice_digest(*parts: str | None) -> str:
@@ -36,25 +36,28 @@ async def append_once(
     ``policy`` keeps the partition's due index (mail as an obligation): a notice is mail like any
     other, with attempts, backoff and a deadline.
     """
-    async for attempt in contention.rounds(record.session_id):
+    async def round_(attempt: int) -> Write:
         loaded = first if first is not None and not attempt else await store.load(record)
         now = clock.now()
         events, value = decide(loaded.state, now)
         if not events:
-            return None
+            return Write(None)
         plan = plan_commit(record, loaded.state, loaded.version, events, policy=policy, now=now,
                            idempotency=Idempotency(record.session_id, digest, value))
-        result = await store.append(store.prepare(plan, loaded))
-        if result.status == "ok":
-            return value
-        if result.status == "dup":
-            return result.record
+        return Write(value, plan, loaded)
+
+    return await transact(store, record.session_id, round_, replayed=_as_kept)
+
+
+def _as_kept(kept):
+    """A notice appended before: what its first append recorded is the answer."""
+    return kept
 
 
 async def append_fixed(store: EventStore, record: SessionRecord, events: list[ev.Event]) -> None:
     """Append events already decided (a record of what happened elsewhere), whatever was appended since."""
-    async for _ in contention.rounds(record.session_id):
+    async def round_(_attempt: int) -> Write:
         loaded = await store.load(record)
-        plan = plan_commit(record, loaded.state, loaded.version, events)
-        if (await store.append(store.prepare(plan, loaded))).status == "ok":
-            return
+        return Write(None, plan_commit(record, loaded.state, loaded.version, events), loaded)
+
+    await transact(store, record.session_id, round_)

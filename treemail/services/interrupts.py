@@ -16,9 +16,9 @@ from ..domain.decide.send import Accepted, Refused, outcome_of
 from ..domain.handlers import HANDLERS
 from ..domain.records import Peer, SessionRecord
 from ..domain.state import SessionState
-from . import contention
 from .clock import SYSTEM_CLOCK, Clock
-from .keyedcalls import append_keyed
+from .keyedcalls import keyed_write, transact_keyed
+from .transaction import Write
 
 decide_interrupt = HANDLERS[InterruptAgent].decide
 
@@ -36,7 +36,8 @@ class InterruptService:
         target_record = await self._resolve(sender, arguments.to)
         recorded = await self._recorded(target_record, interrupt.key_digest(context))
         subject = target_record.session_id if isinstance(target_record, SessionRecord) else arguments.to
-        async for _ in contention.rounds(subject):
+
+        async def round_(_attempt: int) -> Write:
             present = [r for r in (sender, target_record) if isinstance(r, SessionRecord)]
             loaded = await self.store.load_many(present)
             target: Target = target_record
@@ -55,13 +56,13 @@ class InterruptService:
                 # No session to keep the answer with (an agent that does not exist), an accepted no-op (a
                 # settled, one-shot or idle target: it touches nothing), a replayed answer, or a refusal that
                 # says nothing about the call: nothing to append anywhere.
-                return outcome_of(decision)
-            answer = await append_keyed(
-                self.store, interrupt.INTERRUPTS, arguments, interrupt.key_digest(context), target.record,
+                return Write(outcome_of(decision))
+            return keyed_write(
+                interrupt.INTERRUPTS, arguments, interrupt.key_digest(context), target.record,
                 loaded[target.record.session_id], decision,
             )
-            if answer is not None:
-                return answer
+
+        return await transact_keyed(self.store, subject, interrupt.INTERRUPTS, arguments, round_)
 
     async def _recorded(self, target: SessionRecord | NoSuchSession | NoSuchHandle, digest: str) -> list | dict | None:
         """The outcome this tool call already has: the commit keeps it with the target (the session it appended

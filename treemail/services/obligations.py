@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..adapters import keys, metrics, tracing
+from ..adapters import keys, metrics, outboundindex, tracing
 from ..domain import events as ev
 from ..domain.commands import KeepObligations
 from ..domain.decide.stranded import may_strand
@@ -47,6 +47,10 @@ class ObligationService:
         self.store = sessions.store
         self.redis = sessions.store.redis
         self.partitions = list(range(sessions.config.service.partitions))
+
+    async def find_sent(self, message_id: str, partitions: list[int]) -> outboundindex.Found | None:
+        """The sender's records of ``message_id`` in the outbound index of these partitions, if any holds them."""
+        return await outboundindex.find(self.redis, message_id, partitions)
 
     async def keep(self, session_id: str, stale_before: float = 0.0, refresh: bool = True) -> list[ev.Event]:
         """Decide ``KeepObligations`` for one session; ``refresh`` rewrites its due entry even when idle."""

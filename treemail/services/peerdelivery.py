@@ -35,9 +35,11 @@ from ..domain.decide.send import Refused, outcome_of
 from ..domain.errors import Code, LifecycleError, UnknownSessionError
 from ..domain.protocol import PROTOCOL_VERSION
 from ..domain.records import SessionRecord
-from . import contention, servicedrain
+from . import servicedrain
 from .clock import Clock
-from .keyedcalls import append_keyed
+from .keyedcalls import keyed_write, transact_keyed
+from . import transaction
+from .transaction import Write
 from .sessions import SessionService
 
 log = logging.getLogger("treemail.peers")
@@ -181,7 +183,8 @@ class PeerDriver:
         recorded = await self.store.recorded(destination, digest)
         if recorded is not None:
             return ADMISSIONS.replayed_outcome(recorded, intent.message_id)
-        async for _ in contention.rounds(destination.session_id):
+
+        async def round_(_attempt: int) -> Write:
             loaded = await self.store.load_many([source, destination])
             draining = await servicedrain.service_draining(self.store)
             now = self.clock.now()
@@ -192,16 +195,16 @@ class PeerDriver:
                 keyring=self.keyring,
             ))
             if isinstance(decision, Refused):
-                return outcome_of(decision)
-            answer = await self.admit_commit(destination, loaded[destination.session_id], decision, digest,
-                                             intent.message_id, now, draining)
-            if answer is not None:
-                return answer
+                return Write(outcome_of(decision))
+            return keyed_write(ADMISSIONS, intent.message_id, digest, destination, loaded[destination.session_id],
+                               decision, policy=self.policy, now=now, read_draining=draining)
 
-    async def admit_commit(self, destination, loaded, decision, digest, message_id, now, draining) -> dict | None:
+        return await transact_keyed(self.store, destination.session_id, ADMISSIONS, intent.message_id, round_,
+                                    commit=self.admit_commit)
+
+    async def admit_commit(self, *args) -> dict | object:
         """The admission's one commit (a test drops its reply here to prove a second attempt admits nothing)."""
-        return await append_keyed(self.store, ADMISSIONS, message_id, digest, destination, loaded, decision,
-                                  policy=self.policy, now=now, read_draining=draining)
+        return await transaction.commit(*args)
 
     async def discard(self, source: SessionRecord, message_id: str, reason: str = "") -> None:
         """Give up on a parked delivery (LifecycleError if it is not parked). An admission that did land (an

@@ -27,9 +27,10 @@ from ..domain.handlers import HANDLERS
 from ..domain.messaging import MessagingConfig
 from ..domain.records import SessionRecord
 from ..domain.state import SessionState
-from . import contention, servicedrain
+from . import servicedrain
 from .clock import SYSTEM_CLOCK, Clock
-from .keyedcalls import append_keyed
+from .keyedcalls import keyed_write, transact_keyed
+from .transaction import Write
 from .sessions import SessionService
 
 # A route the host asks for that no peer route may be: its target is a delegated child, or its own source.
@@ -217,7 +218,8 @@ class PeerService:
                 return routes.replayed_outcome(recorded, arguments)
         target_id = await self.index.resolve(sender, arguments.peer) if sender is not None else None
         target_record = await self.store.directory.get(target_id) if target_id else None
-        async for _ in contention.rounds(context.session_id):
+
+        async def round_(_attempt: int) -> Write:
             present = [r for r in (sender, target_record) if r is not None]
             loaded = await self.store.load_many(present)
             if target_record is not None:
@@ -233,19 +235,23 @@ class PeerService:
             )
             decision = decide_peer_send(command, given)
             if isinstance(decision, Refused) and (sender is None or not idempotency.answers_retries(decision.code)):
-                return outcome_of(decision)
+                return Write(outcome_of(decision))
+            decided_at.append(given.now)
             if not isinstance(decision, Refused):
                 # Before the commit and after it: a driver that finds the outbox empty meanwhile cannot
                 # take the source out of the index for good (``peerdue``).
                 await self.due.touch(sender, given.now)
-            answer = await append_keyed(
-                self.store, routes.PEER_SENDS, arguments, digest, sender, loaded[sender.session_id],
+            return keyed_write(
+                routes.PEER_SENDS, arguments, digest, sender, loaded[sender.session_id],
                 decision, policy=self.config, now=given.now, read_draining=draining,
             )
-            if answer is not None:
-                if "ok" in answer:
-                    await self.due.touch(sender, given.now)
-                return answer
+
+        # When the round whose write answered was decided: the source is due from then.
+        decided_at: list[float] = []
+        answer = await transact_keyed(self.store, context.session_id, routes.PEER_SENDS, arguments, round_)
+        if "ok" in answer:
+            await self.due.touch(sender, decided_at[-1])
+        return answer
 
     async def _recorded_before(self, sender: SessionRecord, digest: str) -> list | dict | None:
         """A tool call a release before the outbox decided: its record is with the target it was committed on."""

@@ -7,6 +7,7 @@ status, runs, claims, acknowledgements, injected mail, wakes, approvals.
 
 import logging
 from dataclasses import fields, replace
+from typing import NamedTuple
 
 from redis.exceptions import RedisError
 
@@ -19,12 +20,12 @@ from ..domain import actions, ids, limits, outbound
 from ..domain.commands import STATUSES, ForkSession, RegisterSession, SessionCommand
 from ..domain.commitplan import plan_commit
 from ..domain.decide.lifecycle import Given, require_parent_unsealed
-from ..domain.errors import LifecycleError, TreemailError, UnknownSessionError
+from ..domain.errors import LifecycleError, UnknownSessionError
 from ..domain.handlers import HANDLERS, decide_command
 from ..domain.records import SessionRecord
-from . import contention
 from .clock import SYSTEM_CLOCK, Clock
 from .outbound import load_senders
+from .transaction import HandleTaken, Write, transact
 
 HANDLE_ATTEMPTS = 16
 
@@ -56,7 +57,8 @@ class SessionService:
         # Before anything is read or stored: no caller can grow a stream with an unbounded identifier.
         limits.check_command(command)
         record = record or await self.record(command.session_id)
-        async for _ in contention.rounds(command.session_id):
+
+        async def round_(_attempt: int) -> Write:
             loaded = await self.store.load(record)
             if not loaded.state.registered and not isinstance(command, (RegisterSession, ForkSession)):
                 raise LifecycleError("lifecycle:unknown_session", f"session {command.session_id} is not registered")
@@ -70,18 +72,18 @@ class SessionService:
                 session_id=record.session_id, version=loaded.version, senders=senders,
             ))
             if not decision.events and not refresh_index:
-                return []
+                return Write(Decided([], None))
             plan = plan_commit(
                 record, loaded.state, loaded.version, decision.events, mail=mail,
                 mail_complete=handler.reads_mail == "all", policy=self.config.messaging, now=now,
                 sources=decision.sources,
             )
-            result = await self.store.append(self.store.prepare(plan, loaded, held=held))
-            if result.status == "ok":
-                await self._peer_settlements_due(mail, decision.events)
-                return decision.events
-            if result.status == "handle_taken":
-                raise HandleTaken(record.handle)
+            return Write(Decided(decision.events, mail), plan, loaded, held)
+
+        decided = await transact(self.store, command.session_id, round_)
+        if decided.mail is not None:
+            await self._peer_settlements_due(decided.mail, decided.events)
+        return decided.events
 
     async def _peer_settlements_due(self, mail, events: list[ev.Event]) -> None:
         """Peer mail consumed or discarded here is settled by its source's driver: the source is due now, not
@@ -185,7 +187,8 @@ _ORIGIN_FIELDS = tuple(
 )
 
 
-class HandleTaken(TreemailError):
-    """Another session of the tree holds this handle: registration draws another (never reaches a caller)."""
+class Decided(NamedTuple):
+    """A command's events as appended, and the pending mail it was decided with (None: nothing appended)."""
 
-    code = "lifecycle:handle_taken"
+    events: list[ev.Event]
+    mail: dict | None

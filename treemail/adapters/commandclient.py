@@ -12,20 +12,21 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from tenacity import AsyncRetrying, retry_if_exception_type, wait_fixed
 
-from treemail.adapters import keys
-from treemail.adapters.codec import encode_command
-from treemail.adapters.config import ServiceConfig
-from treemail.adapters.directory import Directory
-from treemail.adapters.lanes import Lanes, raise_refused
-from treemail.domain import compactjson, ids
-from treemail.domain.commands import SendArguments, SendContext, SendMessage
-from treemail.domain.results import engine_shutdown
-from treemail.services.sends import SendService
+from ..domain import compactjson, ids
+from ..domain.commands import SendArguments, SendContext, SendMessage
+from ..domain.results import engine_shutdown
+from . import keys
+from .codec import encode_command
+from .config import ServiceConfig
+from .directory import Directory
+from .lanes import Lanes, raise_refused
 
 log = logging.getLogger("treemail.client")
 # At most this many commands in one publishing round trip; more wait for the next.
@@ -39,6 +40,13 @@ def command_stream(config: ServiceConfig, route: str) -> str:
     return keys.command_stream(keys.command_shard(route, config.command_streams))
 
 
+class Decider(Protocol):
+    """What decides a send in this process as a worker would (``services.sends.SendService``): handed in by
+    the host's bootstrap, so this adapter never imports the services above it."""
+
+    async def decide(self, commands: list[SendMessage]) -> tuple[Mapping[str, Any], Any]: ...
+
+
 def _no_decision(answer: asyncio.Future, timeout_s: float) -> None:
     if not answer.done():
         answer.set_result(engine_shutdown(f"no decision within {timeout_s:g} s"))
@@ -46,7 +54,7 @@ def _no_decision(answer: asyncio.Future, timeout_s: float) -> None:
 
 class CommandClient:
     def __init__(self, redis: Redis, listener: Redis, config: ServiceConfig, directory: Directory | None = None,
-                 decider: SendService | None = None) -> None:
+                 decider: Decider | None = None) -> None:
         """``directory``: where a sender's tree is looked up (``stream_for``); without it, commands go by sender.
         ``decider``: decides each command in this process (``_decide_here``, ``[service] host_decides_sends``);
         None: the workers decide them all."""

@@ -28,11 +28,11 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from treemail.adapters import feed, keys
-from treemail.adapters.config import ServiceConfig
-from treemail.domain import limits
-from treemail.domain import events as ev
-from treemail.domain.errors import TreemailError
+from ..domain import events as ev
+from ..domain import limits
+from ..domain.errors import TreemailError
+from . import feed, keys
+from .config import ServiceConfig
 
 # The mail traffic plugins observe: producers and every ProducerMessage* step.
 MAIL_EVENTS: frozenset[type[ev.Event]] = frozenset(

@@ -4,7 +4,7 @@ A trigger is written in the same atomic step as the ``SessionWakeRequested``
 event it announces; a runner starts the woken run and acknowledges it.
 
 The same streams carry interrupt triggers (``"kind": "interrupt"``), read
-in a group of their own (``interrupts.interrupt_reader``): each group
+in a group of their own (``interrupt_reader``): each group
 acknowledges at once the entries of the other kind, so a wake runner never
 sees an interrupt and an interrupt reader never sees a wake.
 """
@@ -14,27 +14,17 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from treemail.adapters import keys
-from treemail.adapters.config import ServiceConfig
-from treemail.domain import protocol
+from ..domain import protocol
+from ..domain.triggers import Interrupt, Wake
+from . import keys
+from .config import ServiceConfig
 
 log = logging.getLogger("treemail.wakes")
-
-
-@dataclass(frozen=True)
-class Wake:
-    """A wake trigger: start a run on this session with its due mail as input, then ack."""
-
-    session_id: str
-    message_id: str | None
-    stream: str
-    entry_id: str
 
 
 def _text(value) -> str:
@@ -43,6 +33,13 @@ def _text(value) -> str:
 
 def wake_trigger(stream: str, entry_id: str, data: dict) -> Wake:
     return Wake(data["session_id"], data.get("message_id"), stream, entry_id)
+
+
+def interrupt_trigger(stream: str, entry_id: str, data: dict) -> Interrupt:
+    return Interrupt(
+        data["session_id"], data["run_id"], data["interrupt_id"], data["sender_session_id"],
+        data.get("reason", ""), stream, entry_id,
+    )
 
 
 class WakeReader:
@@ -108,6 +105,12 @@ class WakeReader:
                     break
         return out
 
+    async def probe(self) -> None:
+        """Raises when the server cannot be reached; else makes sure every stream has this reader's group
+        (recreated when a server came back without its data, as a worker recreates its own)."""
+        await self.redis.ping()
+        await self._ensure_groups()
+
     async def _mine(self, entries: list) -> list:
         """The triggers of this reader's kind; the others are acknowledged in this group and dropped."""
         mine, others = [], {}
@@ -156,3 +159,10 @@ class WakeReader:
     async def sessions(self, partition: int) -> list[str]:
         return sorted(_text(raw) for raw in await self.redis.smembers(keys.partition_sessions(partition)))
 
+
+
+def interrupt_reader(redis, config: ServiceConfig) -> WakeReader:
+    """Interrupt triggers, in their own group created from the start of each stream: an interrupt
+    written before any runner read one is still seen."""
+    return WakeReader(redis, config, group=keys.INTERRUPT_GROUP, kind="interrupt", trigger=interrupt_trigger,
+                      from_start=True)
