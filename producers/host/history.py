@@ -53,6 +53,8 @@ class History(Part):
         the pair numbered up to N is done (consumed, or discarded). "Has it read my message N?" is
         ``consumed_through >= N``, N being the ``sequence`` of that send's result. Raises ``NotFound`` (a
         KeyError) for an unknown recipient."""
+        limits.require_id("sender_session_id", sender_session_id)  # before any read, whatever its size
+        limits.require_id("recipient_session_id", recipient_session_id)
         record = await self._reader.find(recipient_session_id)
         if record is None:
             raise NotFound(Code.RECEIPT_UNKNOWN_RECIPIENT.value,
