@@ -24,7 +24,8 @@ DESCRIPTIONS = {
         "peer; with its attempts), `accepted` (stored for its recipient; with how many delivery "
         "attempts failed and why), `processed` (the recipient consumed it, or it was discarded and why), "
         "`parked` (delivery stopped after repeated failures or its deadline; retry_message can restart it) or "
-        "`refused`. Give the `message_id` that send_message (or send_to_peer) returned. Accepted does not mean read."
+        "`refused`. Give the `message_id` that send_message (or send_to_peer) returned. Accepted does not mean read. A `stranded` reason on a message means its "
+        "recipient closed with it pending and no one will take it: cancel_message ends it."
     ),
     "retry_message": (
         "Restart delivery of a parked message you sent (inspect_message says `parked`). A processed or "
