@@ -12,21 +12,22 @@ import sys
 
 from tests.integration.conftest import make_config
 from treemail.host import Treemail
+from treemail.producers.host.sending import Sending
 
 
 def die_at_answer(after: int) -> None:
     answered = 0
-    original = Treemail.send_message
+    original = Sending.send_message  # the one sending path every copy of a broadcast takes
 
-    async def send_message(self, context, arguments):
+    async def send_message(self, context, arguments, **options):
         nonlocal answered
-        result = await original(self, context, arguments)
+        result = await original(self, context, arguments, **options)
         answered += 1
         if answered >= after:
             os.kill(os.getpid(), signal.SIGKILL)
         return result
 
-    Treemail.send_message = send_message
+    Sending.send_message = send_message
 
 
 async def main(url: str, session_id: str, key: str, after: int) -> None:
