@@ -15,6 +15,7 @@ from treemail.domain import commands as c
 from treemail.domain import events as ev
 from treemail.domain.commands import SendArguments, SendContext
 from treemail.domain.decide.mailcontrol import with_send_options as mail_options
+from treemail.domain.decide.sendfields import require_storable
 from treemail.domain.errors import Code, Rejected
 from treemail.services.approvals import ApprovalWait
 from treemail.services.sessionreader import SessionReader
@@ -62,7 +63,7 @@ class Sending(Part):
                 parsed = dataclasses.replace(parsed, urgent=urgent)
             if numbered:
                 parsed = dataclasses.replace(parsed, numbered=True)
-            tool.require_storable(parsed, messaging)
+            require_storable(parsed, messaging)
             if expires_in_s is not None or supersede_key is not None:
                 parsed = mail_options(parsed, expires_in_s, supersede_key)
             if parsed.in_reply_to is not None:

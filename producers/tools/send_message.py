@@ -6,14 +6,11 @@ a send (who sends, from which run and tool call) comes from the host.
 
 from typing import Any
 
-from treemail.domain import effective, limits
-from treemail.domain.blocks import text_of
+from treemail.domain import effective
 from treemail.domain.commands import SendArguments
-from treemail.domain.decide import content
-from treemail.domain.decide.guards import require_not_blank
-from treemail.domain.decide.mailcontrol import with_send_options
-from treemail.domain.errors import Code, Rejected
-from treemail.domain.messaging import MessagingConfig
+from treemail.domain.decide.sendfields import (
+    EXPIRES, MODES, SUPERSEDE, URGENT, invalid, is_unicode_text, require_storable, send_fields,
+)
 from treemail.domain.results import approval_timeout, engine_shutdown, error_result
 
 from . import arguments, surface
@@ -26,14 +23,11 @@ __all__ = [
 TOOL_NAME = "send_message"
 SHOWN_KEYS = 5
 ALLOWED = ("to", "body", "mode")
-MODES = ("steer", "queue")
 # Threads (host-enabled, ``[messaging] threads``): the one optional argument they add.
 IN_REPLY_TO = "in_reply_to"
 THREAD_ARGUMENT = "The message_id of a message you received and are answering: your message joins its thread."
 THREAD_DESCRIPTION = " To answer a message you received, give its message_id as `in_reply_to`."
 # Expiry and supersede (host-enabled, ``[messaging] mail_control``): the two optional arguments they add.
-EXPIRES = "expires_in_s"
-SUPERSEDE = "supersede_key"
 MAIL_CONTROL_ARGUMENTS = {
     EXPIRES: {"type": "number", "exclusiveMinimum": 0, "maximum": 604800,
               "description": "Seconds after which the message is useless: unread by then, it is never delivered."},
@@ -44,7 +38,6 @@ MAIL_CONTROL_ARGUMENTS = {
 MAIL_CONTROL_DESCRIPTION = (" A message that is useless after a while can carry `expires_in_s`; one that replaces your "
                             "earlier unread one on the same subject, a `supersede_key`.")
 # Order and priority (host-enabled per session): the one optional argument it adds.
-URGENT = "urgent"
 URGENT_ARGUMENT = ("true: the recipient reads this message ahead of its other waiting mail. Only for what must "
                    "change its work now; ordinary mail is never held back by more than a few urgent messages.")
 
@@ -98,18 +91,6 @@ def tool_definition(
     }
 
 
-def _invalid(message: str) -> Rejected:
-    return Rejected(Code.INVALID_ARGUMENTS, message)
-
-
-def _is_unicode_text(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def parse_arguments(raw: Any, content_blocks: bool = False, threads: bool = False,
                     mail_control: bool = False, urgent: bool = False) -> SendArguments:
     """Strict: the model's JSON object (or its text) with exactly to, body and optionally mode.
@@ -118,48 +99,23 @@ def parse_arguments(raw: Any, content_blocks: bool = False, threads: bool = Fals
     ``threads``, ``in_reply_to`` may name the message it answers (the host checks and threads it); with
     ``mail_control``, ``expires_in_s`` and ``supersede_key`` are the send options a host may also give; with
     ``urgent`` (the host enabled it for the sender), ``urgent`` may mark it urgent.
+
+    The object's shape is judged here, which keys it may have; its fields are then handed down once to
+    the domain's ``send_fields``, which judges them in the order a model reads its mistakes.
     """
-    raw = arguments.json_object(raw, _invalid, "`to`, `body` and optional `mode`")
+    raw = arguments.json_object(raw, invalid, "`to`, `body` and optional `mode`")
     if "recipient_session_id" in raw:
-        raise _invalid("`recipient_session_id` was renamed: put the recipient's handle or session id in `to`")
+        raise invalid("`recipient_session_id` was renamed: put the recipient's handle or session id in `to`")
     allowed = (*ALLOWED, *((IN_REPLY_TO,) if threads else ()), *((EXPIRES, SUPERSEDE) if mail_control else ()),
                *((URGENT,) if urgent else ()))
-    arguments.refuse_unknown(raw, allowed, _invalid)
+    arguments.refuse_unknown(raw, allowed, invalid)
     if not isinstance(raw.get(URGENT, False), bool):
-        raise _invalid("`urgent` must be true or false")
+        raise invalid("`urgent` must be true or false")
     in_reply_to = raw.get(IN_REPLY_TO)
     if in_reply_to is not None and not (isinstance(in_reply_to, str) and in_reply_to.strip()
-                                        and _is_unicode_text(in_reply_to) and len(in_reply_to) <= 200):
-        raise _invalid("`in_reply_to` must be the message_id of a message you received")
-    blocks = None
-    if content_blocks and isinstance(raw.get("body"), list):
-        blocks = surface.parse_body_blocks(raw["body"])
-        raw = {**raw, "body": text_of(blocks)}
-    for name in ("to", "body"):
-        if name not in raw:
-            raise _invalid(f"missing required argument `{name}`")
-        if not isinstance(raw[name], str):
-            raise _invalid(f"`{name}` must be a string")
-        if not _is_unicode_text(raw[name]):
-            # A JSON "\ud800" escape decodes to a lone surrogate, which no UTF-8 store or byte count accepts.
-            raise _invalid(f"`{name}` is not valid Unicode text (it contains a lone surrogate)")
-    mode = raw.get("mode", "steer")
-    if mode not in MODES:
-        raise _invalid("`mode` must be \"steer\" or \"queue\"")
-    if not raw["to"].strip():
-        raise _invalid("`to` is empty: give the recipient's handle or session id")
-    if limits.byte_length(raw["to"]) > limits.MAX_ID_BYTES:
-        # A handle or a session id is short: a longer `to` names no session, and is refused before it is stored.
-        raise _invalid(f"`to` is over {limits.MAX_ID_BYTES} bytes: give the recipient's handle or session id")
-    # The arguments are well formed; a blank body is the one body check that needs no settings.
-    # (Content blocks are judged whole, every block counted, by the decider's content guard.)
-    if blocks is None:
-        require_not_blank(raw["body"])
-    parsed = SendArguments(to=raw["to"].strip(), body=raw["body"], mode=mode, blocks=blocks,
-                           in_reply_to=in_reply_to.strip() if in_reply_to else None, urgent=raw.get(URGENT, False))
-    if raw.get(EXPIRES) is not None or raw.get(SUPERSEDE) is not None:
-        parsed = with_send_options(parsed, raw.get(EXPIRES), raw.get(SUPERSEDE))
-    return parsed
+                                        and is_unicode_text(in_reply_to) and len(in_reply_to) <= 200):
+        raise invalid("`in_reply_to` must be the message_id of a message you received")
+    return send_fields(raw, content_blocks, in_reply_to)
 
 
 # ---- what the model reads --------------------------------------------------------------------
@@ -191,14 +147,3 @@ def result_text(result: dict) -> str:
         f"send_message accepted: message_id={result['message_id']} mode={mode} recipient_state={state}; "
         f"durably accepted, not yet read: {after}. Replies arrive as new messages; do not poll."
     )
-
-
-def require_storable(arguments: SendArguments, config: MessagingConfig) -> None:
-    """Refuse, before anything is stored, a body every worker would refuse for its size.
-
-    The decision checks it again (a worker may run another configuration);
-    this check only keeps a 10 MB body out of the command stream. Messaging
-    that is disabled is left to the decision, whose code says so.
-    """
-    if config.enabled and (arguments.body or arguments.blocks):
-        content.require_content(arguments, config)  # every content block counted, as the decision does

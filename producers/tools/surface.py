@@ -6,7 +6,6 @@ routing = "direct"`` changes what ``to`` may name and says so;
 """
 
 from treemail.domain import blocks
-from treemail.domain.errors import Code, Rejected
 
 DIRECT_DESCRIPTION = (
     "Send a message to a direct neighbour: your direct continuable child, or your direct parent when you are a "
@@ -70,9 +69,3 @@ def content_blocks(body: dict, description: str) -> tuple[dict, str]:
     }
     return schema, description + BLOCKS_SENTENCE
 
-
-def parse_body_blocks(raw: list) -> tuple[blocks.Block, ...]:
-    try:
-        return blocks.parse_blocks(raw)
-    except blocks.InvalidBlocks as error:
-        raise Rejected(Code.INVALID_ARGUMENTS, str(error)) from None

@@ -110,3 +110,24 @@ def test_a_surrogate_pair_escape_is_an_ordinary_character():
 def test_deeply_nested_json_text_is_invalid_arguments():
     invalid("[" * 100_000)
     invalid('{"to": ' + "[" * 100_000 + "]" * 100_000 + "}")
+
+
+BAD_BLOCKS = [{"type": "video"}]
+
+
+@pytest.mark.parametrize(("raw", "flags", "told"), [
+    # The object's shape (the tool's part) is told before any field (the domain's part).
+    ({"body": BAD_BLOCKS, "colour": "red"}, {}, "colour"),
+    ({"body": BAD_BLOCKS, "in_reply_to": 7}, {"threads": True}, "in_reply_to"),
+    ({"body": BAD_BLOCKS, "urgent": "yes"}, {"urgent": True}, "urgent"),
+    # Then the fields, in the order a model reads them: the body's blocks before a missing `to`, ...
+    ({"body": BAD_BLOCKS}, {}, "`type`"),
+    ({"to": 5, "body": "hi", "mode": "later"}, {}, "`to` must be a string"),
+    ({"to": "a_00000000", "body": "   ", "mode": "later"}, {}, "`mode`"),
+    ({"to": "x" * 300, "body": "   "}, {}, "`to` is over"),
+    ({"to": "a_00000000", "body": "   ", "expires_in_s": -1}, {"mail_control": True}, "empty"),
+])
+def test_an_input_bad_in_two_ways_is_told_its_first_mistake(raw, flags, told):
+    with pytest.raises(Rejected) as caught:
+        parse_arguments(raw, content_blocks=True, **flags)
+    assert told in caught.value.message

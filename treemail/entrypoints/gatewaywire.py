@@ -8,11 +8,14 @@ host uses, and a status derived from the code alone (``status_of``), so the same
 status whichever route answers it.
 """
 
+import dataclasses
 import json
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from treemail.domain.triggers import Interrupt, Wake
 
 # The gateway's own version: the paths' prefix (/v1) and a header on every answer. It moves only when a
 # route or a body changes incompatibly; the event protocol's version travels beside it.
@@ -140,11 +143,14 @@ class ToolCall(Strict):
     arguments: Any = None
 
 
-class WakeToken(Strict):
-    session_id: str
-    message_id: str | None
-    stream: str
-    entry_id: str
+def _token_of(trigger: type, name: str) -> type[Strict]:
+    """The wire body of a trigger the host reads from a wake stream, made of the trigger's own fields: a
+    runner hands back exactly the token it was given, so the wire and the host's trigger cannot drift."""
+    fields: dict[str, Any] = {field.name: (field.type, ...) for field in dataclasses.fields(trigger)}
+    return create_model(name, __base__=Strict, __module__=__name__, **fields)
+
+
+WakeToken = _token_of(Wake, "WakeToken")
 
 
 class RunWake(Strict):
@@ -152,14 +158,7 @@ class RunWake(Strict):
     run_id: str
 
 
-class InterruptToken(Strict):
-    session_id: str
-    run_id: str
-    interrupt_id: str
-    sender_session_id: str
-    reason: str
-    stream: str
-    entry_id: str
+InterruptToken = _token_of(Interrupt, "InterruptToken")
 
 
 class AbortRun(Strict):
