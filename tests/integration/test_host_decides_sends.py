@@ -84,3 +84,30 @@ async def test_an_mcp_send_over_http_is_decided_by_the_server_itself(redis_url):
         assert [e.body for e in await accepted(host, child.session_id)] == ["over HTTP"]
     finally:
         await host.close()
+
+
+class _LostReply:
+    """The host's own decider, whose step is appended but whose reply never arrives (a connection lost as the
+    commit script answered): the send must go to the workers, who answer it from the same tool call's record."""
+
+    def __init__(self, decider) -> None:
+        self.decider = decider
+        self.failed = 0
+
+    async def decide(self, commands):
+        await self.decider.decide(commands)
+        self.failed += 1
+        raise ConnectionError("the reply was lost")
+
+
+async def test_a_send_whose_local_decision_was_appended_but_not_answered_is_answered_by_the_workers_once(
+        redis_url):
+    async with running_stack(redis_url, config=deciding(redis_url)) as host:
+        root, child = await tree(host)
+        commands = host._services.commands
+        lost = commands._decider = _LostReply(commands._decider)
+        context = SendContext(root.session_id, "run-1", "call-1")
+        answer = await host.send_message(context, {"to": child.handle, "body": "look at cache.py"})
+        assert lost.failed == 1 and "message_id" in answer, answer
+        (stored,) = await accepted(host, child.session_id)  # appended once, by the host; told by a worker
+        assert stored.message_id == answer["message_id"]
