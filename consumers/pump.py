@@ -15,7 +15,7 @@ peer intents to their destinations, with attempts, backoff and parking, and
 brings receipts and settlements back to their sources.
 
 It proves every accepted message ends: at its start (whose sweep keeps every session with pending mail), then
-every ``STRANDED_SWEEP_S`` of its clock, it looks over every closed session still holding mail, and each
+every ``[messaging] stranded_sweep_s`` of its clock, it looks over every closed session still holding mail, and each
 message no rule can end any more is reported once (``ProducerMessageStranded`` on its recipient's stream,
 which ``inspect`` shows), counted in ``treemail_obligations_total{action="stranded"}`` and logged, instead
 of waiting for ever.
@@ -45,7 +45,6 @@ from treemail.adapters.lifecycle import serve_until_signalled
 from treemail.domain import events as ev
 from treemail.services import bootstrap
 from treemail.services.clock import SYSTEM_CLOCK, Clock
-from treemail.services.obligations import STRANDED_SWEEP_S
 
 log = logging.getLogger("treemail.pump")
 
@@ -67,7 +66,7 @@ class Pump:
         self.swept = False
         self.clock = clock
         # When, by ``clock``, the next look for stranded mail is due: at the first pass unless ``start`` swept, then
-        # every STRANDED_SWEEP_S.
+        # every ``stranded_sweep_s``.
         self.stranded_sweep_at = 0.0
         self.health = Health()
         self.outages = OutageLog(log)
@@ -83,7 +82,7 @@ class Pump:
         log.info("pump swept %d sessions with pending mail; %d events", swept.sessions, len(swept.events))
         await self.peer_driver.sweep()
         self.swept = True
-        self.stranded_sweep_at = self.clock.now() + STRANDED_SWEEP_S  # the sweep kept every session with mail
+        self.stranded_sweep_at = self.clock.now() + self.config.messaging.stranded_sweep_s  # the sweep kept every session with mail
         return swept.sessions
 
     async def step(self) -> int:
@@ -99,7 +98,7 @@ class Pump:
         events = done.events + driven.events
         if self.clock.now() >= self.stranded_sweep_at:
             events += (await self.service.sweep_stranded()).events
-            self.stranded_sweep_at = self.clock.now() + STRANDED_SWEEP_S
+            self.stranded_sweep_at = self.clock.now() + self.config.messaging.stranded_sweep_s
         self.passes += 1
         return events
 

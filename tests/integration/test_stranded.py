@@ -28,7 +28,7 @@ async def close_without_returning(env, record) -> None:
 
 
 async def test_the_pump_reports_a_message_no_rule_can_end_once_and_leaves_a_healthy_one_alone(redis_url, caplog):
-    async with timed_stack(redis_url) as env:
+    async with timed_stack(redis_url, stranded_sweep_s=600) as env:
         tm = env.tm
         root = await tm.register_root("planner", "plans", rules={"child": "allow"}, status="running")
         await tm.start_run(root.session_id, "run-1")
@@ -42,8 +42,11 @@ async def test_the_pump_reports_a_message_no_rule_can_end_once_and_leaves_a_heal
 
         await close_without_returning(env, await adapters(tm).sessions.record(one_shot.session_id))
         before = stranded_count()
+        # Not before the sweep's interval has passed since the first pass: the due index has no entry for it.
+        early = await env.advance(599)
+        assert not [e for e in early if isinstance(e, ev.ProducerMessageStranded)]
         with caplog.at_level(logging.WARNING, logger="treemail.pump"):
-            reported = await env.advance(60)  # the sweep's interval: the due index has no entry for it
+            reported = await env.advance(1)
         assert [(type(e).__name__, e.message_id, e.reason) for e in reported
                 if isinstance(e, ev.ProducerMessageStranded)] == [("ProducerMessageStranded", stuck,
                                                                    "closed_for_good")]
@@ -54,7 +57,7 @@ async def test_the_pump_reports_a_message_no_rule_can_end_once_and_leaves_a_heal
         assert "stranded" not in await tm.obligations.inspect(fine)
 
         # Reported once: later sweeps find it reported already. A cancel then ends it.
-        again = await env.advance(60)
+        again = await env.advance(600)
         assert not [e for e in again if isinstance(e, ev.ProducerMessageStranded)]
         assert stranded_count() == before + 1
         assert (await tm.obligations.cancel(stuck))["outcome"] == "cancelled"

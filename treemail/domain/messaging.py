@@ -44,6 +44,10 @@ class MessagingConfig(BaseModel):
     # client vanished: HTTP never says so) is finished by the pump, and its next call opens a new one.
     # At least the lease, so its claims have ended by then.
     mcp_idle_s: float = Field(default=600.0, gt=0)
+    # How often, by its clock, the delivery pump looks over every stored session for mail no rule can end any
+    # more (a closed session still holding it). Each look reads every session's state, so it is not every pass;
+    # what it finds is what an older version or a bug left, never what the current rules leave.
+    stranded_sweep_s: float = Field(default=300.0, gt=0)
     # Unsettled send intents of one source session across all its recipients.
     max_outstanding_per_source: int = Field(default=256, ge=1, le=1000)
     # Peer mail as an outbox: the source's delivery rows, bounded each on its own: pending (stored or parked,

@@ -22,9 +22,6 @@ from .clock import SYSTEM_CLOCK, Clock
 from .sessions import SessionService
 
 log = logging.getLogger("treemail.pump")
-# How often, by the pump's clock, it looks over every stored session for mail no rule can end any more: each
-# look reads every session's snapshot, so it is not every pass.
-STRANDED_SWEEP_S = 60.0
 
 
 @dataclass
