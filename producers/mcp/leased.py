@@ -29,7 +29,7 @@ it. A session an engine runs is never taken over (``mcp:engine_run``).
 import asyncio
 
 from treemail.domain import ids
-from treemail.domain.decide.delivery import LEASED_RUN_PREFIX, leased
+from treemail.domain.leasedruns import LEASED_RUN_PREFIX, leased
 from treemail.domain.errors import LifecycleError
 
 from ..host.facade import Treemail

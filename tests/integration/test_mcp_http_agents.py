@@ -20,7 +20,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from treemail.domain import events as ev
-from treemail.domain.decide.delivery import LEASED_RUN_PREFIX
+from treemail.domain.leasedruns import LEASED_RUN_PREFIX
 from treemail.producers.mcp.connection import INBOX_URI
 
 from ..conftest import backend_env

@@ -4,7 +4,7 @@ the pump must next look at a session. Pure: every function takes the clock as ``
 
 from collections.abc import Iterable
 
-from ..leasedruns import LEASED_RUN_PREFIX, leased  # noqa: F401 - their historical address
+from ..leasedruns import leased
 from ..messaging import MessagingConfig
 from ..state import MailItem, SessionState
 from . import ordering, steer, stranded
