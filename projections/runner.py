@@ -14,7 +14,9 @@ import time
 from treemail.adapters import feed, keys, metrics
 from treemail.adapters.config import Config
 from treemail.adapters.eventstore import EventStore
-from treemail.adapters.viewstore import Checkpoint, TrackedView, feed_position, id_tuple, load_view, queue_changes
+from treemail.adapters.viewstore import (
+    Changes, Checkpoint, TrackedView, ViewWriter, feed_position, id_tuple, load_view,
+)
 from treemail.domain import events as ev
 from treemail.domain import protocol
 
@@ -43,6 +45,7 @@ class ProjectionRunner:
         # The event types some followed projection folds: only these are read from the session streams.
         self._read_types = {cls.__name__ for name in self.names for cls in PROJECTIONS[name].reads}
         self.checkpoints: dict[tuple[str, int], Checkpoint] = {}
+        self.writer = ViewWriter(self.redis)
 
     async def start(self) -> None:
         for partition in self.partitions:
@@ -124,28 +127,36 @@ class ProjectionRunner:
             if entry.session_id:  # a newer protocol's entry may name no session this reader can read
                 decoded.append((entry.entry_id, entry.session_id, entry.seq, entry.event))
             entry_ids.append(entry.entry_id)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            for name in self.names:
-                key = (name, partition)
-                view, checkpoint = self.views[key], self.checkpoints[key]
-                projection = PROJECTIONS[name]
-                applied = 0
-                for entry_id, session_id, seq, event in decoded:
-                    if id_tuple(entry_id) <= id_tuple(checkpoint.entry_id):
-                        continue
-                    if fold_event(view, projection, session_id, seq, event) and name == "wakes" and isinstance(
-                        event, ev.SessionWakeRequested
-                    ):
-                        metrics.WAKES.inc()
-                    applied += 1
-                # The checkpoint counts feed entries (what trimming counts), and one names a whole step.
-                entries = len({i for i in entry_ids if id_tuple(i) > id_tuple(checkpoint.entry_id)})
-                if entries:
-                    new_checkpoint = Checkpoint(entry_ids[-1], checkpoint.entries + entries)
-                    queue_changes(pipe, partition, name, view, new_checkpoint)
-                    self.checkpoints[key] = new_checkpoint
-                    metrics.PROJECTION_EVENTS.labels(name).inc(applied)
-            await pipe.execute()
+        changes, applied, wakes = [], {}, 0
+        for name in self.names:
+            key = (name, partition)
+            view, checkpoint = self.views[key], self.checkpoints[key]
+            projection = PROJECTIONS[name]
+            applied[name] = 0
+            for entry_id, session_id, seq, event in decoded:
+                if id_tuple(entry_id) <= id_tuple(checkpoint.entry_id):
+                    continue
+                if fold_event(view, projection, session_id, seq, event) and name == "wakes" and isinstance(
+                    event, ev.SessionWakeRequested
+                ):
+                    wakes += 1
+                applied[name] += 1
+            # The checkpoint counts feed entries (what trimming counts), and one names a whole step.
+            entries = len({i for i in entry_ids if id_tuple(i) > id_tuple(checkpoint.entry_id)})
+            if entries:
+                changes.append(Changes(name, view, checkpoint, Checkpoint(entry_ids[-1], checkpoint.entries + entries)))
+        if changes and not await self.writer.write_changes(partition, changes):
+            # The server lost a write of these views (a failover to a replica that had not received it): its copy
+            # lacks what that write changed. Its views and checkpoints are still one atomic write's, and a replica
+            # receives writes in order, so every feed entry that copy counts is there: fold on from it.
+            log.warning("partition %d's views are not as this runner last wrote them (the server lost its last "
+                        "writes); folding on from the server's copy", partition)
+            await self._load(partition)
+            return 0  # the next step reads on from the server's checkpoints
+        for change in changes:
+            self.checkpoints[(change.name, partition)] = change.checkpoint
+            metrics.PROJECTION_EVENTS.labels(change.name).inc(applied[change.name])
+        metrics.WAKES.inc(wakes)
         return len(entry_ids)
 
     def report_views(self) -> None:

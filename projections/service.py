@@ -32,7 +32,8 @@ log = logging.getLogger("treemail.projections")
 
 REPORT_EVERY_S = 5.0
 # A running projection worker says so this often in ``keys.projection_members``; `replay` takes one silent
-# for PRESENCE_MS as stopped. Its in-memory views and checkpoints would overwrite a rebuild, hence the warning.
+# for PRESENCE_MS as stopped. It keeps its own views and checkpoints until its next write finds a rebuild's
+# (then it folds on from those), hence the warning.
 PRESENCE_EVERY_S = 1.0
 PRESENCE_MS = 5_000
 RETRY_AFTER_S = 0.5

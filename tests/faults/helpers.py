@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
@@ -15,7 +16,10 @@ import redis.asyncio as aioredis
 from tests.integration.conftest import WORKER_ENV, make_config, messaging_env, wait_for_workers
 from treemail.adapters import keys
 from treemail.adapters.config import Config
+from treemail.adapters.viewstore import feed_position, load_view
 from treemail.domain import events as ev
+from treemail.projections.replay import rebuild
+from treemail.projections.views import PROJECTIONS
 
 ALL_RELATIONS = {"parent": "allow", "child": "allow", "sibling": "allow"}
 
@@ -150,6 +154,44 @@ async def build_tree(host, fanout: list[int], status: str = "running") -> Tree:
                 nxt.append(child.session_id)
         level = nxt
     return tree
+
+
+async def caught_up(redis, partitions: int) -> bool:
+    """Every projection's checkpoint is where its partition's feed ends."""
+    for p in range(partitions):
+        end, _ = await feed_position(redis, p)
+        for name in PROJECTIONS:
+            _, checkpoint = await load_view(redis, p, name)
+            if end.entries and (checkpoint is None or checkpoint.entry_id != end.entry_id):
+                return False
+    return True
+
+
+async def views_against_a_rebuild(store, partitions: int, timeout_s: float = 30.0) -> tuple[bool, int]:
+    """Whether the projection worker's stored views equal a rebuild from the session streams, and how many
+    comparisons were started again because a feed moved during them.
+
+    Compared once the worker has folded every feed to its end, and kept only if no feed moved from before the
+    views are read until the rebuild has read the streams: an event appended in between (the pump releasing a
+    claim whose attempt timed out) would otherwise show as a difference no projection made."""
+    deadline = time.monotonic() + timeout_s
+    moved = 0
+    ever_caught_up = False
+    while True:
+        ends = [(await feed_position(store.redis, p))[0] for p in range(partitions)]
+        if await caught_up(store.redis, partitions):
+            ever_caught_up = True
+            stored = {(name, p): dict((await load_view(store.redis, p, name))[0])
+                      for p in range(partitions) for name in PROJECTIONS}
+            replayed = await rebuild(store, list(range(partitions)), write=False)
+            if [(await feed_position(store.redis, p))[0] for p in range(partitions)] == ends:
+                return stored == {key: dict(view) for key, view in replayed.items()}, moved
+            moved += 1
+        assert time.monotonic() < deadline, (
+            f"the views were not compared with a rebuild within {timeout_s:.0f} s: "
+            + (f"the feeds moved during each of {moved} comparisons" if ever_caught_up
+               else "the projection worker never caught up with the feeds"))
+        await asyncio.sleep(0.2)
 
 
 async def histories(host, sessions) -> dict[str, list[tuple[int, ev.Event]]]:

@@ -18,24 +18,14 @@ import redis.asyncio as aioredis
 from treemail.adapters.config import ServiceConfig
 from treemail.adapters.embedded import LocalValkey
 from treemail.adapters.eventstore import EventStore
-from treemail.adapters.viewstore import feed_position, load_view
+from treemail.adapters.viewstore import load_view
 from treemail.host import SendContext, Treemail
 from treemail.projections.replay import rebuild
 from treemail.projections.views import PROJECTIONS
 
-from .helpers import WorkerPool, build_tree, config_for, load_until
+from .helpers import WorkerPool, build_tree, caught_up, config_for, load_until
 
 MESSAGING = {"max_pending_per_session": 100000, "max_inflight_per_pair": 0}
-
-
-async def caught_up(redis, partitions: int) -> bool:
-    for p in range(partitions):
-        end, _ = await feed_position(redis, p)
-        for name in PROJECTIONS:
-            _, checkpoint = await load_view(redis, p, name)
-            if end.entries and (checkpoint is None or checkpoint.entry_id != end.entry_id):
-                return False
-    return True
 
 
 @pytest.mark.slow

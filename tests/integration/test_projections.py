@@ -12,7 +12,7 @@ import pytest
 from treemail.adapters.eventstore import EventStore
 from treemail.projections.replay import rebuild
 from treemail.projections.runner import ProjectionRunner
-from treemail.adapters.viewstore import feed_position, load_view
+from treemail.adapters.viewstore import feed_position, load_view, queue_replace
 from treemail.projections.views import PROJECTIONS
 from treemail.projections.tail import tail
 
@@ -293,3 +293,75 @@ async def test_a_rebuild_reading_ahead_in_small_chunks_equals_the_live_views(red
         monkeypatch.setattr(replay, "SLICE", 1)
         rebuilt = as_dicts(await rebuild(adapters(host).store, list(range(config.service.partitions)), write=False))
         assert rebuilt == await live_views(adapters(host).redis, config)
+
+
+async def restore(redis, copy) -> None:
+    """Puts back the views and checkpoints of ``copy`` (``load_view``'s, by view): the server lost what was
+    written to them since."""
+    for partition in {p for _, p in copy}:
+        async with redis.pipeline(transaction=True) as pipe:  # a partition's keys share one hash slot
+            for (name, p), (view, checkpoint) in copy.items():
+                if p == partition:
+                    queue_replace(pipe, p, name, view, checkpoint)
+            await pipe.execute()
+
+
+async def step_until_caught_up(runner, redis) -> None:
+    """Steps until the runner's every checkpoint is where its feed ends. A step that finds the server's copy
+    not as it wrote it folds nothing: the next one reads on from that copy."""
+    for _ in range(10):
+        await runner.step(block_ms=50)
+        ends = [(await feed_position(redis, p))[0] for _, p in runner.checkpoints]
+        if list(runner.checkpoints.values()) == ends:
+            return
+    raise AssertionError(f"the runner never caught up: {runner.checkpoints} against the feeds' ends {ends}")
+
+
+@pytest.mark.parametrize("lost", ["before the next fold", "between the next fold and its write"])
+async def test_a_runner_whose_server_lost_its_last_write_of_views_leaves_views_equal_to_a_rebuild(
+        redis_url, monkeypatch, lost):
+    """A failover to a replica that had every feed entry the runner folded but not the runner's last write of
+    views and checkpoints: the server's copy lacks what that write changed. The runner writes only the fields a
+    step changes, so a field that write changed and no later step changes must not stay as the replica has it;
+    also when the server loses the write while the runner folds its next step (its next write goes to the new
+    primary)."""
+    from treemail.adapters import feed
+
+    calls = Calls()
+    async with running_stack(redis_url, max_pending_per_session=1000, max_inflight_per_pair=0) as host:
+        server = adapters(host)
+        config = server.config
+        runner = ProjectionRunner(EventStore(server.redis, config.service), config)
+        await runner.start()
+        root, kids = await traffic(host, calls)
+        await catch_up(runner)
+        partitions = range(config.service.partitions)
+        # The replica's copy: the views and checkpoints as the runner wrote them before the fault.
+        replica = {(name, p): await load_view(server.redis, p, name) for p in partitions for name in PROJECTIONS}
+        # Mail for the root: its feed entry reaches the replica, the runner's write of its fold does not.
+        await host.send_message(calls.ctx(kids[1].session_id), {"to": root.handle, "body": "before the fault"})
+        await catch_up(runner)
+        written = await live_views(server.redis, config)
+        resolve = feed.resolve
+        failovers = []
+
+        async def failover() -> None:
+            await restore(server.redis, replica)
+            failovers.append(await live_views(server.redis, config))
+
+        async def resolve_after_a_failover(*args, **kwargs):
+            monkeypatch.setattr(feed, "resolve", resolve)
+            await failover()
+            return await resolve(*args, **kwargs)
+
+        if lost == "before the next fold":
+            await failover()
+        else:
+            monkeypatch.setattr(feed, "resolve", resolve_after_a_failover)
+        # After the failover: mail for another session, which leaves the root's inbox and pair fields alone.
+        await host.send_message(calls.ctx(root.session_id, "run-root"), {"to": kids[2].handle, "body": "after"})
+        await step_until_caught_up(runner, server.redis)
+        [without_the_write] = failovers
+        assert without_the_write != written  # the failover took the runner's last write
+        rebuilt = as_dicts(await rebuild(server.store, list(partitions), write=False))
+        assert await live_views(server.redis, config) == rebuilt

@@ -1,10 +1,12 @@
 """Reading and writing projection views and checkpoints: the one place that knows their keys.
 
-A view and its checkpoint are written in one MULTI/EXEC on the partition's
-hash slot, so a crash leaves either both or neither.
+A view and its checkpoint are written in one atomic step on the partition's
+hash slot (a MULTI/EXEC, or the script of ``write_changes``), so a crash
+leaves either both or neither.
 """
 
 from dataclasses import dataclass
+from itertools import chain
 
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
@@ -64,16 +66,72 @@ async def load_view(redis: Redis, partition: int, name: str) -> tuple[TrackedVie
     return view, Checkpoint.decode(checkpoint)
 
 
-def queue_changes(pipe, partition: int, name: str, view: TrackedView, checkpoint: Checkpoint) -> None:
-    key = keys.projection_view(partition, name)
-    present = {f: view[f] for f in view.touched if f in view}
-    gone = [f for f in view.touched if f not in view]
-    if present:
-        pipe.hset(key, mapping=present)
-    if gone:
-        pipe.hdel(key, *gone)
-    pipe.set(keys.projection_checkpoint(partition, name), checkpoint.encode())
-    view.touched.clear()
+# KEYS: each view's hash and its checkpoint, in pairs. ARGV, for each view in turn: the checkpoint its changes
+# were folded from, the one they are written with, how many fields are set and how many deleted, the fields set
+# (field, value, ...), the fields deleted. Writes nothing, and returns 0, unless every checkpoint is still the
+# one its changes were folded from; returns 1 when it wrote them all.
+WRITE_CHANGES_LUA = """
+local function each_chunk(command, key, first, last)
+  -- unpack is bounded by Lua's stack: a step that changed thousands of fields is written 1000 arguments at a time
+  for from = first, last, 1000 do
+    redis.call(command, key, unpack(ARGV, from, math.min(from + 999, last)))
+  end
+end
+local plans, at = {}, 1
+for view = 1, #KEYS / 2 do
+  if redis.call('GET', KEYS[2 * view]) ~= ARGV[at] then
+    return 0
+  end
+  local set, gone = tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3])
+  plans[view] = {at + 4, set, gone, ARGV[at + 1]}
+  at = at + 4 + 2 * set + gone
+end
+for view, plan in ipairs(plans) do
+  local first, set, gone, checkpoint = plan[1], plan[2], plan[3], plan[4]
+  each_chunk('HSET', KEYS[2 * view - 1], first, first + 2 * set - 1)
+  each_chunk('HDEL', KEYS[2 * view - 1], first + 2 * set, first + 2 * set + gone - 1)
+  redis.call('SET', KEYS[2 * view], checkpoint)
+end
+return 1
+"""
+
+
+@dataclass(frozen=True)
+class Changes:
+    """What one step changed in one view: its changed fields (``TrackedView.touched``), the checkpoint it was
+    folded from, and the one it is written with."""
+
+    name: str
+    view: TrackedView
+    folded_from: Checkpoint
+    checkpoint: Checkpoint
+
+
+class ViewWriter:
+    """Writes the changes of one step to views of one partition, each with its new checkpoint."""
+
+    def __init__(self, redis: Redis) -> None:
+        self._script = redis.register_script(WRITE_CHANGES_LUA)
+
+    async def write_changes(self, partition: int, changes: list[Changes]) -> bool:
+        """Writes them all and returns True if the server still holds every view as it was folded from; else
+        writes nothing and returns False. Only the changed fields are written, so changes written over a copy
+        the server no longer holds as it was (it lost a write: a failover to a replica that had not received
+        it) would leave what that write changed wrong for good."""
+        view_keys, args = [], []
+        for change in changes:
+            view = change.view
+            present = {f: view[f] for f in view.touched if f in view}
+            gone = [f for f in view.touched if f not in view]
+            view_keys += [keys.projection_view(partition, change.name),
+                          keys.projection_checkpoint(partition, change.name)]
+            args += [change.folded_from.encode(), change.checkpoint.encode(), len(present), len(gone),
+                     *chain.from_iterable(present.items()), *gone]
+        if not await self._script(keys=view_keys, args=args):
+            return False
+        for change in changes:
+            change.view.touched.clear()
+        return True
 
 
 def queue_replace(pipe, partition: int, name: str, view: View, checkpoint: Checkpoint) -> None:

@@ -163,7 +163,7 @@ def replay(ctx: typer.Context, config: ConfigOpt = None) -> None:
         running = await members.present(server.redis, keys.projection_members(), PRESENCE_MS)
         if running:
             print(f"treemail: warning: {len(running)} projection worker(s) running ({', '.join(running)}): "
-                  "they keep views and checkpoints in memory and would write them over this rebuild; "
+                  "they keep views and checkpoints in memory until their next write finds this rebuild's; "
                   "restart them once it is done (or stop them first)", file=sys.stderr)
         with progress("replay") as show:
             views = await rebuild(server.store, partitions, progress=show)
