@@ -7,18 +7,26 @@ from treemail.adapters.commitargs import CompanionSections, Sections, lay_out, p
 from treemail.adapters.eventstore import COMMIT_LUA
 
 
-def lua_names(table: str) -> tuple[str, ...]:
-    body = re.search(rf"local {table} = \{{(.*?)\}}", COMMIT_LUA, re.S).group(1)
-    return tuple(re.findall(r"'(\w+)'", body))
+def lua_names(prefix: str, header: str) -> tuple[str, ...]:
+    """The locals the script unpacks ``header`` into (``local at_etags, at_snapshot, ... = struct.unpack(...)``),
+    without their prefix."""
+    names = re.search(rf"local ({prefix}_\w+(?:,\s*{prefix}_\w+)*)\s*=\s*struct\.unpack\([^\n]*?, {header}\)",
+                      COMMIT_LUA).group(1)
+    return tuple(name.strip().removeprefix(f"{prefix}_") for name in names.split(","))
 
 
 def test_the_script_reads_the_sections_python_lays_out_in_the_same_order():
-    assert lua_names("SECTIONS") == Sections._fields
-    assert lua_names("COMPANION_SECTIONS") == CompanionSections._fields
+    assert lua_names("at", re.escape("ARGV[1]")) == Sections._fields
+    assert lua_names("cat", r"ARGV\[at_companions \+ n\]") == CompanionSections._fields
+    # The format strings unpack as many positions as there are names.
+    assert f"string.rep('I4', {len(Sections._fields)}), ARGV[1])" in COMMIT_LUA
+    assert f"COMPANION_HEADER = '<' .. string.rep('I4', {len(CompanionSections._fields)})" in COMMIT_LUA
+    # The checks read a companion's etags as its header's first position.
+    assert CompanionSections._fields[0] == "etags"
 
 
 def test_the_script_reads_its_arguments_only_through_the_header():
-    after_header = COMMIT_LUA.split("local at = sections(ARGV[1], SECTIONS)", 1)[1]
+    after_header = COMMIT_LUA.split("ARGV[1])", 1)[1]
     assert re.findall(r"ARGV\[\d", after_header) == []
     assert "#ARGV" not in COMMIT_LUA
 

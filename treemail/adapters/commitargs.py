@@ -1,10 +1,11 @@
 """The commit script's arguments, by section: the one place that lays them out (``commit.lua`` reads them).
 
 ARGV[1] is a header, the position where each section begins, in the order of ``Sections``' fields; the
-script reads it once, at its top, into names. No position is derived by counting what came before, so a
-section added or grown cannot shift another's. A section is one argument, or a list: a count, then its
-items. The last section holds the companions (other sessions of the partition the step appends to): their
-count, one header per companion (where each of its ``CompanionSections`` begins), then their sections.
+script reads it once, at its top, into one local per section. No position is derived by counting what came
+before, so a section added or grown cannot shift another's. A section is one argument, or a list: a count,
+then its items. The last section holds the companions (other sessions of the partition the step appends
+to): their count, one header per companion (where each of its ``CompanionSections`` begins), then their
+sections.
 A test holds the script's names to these fields, in this order (``tests/unit/test_commit_args.py``).
 """
 
