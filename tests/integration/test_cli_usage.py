@@ -113,6 +113,22 @@ async def test_empty_listings_say_so(redis_url):
     assert "no trees in the views yet" in cli(redis_url, "trees").stdout
 
 
+async def test_dead_letters_say_what_the_page_and_the_bound_leave_out(stack, redis_url):
+    redis = adapters(stack).redis
+    for n in range(5):  # an exact bound of 3: the two oldest letters are trimmed, as the stream's own bound does
+        await redis.xadd(keys.dead_letters(), {"reason": "malformed", "stream": "s", "entry_id": f"{n}-0",
+                                               "consumer": "c", "data": f"letter {n}"}, maxlen=3, approximate=False)
+
+    page = cli(redis_url, "dead-letters", "--count", "2", "--json")
+    assert [json.loads(line)["data"] for line in page.stdout.splitlines()] == ["letter 4", "letter 3"]
+    assert page.stderr.splitlines() == [
+        "more: 1 older dead letters kept; see them with --count 3",
+        "trimmed: 2 older dead letters are no longer kept (the stream keeps about the last 10,000)"]
+    whole = cli(redis_url, "dead-letters", "--count", "3")
+    assert whole.returncode == 0 and "letter 2" in whole.stdout
+    assert whole.stderr.splitlines() == [page.stderr.splitlines()[1]]
+
+
 async def test_data_commands_speak_json(stack, redis_url):
     root = await stack.register_root("planner", "x", rules={"child": "allow"})
     child = await stack.register_child(root.session_id, "explore", "x", rules={"parent": "ask"})

@@ -381,6 +381,9 @@ def dead_letters(
         entries = await server.redis.xrevrange(keys.dead_letters(), count=count)
         rows = [{"id": entry_id.decode(), **{k.decode(): v.decode(errors="replace") for k, v in fields.items()}}
                 for entry_id, fields in entries]
+        # On stderr, as search's next page: stdout holds the rows (or JSON lines) alone.
+        for line in _letters_not_shown(await _letters_kept_and_ever(server.redis), len(rows)):
+            print(line, file=sys.stderr)
         if json:
             json_lines(rows)
         elif not rows:
@@ -407,6 +410,32 @@ def schema(
         from treemail.domain.schema import render
 
     sys.stdout.write(render())
+
+
+async def _letters_kept_and_ever(redis) -> tuple[int, int]:
+    """The dead-letter stream's length and every letter it was ever given (0, 0 before the first)."""
+    from treemail.adapters import keys
+
+    if not await redis.exists(keys.dead_letters()):
+        return 0, 0
+    info = await redis.xinfo_stream(keys.dead_letters())
+    return info["length"], info["entries-added"]
+
+
+def _letters_not_shown(kept_and_ever: tuple[int, int], shown: int) -> list[str]:
+    """What a page of dead letters leaves out, so a bounded view never hides that more exist: the older
+    letters past ``--count``, and those the stream's bound has trimmed (each one's producer was told when it
+    was set aside, and ``treemail_dead_letters_total`` counted it)."""
+    from treemail.consumers.deadletters import MAXLEN
+
+    kept, ever = kept_and_ever
+    lines = []
+    if kept > shown:
+        lines.append(f"more: {kept - shown} older dead letters kept; see them with --count {kept}")
+    if ever > kept:
+        lines.append(f"trimmed: {ever - kept} older dead letters are no longer kept (the stream keeps about "
+                     f"the last {MAXLEN:,})")
+    return lines
 
 
 def _preview(text: str, limit: int = 60) -> str:
