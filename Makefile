@@ -35,7 +35,7 @@ run: $(STAMP)
 ## tests included, on one Valkey; then every decision and delivery path again on a 3-master Valkey
 ## Cluster. Starts its own servers. Both suites run whatever the first one's result; the last lines name
 ## each suite's result (tests/suites.py). The 200,000-send soak (several minutes) runs with `make soak`.
-## TEST_JOBS test processes share the single-server suite out (pytest-xdist), each with its own servers:
+## TEST_JOBS test processes share each suite out (pytest-xdist), each with its own server or cluster:
 ## most of a test's time is spent waiting on servers, workers and spawned commands, so two overlap well
 ## on two cores. loadgroup: tests marked with one xdist_group run in one process (those that build in the
 ## source tree).

@@ -60,8 +60,10 @@ def suites(jobs: int) -> list[Suite]:
     shared_out = ("-n", str(jobs), "--dist", "loadgroup") if jobs > 1 else ()
     return [
         Suite("single server", ("-q", "-m", "not soak", *shared_out)),
-        # One process: the cluster suite shares one 3-master cluster per process, and one is enough.
-        Suite("cluster", ("-q", "-m", "cluster", "tests/integration"), (("TREEMAIL_TEST_BACKEND", "cluster"),)),
+        # Each test process starts a 3-master cluster of its own (the `valkey` fixture), as each starts its
+        # own server above: the tests mostly wait on servers and workers, so two processes overlap well.
+        Suite("cluster", ("-q", "-m", "cluster", *shared_out, "tests/integration"),
+              (("TREEMAIL_TEST_BACKEND", "cluster"),)),
     ]
 
 

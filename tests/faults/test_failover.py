@@ -13,6 +13,7 @@ import asyncio
 import collections
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -262,6 +263,8 @@ async def load_through_failover(start_cluster, profile: str, fault: str) -> dict
             if process.poll() is None:
                 process.terminate()
                 process.wait(30)
+        # A failure has quoted the logs it needs by now (the assertions above read them).
+        shutil.rmtree(logs, ignore_errors=True)
 
     accepted = {}
     by_key = collections.Counter()

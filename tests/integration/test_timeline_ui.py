@@ -87,13 +87,18 @@ def browser():
 
     options = webdriver.ChromeOptions()
     options.binary_location = binary("chromium")
-    for flag in (*FLAGS, f"--user-data-dir={tempfile.mkdtemp(prefix='treemail-chromium-')}"):
+    # The browser's profile (a few MB) goes with the test.
+    profile = tempfile.TemporaryDirectory(prefix="treemail-chromium-", ignore_cleanup_errors=True)
+    for flag in (*FLAGS, f"--user-data-dir={profile.name}"):
         options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(binary("chromedriver")), options=options)
     try:
-        yield driver
+        driver = webdriver.Chrome(service=Service(binary("chromedriver")), options=options)
+        try:
+            yield driver
+        finally:
+            driver.quit()
     finally:
-        driver.quit()
+        profile.cleanup()
 
 
 def wait(driver, check, what: str, timeout: float = 20.0):
@@ -191,7 +196,7 @@ def address(driver) -> str:
     return driver.execute_script("return location.pathname + location.search")
 
 
-def test_the_page_shows_the_demo_tree_scrubs_a_mailbox_back_and_follows_a_live_send(demo_page, browser):
+def test_the_page_shows_the_demo_tree_scrubs_a_mailbox_back_and_follows_a_live_send(demo_page, browser, tmp_path):
     url, page, transcript = demo_page
     planner = re.search(r"tail (planner_[0-9a-f]{8})", transcript).group(1)
     explore = re.search(r"history (explore_[0-9a-f]{8})", transcript).group(1)
@@ -305,7 +310,7 @@ def test_the_page_shows_the_demo_tree_scrubs_a_mailbox_back_and_follows_a_live_s
     assert f"sent by run {ask.lifecycle[0].run_id}" in text(browser, "message")
 
     browser.execute_script("window.scrollTo(0, 0)")
-    target = SCREENSHOT if os.environ.get("TREEMAIL_UPDATE_SCREENSHOT") else Path(tempfile.mkdtemp()) / "ui.png"
+    target = SCREENSHOT if os.environ.get("TREEMAIL_UPDATE_SCREENSHOT") else tmp_path / "ui.png"
     target.parent.mkdir(parents=True, exist_ok=True)
     assert browser.save_screenshot(str(target))
     assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -17,9 +17,12 @@ def test_a_suite_that_failed_without_a_summary_counts_as_one_failure():
     assert Outcome("cluster", 1, {"failed": 1}, 61.0).line() == "make test: cluster: FAILED (exit 1): 1 failed in 61 s"
 
 
-def test_one_job_runs_the_single_server_suite_in_one_process():
+def test_one_job_runs_each_suite_in_one_process_and_two_share_both_out():
     single, cluster = suites(1)
-    assert "-n" not in single.args and suites(2)[0].args[-4:] == ("-n", "2", "--dist", "loadgroup")
+    assert "-n" not in single.args and "-n" not in cluster.args
+    shared = ("-n", "2", "--dist", "loadgroup")
+    single, cluster = suites(2)
+    assert single.args[-4:] == shared and cluster.args[-5:] == (*shared, "tests/integration")
     assert dict(cluster.env) == {"TREEMAIL_TEST_BACKEND": "cluster"}
 
 
