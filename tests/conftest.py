@@ -6,6 +6,7 @@ both).
 """
 
 import os
+import tempfile
 
 import pytest
 
@@ -33,6 +34,22 @@ def pytest_collection_modifyitems(items) -> None:
 def backend_env() -> dict[str, str]:
     """Environment for treemail processes a test spawns, so they talk to the same kind of server."""
     return {"TREEMAIL_SERVICE_CLUSTER": "true"} if CLUSTER else {}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def temporary_folders_under_the_runs_own(tmp_path_factory):
+    """What the tests and the processes they start keep in temporary folders (servers' data, workers' and the
+    demo's logs, a browser's profile) goes under this run's pytest folder, which pytest removes a few runs
+    later: a run leaves nothing of its own beside it in the system's temporary folder."""
+    folder = str(tmp_path_factory.mktemp("tmp"))
+    before = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"], tempfile.tempdir = folder, folder  # spawned processes, and this one
+    yield folder
+    if before[0] is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = before[0]
+    tempfile.tempdir = before[1]
 
 
 @pytest.fixture(scope="session")
