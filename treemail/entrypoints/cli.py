@@ -381,9 +381,6 @@ def dead_letters(
         entries = await server.redis.xrevrange(keys.dead_letters(), count=count)
         rows = [{"id": entry_id.decode(), **{k.decode(): v.decode(errors="replace") for k, v in fields.items()}}
                 for entry_id, fields in entries]
-        # On stderr, as search's next page: stdout holds the rows (or JSON lines) alone.
-        for line in _letters_not_shown(await _letters_kept_and_ever(server.redis), len(rows)):
-            print(line, file=sys.stderr)
         if json:
             json_lines(rows)
         elif not rows:
@@ -393,6 +390,9 @@ def dead_letters(
                    ("command", "left")],
                   [[r["id"], r.get("reason"), r.get("stream"), r.get("entry_id"), r.get("consumer"),
                     _preview(r.get("data", ""), 100)] for r in rows])
+        # After the rows and on stderr, as search's next page: stdout holds the rows (or JSON lines) alone.
+        for line in _letters_not_shown(await _letters_kept_and_ever(server.redis), len(rows)):
+            print(line, file=sys.stderr)
 
     _run(ctx, config, action)
 
