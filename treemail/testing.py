@@ -109,7 +109,8 @@ class TestStack:
         """One delivery-pump pass at the clock's present reading, every timed rule of the pump: each
         session whose obligations are due by now, each peer delivery due by now (its next admission
         attempt, parking, its settlement read back to the source), and, when its time has come, the look
-        for stranded mail (``ProducerMessageStranded``)."""
+        for stranded mail (``ProducerMessageStranded``; about 1,000 sessions' states a pass, so a larger
+        population's look goes on over the next passes)."""
         return await self._pump.run_pass()
 
 

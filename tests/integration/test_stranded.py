@@ -4,10 +4,14 @@ reported once (the event on its stream, inspect, the metric, a log line); a heal
 
 import logging
 
+import pytest
+
+from consumers.pump import Pump
 from treemail.adapters import keys, metrics
 from treemail.domain import events as ev
 from treemail.domain.commitplan import plan_commit
 from treemail.host import SendContext
+from treemail.services.obligations import SweepPosition
 
 from .conftest import adapters, timed_stack
 
@@ -62,3 +66,60 @@ async def test_the_pump_reports_a_message_no_rule_can_end_once_and_leaves_a_heal
         assert stranded_count() == before + 1
         assert (await tm.obligations.cancel(stuck))["outcome"] == "cancelled"
         assert (await tm.obligations.inspect(stuck))["status"] == "processed"
+
+
+@pytest.mark.cluster
+async def test_a_look_for_stranded_mail_reads_a_slice_a_pass_and_still_reports_every_message_once(redis_url):
+    """Sessions stay registered for good, so the look reads a bounded slice of their states a pass and goes on at
+    the next: within a partition (a set too large to answer whole) and from partition to partition."""
+    async with timed_stack(redis_url, stranded_sweep_s=600) as env:
+        tm = env.tm
+        root = await tm.register_root("planner", "plans", rules={"child": "allow"}, status="running")
+        await tm.start_run(root.session_id, "run-1")
+        one_shot = await tm.register_child(root.session_id, "explore", "reads", continuable=False, status="running")
+        for n in range(140):  # past the 128 members a set answers whole
+            await tm.register_child(root.session_id, "review", f"reviews part {n}", status="idle")
+        for n in range(6):
+            await tm.register_root("planner", f"plans {n}", status="idle")
+        population = 1 + 1 + 140 + 6
+        stuck = (await tm.send_message(SendContext(root.session_id, "run-1", "call-1"),
+                                       {"to": one_shot.handle, "body": "look", "mode": "queue"}))["message_id"]
+        await env.pump()
+        await close_without_returning(env, await adapters(tm).sessions.record(one_shot.session_id))
+
+        pump = Pump(adapters(tm).store, env.config, clock=env.clock)
+        pump.stranded_slice = 10
+        # The pump: its look spreads over passes at one clock reading, reports the message once, and the next
+        # look waits its interval from the end of this one.
+        reported, positions = [], []
+        while True:
+            events = await pump.run_pass()
+            positions.append(pump.stranded_from)
+            reported += [e.message_id for e in events if isinstance(e, ev.ProducerMessageStranded)]
+            if pump.stranded_from is None:
+                break
+        assert reported == [stuck]
+        assert pump.stranded_sweep_at == env.clock.now() + 600
+        assert not [e for e in await pump.run_pass() if isinstance(e, ev.ProducerMessageStranded)]
+
+        # The service's slices: each reads about its budget, together they read every session once, and the
+        # message reported already is not reported again.
+        position, slices = SweepPosition(), []
+        while position is not None:
+            swept, position = await pump.service.sweep_stranded(position, budget=10)
+            slices.append((swept.looked, position, swept.events))
+        assert sum(looked for looked, _, _ in slices) == population
+        assert max(looked for looked, _, _ in slices) < population
+        assert any(p is not None and p.cursor != 0 for _, p, _ in slices)  # went on inside one partition
+        # A slice of one session ends at each partition holding any: it goes on from partition to partition.
+        position, partitions = SweepPosition(), set()
+        while position is not None:
+            position = (await pump.service.sweep_stranded(position, budget=1))[1]
+            partitions.add(position and position.partition)
+        assert len(partitions - {None}) > 1
+        assert [e for _, _, events in slices for e in events] == []
+        assert [p for _, p, _ in slices] == positions  # the pump's passes went on slice by slice
+
+        # The whole look at once (``budget`` None) reads every session in one slice, and finds it reported.
+        whole, after = await pump.service.sweep_stranded()
+        assert (whole.looked, whole.sessions, after, whole.events) == (population, 1, None, [])

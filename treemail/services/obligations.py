@@ -11,6 +11,7 @@ state another one already changed fails its etag check and is decided again.
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ..adapters import keys, metrics, outboundindex, tracing
 from ..domain import events as ev
@@ -26,15 +27,25 @@ log = logging.getLogger("treemail.pump")
 
 @dataclass
 class Pass:
-    """What one pass did: sessions looked at, events appended, and the lag it began with."""
+    """What one pass did: sessions kept, events appended, and the lag it began with; for a sweep, the sessions
+    whose state it read (``looked``)."""
 
     sessions: int = 0
     events: list[ev.Event] = field(default_factory=list)
     lag_s: float = 0.0
+    looked: int = 0
 
     @property
     def wakes(self) -> int:
         return sum(isinstance(e, ev.SessionWakeRequested) for e in self.events)
+
+
+class SweepPosition(NamedTuple):
+    """Where a sweep spread over passes goes on: the index of the partition it reads, and that partition's
+    SSCAN cursor."""
+
+    partition: int = 0
+    cursor: int = 0
 
 
 class ObligationService:
@@ -100,24 +111,48 @@ class ObligationService:
         """
         return await self._keep_every(lambda state: state.pending_all > 0, stale_before)
 
-    async def sweep_stranded(self) -> Pass:
+    async def sweep_stranded(self, start: SweepPosition = SweepPosition(),
+                             budget: int | None = None) -> tuple[Pass, SweepPosition | None]:
         """Every closed session still holding mail, in every partition, kept (``KeepObligations`` reports each
         message no rule can end any more, once): what the due index alone would miss, a state an older version
-        left with no due entry."""
-        return await self._keep_every(may_strand)
+        left with no due entry.
+
+        A slice of it: from ``start``, until about ``budget`` sessions' states are read (None: all of them).
+        Returns the slice's pass and where the next slice starts, None once every partition is read, so a
+        population's whole sweep need not hold up one pump pass."""
+        return await self._keep_slice(may_strand, start, budget)
 
     async def _keep_every(self, wanted: Callable[[SessionState], bool], stale_before: float = 0.0) -> Pass:
         """``keep`` for every stored session whose state is ``wanted``, partition by partition."""
-        done = Pass()
-        for partition in self.partitions:
-            members = sorted(m.decode() for m in await self.redis.smembers(keys.partition_sessions(partition)))
-            records = [r for r in (await self.store.directory.many(members)).values() if r is not None]
-            states = await self.store.load_many(records)
-            for record in records:
-                if wanted(states[record.session_id].state):
-                    done.sessions += 1
-                    done.events.extend(await self.keep(record.session_id, stale_before))
+        done, _ = await self._keep_slice(wanted, SweepPosition(), None, stale_before)
         return done
+
+    async def _keep_slice(self, wanted: Callable[[SessionState], bool], start: SweepPosition, budget: int | None,
+                          stale_before: float = 0.0) -> tuple[Pass, SweepPosition | None]:
+        """``keep`` for the stored sessions whose state is ``wanted``, reading partitions' members from ``start``
+        until about ``budget`` states are read (SSCAN's count is a hint: a small set answers whole)."""
+        done = Pass()
+        partition, cursor = start
+        while partition < len(self.partitions) and (budget is None or done.looked < budget):
+            key = keys.partition_sessions(self.partitions[partition])
+            if budget is None:
+                members, cursor = await self.redis.smembers(key), 0
+            else:
+                cursor, members = await self.redis.sscan(key, cursor, count=budget - done.looked)
+            await self._keep_members(sorted({m.decode() for m in members}), wanted, stale_before, done)
+            if cursor == 0:
+                partition += 1
+        return done, SweepPosition(partition, cursor) if partition < len(self.partitions) else None
+
+    async def _keep_members(self, members: list[str], wanted: Callable[[SessionState], bool], stale_before: float,
+                            done: Pass) -> None:
+        records = [r for r in (await self.store.directory.many(members)).values() if r is not None]
+        states = await self.store.load_many(records)
+        done.looked += len(records)
+        for record in records:
+            if wanted(states[record.session_id].state):
+                done.sessions += 1
+                done.events.extend(await self.keep(record.session_id, stale_before))
 
     async def step(self, limit: int = 500, now: float | None = None) -> Pass:
         """Every session whose due time has come, at most ``limit`` per partition."""
