@@ -7,6 +7,7 @@ the page shows a tree as soon as its root registers, whether or not a projection
 
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from typing import NamedTuple
 
 from treemail.adapters import keys
 from treemail.adapters.eventstore import EventStore
@@ -14,7 +15,8 @@ from treemail.domain.errors import UnknownSessionError
 
 from . import timeline as tl
 
-# A page over more sessions than this shows the first ones, by id (a UI, not a report).
+# How many sessions a page lists by default: the newest, by id (ids are time-ordered), which are the ones a
+# person debugging agents looks for; it says how many older ones it leaves out (``Listing.not_listed``).
 MAX_SESSIONS = 2000
 # What a ``HistoryCache`` keeps over all its sessions, in bytes of memory (estimated per event, ``event_bytes``);
 # the least recently read sessions are let go first. A count of events bounded nothing with large bodies: 500,000
@@ -28,13 +30,22 @@ EVENT_OVERHEAD_BYTES = 1500
 Read = Callable[[str], Awaitable[tl.History]]
 
 
-async def sessions(store: EventStore, partitions: int) -> list[dict]:
-    """Every session: origin, status, position and open mail, sorted by id (time-ordered ids: oldest first)."""
+class Listing(NamedTuple):
+    """The sessions a page lists, and how many older ones it leaves out."""
+
+    rows: list[dict]
+    not_listed: int
+
+
+async def sessions(store: EventStore, partitions: int, limit: int = MAX_SESSIONS) -> Listing:
+    """The newest ``limit`` sessions: origin, status, position and open mail, sorted by id (time-ordered ids:
+    oldest first); and how many older ones are not listed."""
     ids: list[str] = []
     for partition in range(partitions):
         ids.extend(m.decode() for m in await store.redis.smembers(keys.partition_sessions(partition)))
-    ids = sorted(ids)[:MAX_SESSIONS]
-    records = [r for r in (await store.directory.many(ids)).values() if r is not None]
+    ids.sort()
+    listed = ids[-limit:] if limit > 0 else []
+    records = [r for r in (await store.directory.many(listed)).values() if r is not None]
     loaded = await store.load_many(records)
     rows = []
     for record in records:
@@ -48,7 +59,7 @@ async def sessions(store: EventStore, partitions: int) -> list[dict]:
             "position": found.version if found else 0, "pending": state.pending_all if state else 0,
             "disposal": state.disposal if state else None,
         })
-    return sorted(rows, key=lambda r: r["session_id"])
+    return Listing(sorted(rows, key=lambda r: r["session_id"]), len(ids) - len(listed))
 
 
 def trees(rows: list[dict]) -> list[dict]:

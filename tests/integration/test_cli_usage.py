@@ -278,3 +278,18 @@ def test_a_session_reference_too_long_or_not_text_is_a_one_line_coded_error_with
 def test_an_id_too_long_or_naming_nothing_is_a_one_line_coded_error_with_a_bounded_echo(redis_url, args, code):
     line = one_line_error(cli(redis_url, *args))
     assert code in line and len(line) < 600
+
+
+async def test_trees_say_how_many_older_sessions_their_members_leave_out(stack, redis_url):
+    from treemail.projections.replay import rebuild
+
+    roots = [(await stack.register_root("planner", f"plans {n}")).session_id for n in range(4)]
+    await rebuild(adapters(stack).store, list(range(adapters(stack).config.service.partitions)))
+    page = cli(redis_url, "trees", "--sessions", "3", "--json")
+    assert page.returncode == 0, page.stderr
+    assert page.stderr.splitlines() == ["more: 1 older sessions are not among the members; see them with --sessions 4"]
+    trees = {t["root_session_id"]: t for t in map(json.loads, page.stdout.splitlines())}  # stdout: JSON lines only
+    assert sorted(trees) == sorted(roots)
+    assert [root for root, tree in trees.items() if not tree["members"]] == [min(roots)]  # the oldest left out
+    whole = cli(redis_url, "trees", "--sessions", "4")
+    assert whole.returncode == 0 and whole.stderr == ""

@@ -335,6 +335,20 @@ def test_the_page_shows_the_demo_tree_scrubs_a_mailbox_back_and_follows_a_live_s
          "the question and, under it, the answer sent back")
     assert f"thread {ask_id[-8:]} (2 messages)" in text(browser, "threads")
 
+    # A page that lists fewer sessions than there are says how many older ones it leaves out.
+    listed = browser.execute_script("return document.querySelectorAll('#trees [data-session-id]').length")
+    assert not browser.execute_script("return document.getElementById('not-listed')")
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "TREEMAIL_UI_TOKEN")}
+    short_page, said = start(["ui", "--port", "0", "--sessions", "2"], {**env, "REDIS_URL": url}, "treemail ui at")
+    try:
+        browser.get(re.search(r"(http://127\.0\.0\.1:\d+/)", said).group(1))
+        wait(browser, lambda d: d.execute_script("return document.getElementById('not-listed')"), "the note")
+        note = text(browser, "not-listed")
+        assert browser.execute_script("return document.querySelectorAll('#trees [data-session-id]').length") == 2
+    finally:
+        stop(short_page)
+    assert note == f"{listed - 2} older sessions not listed: the page lists the newest 2 (treemail ui --sessions lists more)"
+
 
 def test_write_actions_need_the_operators_token_and_the_page_answers_only_loopback_names(demo_page):
     import json

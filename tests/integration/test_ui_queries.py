@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from treemail.entrypoints.ui import create_app
+from treemail.entrypoints.ui import Page, create_app
+from treemail.projections.mailboxes import MAX_SESSIONS
 
 from .conftest import make_config, running_stack, serving
 
@@ -47,3 +48,18 @@ async def test_a_bad_query_parameter_is_a_400_naming_it(redis_url, query, code):
             status, body = await asyncio.to_thread(get, f"{page}api/trees?{query}")  # takes no parameter at all
             assert (status, body["error"]["code"]) == (400, "ui:invalid_query"), body
             assert (await asyncio.to_thread(get, f"{timeline}?at=1"))[0] == 200
+
+
+async def test_the_trees_list_the_newest_sessions_and_say_how_many_older_ones_they_leave_out(redis_url):
+    async with running_stack(redis_url) as host:
+        roots = [(await host.register_root("planner", f"plans {n}")).session_id for n in range(5)]
+        newest = sorted(roots)[-2:]  # ids are time-ordered
+        config = make_config(redis_url)
+        async with serving(create_app(config, page=Page(config, None, max_sessions=2))) as url:
+            status, body = await asyncio.to_thread(get, f"{url}/api/trees")
+        assert status == 200, body
+        assert sorted(t["session_id"] for t in body["trees"]) == newest
+        assert (body["not_listed"], body["max_sessions"]) == (3, 2)
+        async with ui_page(redis_url) as page:  # the default lists all five
+            status, body = await asyncio.to_thread(get, f"{page}api/trees")
+        assert (len(body["trees"]), body["not_listed"], body["max_sessions"]) == (5, 0, MAX_SESSIONS)

@@ -332,3 +332,10 @@ def test_a_superseded_message_names_its_successor_and_every_cancel_asked_is_in_t
     assert [(t.kind, t.reason, t.by) for t in old.lifecycle][-2:] == [
         ("discarded", "superseded", None), ("cancel_answered", "cancelled", "sender")]
     assert old.state == "discarded"  # an answer changes nothing
+
+
+def test_the_commands_default_listing_is_the_pages():
+    from treemail.entrypoints.timeline_commands import DEFAULT_UI_SESSIONS
+    from treemail.projections.mailboxes import MAX_SESSIONS
+
+    assert DEFAULT_UI_SESSIONS == MAX_SESSIONS

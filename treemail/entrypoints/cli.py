@@ -27,6 +27,7 @@ from .clicommon import config_of as _config
 from .clicommon import run_with_host as _run
 from .clicommon import session_id as _session_id
 from .clicommon import url_of as _url
+from .timeline_commands import DEFAULT_UI_SESSIONS
 
 DEFAULT_WORKER_METRICS_PORT = 9464
 DEFAULT_PROJECTION_METRICS_PORT = 9465
@@ -174,7 +175,9 @@ def replay(ctx: typer.Context, config: ConfigOpt = None) -> None:
 
 
 @app.command()
-def trees(ctx: typer.Context, json: JsonOpt = False, config: ConfigOpt = None) -> None:
+def trees(ctx: typer.Context, json: JsonOpt = False, sessions: Annotated[int, typer.Option(
+              min=1, help="how many sessions the members list, the newest (as `treemail ui --sessions`)")
+          ] = DEFAULT_UI_SESSIONS, config: ConfigOpt = None) -> None:
     """Each tree as `treemail ui` shows it (its sessions by handle, nested, each with its status and pending
     mail), with its summary from the projections: sessions, pending, accepted, done."""
     from treemail.adapters.viewstore import load_view
@@ -188,8 +191,8 @@ def trees(ctx: typer.Context, json: JsonOpt = False, config: ConfigOpt = None) -
         for p in range(server.config.service.partitions):
             view, _ = await load_view(server.redis, p, "trees")
             summaries.update(tree_summaries(view))
-        shown = {t["session_id"]: t for t in mailboxes.trees(
-            await mailboxes.sessions(server.store, server.config.service.partitions))}
+        listing = await mailboxes.sessions(server.store, server.config.service.partitions, sessions)
+        shown = {t["session_id"]: t for t in mailboxes.trees(listing.rows)}
         rows = []
         for root, summary in sorted(summaries.items()):
             members = mailboxes.walk(shown[root]) if root in shown else []
@@ -203,6 +206,9 @@ def trees(ctx: typer.Context, json: JsonOpt = False, config: ConfigOpt = None) -
             table([("session", "left"), ("status", "left"), ("pending", "right"), ("tree: sessions", "right"),
                    ("pending", "right"), ("accepted", "right"), ("done", "right")],
                   [line for r in rows for line in _tree_lines(r)])
+        if listing.not_listed:  # after the rows and apart from them, as `search` prints its next page
+            print(f"more: {listing.not_listed} older sessions are not among the members; see them with --sessions "
+                  f"{sessions + listing.not_listed}", file=sys.stderr)
 
     _run(ctx, config, action)
 

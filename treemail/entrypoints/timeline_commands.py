@@ -17,6 +17,9 @@ DEFAULT_UI_PORT = 8780
 # The page's history cache (projections.mailboxes.HistoryCache), in MiB: a few thousand sessions of a few
 # hundred events with bodies of a few KB.
 DEFAULT_HISTORY_CACHE_MB = 256
+# The sessions the page's trees list, the newest: ``projections.mailboxes.MAX_SESSIONS`` (not imported here, where
+# every command's start-up would pay for it; a test holds the two equal).
+DEFAULT_UI_SESSIONS = 2000
 
 AtOpt = Annotated[Optional[str], typer.Option(
     "--at", metavar="POSITION|TIME", show_default=False,
@@ -172,6 +175,10 @@ def ui(
         min=0, envvar="TREEMAIL_UI_HISTORY_CACHE_MB",
         help="memory for the histories the page keeps read (MiB, estimated per event; the least recently read "
         "session is let go first; 0 keeps none)")] = DEFAULT_HISTORY_CACHE_MB,
+    sessions: Annotated[int, typer.Option(
+        min=1, envvar="TREEMAIL_UI_SESSIONS",
+        help="how many sessions the trees list, the newest; the page says how many older ones it leaves "
+        "out")] = DEFAULT_UI_SESSIONS,
     config: ConfigOpt = None,
 ) -> None:
     """Serve the mailbox time-travel page: delegation trees, each session's mailbox through time, a message's
@@ -184,7 +191,7 @@ def ui(
 
     @contextlib.asynccontextmanager
     async def opened():
-        page = Page(cfg, token or None, history_cache_mb * 2**20)
+        page = Page(cfg, token or None, history_cache_mb * 2**20, sessions)
         await page.open()
         try:
             yield create_app(cfg, loopback_only=host in LOOPBACK_HOSTS, page=page)

@@ -82,10 +82,12 @@ class Page:
     """The routes, over one host connection and one adapter connection opened at startup."""
 
     def __init__(self, config: Config, token: str | None,
-                 history_cache_bytes: int = mailboxes.DEFAULT_HISTORY_CACHE_BYTES) -> None:
+                 history_cache_bytes: int = mailboxes.DEFAULT_HISTORY_CACHE_BYTES,
+                 max_sessions: int = mailboxes.MAX_SESSIONS) -> None:
         self.config = config
         self.token = token
         self.history_cache_bytes = history_cache_bytes
+        self.max_sessions = max_sessions  # the newest sessions the trees list
         self.host: Treemail | None = None
         self.store: EventStore | None = None
         self.histories: mailboxes.HistoryCache | None = None
@@ -158,7 +160,7 @@ class Page:
         status = await self.host.obligations.inspect(message_id)
         if "error" not in status:
             return (status.get("receipt") or {}).get("recipient_session_id") or status.get("recipient_session_id")
-        for row in await mailboxes.sessions(self.store, self.config.service.partitions):
+        for row in (await mailboxes.sessions(self.store, self.config.service.partitions, self.max_sessions)).rows:
             history = await self.histories.read(row["session_id"])
             if any(getattr(event, "message_id", None) == message_id and type(event).__name__ ==
                    "ProducerMessageAccepted" for _, event in history):
@@ -174,9 +176,12 @@ class Page:
     async def trees(self, request: Request) -> JSONResponse:
         if refused := _refused_query(request):
             return refused
-        rows = await mailboxes.sessions(self.store, self.config.service.partitions)
+        listing = await mailboxes.sessions(self.store, self.config.service.partitions, self.max_sessions)
         return JSONResponse({
-            "trees": mailboxes.trees(rows), "obligations": await mailboxes.obligations(self.store, rows),
+            "trees": mailboxes.trees(listing.rows),
+            "obligations": await mailboxes.obligations(self.store, listing.rows),
+            # Older sessions the trees leave out, and their open mail with them: the page says how many.
+            "not_listed": listing.not_listed, "max_sessions": self.max_sessions,
             "approvals": await self.host.permissions.pending_approvals(), "writable": self.token is not None,
         })
 

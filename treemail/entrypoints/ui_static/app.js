@@ -39,6 +39,12 @@ async function loadTrees() {
        s.handle || s.session_id, " ", el("span", { class: "status" }, `${s.disposal || s.status}${s.pending ? ", " + s.pending + " pending" : ""}`)),
     s.children.length ? el("ul", {}, s.children.map(node)) : "");
   $("trees").replaceChildren(data.trees.length ? el("ul", {}, data.trees.map(node)) : el("p", { class: "dim" }, "no sessions yet"));
+  // The page lists the newest sessions only: it says how many older ones (and their open mail) it leaves out.
+  if (data.not_listed) {
+    $("trees").append(el("p", { class: "dim", id: "not-listed", "data-count": data.not_listed },
+      `${data.not_listed} older session${data.not_listed === 1 ? "" : "s"} not listed: the page lists the newest ` +
+      `${data.max_sessions} (treemail ui --sessions lists more)`));
+  }
   const open = data.obligations.filter((o) => o.state !== "consumed");
   $("obligations").replaceChildren(open.length ? el("ul", { "data-count": open.length }, open.map((o) =>
     el("li", { "data-message-id": o.message_id, "data-state": o.state },
