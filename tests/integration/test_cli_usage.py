@@ -85,6 +85,8 @@ def test_a_bad_pump_setting_breaks_only_the_pump():
 
 @pytest.mark.parametrize("args,says", [
     (("dead-letters", "--count", "0"), "--count"),
+    (("trees", "--sessions", "0"), "--sessions"),
+    (("ui", "--sessions", "x"), "--sessions"),
     (("no-such-command",), "No such command"),
     (("history",), "Missing argument"),
     (("worker", "--metrics-port", "70000"), "--metrics-port"),
