@@ -455,6 +455,8 @@ def causal_chain(message_id: str, histories: Histories) -> dict:
         "message_id": message_id,
         "trace_id": root.trace_id,
         "chain": [asdict(link) for link in links],
+        # Causes found but not walked once the chain reached its bound: the page says how many.
+        "not_followed": len(queue), "max_chain": MAX_CHAIN,
         "trace": [asdict(m) for m in same_trace],
         "handles": {sid: found.handle for sid, found in timelines.items()},
     }

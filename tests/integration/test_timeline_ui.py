@@ -335,6 +335,25 @@ def test_the_page_shows_the_demo_tree_scrubs_a_mailbox_back_and_follows_a_live_s
          "the question and, under it, the answer sent back")
     assert f"thread {ask_id[-8:]} (2 messages)" in text(browser, "threads")
 
+    # A causal chain cut at its bound says how many causes it did not follow: a run that consumed 70 notes,
+    # then sent one message.
+    async def fan_in(host):
+        reader = await host.register_child(explore_id, "reader", "reads notes", rules={"parent": "allow"},
+                                           status="running")
+        notes = [await host.inject(reader.session_id, "plugin", f"note {n}") for n in range(70)]
+        await host.start_run(reader.session_id, "run-read")
+        while claimed := await host.claim(reader.session_id, "run-read"):
+            for delivery in claimed:
+                await host.consume(reader.session_id, delivery.message_id)
+        sent = await host.send_message(SendContext(reader.session_id, "run-read", "s-1"),
+                                       {"to": explore, "body": "read them all"})
+        return len(notes), sent["message_id"]
+
+    notes, summary = asyncio.run(with_host(url, fan_in))
+    browser.get(f"{page}m/{summary}")
+    wait(browser, lambda d: d.execute_script("return document.getElementById('chain-cut')"), "the cut chain's line")
+    assert text(browser, "chain-cut") == f"{notes - 63} earlier causes not followed: a chain stops at 64 messages"
+
     # A page that lists fewer sessions than there are says how many older ones it leaves out.
     listed = browser.execute_script("return document.querySelectorAll('#trees [data-session-id]').length")
     assert not browser.execute_script("return document.getElementById('not-listed')")

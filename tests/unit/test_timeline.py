@@ -10,7 +10,7 @@ from treemail.domain import state as sm
 from treemail.domain.commands import ClaimMail, ConsumeMail, FinishRun, ForkSession, RegisterSession, RevertSession, StartRun
 from treemail.domain.decide.branches import decide_fork, decide_revert
 from treemail.domain.decide.lifecycle import Given, decide_claim, decide_consume, decide_finish_run, decide_start_run
-from treemail.projections.timeline import causal_chain, position_at_time, timeline, trace_id
+from treemail.projections.timeline import MAX_CHAIN, causal_chain, position_at_time, timeline, trace_id
 
 from .builders import accepted, config, registered, tree
 
@@ -247,6 +247,27 @@ def test_a_causal_chain_walks_back_through_the_senders_runs_and_lists_the_trace(
     assert [m["message_id"] for m in chain["trace"]] == ["ask", "answer"]
     assert chain["chain"][1]["message"]["lifecycle"][-1]["tokens"] == 7
     assert causal_chain("nowhere", histories(root, kid)) == {}
+
+
+def test_a_causal_chain_cut_at_its_bound_says_how_many_causes_it_did_not_follow():
+    root = Stream(T.root.session_id, registered(T.root))
+    kid = child()
+    causes = [f"note-{n:02d}" for n in range(MAX_CHAIN + 6)]
+    kid.append([accepted(mid, owner="plugin", mode="queue") for mid in causes])
+    kid.run("kid-run")
+    while kid.claim("kid-run"):
+        pass
+    for mid in causes:
+        kid.consume(mid)
+    kid.sent("answer", T.root.session_id)
+    root.append([accepted("answer", T.child).model_copy(update={"run_id": "kid-run"})])
+
+    chain = causal_chain("answer", histories(root, kid))
+
+    assert chain["chain"][0]["caused_by"] == causes
+    assert len(chain["chain"]) == MAX_CHAIN
+    assert (chain["not_followed"], chain["max_chain"]) == (len(causes) - (MAX_CHAIN - 1), MAX_CHAIN) == (7, 64)
+    assert causal_chain("note-00", histories(root, kid))["not_followed"] == 0
 
 
 def test_an_older_stream_without_steps_and_an_unknown_event_still_fold():

@@ -226,6 +226,8 @@ async function showMessage(messageId, scroll = true, how = "push") {
     el("h3", {}, "Causal chain"),
     first.sent_by_run ? el("p", { class: "dim" }, `sent by run ${first.sent_by_run}` + (first.sent_at ? ` at its sender's position ${first.sent_at}` : "")) : "",
     causes.length ? el("ul", { class: "chain" }, causes.map(link)) : el("p", { class: "dim" }, "no earlier message caused it"),
+    chain.not_followed ? el("p", { class: "dim", id: "chain-cut" }, `${chain.not_followed} earlier cause` +
+      `${chain.not_followed === 1 ? "" : "s"} not followed: a chain stops at ${chain.max_chain} messages`) : "",
     el("h3", {}, "Trace " + (chain.trace_id || "(not traced)")),
     chain.trace.length ? el("ul", { class: "chain" }, chain.trace.map((t) => link({ message: t, handle: chain.handles[t.session_id] }))) : "");
   if (scroll) $("detail").scrollIntoView({ block: "nearest" });
