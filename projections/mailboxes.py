@@ -37,13 +37,18 @@ class Listing(NamedTuple):
     not_listed: int
 
 
-async def sessions(store: EventStore, partitions: int, limit: int = MAX_SESSIONS) -> Listing:
-    """The newest ``limit`` sessions: origin, status, position and open mail, sorted by id (time-ordered ids:
-    oldest first); and how many older ones are not listed."""
+async def session_ids(store: EventStore, partitions: int) -> list[str]:
+    """Every registered session's id, sorted (time-ordered ids: oldest first)."""
     ids: list[str] = []
     for partition in range(partitions):
         ids.extend(m.decode() for m in await store.redis.smembers(keys.partition_sessions(partition)))
-    ids.sort()
+    return sorted(ids)
+
+
+async def sessions(store: EventStore, partitions: int, limit: int = MAX_SESSIONS) -> Listing:
+    """The newest ``limit`` sessions: origin, status, position and open mail, sorted by id (time-ordered ids:
+    oldest first); and how many older ones are not listed."""
+    ids = await session_ids(store, partitions)
     listed = ids[-limit:] if limit > 0 else []
     records = [r for r in (await store.directory.many(listed)).values() if r is not None]
     loaded = await store.load_many(records)

@@ -69,3 +69,18 @@ async def test_deep_links_load_directly_and_bad_query_parameters_are_400s(redis_
                 assert (status, body["error"]["code"]) == (400, "ui:invalid_query"), route
         finally:
             await page.close()
+
+
+async def test_a_message_link_finds_mail_with_no_sender_in_a_session_older_than_the_trees_list(redis_url, calls):
+    async with running_stack(redis_url) as host:
+        root, child, _, _ = await exchange(host, calls)
+        injected = await host.inject(root.session_id, "plugin", "the linter found 3 issues")
+        page = Page(make_config(redis_url), token=None, max_sessions=1)  # the trees list only the child
+        await page.open()
+        try:
+            status, trees = answer(await page.trees(request({})))
+            assert [t["session_id"] for t in trees["trees"]] == [child.session_id] and trees["not_listed"] == 1
+            status, found = answer(await page.message_session(request({"message_id": injected})))
+            assert (status, found["session_id"]) == (200, root.session_id)
+        finally:
+            await page.close()

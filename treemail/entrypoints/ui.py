@@ -156,15 +156,19 @@ class Page:
 
     async def _landed_in(self, message_id: str) -> str | None:
         """The session a message was sent to: the sender's record says so for mail with a sender; treemail's own
-        notices and a host's injected mail have none, so the sessions are searched (read through the cache)."""
+        notices and a host's injected mail have none, so the sessions are searched (read through the cache):
+        every one, not only those the trees list, newest first."""
         status = await self.host.obligations.inspect(message_id)
         if "error" not in status:
             return (status.get("receipt") or {}).get("recipient_session_id") or status.get("recipient_session_id")
-        for row in (await mailboxes.sessions(self.store, self.config.service.partitions, self.max_sessions)).rows:
-            history = await self.histories.read(row["session_id"])
+        for session_id in reversed(await mailboxes.session_ids(self.store, self.config.service.partitions)):
+            try:
+                history = await self.histories.read(session_id)
+            except UnknownSessionError:
+                continue  # registered in its partition, its directory entry not (yet) written
             if any(getattr(event, "message_id", None) == message_id and type(event).__name__ ==
                    "ProducerMessageAccepted" for _, event in history):
-                return row["session_id"]
+                return session_id
         return None
 
     async def static(self, request: Request) -> Response:
