@@ -109,7 +109,8 @@ class ObligationService:
         It also rewrites each such session's due entry, so an index that
         lost entries (or mail stored before the index existed) is complete again.
         """
-        return await self._keep_every(lambda state: state.pending_all > 0, stale_before)
+        done, _ = await self._keep_slice(lambda state: state.pending_all > 0, SweepPosition(), None, stale_before)
+        return done
 
     async def sweep_stranded(self, start: SweepPosition = SweepPosition(),
                              budget: int | None = None) -> tuple[Pass, SweepPosition | None]:
@@ -121,11 +122,6 @@ class ObligationService:
         Returns the slice's pass and where the next slice starts, None once every partition is read, so a
         population's whole sweep need not hold up one pump pass."""
         return await self._keep_slice(may_strand, start, budget)
-
-    async def _keep_every(self, wanted: Callable[[SessionState], bool], stale_before: float = 0.0) -> Pass:
-        """``keep`` for every stored session whose state is ``wanted``, partition by partition."""
-        done, _ = await self._keep_slice(wanted, SweepPosition(), None, stale_before)
-        return done
 
     async def _keep_slice(self, wanted: Callable[[SessionState], bool], start: SweepPosition, budget: int | None,
                           stale_before: float = 0.0) -> tuple[Pass, SweepPosition | None]:
