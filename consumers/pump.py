@@ -46,7 +46,7 @@ from treemail.adapters.lifecycle import serve_until_signalled
 from treemail.domain import events as ev
 from treemail.services import bootstrap
 from treemail.services.clock import SYSTEM_CLOCK, Clock
-from treemail.services.obligations import SweepPosition
+from treemail.services.population import SweepPosition
 
 log = logging.getLogger("treemail.pump")
 

@@ -9,7 +9,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import NamedTuple
 
-from treemail.adapters import keys
+from treemail.adapters import directory, keys
 from treemail.adapters.eventstore import EventStore
 from treemail.domain.errors import UnknownSessionError
 
@@ -39,10 +39,8 @@ class Listing(NamedTuple):
 
 async def session_ids(store: EventStore, partitions: int) -> list[str]:
     """Every registered session's id, sorted (time-ordered ids: oldest first)."""
-    ids: list[str] = []
-    for partition in range(partitions):
-        ids.extend(m.decode() for m in await store.redis.smembers(keys.partition_sessions(partition)))
-    return sorted(ids)
+    return sorted([session_id for partition in range(partitions)
+                   for session_id in await directory.registered(store.redis, partition)])
 
 
 async def sessions(store: EventStore, partitions: int, limit: int = MAX_SESSIONS) -> Listing:

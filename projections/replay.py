@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 
-from treemail.adapters import keys
+from treemail.adapters import directory
 from treemail.adapters.eventstore import EventStore, decode_entries
 from treemail.adapters.viewstore import TrackedView, feed_position, queue_replace
 
@@ -41,7 +41,7 @@ async def rebuild(
     # folded by the live runner). Read the other way round, a registration in between was in neither.
     checkpoints = {p: (await feed_position(redis, p))[0] for p in partitions}
     sessions_by_partition = {
-        p: sorted(s.decode() for s in await redis.smembers(keys.partition_sessions(p))) for p in partitions
+        p: await directory.registered(redis, p) for p in partitions
     }
     total = sum(len(s) for s in sessions_by_partition.values())
     done = events = 0

@@ -11,7 +11,7 @@ from treemail.adapters import keys, metrics
 from treemail.domain import events as ev
 from treemail.domain.commitplan import plan_commit
 from treemail.host import SendContext
-from treemail.services.obligations import SweepPosition
+from treemail.services.population import SweepPosition
 
 from .conftest import adapters, timed_stack
 

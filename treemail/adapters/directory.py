@@ -17,6 +17,19 @@ CACHE_LIMIT = 100_000
 PEERS_LUA = resources.files(__package__).joinpath("peers.lua").read_text()
 
 
+async def registered(redis: Redis, partition: int) -> list[str]:
+    """Every session registered in ``partition``, sorted (time-ordered ids: oldest first)."""
+    return sorted(_text(member) for member in await redis.smembers(keys.partition_sessions(partition)))
+
+
+async def registered_slice(redis: Redis, partition: int, cursor: int, count: int) -> tuple[int, list[str]]:
+    """About ``count`` sessions registered in ``partition`` from SSCAN's ``cursor``, sorted, and the cursor that
+    goes on (0: the set is read). Every member there from the first slice to the last is read at least once
+    (a set that grows meanwhile may hand one out twice); one added or removed meanwhile may be missed."""
+    cursor, members = await redis.sscan(keys.partition_sessions(partition), cursor, count=count)
+    return cursor, sorted({_text(member) for member in members})
+
+
 class Directory:
     def __init__(self, redis: Redis) -> None:
         self.redis = redis

@@ -8,7 +8,7 @@ the answer may be several sessions and the caller must say so.
 
 from redis.asyncio import Redis
 
-from . import keys
+from . import directory, keys
 
 
 async def sessions_with_handle(redis: Redis, partitions: int, handle: str) -> list[str]:
@@ -20,7 +20,7 @@ async def sessions_with_handle(redis: Redis, partitions: int, handle: str) -> li
     """
     found: list[str] = []
     for partition in range(partitions):
-        members = sorted(m.decode() for m in await redis.smembers(keys.partition_sessions(partition)))
+        members = await directory.registered(redis, partition)
         if not members:
             continue
         async with redis.pipeline(transaction=False) as pipe:

@@ -21,7 +21,7 @@ from redis.exceptions import ResponseError
 
 from ..domain import protocol
 from ..domain.triggers import Interrupt, Wake
-from . import keys
+from . import directory, keys
 from .config import ServiceConfig
 
 log = logging.getLogger("treemail.wakes")
@@ -157,7 +157,7 @@ class WakeReader:
         await self.redis.xack(wake.stream, self.group, wake.entry_id)
 
     async def sessions(self, partition: int) -> list[str]:
-        return sorted(_text(raw) for raw in await self.redis.smembers(keys.partition_sessions(partition)))
+        return await directory.registered(self.redis, partition)
 
 
 

@@ -11,7 +11,6 @@ state another one already changed fails its etag check and is decided again.
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 from ..adapters import keys, metrics, outboundindex, tracing
 from ..domain import events as ev
@@ -19,7 +18,9 @@ from ..domain.commands import KeepObligations
 from ..domain.decide.stranded import may_strand
 from ..domain.errors import LifecycleError, UnknownSessionError
 from ..domain.state import MailItem, SessionState
+from . import population
 from .clock import SYSTEM_CLOCK, Clock
+from .population import SweepPosition
 from .sessions import SessionService
 
 log = logging.getLogger("treemail.pump")
@@ -38,14 +39,6 @@ class Pass:
     @property
     def wakes(self) -> int:
         return sum(isinstance(e, ev.SessionWakeRequested) for e in self.events)
-
-
-class SweepPosition(NamedTuple):
-    """Where a sweep spread over passes goes on: the index of the partition it reads, and that partition's
-    SSCAN cursor."""
-
-    partition: int = 0
-    cursor: int = 0
 
 
 class ObligationService:
@@ -125,30 +118,17 @@ class ObligationService:
 
     async def _keep_slice(self, wanted: Callable[[SessionState], bool], start: SweepPosition, budget: int | None,
                           stale_before: float = 0.0) -> tuple[Pass, SweepPosition | None]:
-        """``keep`` for the stored sessions whose state is ``wanted``, reading partitions' members from ``start``
-        until about ``budget`` states are read (SSCAN's count is a hint: a small set answers whole)."""
+        """``keep`` for the stored sessions whose state is ``wanted``, from ``start`` until about ``budget`` states
+        are read (``population.slices``)."""
         done = Pass()
-        partition, cursor = start
-        while partition < len(self.partitions) and (budget is None or done.looked < budget):
-            key = keys.partition_sessions(self.partitions[partition])
-            if budget is None:
-                members, cursor = await self.redis.smembers(key), 0
-            else:
-                cursor, members = await self.redis.sscan(key, cursor, count=budget - done.looked)
-            await self._keep_members(sorted({m.decode() for m in members}), wanted, stale_before, done)
-            if cursor == 0:
-                partition += 1
-        return done, SweepPosition(partition, cursor) if partition < len(self.partitions) else None
-
-    async def _keep_members(self, members: list[str], wanted: Callable[[SessionState], bool], stale_before: float,
-                            done: Pass) -> None:
-        records = [r for r in (await self.store.directory.many(members)).values() if r is not None]
-        states = await self.store.load_many(records)
-        done.looked += len(records)
-        for record in records:
-            if wanted(states[record.session_id].state):
+        position = start if start.partition < len(self.partitions) else None
+        async for read in population.slices(self.store, self.partitions, wanted, start, budget):
+            done.looked += read.looked
+            for record in read.wanted:
                 done.sessions += 1
                 done.events.extend(await self.keep(record.session_id, stale_before))
+            position = read.next
+        return done, position
 
     async def step(self, limit: int = 500, now: float | None = None) -> Pass:
         """Every session whose due time has come, at most ``limit`` per partition."""

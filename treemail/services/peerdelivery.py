@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from redis.exceptions import RedisError
 
-from ..adapters import keys, outboundindex, tracing
+from ..adapters import outboundindex, tracing
 from ..adapters.eventstore import EventStore
 from ..adapters.peerdue import PeerDue
 from ..domain import digests, outbox, proof
@@ -35,7 +35,7 @@ from ..domain.decide.send import Refused, outcome_of
 from ..domain.errors import Code, LifecycleError, UnknownSessionError
 from ..domain.protocol import PROTOCOL_VERSION
 from ..domain.records import SessionRecord
-from . import servicedrain
+from . import population, servicedrain
 from .clock import Clock
 from .keyedcalls import keyed_write, transact_keyed
 from . import transaction
@@ -82,14 +82,10 @@ class PeerDriver:
     async def sweep(self) -> int:
         """Every source with outbox rows, whatever the index holds (a driver's first pass). Returns sources."""
         seen = 0
-        for partition in self.partitions:
-            members = sorted(m.decode() for m in await self.store.redis.smembers(keys.partition_sessions(partition)))
-            records = [r for r in (await self.store.directory.many(members)).values() if r is not None]
-            states = await self.store.load_many(records)
-            for record in records:
-                if states[record.session_id].state.outbox:
-                    seen += 1
-                    await self.drive(record)
+        async for read in population.slices(self.store, self.partitions, lambda state: bool(state.outbox)):
+            for record in read.wanted:
+                seen += 1
+                await self.drive(record)
         return seen
 
     async def step(self, limit: int = 500) -> DriverPass:

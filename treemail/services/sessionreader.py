@@ -10,7 +10,7 @@ already) beside the others.
 import functools
 import time
 
-from ..adapters import keys
+from ..adapters import directory, keys
 from ..adapters.compact import record_fields
 from ..adapters.eventstore import EventStore, Loaded, decode_entry
 from ..domain import events as ev
@@ -67,8 +67,7 @@ class SessionReader:
 
     async def partition_sessions(self, partition: int) -> list[str]:
         """Every session registered in the partition, sorted."""
-        raw = await self._store.redis.smembers(keys.partition_sessions(partition))
-        return sorted(r.decode() if isinstance(r, bytes) else r for r in raw)
+        return await directory.registered(self._store.redis, partition)
 
     # ---- state ----------------------------------------------------------------------------------------
 
