@@ -62,7 +62,7 @@ class Reclaim:
         """
         dropped = 0
         for index in range(self.config.command_streams):
-            dropped += await trim_handled(self.redis, keys.command_stream(index), keys.COMMAND_GROUP)
+            dropped += await trim_handled(self.redis, keys.command_stream(index))
         for partition in range(self.config.partitions):
-            dropped += await trim_handled(self.redis, keys.wake_stream(partition), keys.WAKE_GROUP)
+            dropped += await trim_handled(self.redis, keys.wake_stream(partition))
         return dropped

@@ -61,15 +61,33 @@ async def test_trimming_keeps_every_pending_and_every_unread_entry(redis_url):
         ids = [await raw.xadd(stream, {"n": n}) for n in range(10)]
         await raw.xreadgroup("readers", "r1", {stream: ">"}, count=6)  # read 0..5
         await raw.xack(stream, "readers", *ids[:2], *ids[3:6])  # 2 stays pending
-        assert await trim_handled(raw, stream, "readers") == 2  # only 0 and 1 go
+        assert await trim_handled(raw, stream) == 2  # only 0 and 1 go
         left = [entry_id for entry_id, _ in await raw.xrange(stream)]
         assert left == ids[2:]
         await raw.xack(stream, "readers", ids[2])
-        await trim_handled(raw, stream, "readers")
+        await trim_handled(raw, stream)
         # Everything read was acknowledged: the last read entry is kept, nothing unread is dropped.
         assert [entry_id for entry_id, _ in await raw.xrange(stream)] == ids[5:]
-        assert await trim_handled(raw, "tm:no-such-stream", "readers") == 0
+        assert await trim_handled(raw, "tm:no-such-stream") == 0
     finally:
+        await raw.aclose()
+
+
+async def test_trimming_keeps_what_any_group_of_the_stream_still_owes(redis_url):
+    raw = raw_client(redis_url)
+    stream = keys.wake_stream(0)
+    try:
+        for group in ("ahead", "behind"):
+            await raw.xgroup_create(stream, group, id="0", mkstream=True)
+        ids = [await raw.xadd(stream, {"n": n}) for n in range(10)]
+        await raw.xreadgroup("ahead", "r1", {stream: ">"}, count=10)
+        await raw.xack(stream, "ahead", *ids)
+        await raw.xreadgroup("behind", "r2", {stream: ">"}, count=4)  # read 0..3
+        await raw.xack(stream, "behind", *ids[:4])
+        assert await trim_handled(raw, stream) == 3  # 0..2 go: the group behind has not read past 3
+        assert [entry_id for entry_id, _ in await raw.xrange(stream)] == ids[3:]
+    finally:
+        await raw.delete(stream)
         await raw.aclose()
 
 
@@ -90,6 +108,33 @@ async def test_wake_streams_drop_handled_wakes(stack, calls):
         return await adapters(stack).redis.xlen(keys.wake_stream(partition)) <= 1
 
     assert await eventually(trimmed)
+
+
+async def test_an_interrupt_the_wake_runners_passed_over_is_kept_until_an_interrupt_reader_handles_it(stack, calls):
+    """Interrupts ride the wake streams: the trim keeps each until the interrupt readers handled it, even when
+    the wake runners acknowledged it long before the first interrupt reader joined."""
+    rules = {"message": {"child": "allow"}, "interrupt": {"child": "allow"}}
+    root = await stack.register_root("planner", "x", rules=rules)
+    busy = await stack.register_child(root.session_id, "explore", "x", status="running")
+    idle = await stack.register_child(root.session_id, "explore", "y", status="idle")
+    await live(stack, root)
+    await stack.start_run(busy.session_id, "long-run")
+    stream = keys.wake_stream((await adapters(stack).sessions.record(busy.session_id)).partition)
+    assert stream == keys.wake_stream((await adapters(stack).sessions.record(idle.session_id)).partition)
+    asked = await stack.interrupts.interrupt_agent(calls.ctx(root.session_id), {"to": busy.handle, "reason": "stop"})
+    assert asked["result"] == "interrupt_requested"
+    # A wake after it: the wake runner reads both, acknowledges the interrupt as not its kind, starts the run.
+    await stack.send_message(calls.ctx(root.session_id), {"to": idle.handle, "body": "wake up"})
+    [wake] = await stack.wakes("runner-1", block_ms=2000)
+    assert wake.session_id == idle.session_id and await stack.wake_run(wake, "run-1")
+    redis = adapters(stack).redis
+    await trim_handled(redis, stream)
+    [interrupt] = await stack.interrupts.read("runner-1", block_ms=2000)
+    assert (interrupt.session_id, interrupt.run_id, interrupt.reason) == (busy.session_id, "long-run", "stop")
+    # Handled by its reader: now every group has passed it, and the trim drops it.
+    assert await stack.interrupts.abort_run(interrupt)
+    await trim_handled(redis, stream)
+    assert interrupt.entry_id not in [entry_id.decode() for entry_id, _ in await redis.xrange(stream)]
 
 
 async def test_dead_letters_keep_a_bounded_count_and_payload(redis_url, monkeypatch):

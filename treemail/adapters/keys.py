@@ -150,6 +150,8 @@ COMMAND_GROUP = "treemail-workers"
 WAKE_GROUP = "treemail-hosts"
 # interrupt_agent: interrupt triggers ride the wake streams; host runners read them in their own group.
 INTERRUPT_GROUP = "treemail-interrupts"
+# Each kind of trigger on a wake stream (its data's "kind") and the group that reads it.
+TRIGGER_GROUPS = {"wake": WAKE_GROUP, "interrupt": INTERRUPT_GROUP}
 
 
 def approval_notify(request_id: str) -> str:

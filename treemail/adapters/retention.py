@@ -2,9 +2,11 @@
 
 Command streams and wake streams are queues, not history (the session
 streams are the history): once an entry is acknowledged it is never read
-again. ``trim_handled`` drops every entry below the group's oldest pending
-one, and never one the group has not read yet, so no reader can miss an
-entry or lose one it must still acknowledge or reclaim.
+again. ``trim_handled`` drops every entry below the oldest one any group of
+the stream still owes (pending, or not read yet), so no reader can miss an
+entry or lose one it must still acknowledge or reclaim. A wake stream has
+two groups (wakes, and interrupts in a group of their own): an interrupt the
+wake readers passed over stays until the interrupt readers have handled it.
 """
 
 from redis.asyncio import Redis
@@ -20,21 +22,27 @@ def _id(entry_id: str) -> tuple[int, int]:
     return int(ms), int(seq or 0)
 
 
-async def trim_handled(redis: Redis, stream: str, group: str) -> int:
-    """XTRIM MINID below the oldest entry ``group`` still owes (pending, or not yet read). Returns entries dropped."""
+async def trim_handled(redis: Redis, stream: str) -> int:
+    """XTRIM MINID below the oldest entry any group of ``stream`` still owes. Returns entries dropped."""
     try:
         groups = await redis.xinfo_groups(stream)
     except ResponseError:
         return 0  # no such stream yet
-    info = next((g for g in groups if _text(g["name"]) == group), None)
-    if info is None:
+    if not groups:
         return 0  # nobody reads it yet: everything is still owed
-    # Everything after the last delivered entry is unread; everything pending is unacknowledged.
-    keep_from = _text(info["last-delivered-id"])
-    if info["pending"]:
-        oldest = _text((await redis.xpending(stream, group))["min"])
-        if oldest and _id(oldest) < _id(keep_from):
-            keep_from = oldest
+    keep_from = min([await _owed_from(redis, stream, info) for info in groups], key=_id)
     if _id(keep_from) == (0, 0):
         return 0
     return await redis.xtrim(stream, minid=keep_from, approximate=False)
+
+
+async def _owed_from(redis: Redis, stream: str, info: dict) -> str:
+    """The oldest entry one group still owes: its oldest pending one, else the first after its last read
+    (kept from the last read on, which XTRIM MINID keeps)."""
+    # Everything after the last delivered entry is unread; everything pending is unacknowledged.
+    keep_from = _text(info["last-delivered-id"])
+    if info["pending"]:
+        oldest = _text((await redis.xpending(stream, _text(info["name"])))["min"])
+        if oldest and _id(oldest) < _id(keep_from):
+            keep_from = oldest
+    return keep_from

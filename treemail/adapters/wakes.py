@@ -6,7 +6,11 @@ event it announces; a runner starts the woken run and acknowledges it.
 The same streams carry interrupt triggers (``"kind": "interrupt"``), read
 in a group of their own (``interrupt_reader``): each group
 acknowledges at once the entries of the other kind, so a wake runner never
-sees an interrupt and an interrupt reader never sees a wake.
+sees an interrupt and an interrupt reader never sees a wake. Before it
+passes over another kind's trigger, a reader makes sure that kind's group
+exists (from the start of the stream): the streams are trimmed below what
+every group still owes, so a trigger no reader of its kind has read yet is
+kept for the first one that comes.
 """
 
 import asyncio
@@ -58,6 +62,8 @@ class WakeReader:
         self.kind = kind
         self._trigger = trigger
         self._groups_ready = not from_start
+        # The streams where the other kinds' groups are known to exist (``_keep_for_their_readers``).
+        self._others_ready: set[str] = set()
         self._last_reclaim = 0.0
 
     def streams(self) -> list[str]:
@@ -109,6 +115,7 @@ class WakeReader:
         """Raises when the server cannot be reached; else makes sure every stream has this reader's group
         (recreated when a server came back without its data, as a worker recreates its own)."""
         await self.redis.ping()
+        self._others_ready.clear()
         await self._ensure_groups()
 
     async def _mine(self, entries: list) -> list:
@@ -128,16 +135,23 @@ class WakeReader:
             else:
                 others.setdefault(_text(stream), []).append(entry_id)
         for stream, ids in others.items():
+            await self._keep_for_their_readers(stream)
             await self.redis.xack(stream, self.group, *ids)
         return mine
 
+    async def _keep_for_their_readers(self, stream: str) -> None:
+        """Every other kind's group exists on ``stream`` before this group passes over its triggers: the trim
+        then keeps them until a reader of their kind has handled them, even one that has not joined yet."""
+        if stream in self._others_ready:
+            return
+        for kind, group in keys.TRIGGER_GROUPS.items():
+            if kind != self.kind:
+                await _create_group(self.redis, stream, group)
+        self._others_ready.add(stream)
+
     async def _ensure_groups(self) -> None:
         for stream in self.streams():
-            try:
-                await self.redis.xgroup_create(stream, self.group, id="0", mkstream=True)
-            except ResponseError as exc:
-                if "BUSYGROUP" not in str(exc):
-                    raise
+            await _create_group(self.redis, stream, self.group)
         self._groups_ready = True
 
     async def _reclaim(self, consumer: str, count: int) -> list:
@@ -159,6 +173,15 @@ class WakeReader:
     async def sessions(self, partition: int) -> list[str]:
         return await directory.registered(self.redis, partition)
 
+
+
+async def _create_group(redis: Redis, stream: str, group: str) -> None:
+    """``group`` on ``stream``, reading from its start, unless it exists."""
+    try:
+        await redis.xgroup_create(stream, group, id="0", mkstream=True)
+    except ResponseError as exc:
+        if "BUSYGROUP" not in str(exc):
+            raise
 
 
 def interrupt_reader(redis, config: ServiceConfig) -> WakeReader:
