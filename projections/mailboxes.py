@@ -30,6 +30,10 @@ EVENT_OVERHEAD_BYTES = 1500
 Read = Callable[[str], Awaitable[tl.History]]
 
 
+# How deep the trees nest a session under its root; one deeper heads a tree of its own (``trees``).
+MAX_DEPTH = 64
+
+
 class Listing(NamedTuple):
     """The sessions a page lists, and how many older ones it leaves out."""
 
@@ -66,18 +70,27 @@ async def sessions(store: EventStore, partitions: int, limit: int = MAX_SESSIONS
 
 
 def trees(rows: list[dict]) -> list[dict]:
-    """The delegation trees: each root with its children nested, in registration order."""
+    """The delegation trees: each root with its children nested, in registration order.
+
+    A session whose parent is not listed (older than the listing, or its record gone) stands as a root, and so
+    does one nested ``MAX_DEPTH`` deep (a runaway delegation): no listed session is left off the trees."""
     by_parent: dict[str | None, list[dict]] = {}
     for row in rows:
         by_parent.setdefault(row["parent_session_id"], []).append(row)
+    known = {row["session_id"] for row in rows}
+    standing = [row for row in rows if row["parent_session_id"] not in known]
 
-    def node(row: dict, depth: int = 0) -> dict:
-        children = by_parent.get(row["session_id"], []) if depth < 64 else []
+    def node(row: dict, depth: int) -> dict:
+        children = by_parent.get(row["session_id"], [])
+        if depth + 1 == MAX_DEPTH:
+            standing.extend(children)  # too deep to nest: each child heads a tree of its own, after these
+            children = []
         return {**row, "children": [node(child, depth + 1) for child in children]}
 
-    # A session whose parent is not listed (past MAX_SESSIONS, or its record gone) stands as a root.
-    known = {row["session_id"] for row in rows}
-    return [node(row) for row in rows if row["parent_session_id"] not in known]
+    found = []
+    while len(found) < len(standing):
+        found.append(node(standing[len(found)], 0))
+    return found
 
 
 def walk(tree: dict, depth: int = 0) -> list[tuple[int, dict]]:

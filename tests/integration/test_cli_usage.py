@@ -295,3 +295,22 @@ async def test_trees_say_how_many_older_sessions_their_members_leave_out(stack, 
     assert [root for root, tree in trees.items() if not tree["members"]] == [min(roots)]  # the oldest left out
     whole = cli(redis_url, "trees", "--sessions", "4")
     assert whole.returncode == 0 and whole.stderr == ""
+
+
+async def test_trees_show_the_listed_sessions_of_a_tree_whose_root_is_older_than_the_listing(stack, redis_url):
+    from treemail.projections.replay import rebuild
+
+    root = await stack.register_root("planner", "x", rules={"child": "allow"})
+    child = await stack.register_child(root.session_id, "explore", "x", rules={"parent": "allow"})
+    grandchild = await stack.register_child(child.session_id, "grep", "x", status="idle")
+    await rebuild(adapters(stack).store, list(range(adapters(stack).config.service.partitions)))
+
+    page = cli(redis_url, "trees", "--sessions", "2", "--json")
+    (tree,) = [json.loads(line) for line in page.stdout.splitlines()]
+    assert (tree["root_session_id"], tree["root_handle"], tree["sessions"]) == (root.session_id, None, 3)
+    assert [(m["handle"], m["depth"], m.get("detached", False)) for m in tree["members"]] == [
+        (child.handle, 1, True), (grandchild.handle, 2, False)]
+    assert page.stderr.splitlines() == ["more: 1 older sessions are not among the members; see them with --sessions 3"]
+    lines = cli(redis_url, "trees", "--sessions", "2").stdout.splitlines()
+    at = next(n for n, line in enumerate(lines) if line.strip().startswith(root.session_id))
+    assert f"  … └ {child.handle}" in lines[at + 1] and f"    └ {grandchild.handle}" in lines[at + 2]

@@ -305,6 +305,19 @@ def test_trees_nest_each_session_under_its_parent_and_a_session_without_a_listed
     assert [shape(n) for n in nested] == [("a", [("a1", [("a11", [])]), ("a2", [])]), ("b", []), ("orphan", [])]
 
 
+def test_a_delegation_deeper_than_the_trees_nest_goes_on_as_a_tree_of_its_own_and_loses_no_session():
+    from treemail.projections.mailboxes import MAX_DEPTH, trees, walk
+
+    chain = [f"s{n:03d}" for n in range(2 * MAX_DEPTH + 5)]
+    rows = [{"session_id": sid, "parent_session_id": chain[n - 1] if n else None} for n, sid in enumerate(chain)]
+
+    nested = trees(rows)
+
+    assert [tree["session_id"] for tree in nested] == [chain[0], chain[MAX_DEPTH], chain[2 * MAX_DEPTH]]
+    assert [row["session_id"] for tree in nested for _, row in walk(tree)] == chain
+    assert max(depth for tree in nested for depth, _ in walk(tree)) == MAX_DEPTH - 1
+
+
 def test_a_conversation_is_a_thread_with_each_reply_under_what_it_answers():
     root = Stream(T.root.session_id, registered(T.root))
     kid = child()

@@ -192,12 +192,16 @@ def trees(ctx: typer.Context, json: JsonOpt = False, sessions: Annotated[int, ty
             view, _ = await load_view(server.redis, p, "trees")
             summaries.update(tree_summaries(view))
         listing = await mailboxes.sessions(server.store, server.config.service.partitions, sessions)
-        shown = {t["session_id"]: t for t in mailboxes.trees(listing.rows)}
+        shown: dict[str, list[dict]] = {}  # root id -> its listed trees: the root's own, then those whose
+        for tree in mailboxes.trees(listing.rows):  # parent is not listed (or nests too deep), under it
+            shown.setdefault(tree["root_session_id"], []).append(tree)
         rows = []
         for root, summary in sorted(summaries.items()):
-            members = mailboxes.walk(shown[root]) if root in shown else []
-            rows.append({"root_session_id": root, "root_handle": members[0][1]["handle"] if members else None,
-                         **summary, "members": [_member(depth, row) for depth, row in members]})
+            members = [_member(depth + (tree["session_id"] != root), row, tree["session_id"] != root and not depth)
+                       for tree in shown.get(root, []) for depth, row in mailboxes.walk(tree)]
+            rows.append({"root_session_id": root,
+                         "root_handle": members[0]["handle"] if members and not members[0]["depth"] else None,
+                         **summary, "members": members})
         if json:
             json_lines(rows)
         elif not rows:
@@ -213,18 +217,23 @@ def trees(ctx: typer.Context, json: JsonOpt = False, sessions: Annotated[int, ty
     _run(ctx, config, action)
 
 
-def _member(depth: int, row: dict) -> dict:
-    return {"session_id": row["session_id"], "handle": row["handle"], "depth": depth,
-            "status": row["disposal"] or row["status"], "pending": row["pending"]}
+def _member(depth: int, row: dict, detached: bool = False) -> dict:
+    """A session of a tree as the rows list it; ``detached``: it heads a part of the tree shown apart from its
+    parent (a parent older than the listing, or a part nested deeper than the trees nest), one below the root."""
+    member = {"session_id": row["session_id"], "handle": row["handle"], "depth": depth,
+              "status": row["disposal"] or row["status"], "pending": row["pending"]}
+    return {**member, "detached": True} if detached else member
 
 
 def _tree_lines(tree: dict) -> list[list]:
-    """A tree's rows: its root with the tree's summary, then every session below it, indented by depth."""
+    """A tree's rows: its root with the tree's summary, then every session below it, indented by depth; a
+    session shown apart from its parent is marked `… └`, and a root that is not listed is shown by its id."""
     totals = [tree["sessions"], tree["pending"], tree["accepted"], tree["done"]]
-    if not tree["members"]:  # past what the page lists: the summary alone, by id
-        return [[tree["root_session_id"], "", "", *totals]]
-    return [[("  " * m["depth"] + ("└ " if m["depth"] else "")) + (m["handle"] or m["session_id"]), m["status"],
-             m["pending"], *(totals if m["depth"] == 0 else ["", "", "", ""])] for m in tree["members"]]
+    members = tree["members"]
+    lines = [] if members and not members[0]["depth"] else [[tree["root_session_id"], "", "", *totals]]
+    return lines + [[("  " * m["depth"] + ("… └ " if m.get("detached") else "└ " if m["depth"] else ""))
+                     + (m["handle"] or m["session_id"]), m["status"], m["pending"],
+                     *(totals if m["depth"] == 0 else ["", "", "", ""])] for m in members]
 
 
 @app.command()
