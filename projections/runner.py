@@ -3,7 +3,9 @@
 One process follows any set of partitions with one blocking XREAD. On start
 each (projection, partition) resumes from its checkpoint; one with no
 checkpoint (a projection added later) or whose checkpoint the trimmed feed
-has already dropped is rebuilt from the session streams first.
+has already dropped is rebuilt from the session streams first. So is one
+that falls that far behind while it runs (``feed_maxlen``): read on, it
+would go on from the oldest entry still kept and never fold the rest.
 """
 
 import asyncio
@@ -28,6 +30,11 @@ log = logging.getLogger("treemail.projections")
 
 def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def _trimmed_past(checkpoint: Checkpoint, trimmed: int) -> bool:
+    """Trimming removed entries a view at ``checkpoint`` never folded: only the session streams still have them."""
+    return trimmed > checkpoint.entries
 
 
 class ProjectionRunner:
@@ -58,14 +65,24 @@ class ProjectionRunner:
         stale = []
         for name in self.names:
             view, checkpoint = await load_view(self.redis, partition, name)
-            # Trimming removed entries this view never folded: only the streams still have them.
-            if checkpoint is None or trimmed > checkpoint.entries:
+            if checkpoint is None or _trimmed_past(checkpoint, trimmed):
                 stale.append(name)
             else:
                 self.views[(name, partition)] = view
                 self.checkpoints[(name, partition)] = checkpoint
         if stale:
             await self._rebuild(partition, stale)
+
+    async def _rebuild_trimmed_past(self) -> None:
+        """Rebuild the views whose checkpoint the feed was trimmed past since they last folded: looked at before
+        every read, since a read past a trimmed checkpoint starts at the oldest entry kept and says nothing."""
+        trimmed = await asyncio.gather(*(feed_position(self.redis, p) for p in self.partitions))
+        for partition, (_, gone) in zip(self.partitions, trimmed):
+            stale = [n for n in self.names if _trimmed_past(self.checkpoints[(n, partition)], gone)]
+            if stale:
+                log.warning("partition %d's feed was trimmed past what %s folded (feed_maxlen): rebuilding",
+                            partition, ", ".join(stale))
+                await self._rebuild(partition, stale)
 
     async def _rebuild(self, partition: int, names: list[str]) -> None:
         log.warning("rebuilding %s of partition %d from the streams", ", ".join(names), partition)
@@ -96,6 +113,7 @@ class ProjectionRunner:
 
     async def step(self, block_ms: int | None = 1000) -> int:
         """Read one batch from every followed feed, fold it, write it. Returns the entries folded."""
+        await self._rebuild_trimmed_past()
         streams = {keys.feed(p): self._position(p) for p in self.partitions}
         if self.config.service.cluster:
             # One stream per read: the partitions' feeds live in different slots.

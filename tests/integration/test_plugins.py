@@ -112,6 +112,29 @@ async def test_resuming_from_a_position_the_trimmed_feed_no_longer_holds_raises_
         await close_host(host)
 
 
+async def test_a_live_subscription_the_trim_passes_raises_a_gap_rather_than_skip_events(redis_url):
+    base = make_config(redis_url)
+    config = base.model_copy(update={"service": base.service.model_copy(update={"partitions": 1})})
+    host = await connect_host(config, redis_url)
+    try:
+        busy = await host.register_root("planner", "busy", status="running")
+        live_feed = host.history.subscribe(await host.history.subscription_position(), types=None, block_ms=100)
+        await host.inject(busy.session_id, "plugin", "first")
+        first = await asyncio.wait_for(live_feed.__anext__(), 10)
+        assert first.session_id == busy.session_id
+        for i in range(7):
+            await host.inject(busy.session_id, "plugin", f"{i}")
+        # The subscriber is slow: the feed is trimmed past what it has read before it reads on.
+        await adapters(host).redis.xtrim(keys.feed(0), maxlen=2, approximate=False)
+        seen = [first]
+        with pytest.raises(SubscriptionGap):
+            while len(seen) < 20:  # the rest of the batch it holds, then the next read
+                seen.append(await asyncio.wait_for(live_feed.__anext__(), 10))
+        assert {getattr(o.event, "body", "first") for o in seen} == {"first"}  # nothing after the gap
+    finally:
+        await close_host(host)
+
+
 # ---- gate ------------------------------------------------------------------------------------------
 
 

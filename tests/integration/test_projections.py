@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from treemail.adapters import keys
 from treemail.adapters.eventstore import EventStore
 from treemail.projections.replay import rebuild
 from treemail.projections.runner import ProjectionRunner
@@ -132,6 +133,24 @@ async def test_runner_whose_checkpoint_was_trimmed_from_the_feed_rebuilds(redis_
     finally:
         await close_host(host)
         await worker.stop()
+
+
+async def test_a_running_projection_worker_the_trim_passes_rebuilds_rather_than_skip_entries(redis_url):
+    calls = Calls()
+    base = make_config(redis_url, max_pending_per_session=1000, max_inflight_per_pair=0)
+    config = base.model_copy(update={"service": base.service.model_copy(update={"partitions": 1})})
+    async with running_stack(redis_url, config=config) as host:
+        runner = ProjectionRunner(EventStore(adapters(host).redis, config.service), config)
+        await runner.start()
+        await traffic(host, calls, senders=2, sends=2)
+        await catch_up(runner)
+        # The runner is slow: before its next read more is appended, and the feed trimmed past its checkpoint.
+        await traffic(host, calls, senders=2, sends=2)
+        await adapters(host).redis.xtrim(keys.feed(0), maxlen=3, approximate=False)
+        await catch_up(runner)
+        live = await live_views(adapters(host).redis, config)
+        rebuilt = as_dicts(await rebuild(adapters(host).store, [0], write=False))
+        assert live == rebuilt
 
 
 @pytest.mark.slow

@@ -14,7 +14,8 @@ position just after it: store it, and ``subscribe(after=position)`` resumes
 with the next event, none twice and none missed. A position older than what a
 trimmed feed still holds (``feed_maxlen``) cannot be resumed without a gap:
 that raises ``SubscriptionGap`` rather than skip events silently (the session
-streams still hold them: ``tm.history``).
+streams still hold them: ``tm.history``), at the start and before each read
+of a subscription that fell that far behind.
 """
 
 import asyncio
@@ -121,7 +122,7 @@ async def starting_position(redis: Redis, partitions: int, after: str | None) ->
     """None: from now on; ``START``: from the oldest event the feeds hold; else a position to resume after."""
     infos = await _feed_info(redis, partitions)
     added = [int(i["entries-added"]) if i else 0 for i in infos]
-    trimmed = [int(i["entries-added"]) - int(i["length"]) if i else 0 for i in infos]
+    trimmed = _trimmed(infos)
     if after == START:
         return FeedPosition(tuple(("0-0", t) for t in trimmed))
     if after is None:
@@ -129,13 +130,22 @@ async def starting_position(redis: Redis, partitions: int, after: str | None) ->
             (_text(i["last-generated-id"]) if i else "0-0", n) for i, n in zip(infos, added)
         ))
     position = FeedPosition.parse(after, partitions)
+    _require_no_gap(position, trimmed)
+    return position
+
+
+def _trimmed(infos: list[dict | None]) -> list[int]:
+    """Per partition, how many of its feed's entries trimming removed."""
+    return [int(i["entries-added"]) - int(i["length"]) if i else 0 for i in infos]
+
+
+def _require_no_gap(position: FeedPosition, trimmed: list[int]) -> None:
     for p, ((_, count), gone) in enumerate(zip(position.entries, trimmed)):
         if count < gone:
             raise SubscriptionGap(
                 f"partition {p}'s feed was trimmed past this position ({gone - count} events after it are gone); "
                 "read the sessions' history instead, then subscribe from now"
             )
-    return position
 
 
 async def _read(redis: Redis, config: ServiceConfig, position: FeedPosition, count: int, block_ms: int) -> list:
@@ -162,6 +172,9 @@ async def subscribe(
     partition_of = {keys.feed(p): p for p in range(config.partitions)}
     while not stopping():
         try:
+            # A subscriber that fell behind the trim (``feed_maxlen``) is told, as at its start: read on,
+            # it would go on from the oldest entry still kept and skip the rest.
+            _require_no_gap(position, _trimmed(await _feed_info(redis, config.partitions)))
             batches = [
                 (partition_of[_text(stream)], await feed.resolve(redis, partition_of[_text(stream)], entries, wanted))
                 for stream, entries in await _read(redis, config, position, count, block_ms)
