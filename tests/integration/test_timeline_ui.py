@@ -214,6 +214,20 @@ def test_the_page_shows_the_demo_tree_scrubs_a_mailbox_back_and_follows_a_live_s
                                   "const shown = getComputedStyle(s).display; s.hidden = was; return shown") == "none"
     # The demo's tree: the explorer nested under its planner.
     wait(browser, lambda d: (session_node(d, explore) or {}).get("under") == planner, "the explorer under its planner")
+    # The writer's request waits for a person: its body is clipped in the list, and the whole of it is a click
+    # away (an operator approves only what it could read whole).
+    request = wait(browser, lambda d: d.execute_script("""
+        const details = document.querySelector('#approvals li details.clipped');
+        return details && {summary: details.querySelector('summary').innerText, shut: details.innerText};"""),
+        "the waiting request, clipped")
+    whole = "May I publish the release note? It lists the three fixes and thanks the two new contributors by name."
+    assert request["summary"] == whole[:60] + "…" and whole not in request["shut"]
+    click(browser, "#approvals li details.clipped summary")
+    assert whole in wait(browser, lambda d: d.execute_script(
+        "const d = document.querySelector('#approvals li details.clipped'); return d && d.open && d.innerText"),
+        "the whole request, opened")
+    browser.execute_script("return loadTrees()")  # drawn again, as every event draws it: still open
+    assert browser.execute_script("return document.querySelector('#approvals li details.clipped').open")
     explore_id = session_node(browser, explore)["id"]
     click(browser, f'[data-session-id="{explore_id}"]')
     wait(browser, lambda d: text(d, "session-title") == explore, "the explorer's mailbox")

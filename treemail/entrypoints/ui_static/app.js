@@ -3,7 +3,7 @@
 "use strict";
 
 const STATES = ["pending", "claimed", "consumed", "returned", "parked"];
-const view = { session: null, at: null, follow: true, timeline: null, message: null, writable: false };
+const view = { session: null, at: null, follow: true, timeline: null, message: null, writable: false, opened: new Set() };
 const $ = (id) => document.getElementById(id);
 
 function el(tag, attrs = {}, ...children) {
@@ -24,6 +24,15 @@ async function getJSON(url, options) {
 }
 
 const short = (id) => (id || "").slice(-8);
+// A body in a list: its first `length` characters, and the whole of a longer one a click away (an operator
+// approves only what it has read whole). One opened stays open when the list is drawn again (`key`).
+function clipped(body, length, key) {
+  if (body.length <= length) return el("span", { class: "dim" }, body);
+  const details = el("details", { class: "clipped", open: view.opened.has(key) ? "" : null },
+    el("summary", { class: "dim" }, body.slice(0, length) + "…"), el("span", { class: "body" }, body));
+  details.addEventListener("toggle", () => (details.open ? view.opened.add(key) : view.opened.delete(key)));
+  return details;
+}
 const when = (at) => (at ? new Date(at * 1000).toISOString().replace("T", " ").slice(0, 19) + " UTC" : "");
 
 // ---- trees, obligations, approvals ---------------------------------------------------------------------
@@ -55,7 +64,7 @@ async function loadTrees() {
     : el("p", { class: "dim" }, "none pending or parked"));
   $("approvals").replaceChildren(data.approvals.length ? el("ul", {}, data.approvals.map((a) =>
     el("li", { "data-request-id": a.request_id }, `${a.sender_handle} → ${a.recipient_handle} (${a.label}): `,
-       el("span", { class: "dim" }, a.body.slice(0, 60)),
+       clipped(a.body, 60, a.request_id),
        view.writable ? [" ", el("button", { onclick: () => write(`/api/approvals/${a.request_id}/approve`) }, "approve"),
                         el("button", { onclick: () => write(`/api/approvals/${a.request_id}/deny`) }, "deny")] : "")))
     : el("p", { class: "dim" }, "none"));
@@ -216,7 +225,7 @@ async function showMessage(messageId, scroll = true, how = "push") {
       el("td", {}, t.run_id || ""), el("td", {}, [t.step !== null ? `step ${t.step}` : "", t.tokens ? ` ${t.tokens} tokens` : "", t.reason ? ` ${t.reason}` : "", t.by ? ` (asked by the ${t.by})` : ""].join("")))));
   const link = (l) => el("li", {}, el("code", {}, short(l.message.message_id)), ` ${l.message.sender_handle || l.message.owner} → `,
     el("span", {}, l.message.session_id === view.session ? "this session" : l.handle || short(l.message.session_id)),
-    `, ${l.message.state}: `, el("span", { class: "dim" }, l.message.body.slice(0, 80)));
+    `, ${l.message.state}: `, clipped(l.message.body, 80, l.message.message_id));
   $("message").replaceChildren(
     el("p", {}, el("code", {}, m.message_id)),
     el("p", {}, el("strong", {}, m.sender_handle || m.owner), ` (${m.mode}) is ${m.state}`,
