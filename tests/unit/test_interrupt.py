@@ -189,6 +189,10 @@ def test_rules_are_flat_message_rules_or_keyed_by_action():
     assert actions.split_actions({"interrupt": "allow"}) == ([], [("*", "allow")])
     with pytest.raises(InvalidRules, match="allow or deny"):
         actions.split_actions({"interrupt": {"child": "ask"}})
+    with pytest.raises(InvalidRules) as caught:
+        actions.split_actions({"message": "allow", **{f"act{n}": "allow" for n in range(7)}})
+    assert str(caught.value).endswith("rules keyed by action take message and interrupt, got 'act0', 'act1', "
+                                      "'act2', 'act3', 'act4' and 2 more")
 
 
 def test_interrupt_arguments_are_strict():

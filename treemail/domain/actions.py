@@ -21,6 +21,8 @@ ACTIONS = ("message", "interrupt")
 # An interrupt cannot wait for a person: by the time one answered, the run it
 # was meant to stop would have moved on. So its rules allow or deny.
 INTERRUPT_EFFECTS = ("allow", "deny")
+# An error names this many unknown actions and counts the rest (a document with 10,000 keys is not echoed).
+UNKNOWN_NAMED = 5
 
 
 def split_actions(rules) -> tuple[Rules, Rules]:
@@ -31,11 +33,11 @@ def split_actions(rules) -> tuple[Rules, Rules]:
     rule with an odd effect.
     """
     if isinstance(rules, Mapping) and _keyed_by_action(rules):
-        unknown = [clip(str(key), 40) for key in rules if key not in ACTIONS][:5]
+        unknown = [clip(str(key), 40) for key in rules if key not in ACTIONS]
         if unknown:
-            raise InvalidRules(
-                f"rules keyed by action take message and interrupt, got {', '.join(map(repr, unknown))}"
-            )
+            more = f" and {len(unknown) - UNKNOWN_NAMED} more" if len(unknown) > UNKNOWN_NAMED else ""
+            raise InvalidRules(f"rules keyed by action take message and interrupt, got "
+                               f"{', '.join(map(repr, unknown[:UNKNOWN_NAMED]))}{more}")
         message = normalize_rules(rules.get("message"))
         interrupt = normalize_rules(rules.get("interrupt"))
     else:
