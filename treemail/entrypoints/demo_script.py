@@ -141,9 +141,8 @@ async def play(host: Treemail, hop_guard: str | None, story: Story, server, part
     say("\n7. a send under an `ask` rule waits for a person")
     c = await host.register_child(root.session_id, "writer", "drafts the release note", rules={"parent": "ask"})
     await engine.start(c)
-    story.waiting_send = asyncio.create_task(engine.send(c, root.handle, "May I publish the release note? It lists the three "
-                                                         "fixes and thanks the two new contributors by name.",
-                                                         quiet=lambda: story.closing))
+    request = "May I publish the release note? It lists the three fixes and thanks the two new contributors by name."
+    story.waiting_send = asyncio.create_task(engine.send(c, root.handle, request, quiet=lambda: story.closing))
     story.approval_id = await _approval_appears(host, story.waiting_send, c.handle)
     say(f"  {c.handle} -> {root.handle}: waiting for a person, request {story.approval_id}")
 

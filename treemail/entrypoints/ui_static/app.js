@@ -3,7 +3,8 @@
 "use strict";
 
 const STATES = ["pending", "claimed", "consumed", "returned", "parked"];
-const view = { session: null, at: null, follow: true, timeline: null, message: null, writable: false, opened: new Set() };
+const view = { session: null, at: null, follow: true, timeline: null, message: null, writable: false,
+               opened: new Set() };
 const $ = (id) => document.getElementById(id);
 
 function el(tag, attrs = {}, ...children) {
