@@ -158,6 +158,24 @@ async def test_bad_input_is_refused_with_a_stable_code_before_the_host_api_is_ca
     assert (status, answer["error"]["code"]) == (400, "gateway:invalid_request")
     status, answer = await http.request("startRun", path, {"run_id": "x" * 1000})
     assert (status, answer["error"]["code"]) == (400, "identifier:too_long")
+    # A wake token whose entry id the server could not have written is refused before its run is started.
+    for entry_id in ("abc", "", "99999999999999999999999-0"):
+        token = {"session_id": root["session_id"], "message_id": None, "stream": "tm:{p0}:wakes", "entry_id": entry_id}
+        status, answer = await http.request("wakeRun", body={"wake": token, "run_id": "woken"})
+        assert (status, answer["error"]["code"]) == (400, "gateway:invalid_request"), entry_id
+    assert (await http.request("startRun", path, {"run_id": "woken"}))[0] == 200  # no run was left open
+    # A query is strict: a name the operation does not take, a name twice, a number in other digits, an empty id.
+    for query, said in (({"consumer": "r", "blockms": "10"}, "unknown query parameter"),
+                        ({"consumer": "r", "count": "²"}, "non-negative integer"),
+                        ({"consumer": "r", "count": "５"}, "non-negative integer"),
+                        ({"consumer": "r", "count": "9" * 5000}, "at most 18 digits")):
+        status, answer = await http.request("pollWakes", query=query)
+        assert (status, answer["error"]["code"]) == (400, "gateway:invalid_request") and said in answer["error"][
+            "message"] and len(answer["error"]["message"]) < 300, query
+    status, answer = await http.request("pollWakes", query={"consumer": ""})
+    assert (status, answer["error"]["code"]) == (400, "identifier:invalid")
+    status, answer = await http.request("pollWakes", query={"consumer": "r" * 300})
+    assert (status, answer["error"]["code"]) == (400, "identifier:too_long")
     # A refusal the host API raises keeps its own code, the one a Python host catches, not a gateway's.
     status, answer = await http.request("registerRoute", body={"name": "me", "target_session_id": root["session_id"],
                                                                "source_session_id": root["session_id"]})
@@ -186,6 +204,16 @@ async def test_unknown_routes_and_malformed_bodies_get_the_error_shape_and_every
     assert headers["treemail-protocol-version"] == str(PROTOCOL_VERSION)
     status, headers, body = await asyncio.to_thread(_raw, base_url + PREFIX)
     assert status == 200 and headers["treemail-gateway-version"] == "1"
+    # Nested past any parser's recursion, whole or inside a field: a refusal in the shape, never a 500.
+    for deep in (b"[" * 100_000 + b"]" * 100_000,
+                 b'{"agent_type": "x", "rules": ' + b"[" * 990 + b"]" * 990 + b"}"):
+        status, headers, body = await asyncio.to_thread(_raw, base_url + PREFIX + "/sessions", "POST", deep)
+        assert (status, body["error"]["code"]) == (400, "gateway:invalid_request") and "nests deeper" in body[
+            "error"]["message"]
+    # An operation's body is required: an empty one is not taken for its defaults (a drain of the whole service).
+    status, headers, body = await asyncio.to_thread(_raw, base_url + PREFIX + "/drain", "POST", b"")
+    assert (status, body["error"]["code"]) == (400, "gateway:invalid_request") and "required" in body["error"][
+        "message"]
     huge = json.dumps({"agent_type": "x", "description": "d" * (16 * 1024 * 1024)}).encode()
     status, headers, body = await asyncio.to_thread(_raw, base_url + PREFIX + "/sessions", "POST", huge)
     assert (status, body["error"]["code"]) == (413, "gateway:request_too_large")

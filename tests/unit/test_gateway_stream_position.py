@@ -32,7 +32,8 @@ def test_it_remembers_a_bounded_number_of_triggers(monkeypatch):
     assert sent.add(0, "1-0") is not None  # forgotten: sent again (wakeRun then answers false and acknowledges)
 
 
-@pytest.mark.parametrize("text", ["x", "0:abc", "4:1-0", "0-1-0", "0:1-0,2", "-1:1-0"])
+@pytest.mark.parametrize("text", ["x", "0:abc", "4:1-0", "0-1-0", "0:1-0,2", "-1:1-0",
+                                  "0:99999999999999999999999-0", f"0:1-{2 ** 64}", "9" * 5000 + ":1-0"])
 def test_a_position_this_gateway_did_not_write_is_refused(text):
     with pytest.raises(ValueError):
         parse_position(text, partitions=4)
@@ -40,3 +41,9 @@ def test_a_position_this_gateway_did_not_write_is_refused(text):
 
 def test_no_last_event_id_is_the_start():
     assert parse_position("", partitions=4) == {}
+
+
+def test_an_entry_id_is_two_unsigned_64_bit_numbers():
+    assert gatewaywire.is_entry_id("1712345678901-0") and gatewaywire.is_entry_id(f"{2 ** 64 - 1}-{2 ** 64 - 1}")
+    for text in ("", "abc", "1-", "-1", "1-0-0", f"{2 ** 64}-0", "99999999999999999999999-0", "１-0", " 1-0", "1-0\n"):
+        assert not gatewaywire.is_entry_id(text), text

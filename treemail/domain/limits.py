@@ -9,6 +9,7 @@ these an identifier riding beside it was not (a 4 MB tool call id was kept
 in the recipient's stream for good). A refusal carries one stable code.
 """
 
+import re
 from collections.abc import Mapping
 from dataclasses import fields
 from functools import cache
@@ -38,6 +39,27 @@ def shown(value, chars: int = 40) -> str:
     """A bounded prefix of a caller's value for an error message: a 4 MB argument is never echoed whole."""
     text = repr(value) if not isinstance(value, str) or len(value) <= chars else repr(value[:chars - 1]) + "…"
     return text if len(text) <= chars * 2 else text[:chars * 2 - 1] + "…"
+
+
+# How deep the arrays and objects of a JSON body from a caller may nest (the gateway's; an MCP message's too):
+# what treemail keeps nests a few levels, and a parser's recursion ends near a thousand.
+MAX_JSON_DEPTH = 100
+# A JSON string (escapes included), and what is not a bracket: what the depth count skips, in C.
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+def nesting_depth(text: str) -> int:
+    """How deep arrays and objects nest in ``text`` (brackets inside strings do not count); no recursion, and
+    only the brackets are looked at one by one in Python (a 32 KB body: 7 ms char by char, under 1 ms so)."""
+    depth = deepest = 0
+    for ch in _NOT_BRACKET.sub("", _STRING.sub("", text)):
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
 
 
 def invalid(message: str) -> IdentifierError:

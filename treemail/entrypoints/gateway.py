@@ -23,13 +23,14 @@ from pydantic import ValidationError
 from redis.exceptions import RedisError
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from treemail.adapters import keys
 from treemail.adapters.config import Config
 from treemail.adapters.health import Health, OutageLog, watch
+from treemail.domain import limits
 from treemail.domain.errors import RedisUnavailable, TreemailError, UnknownSessionError
 from treemail.domain.protocol import PROTOCOL_VERSION
 from treemail.host import Treemail
@@ -42,8 +43,16 @@ log = logging.getLogger("treemail.gateway")
 HEADERS = {w.VERSION_HEADER: str(w.GATEWAY_VERSION), w.PROTOCOL_HEADER: str(PROTOCOL_VERSION)}
 
 
+# A number in a query (a count, a wait) is far below this; a longer one is refused before it is read.
+MAX_QUERY_DIGITS = 18
+
+
 class RequestTooLarge(TreemailError):
     code = w.TOO_LARGE
+
+
+class ClientGone(Exception):
+    """The client closed the connection before its request's body arrived: nobody reads an answer."""
 
 
 def answer(body: dict, status: int = 200) -> JSONResponse:
@@ -65,6 +74,21 @@ def _validation_message(error: ValidationError) -> str:
     return f"{where}: {first['msg']} ({error.error_count()} problem(s) in the request)"
 
 
+def _queries(request: Request, specs: tuple[Query, ...]) -> dict:
+    """The operation's query parameters, each given at most once; a name it does not take is refused (a
+    misspelt ``blockms`` would otherwise leave the default in force without a word)."""
+    takes = {spec.name for spec in specs}
+    seen = set()
+    for name, _ in request.query_params.multi_items():
+        if name not in takes:
+            raise ValueError(f"unknown query parameter {limits.shown(name)}: this operation takes "
+                             f"{', '.join(sorted(takes)) or 'none'}")
+        if name in seen:
+            raise ValueError(f"the query parameter {name} is given more than once")
+        seen.add(name)
+    return {spec.name: _query(request, spec) for spec in specs}
+
+
 def _query(request: Request, spec: Query):
     raw = request.query_params.get(spec.name)
     if raw is None:
@@ -72,13 +96,15 @@ def _query(request: Request, spec: Query):
             raise ValueError(f"the query parameter {spec.name} is required")
         return spec.default
     if spec.kind is int:
-        if not raw.isdigit():
-            raise ValueError(f"{spec.name} must be a non-negative integer, got {raw!r}")
+        if not (raw.isascii() and raw.isdigit() and len(raw) <= MAX_QUERY_DIGITS):
+            raise ValueError(f"{spec.name} must be a non-negative integer of at most {MAX_QUERY_DIGITS} digits, "
+                             f"got {limits.shown(raw)}")
         value = int(raw)
         if (spec.minimum is not None and value < spec.minimum) or (spec.maximum is not None and value > spec.maximum):
             raise ValueError(f"{spec.name} must be between {spec.minimum} and {spec.maximum}, got {value}")
         return value
-    return raw
+    # A name or an id: kept (a consumer's name in the runners' groups) or looked up, bounded as the body's are.
+    return limits.require_id(spec.name, raw)
 
 
 class Gateway:
@@ -128,9 +154,13 @@ class Gateway:
         async def handle(request: Request) -> Response:
             try:
                 body = await self._body(request, operation)
-                query = {spec.name: _query(request, spec) for spec in operation.query}
+                query = _queries(request, operation.query)
+            except ClientGone:
+                return Response(status_code=499)  # nobody reads it: the client is gone
             except RequestTooLarge as error:
                 return refusal(w.TOO_LARGE, str(error))
+            except limits.IdentifierError as error:
+                return refusal(error.code, error.message)
             except (ValueError, ValidationError) as error:
                 message = _validation_message(error) if isinstance(error, ValidationError) else str(error)
                 return refusal(w.INVALID_REQUEST, message)
@@ -205,13 +235,22 @@ class Gateway:
         if operation.request is None:
             return None
         raw = bytearray()
-        async for chunk in request.stream():
-            raw += chunk
-            if len(raw) > w.MAX_REQUEST_BYTES:
-                raise RequestTooLarge(f"the body is over {w.MAX_REQUEST_BYTES:,} bytes")
         try:
-            data = json.loads(raw) if raw.strip() else {}
-        except ValueError:
+            async for chunk in request.stream():
+                raw += chunk
+                if len(raw) > w.MAX_REQUEST_BYTES:
+                    raise RequestTooLarge(f"the body is over {w.MAX_REQUEST_BYTES:,} bytes")
+        except ClientDisconnect:
+            raise ClientGone() from None
+        if not raw.strip():
+            # Every operation with a body documents it as required: {} takes every default, and an empty
+            # body is not read as a wish for them (an empty drain would drain the whole service).
+            raise ValueError("the body is required: a JSON object ({} takes every default)")
+        if limits.nesting_depth(raw.decode("utf-8", "replace")) > limits.MAX_JSON_DEPTH:
+            raise ValueError(f"the body nests deeper than {limits.MAX_JSON_DEPTH} levels")
+        try:
+            data = json.loads(raw)
+        except (ValueError, RecursionError):
             raise ValueError("the body is not JSON") from None
         if not isinstance(data, dict):
             raise ValueError("the body must be a JSON object")

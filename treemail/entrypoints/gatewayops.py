@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from treemail.domain import limits
 from treemail.domain.commands import SendContext
 from treemail.domain.protocol import PROTOCOL_VERSION
 from treemail.host import Interrupt, Treemail, Wake, __version__
@@ -74,15 +75,24 @@ def tool_answer(host: Treemail, name: str, result: dict) -> dict:
     return {**answer, "error": result["error"]} if "error" in result else answer
 
 
-def _wake(token: w.WakeToken, streams: frozenset[str]) -> Wake:
+def _handed_out(token, streams: frozenset[str]) -> None:
+    """A trigger's token names a wake stream and an entry of it as the gateway handed it out: checked before
+    the run it starts or ends is touched, whose acknowledgement would otherwise fail after it."""
     if token.stream not in streams:
-        raise ValueError(f"stream {token.stream!r} is not a wake stream: give back the token the gateway handed out")
+        raise ValueError(f"stream {limits.shown(token.stream)} is not a wake stream: give back the token the "
+                         "gateway handed out")
+    if not w.is_entry_id(token.entry_id):
+        raise ValueError(f"entry_id {limits.shown(token.entry_id)} is not a stream entry id: give back the token "
+                         "the gateway handed out")
+
+
+def _wake(token: w.WakeToken, streams: frozenset[str]) -> Wake:
+    _handed_out(token, streams)
     return Wake(token.session_id, token.message_id, token.stream, token.entry_id)
 
 
 def _interrupt(token: w.InterruptToken, streams: frozenset[str]) -> Interrupt:
-    if token.stream not in streams:
-        raise ValueError(f"stream {token.stream!r} is not a wake stream: give back the token the gateway handed out")
+    _handed_out(token, streams)
     return Interrupt(**token.model_dump())
 
 
