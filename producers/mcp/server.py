@@ -90,8 +90,13 @@ NOOP = {"name": "noop", "description": "Does nothing.", "input_schema": {"type":
 
 
 def tool_call_id(params: types.CallToolRequestParams) -> str:
-    given = (params.meta or {}).get(TOOL_CALL_META)
-    return given if isinstance(given, str) and given else f"mcp-{ids.uuid7()}"
+    """The client's id for this tool call (a retry under it is answered as the first call was), or a fresh one
+    when it gave none. One that is not a non-empty string is refused, never replaced: its retry would send
+    again."""
+    meta = params.meta or {}
+    if TOOL_CALL_META not in meta:
+        return f"mcp-{ids.uuid7()}"
+    return limits.require_id("the tool call id", meta[TOOL_CALL_META])
 
 
 def refusal(code: str, message: str) -> types.CallToolResult:
@@ -166,13 +171,14 @@ def build_server(host: Treemail, resolve: Resolve, connection_of: ConnectionOf =
             return types.CallToolResult(content=[types.TextContent(text=receiving.result_text(result, connection.threads))],
                                         structured_content=result, is_error="error" in result)
         delivered = []
+        call_id = tool_call_id(params)
         if connection is None:
-            result = await host.tools.call_bound(binding, tool_call_id(params), params.name, params.arguments or {},
+            result = await host.tools.call_bound(binding, call_id, params.name, params.arguments or {},
                                                  view=view_of(ctx))
         else:
             async def call(run_id: str) -> dict | None:
                 return await host.tools.call_bound(TokenBinding(binding.session_id, run_id, binding.binding_id),
-                                                   tool_call_id(params), params.name, params.arguments or {})
+                                                   call_id, params.name, params.arguments or {})
 
             result, delivered = await connection.step(call)
         if result is None:

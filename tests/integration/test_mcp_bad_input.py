@@ -35,6 +35,10 @@ def bad_arguments(to: str) -> list[tuple[str, dict, str | None, str]]:
         ("in_reply_to a list", {"to": to, "body": "x", "in_reply_to": ["m"]}, None, INVALID),
         ("an argument named with 1 MiB", {HUGE: 1, "to": to, "body": "x"}, None, INVALID),
         ("tool call id 1 MiB", {"to": to, "body": "x"}, HUGE, "identifier:too_long"),
+        # Not taken for no id (a fresh one each time): a retry under it would send the message again.
+        ("tool call id a number", {"to": to, "body": "x"}, 7, "identifier:invalid"),
+        ("tool call id a list", {"to": to, "body": "x"}, ["a"], "identifier:invalid"),
+        ("tool call id a flag", {"to": to, "body": "x"}, True, "identifier:invalid"),
     ]
 
 
