@@ -276,6 +276,8 @@ def test_a_session_reference_too_long_or_not_text_is_a_one_line_coded_error_with
     (("approvals", "approve", "r" * 100_000), "identifier:too_long"),
     (("approvals", "deny", "no-such-request"), "approval:unknown_request"),
     (("inspect", "no-such-message"), "message:unknown"),
+    # An empty session (an unset shell variable) is not the whole service's drain.
+    (("drain", ""), "identifier:invalid"),
 ])
 def test_an_id_too_long_or_naming_nothing_is_a_one_line_coded_error_with_a_bounded_echo(redis_url, args, code):
     line = one_line_error(cli(redis_url, *args))

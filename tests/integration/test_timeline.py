@@ -115,7 +115,8 @@ async def test_timeline_command_prints_the_mailbox_then_and_now_and_json_for_mac
     before = cli(redis_url, "timeline", child.session_id, "--json", "--at", "2000-01-01T00:00:00Z")
     assert json.loads(before.stdout)["at"] == 0
 
-    for args, says in ((("--at", "yesterday"), "--at takes a position"), (("--at", "99999"), "is not in the")):
+    for args, says in ((("--at", "yesterday"), "--at takes a position"), (("--at", "99999"), "is not in the"),
+                       (("--at", "²"), "--at takes a position"), (("--at", "٣"), "--at takes a position")):
         bad = cli(redis_url, "timeline", child.session_id, *args)
         assert bad.returncode == 2 and says in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
         assert "Traceback" not in bad.stderr

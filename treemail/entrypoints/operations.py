@@ -92,7 +92,7 @@ def drain(
     from .lifecycle_commands import drain_command
 
     async def action(host, server):
-        print(await drain_command(host, await session_id(server, session) if session else None, lift))
+        print(await drain_command(host, await session_id(server, session) if session is not None else None, lift))
 
     run_with_host(ctx, config, action)
 

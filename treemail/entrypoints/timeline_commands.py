@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from treemail.domain import limits
 from treemail.domain.errors import ConfigError
 
 from .clicommon import ConfigOpt, JsonOpt, SessionArg, config_of, run_with_host, session_id, url_of
@@ -33,13 +34,14 @@ def parse_at(text: str | None, history) -> int | None:
 
     if text is None:
         return None
-    if text.strip().isdigit():
+    # ASCII digits only: `²` is a digit to str.isdigit and not to int(), and `٣` would be read as 3.
+    if text.strip().isascii() and text.strip().isdigit():
         return int(text)
     try:
         when = dt.datetime.fromisoformat(text.strip())
     except ValueError:
         raise ValueError(f"--at takes a position (an integer) or an ISO 8601 time such as 2026-12-02T10:15:00Z, "
-                         f"got {text!r}") from None
+                         f"got {limits.shown(text)}") from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=dt.timezone.utc)
     return position_at_time(history, when.timestamp())
