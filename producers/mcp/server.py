@@ -34,6 +34,7 @@ import contextlib
 import importlib.metadata
 import json
 import signal
+import socket
 from collections.abc import Awaitable, Callable
 
 from mcp import types
@@ -381,7 +382,7 @@ def http_app(host: Treemail, bind_host: str = "127.0.0.1", port: int = 8765, noo
         # response could carry only the final result.
         stateless_http=True, json_response=not receive, host=bind_host,
         # No OAuth server here: the host mints tokens; issuer_url is required by the settings model only.
-        auth=AuthSettings(issuer_url=f"http://{bind_host}:{port}", resource_server_url=None),
+        auth=AuthSettings(issuer_url=f"http://{_url_host(bind_host)}:{port}", resource_server_url=None),
         token_verifier=RedisTokenVerifier(host),
     )
     # Every body judged as a stdio line is, behind the bearer check: one JSON-RPC error rule for both transports.
@@ -391,24 +392,28 @@ def http_app(host: Treemail, bind_host: str = "127.0.0.1", port: int = 8765, noo
     return app
 
 
-async def serve_http(config: Config, url: str, host: str = "127.0.0.1", port: int = 8765, say=None,
-                     receive: bool = False) -> None:
-    """Serve streamable HTTP on ``http://host:port/mcp`` until SIGINT or SIGTERM.
+def _url_host(host: str) -> str:
+    """``host`` as a URL names it: an IPv6 address in brackets."""
+    return f"[{host.strip('[]')}]" if ":" in host else host
 
-    ``say`` is told the address once the port is bound (port 0: the one the system chose), so whoever
-    started it knows where to point a client."""
+
+async def serve_http(config: Config, url: str, listening: socket.socket, say=None, receive: bool = False) -> None:
+    """Serve streamable HTTP on ``/mcp`` of the socket ``listening`` (bound by the caller, so a taken port is
+    its one line, not a server task's traceback) until SIGINT or SIGTERM.
+
+    ``say`` is told the address once the server answers, so whoever started it knows where to point a
+    client."""
     import uvicorn
 
+    host, port = listening.getsockname()[:2]
     api = await Treemail.connect(config, url)
     try:
-        server = uvicorn.Server(uvicorn.Config(http_app(api, host, port, receive=receive), host=host, port=port,
-                                               log_level="warning"))
-        task = asyncio.create_task(server.serve())
+        server = uvicorn.Server(uvicorn.Config(http_app(api, host, port, receive=receive), log_level="warning"))
+        task = asyncio.create_task(server.serve(sockets=[listening]))
         while not server.started and not task.done():
             await asyncio.sleep(0.02)
         if server.started and say is not None:
-            bound = server.servers[0].sockets[0].getsockname()[1]
-            say(f"MCP over streamable HTTP on http://{host}:{bound}/mcp; each request needs "
+            say(f"MCP over streamable HTTP on http://{_url_host(host)}:{port}/mcp; each request needs "
                 "Authorization: Bearer <a token from `treemail mcp-token SESSION`>")
         stopping = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -3,6 +3,7 @@ data comes as JSON on request; a session can be named by its handle."""
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from importlib.metadata import version
@@ -316,3 +317,34 @@ async def test_trees_show_the_listed_sessions_of_a_tree_whose_root_is_older_than
     lines = cli(redis_url, "trees", "--sessions", "2").stdout.splitlines()
     at = next(n for n, line in enumerate(lines) if line.strip().startswith(root.session_id))
     assert f"  … └ {child.handle}" in lines[at + 1] and f"    └ {grandchild.handle}" in lines[at + 2]
+
+
+@pytest.mark.parametrize("command", [["mcp", "--http"], ["ui"], ["gateway"]])
+def test_a_server_that_cannot_listen_where_it_is_told_is_one_line(redis_url, command):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        assert "cannot listen on 127.0.0.1:" in one_line_error(cli(redis_url, *command, "--port", port))
+    # An empty host would listen on every interface, and these servers have no login of their own.
+    assert "--host is empty" in one_line_error(cli(redis_url, *command, "--host", "", "--port", "0"))
+    assert "cannot listen on no.such.host.invalid:0" in one_line_error(
+        cli(redis_url, *command, "--host", "no.such.host.invalid", "--port", "0"))
+
+
+def test_mcp_over_http_listens_on_an_ipv6_address_and_says_where_in_brackets(redis_url):
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        pytest.skip("this machine has no IPv6 loopback")
+    env = {**os.environ, "REDIS_URL": redis_url}
+    env.pop("TREEMAIL_CONFIG", None)
+    server = subprocess.Popen([sys.executable, "-m", "treemail", "mcp", "--http", "--host", "::1", "--port", "0"],
+                              env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        said = server.stderr.readline()
+        assert said.startswith("MCP over streamable HTTP on http://[::1]:"), said
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

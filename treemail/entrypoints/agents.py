@@ -13,6 +13,7 @@ from typing import Annotated, Optional
 import typer
 
 from .clicommon import ConfigOpt, SessionArg, config_of, run_with_host, session_id, url_of, with_host
+from .httpserve import listen
 
 
 class ToolFormat(str, enum.Enum):
@@ -43,7 +44,7 @@ def mcp(
     cfg = config_of(ctx, config)
     if http:
         # stderr: a supervisor's log shows where it listens, and stdout stays free.
-        asyncio.run(serve_http(cfg, url_of(cfg), host, port, say=lambda line: print(line, file=sys.stderr),
+        asyncio.run(serve_http(cfg, url_of(cfg), listen(host, port), say=lambda line: print(line, file=sys.stderr),
                                receive=receive))
     elif not session:
         raise ValueError("mcp needs --session SESSION (stdio) or --http")

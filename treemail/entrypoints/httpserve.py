@@ -12,7 +12,10 @@ from treemail.domain.errors import ConfigError
 
 
 def listen(host: str, port: int) -> socket.socket:
-    """The server's socket, bound here so a taken port is one line (uvicorn would exit from inside its task)."""
+    """The server's socket, bound here so a taken port is one line (uvicorn would exit from inside its task).
+    An empty host is refused: it would listen on every interface, and these servers have no login of their own."""
+    if not host.strip():
+        raise ConfigError("--host is empty: give the address to listen on (0.0.0.0 listens on every interface)")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets that say they are TCP, and without it a
     # keep-alive client waits out a delayed ACK (about 40 ms) on every answer written in two parts.
@@ -20,9 +23,9 @@ def listen(host: str, port: int) -> socket.socket:
     listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         listening.bind((host.strip("[]"), port))
-    except OSError as error:
+    except (OSError, UnicodeError) as error:  # taken, not an address here, or a name past DNS's length
         listening.close()
-        raise ConfigError(f"cannot listen on {host}:{port}: {error.strerror or error} "
+        raise ConfigError(f"cannot listen on {host}:{port}: {getattr(error, 'strerror', None) or error} "
                           "(--port picks another port, 0 a free one)") from None
     listening.listen(128)
     return listening
