@@ -348,3 +348,17 @@ def test_mcp_over_http_listens_on_an_ipv6_address_and_says_where_in_brackets(red
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+@pytest.mark.parametrize("command", [["trees"], ["cluster-plan", "--live"]])
+def test_a_redis_url_the_client_does_not_take_is_one_line_naming_it(redis_url, command):
+    host, port = redis_url.split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)
+    for url in (f"redis://{host}:{port}/0?no_such_option=1", f"http://{host}:{port}", f"redis://{host}:99999"):
+        line = one_line_error(cli(url, *command))
+        assert "REDIS_URL (or [service] redis_url)" in line and "is not a URL this client takes" in line, url
+
+
+def test_wrong_credentials_are_said_once_as_such_not_as_a_server_out_of_reach(redis_url):
+    host_and_port = redis_url.split("//", 1)[1].split("/", 1)[0]
+    line = one_line_error(cli(f"redis://nobody:s3cret@{host_and_port}/0", "trees"))
+    assert "refused the credentials" in line and "s3cret" not in line

@@ -11,13 +11,16 @@ from urllib.parse import parse_qsl, urlsplit
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.connection import HIREDIS_AVAILABLE, HiredisRespSerializer
+from redis.exceptions import AuthenticationError, AuthorizationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoPermissionError, RedisClusterException, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+from tenacity import (
+    AsyncRetrying, retry_if_exception_type, retry_if_not_exception_type, stop_after_attempt, wait_exponential,
+)
 
 from .config import ServiceConfig
-from ..domain.errors import RedisUnavailable
+from ..domain.errors import ConfigError, RedisUnavailable
 
 if HIREDIS_AVAILABLE:
     from hiredis import pack_command as hiredis_pack
@@ -105,6 +108,13 @@ def _pack_with_hiredis(client) -> None:
         pool.connection_class = fast_packing(pool.connection_class)
 
 
+def url_refused(url: str, exc: Exception) -> ConfigError:
+    """The error for a URL whose scheme, port or query option the client refused (redis-py raises ValueError
+    or TypeError for them, the latter only once a connection is made)."""
+    return ConfigError(scrub(f"REDIS_URL (or [service] redis_url) {redact(url)} is not a URL this client takes: "
+                             f"{str(exc).rstrip('. ')}", url))
+
+
 # redis-py's own default: a read that waits longer for the server fails.
 REPLY_TIMEOUT_S = 5.0
 
@@ -114,25 +124,38 @@ async def connect(url: str, config: ServiceConfig, per_reply_timeout: bool = Tru
     steps as a whole. A worker's pipeline reads hundreds of replies, and a timer armed and cancelled
     for each one of them was a tenth of its CPU (BENCHMARKS.md)."""
     timeout = REPLY_TIMEOUT_S if per_reply_timeout else None
-    if config.cluster:
-        client = RedisCluster.from_url(url, socket_connect_timeout=2, socket_timeout=timeout, max_connections=1000)
-    else:
-        # A blocking pool: a burst of concurrent sends waits for a connection instead of failing.
-        pool = aioredis.BlockingConnectionPool.from_url(
-            url, max_connections=64, timeout=None, socket_connect_timeout=2, socket_timeout=timeout,
-            health_check_interval=30,
-        )
-        client = aioredis.Redis(connection_pool=pool)
+    try:
+        if config.cluster:
+            client = RedisCluster.from_url(url, socket_connect_timeout=2, socket_timeout=timeout,
+                                           max_connections=1000)
+        else:
+            # A blocking pool: a burst of concurrent sends waits for a connection instead of failing.
+            pool = aioredis.BlockingConnectionPool.from_url(
+                url, max_connections=64, timeout=None, socket_connect_timeout=2, socket_timeout=timeout,
+                health_check_interval=30,
+            )
+            client = aioredis.Redis(connection_pool=pool)
+    except (ValueError, TypeError) as exc:  # a scheme, port or option the client does not take
+        raise url_refused(url, exc) from None
     _pack_with_hiredis(client)
     try:
         async for attempt in AsyncRetrying(
             stop=stop_after_attempt(config.connect_attempts),
             wait=wait_exponential(multiplier=0.1, max=2),
-            retry=retry_if_exception_type((RedisConnectionError, RedisTimeoutError, RedisClusterException, OSError)),
+            # Wrong credentials are not a server still starting: asked again, they are refused again.
+            retry=(retry_if_exception_type((RedisConnectionError, RedisTimeoutError, RedisClusterException, OSError))
+                   & retry_if_not_exception_type((AuthenticationError, AuthorizationError))),
             reraise=True,
         ):
             with attempt:
                 await client.ping()
+    except (AuthenticationError, AuthorizationError) as exc:
+        await client.aclose()
+        raise ConfigError(scrub(f"Redis/Valkey at {redact(url)} refused the credentials: "
+                                f"{str(exc).rstrip('. ')}; check the user and password in REDIS_URL", url)) from None
+    except (ValueError, TypeError) as exc:  # an option of the URL's query that no connection takes
+        await client.aclose()
+        raise url_refused(url, exc) from None
     except (RedisConnectionError, RedisTimeoutError, RedisClusterException, OSError) as exc:
         await client.aclose()
         raise RedisUnavailable(scrub(

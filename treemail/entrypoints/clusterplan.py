@@ -44,13 +44,20 @@ async def _live_masters(url: str) -> list[LiveMaster]:
     import redis.asyncio as aioredis
     from redis.exceptions import ResponseError
 
+    from treemail.adapters.connection import url_refused
     from treemail.domain.errors import ConfigError
 
-    async with aioredis.Redis.from_url(url, decode_responses=True, socket_connect_timeout=2) as client:
+    try:
+        client = aioredis.Redis.from_url(url, decode_responses=True, socket_connect_timeout=2)
+    except (ValueError, TypeError) as exc:
+        raise url_refused(url, exc) from None
+    async with client:
         try:
             shards = await client.execute_command("CLUSTER", "SHARDS")
         except ResponseError as exc:
             raise ConfigError(f"--live reads a Redis/Valkey Cluster's slots, and the server says: {exc}") from None
+        except (ValueError, TypeError) as exc:
+            raise url_refused(url, exc) from None
     out = []
     for shard in map(_fields, shards):
         master = next((n for n in map(_fields, shard["nodes"]) if n["role"] == "master"), None)
