@@ -56,6 +56,11 @@ async def test_an_unknown_tool_name_is_refused_and_changes_nothing(stack):
     with pytest.raises(LifecycleError) as refused:
         await stack.tools.install(root.session_id, ["inspect_message", "rm_rf"])
     assert refused.value.code == "lifecycle:unknown_tool" and "rm_rf" in refused.value.message
+    # Many long names: a few named, each in part, and the rest counted.
+    with pytest.raises(LifecycleError) as refused:
+        await stack.tools.install(root.session_id, [f"{n}" + "y" * 100_000 for n in range(15)])
+    assert refused.value.message.startswith("no installable tool named '0yyy") and " and 10 more; one of " in (
+        refused.value.message) and len(refused.value.message) < 600
     assert await stack.history(root.session_id) == before
     with pytest.raises(ValueError):
         await stack.tools.install(root.session_id, "inspect_message")
