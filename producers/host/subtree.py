@@ -136,7 +136,7 @@ class Subtree(Part):
         closing_text = check_closing_text(closing_text)
         limits.require_text("idempotency_key", idempotency_key, limits.MAX_IDEMPOTENCY_KEY_BYTES, optional=True)
         top = await self._service.sessions.record(session_id)
-        stop_id, order = await self._service.start_stop(top, how, reason, idempotency_key)
+        stop_id, order = await self._service.start_stop(top, how, reason, idempotency_key, closing_text)
         if how == "dispose":
             # Closed for good: sealed first, so no child joins the subtree while it is being disposed.
             order = await self._service.seal(top, stop_id, order)

@@ -8,7 +8,7 @@ import pytest
 from treemail.adapters import keys
 from treemail.domain import events as ev
 from treemail.domain.commands import DisposeSession
-from treemail.domain.errors import LifecycleError
+from treemail.domain.errors import LifecycleError, Rejected
 from treemail.domain.decide.subtree import copy_call
 from treemail.host import SendContext
 from treemail.services.disposal import DisposalService
@@ -207,6 +207,12 @@ async def test_a_cascading_interrupt_reaches_the_runners_bottom_up_and_leaves_id
     # Resumed with the same key: the order recorded first, no second interrupt.
     await stack.disposal.stop_subtree(root.session_id, "interrupt", reason="aborted", idempotency_key="s1")
     assert len(await of_type(stack, a1.session_id, ev.SessionInterruptRequested)) == 1
+    # The same key asking for another stop is refused: a retry never turns the interrupt into a disposal.
+    for how, reason in (("dispose", "aborted"), ("interrupt", "error")):
+        with pytest.raises(Rejected) as conflict:
+            await stack.disposal.stop_subtree(root.session_id, how, reason=reason, idempotency_key="s1")
+        assert conflict.value.code.value == "message_subtree:idempotency_conflict"
+    assert await of_type(stack, a1.session_id, ev.SessionSealed) == []
     await asyncio.gather(*(stack.interrupts.abort_run(t) for t in triggers))
     [finished] = await of_type(stack, a1.session_id, ev.SessionRunFinished)
     assert finished.reason == "aborted"

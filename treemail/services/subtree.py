@@ -81,15 +81,24 @@ class SubtreeService:
                                           tuple(refused.items()))
         await self._append(sender, command, notice_digest("broadcast-delivered", broadcast.broadcast_id), {})
 
-    async def start_stop(self, top: SessionRecord, how: str, reason: str | None, key: str | None) -> tuple[str, list[str]]:
-        """(stop id, order) of this stop: recorded on the top's stream once per ``key`` (no key: a new one)."""
+    async def start_stop(self, top: SessionRecord, how: str, reason: str | None, key: str | None,
+                         closing_text: str | None = None) -> tuple[str, list[str]]:
+        """(stop id, order) of this stop: recorded on the top's stream once per ``key`` (no key: a new one). The
+        same key with another ``how``, reason or closing text is a conflict: a retry never turns an interrupt
+        into a disposal."""
         digest = notice_digest("subtree-stop", top.session_id, key or ids.uuid7())
+        fingerprint = subtree.stop_fingerprint(how, reason, closing_text)
         recorded = await self.store.recorded(top, digest)
         if recorded is None:
             order = [r.session_id for r in subtree.bottom_up(top, await self.tree(top))]
-            value = {"stop_id": ids.uuid7(), "order": order}
+            value = {"stop_id": ids.uuid7(), "order": order, "fingerprint": fingerprint}
             command = StopSubtree(top.session_id, value["stop_id"], how, tuple(order), reason)
             recorded = await self._append(top, command, digest, value) or value
+        # A stop recorded before stops kept their fingerprint is taken as this one's.
+        if recorded.get("fingerprint", fingerprint) != fingerprint:
+            raise Rejected(Code.SUBTREE_IDEMPOTENCY_CONFLICT,
+                           "this idempotency_key already started a stop with another how, reason or closing text; "
+                           "use a new key to stop again")
         return recorded["stop_id"], list(recorded["order"])
 
     async def seal(self, top: SessionRecord, stop_id: str, order: list[str]) -> list[str]:

@@ -70,6 +70,11 @@ def broadcast_fingerprint(body: str, mode: str) -> str:
     return digests.digest([body, mode])
 
 
+def stop_fingerprint(how: str, reason: str | None, closing_text: str | None) -> str:
+    """What a stop's idempotency key stands for: a retry under it must ask for the same stop."""
+    return digests.digest([how, reason or "", closing_text or ""])
+
+
 def require_live_broadcaster(given: Given, run_id: str) -> None:
     """Exact live sender, for a broadcast too: only the sender's open run may send one."""
     state = given.state
