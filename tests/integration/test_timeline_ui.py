@@ -425,5 +425,18 @@ def test_write_actions_need_the_operators_token_and_the_page_answers_only_loopba
         status, body = call(page, f"api/approvals/{approval}/approve", token="s3cret-operator")
         assert status == 200 and body["request_id"] == approval
         assert approval not in [a["request_id"] for a in call(page, "api/trees", method="GET")[1]["approvals"]]
+        # A refusal keeps the host API's own code, with the status the gateway gives it; a route or method the
+        # page does not have, and an id it cannot find, are answered in the same shape, the id in part.
+        for path, method, expected in (
+                (f"api/approvals/{approval}/approve", "POST", (409, "approval:already_decided")),
+                ("api/approvals/no-such-request/deny", "POST", (404, "approval:unknown_request")),
+                ("api/messages/no-such-message/retry", "POST", (404, "message:unknown")),
+                (f"api/messages/{'m' * 300}/retry", "POST", (400, "identifier:too_long")),
+                ("api/nothing-here", "GET", (404, "ui:not_found")),
+                ("api/messages/m/retry", "GET", (405, "ui:method_not_allowed")),
+                (f"s/{'x' * 5000}", "GET", (404, "ui:unknown_session"))):
+            status, body = call(page, path, token="s3cret-operator", method=method)
+            error = json.loads(body)["error"]
+            assert (status, error["code"]) == expected and len(error["message"]) < 400, (path, status, error)
     finally:
         stop(ui)

@@ -15,6 +15,7 @@ import json
 from importlib import resources
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
@@ -24,10 +25,14 @@ from starlette.routing import Route
 from treemail.adapters.config import Config
 from treemail.adapters.connection import connect
 from treemail.adapters.eventstore import EventStore
-from treemail.domain.errors import LifecycleError, UnknownSessionError
+from treemail.domain import limits
+from treemail.domain.errors import TreemailError, UnknownSessionError
+from treemail.domain.results import clip
 from treemail.host import Treemail
 from treemail.projections import mailboxes
 from treemail.projections import timeline as tl
+
+from .gatewaywire import status_of
 
 STATIC = {
     "index.html": "text/html; charset=utf-8",
@@ -41,8 +46,28 @@ def _static(name: str) -> bytes:
     return resources.files(__package__).joinpath("ui_static", name).read_bytes()
 
 
+# An error names what it could not find in at most this many characters: a 5,000-character id is not echoed.
+MAX_ECHO = 160
+
+
 def _error(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+
+
+def _coded(error: TreemailError) -> JSONResponse:
+    """A host API refusal with its own stable code (``approval:unknown_request``, ``identifier:too_long``), and
+    the status the gateway answers it with."""
+    code = getattr(error.code, "value", error.code)
+    return _error(status_of({"code": code}), code, getattr(error, "message", "") or str(error))
+
+
+async def _route_error(request: Request, error: HTTPException) -> JSONResponse:
+    """An unknown route or a method a route does not take, in the page's one error shape."""
+    code = "ui:not_found" if error.status_code == 404 else "ui:method_not_allowed" if error.status_code == 405 \
+        else "ui:invalid_request"
+    return JSONResponse({"error": {"code": code, "message": f"{request.method} {limits.shown(request.url.path)}: "
+                                                            f"{error.detail}"}},
+                        status_code=error.status_code, headers=error.headers)
 
 
 # A position in a stream: ASCII digits only (``"²".isdigit()`` is true, and ``int("²")`` fails), at most 18 of them.
@@ -131,7 +156,7 @@ class Page:
         try:
             history = await self.histories.read(sid)
         except UnknownSessionError as error:
-            return _error(404, "ui:unknown_session", str(error))
+            return _error(404, "ui:unknown_session", clip(str(error), MAX_ECHO))
         if (refused := _position_refused(request, history[-1][0] if history else 0)):
             return refused
         return await self.index(request)
@@ -141,7 +166,7 @@ class Page:
         if refused := _refused_query(request):
             return refused
         if await self._landed_in(request.path_params["message_id"]) is None:
-            return _error(404, "ui:unknown_message", f"no message {request.path_params['message_id']}")
+            return _error(404, "ui:unknown_message", f"no message {limits.shown(request.path_params['message_id'])}")
         return await self.index(request)
 
     async def message_session(self, request: Request) -> JSONResponse:
@@ -198,7 +223,7 @@ class Page:
             histories = await mailboxes.with_recipients(
                 self.store, sid, await mailboxes.histories_for(self.store, sid, read=read), read=read)
         except UnknownSessionError as error:
-            return _error(404, "ui:unknown_session", str(error))
+            return _error(404, "ui:unknown_session", clip(str(error), MAX_ECHO))
         own = histories.get(sid, ())
         if (refused := _position_refused(request, own[-1][0] if own else 0)):
             return refused
@@ -212,7 +237,7 @@ class Page:
         try:
             histories = await mailboxes.histories_for(self.store, sid, whole_tree=True, read=self.histories.read)
         except UnknownSessionError as error:
-            return _error(404, "ui:unknown_session", str(error))
+            return _error(404, "ui:unknown_session", clip(str(error), MAX_ECHO))
         chain = tl.causal_chain(mid, histories)
         if not chain:
             return _error(404, "ui:unknown_message", f"no message {mid} in the tree of session {sid}")
@@ -250,8 +275,12 @@ class Page:
     async def retry(self, request: Request) -> JSONResponse:
         if refused := self._refused(request):
             return refused
-        result = await self.host.obligations.retry(request.path_params["message_id"])
-        return JSONResponse(result, status_code=409 if "error" in result else 200)
+        try:
+            result = await self.host.obligations.retry(request.path_params["message_id"])
+        except TreemailError as error:
+            return _coded(error)
+        # The host's own code, with the status the gateway gives it (an unknown message is a 404 in both).
+        return JSONResponse(result, status_code=status_of(result["error"]) if "error" in result else 200)
 
     async def decide_approval(self, request: Request) -> JSONResponse:
         if refused := self._refused(request):
@@ -263,9 +292,9 @@ class Page:
             elif verdict == "deny":
                 result = await self.host.permissions.deny(request_id)
             else:
-                return _error(404, "ui:not_found", f"no action {verdict}")
-        except (LookupError, ValueError, LifecycleError) as error:
-            return _error(409, "ui:approval", str(error))
+                return _error(404, "ui:not_found", f"no action {limits.shown(verdict)}: approve or deny")
+        except TreemailError as error:
+            return _coded(error)
         return JSONResponse(result)
 
 
@@ -288,6 +317,6 @@ def create_app(config: Config, token: str | None = None, loopback_only: bool = T
             Route("/api/messages/{message_id}/retry", page.retry, methods=["POST"]),
             Route("/api/approvals/{request_id}/{verdict}", page.decide_approval, methods=["POST"]),
         ],
-        middleware=middleware, lifespan=page.lifespan,
+        middleware=middleware, lifespan=page.lifespan, exception_handlers={HTTPException: _route_error},
     )
 
