@@ -219,6 +219,27 @@ async def test_unknown_routes_and_malformed_bodies_get_the_error_shape_and_every
     assert (status, body["error"]["code"]) == (413, "gateway:request_too_large")
 
 
+async def test_a_client_gone_before_its_body_arrived_leaves_no_error_in_the_log(contract_stack, caplog):
+    import asyncio
+    import logging
+
+    _, base_url = contract_stack
+    http = HttpBackend(base_url)
+    host, port = base_url.split("//", 1)[1].split(":")
+    with caplog.at_level(logging.WARNING):
+        _, writer = await asyncio.open_connection(host, int(port))
+        writer.write(f"POST {PREFIX}/sessions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                     "Content-Length: 1000\r\n\r\n{\"agent_type\": \"gone".encode())
+        await writer.drain()
+        writer.close()
+        await writer.wait_closed()
+        # The server reads on until it finds the connection closed; a request after it is answered as ever.
+        for _ in range(20):
+            await asyncio.sleep(0.05)
+        assert (await http.request("registerRoot", body={"agent_type": "planner"}))[0] == 200
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
 async def _own_database(valkey, number: int) -> str:
     """A clean database beside the module's stack (database 0), whose worker reads the same command stream."""
     url = valkey.url.rsplit("/", 1)[0] + f"/{number}"

@@ -51,10 +51,6 @@ class RequestTooLarge(TreemailError):
     code = w.TOO_LARGE
 
 
-class ClientGone(Exception):
-    """The client closed the connection before its request's body arrived: nobody reads an answer."""
-
-
 def answer(body: dict, status: int = 200) -> JSONResponse:
     headers = dict(HEADERS)
     retry_after = (body.get("error") or {}).get("retry_after_ms") if status != 200 else None
@@ -155,8 +151,8 @@ class Gateway:
             try:
                 body = await self._body(request, operation)
                 query = _queries(request, operation.query)
-            except ClientGone:
-                return Response(status_code=499)  # nobody reads it: the client is gone
+            except ClientDisconnect:
+                return Response(status_code=499)  # gone before its body arrived: nobody reads an answer
             except RequestTooLarge as error:
                 return refusal(w.TOO_LARGE, str(error))
             except limits.IdentifierError as error:
@@ -235,13 +231,10 @@ class Gateway:
         if operation.request is None:
             return None
         raw = bytearray()
-        try:
-            async for chunk in request.stream():
-                raw += chunk
-                if len(raw) > w.MAX_REQUEST_BYTES:
-                    raise RequestTooLarge(f"the body is over {w.MAX_REQUEST_BYTES:,} bytes")
-        except ClientDisconnect:
-            raise ClientGone() from None
+        async for chunk in request.stream():
+            raw += chunk
+            if len(raw) > w.MAX_REQUEST_BYTES:
+                raise RequestTooLarge(f"the body is over {w.MAX_REQUEST_BYTES:,} bytes")
         if not raw.strip():
             # Every operation with a body documents it as required: {} takes every default, and an empty
             # body is not read as a wish for them (an empty drain would drain the whole service).
