@@ -172,6 +172,9 @@ async def test_bad_input_is_refused_with_a_stable_code_before_the_host_api_is_ca
         status, answer = await http.request("pollWakes", query=query)
         assert (status, answer["error"]["code"]) == (400, "gateway:invalid_request") and said in answer["error"][
             "message"] and len(answer["error"]["message"]) < 300, query
+    # A step a JavaScript engine could not hold exactly is refused, not stored to come back changed.
+    status, answer = await http.request("claim", {**path, "run_id": "woken"}, {"step": 2 ** 53})
+    assert (status, answer["error"]["code"]) == (400, "gateway:invalid_request")
     status, answer = await http.request("pollWakes", query={"consumer": ""})
     assert (status, answer["error"]["code"]) == (400, "identifier:invalid")
     status, answer = await http.request("pollWakes", query={"consumer": "r" * 300})

@@ -93,9 +93,20 @@ def test_a_bad_pump_setting_breaks_only_the_pump():
     (("worker", "--metrics-port", "70000"), "--metrics-port"),
     (("approvals", "approve"), "need a request id"),
     (("--log-format", "xml", "schema"), "--log-format"),
+    (("search", "s", "--since", "nan"), "--since must be a finite number"),
+    (("search", "s", "--until", "inf"), "--until must be a finite number"),
+    (("pump", "--interval", "inf"), "--interval"),
+    (("mcp-token", "s", "--ttl", "99999999999999999999"), "--ttl"),
 ])
 def test_usage_errors_are_one_line(args, says):
     assert says in one_line_error(cli("redis://127.0.0.1:1/0", *args))
+
+
+def test_output_that_cannot_be_written_is_one_line_that_says_so_not_a_server_error():
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "treemail", "schema"], stdout=full, stderr=subprocess.PIPE,
+                              text=True, timeout=60)
+    assert one_line_error(done) == "treemail: error: cannot write the output: No space left on device"
 
 
 def test_without_a_server_address_the_advice_is_one_a_person_can_follow(tmp_path):

@@ -115,3 +115,6 @@ def test_a_malformed_key_file_line_is_named(tmp_path):
     path.write_text("k1\n")
     with pytest.raises(ConfigError, match="line 1"):
         load_keyring(ProofConfig(key_file=str(path)))
+    path.write_bytes(b"k1 \xff\xfe-not-text\n")
+    with pytest.raises(ConfigError, match=f"key_file {path} is not UTF-8 text"):
+        load_keyring(ProofConfig(key_file=str(path)))

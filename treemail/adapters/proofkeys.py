@@ -40,6 +40,8 @@ def _parse_file(path: str) -> list[tuple[str, str]]:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"[proof] key_file {path} cannot be read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"[proof] key_file {path} is not UTF-8 text (byte {exc.start})") from None
     pairs = []
     for number, line in enumerate(text.splitlines(), start=1):
         line = line.split("#", 1)[0].strip()

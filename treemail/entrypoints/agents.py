@@ -22,6 +22,10 @@ class ToolFormat(str, enum.Enum):
     mcp = "mcp"
 
 
+# A token's lifetime is at most ten years: past that the server's expiry (in milliseconds) would overflow.
+MAX_TOKEN_TTL_S = 10 * 365 * 86400
+
+
 def mcp(
     ctx: typer.Context,
     session: Annotated[Optional[str], typer.Option(help="stdio: the agent session this server acts for (id or handle)")] = None,
@@ -64,7 +68,8 @@ def mcp_token(
         metavar="SESSION", help="the session (id or handle) the token acts for", show_default=False)] = None,
     run: Annotated[Optional[str], typer.Option(
         help="bind this run (default: the session's open run at each call)")] = None,
-    ttl: Annotated[Optional[int], typer.Option(min=1, help="seconds until the token expires (default: never)")] = None,
+    ttl: Annotated[Optional[int], typer.Option(min=1, max=MAX_TOKEN_TTL_S,
+                                               help="seconds until the token expires (default: never)")] = None,
     revoke: Annotated[Optional[str], typer.Option(metavar="TOKEN", help="revoke this token everywhere")] = None,
     config: ConfigOpt = None,
 ) -> None:

@@ -8,6 +8,8 @@ a non-zero exit, never a traceback.
 
 import asyncio
 import enum
+import errno
+import math
 import os
 import re
 import sys
@@ -260,9 +262,13 @@ def _when(value: str | None, option: str) -> float | None:
     if value is None:
         return None
     try:
-        return float(value)
+        seconds = float(value)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(seconds):  # nan would match nothing and compare false everywhere: all mail
+            raise ValueError(f"{option} must be a finite number of seconds or an ISO-8601 time, got {value!r}")
+        return seconds
     from datetime import datetime, timezone
 
     try:
@@ -473,6 +479,10 @@ gateway_command.register(app)
 USER_ERRORS = (TreemailError, LookupError, ValueError)
 
 
+# An OSError these name comes from where the output goes (a full disk, a closed or failing file), never from a
+# connection to the server.
+OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EBADF, errno.EROFS})
+
 # An error line shows at most this much: whatever was typed is echoed as a prefix, never whole.
 MAX_ERROR_CHARS = 500
 
@@ -486,9 +496,13 @@ def _error(message: str) -> int:
 
 
 def _quiet_stdout() -> None:
-    # The reader went away (`| head`): later writes, and the flush at exit, must not complain.
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
+    # The reader went away (`| head`), or the output cannot be written: later writes, and the flush at exit,
+    # must not complain.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass  # no stdout left to quiet
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -524,7 +538,12 @@ def main(argv: list[str] | None = None) -> int:
             return _error("the server is a Redis/Valkey Cluster node: set TREEMAIL_SERVICE_CLUSTER=true "
                           "or [service] cluster = true")
         return _error(f"the server refused a command: {exc}")
-    except (RedisError, OSError) as exc:
+    except OSError as exc:
+        if exc.errno in OUTPUT_ERRNOS:  # what the output was sent to, not the server
+            _quiet_stdout()
+            return _error(f"cannot write the output: {exc.strerror}")
+        return _error(f"Redis/Valkey: {type(exc).__name__}: {exc}")
+    except RedisError as exc:
         return _error(f"Redis/Valkey: {type(exc).__name__}: {exc}")
 
 

@@ -101,13 +101,17 @@ class FinishRun(Strict):
     closing_text: str | None = None
 
 
+# A JSON number an engine in JavaScript holds exactly: a step or a token count past it would come back changed.
+MAX_SAFE_INTEGER = 2 ** 53 - 1
+
+
 class Claim(Strict):
-    step: int | None = Field(default=None, ge=0)
+    step: int | None = Field(default=None, ge=0, le=MAX_SAFE_INTEGER)
 
 
 class Consume(Strict):
-    step: int | None = Field(default=None, ge=0)
-    tokens: int | None = Field(default=None, ge=0)
+    step: int | None = Field(default=None, ge=0, le=MAX_SAFE_INTEGER)
+    tokens: int | None = Field(default=None, ge=0, le=MAX_SAFE_INTEGER)
 
 
 class Reason(Strict):

@@ -19,7 +19,7 @@ def pump(
     metrics_port: Annotated[int, typer.Option(
         envvar="TREEMAIL_PUMP_METRICS_PORT", min=-1, max=65535,
         help="port of /metrics; 0 picks a free port and logs it, -1 serves none")] = DEFAULT_PUMP_METRICS_PORT,
-    interval: Annotated[float, typer.Option(envvar="TREEMAIL_PUMP_INTERVAL_S", min=0.05,
+    interval: Annotated[float, typer.Option(envvar="TREEMAIL_PUMP_INTERVAL_S", min=0.05, max=3600,
                                             help="seconds between passes over the due index")] = 1.0,
     config: ConfigOpt = None,
 ) -> None:
