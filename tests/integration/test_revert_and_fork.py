@@ -13,7 +13,7 @@ from treemail.projections.runner import ProjectionRunner
 from treemail.projections.views import PROJECTIONS
 from treemail.adapters.viewstore import load_view
 
-from .conftest import Calls, adapters, live, running_stack
+from .conftest import Calls, adapters, live, running_stack, timed_stack
 
 pytestmark = pytest.mark.cluster
 
@@ -100,6 +100,38 @@ async def test_revert_wakes_an_idle_session_whose_mail_is_due_again(stack, calls
     assert await stack.wake_run(wake, "run-2")
     [again] = await stack.claim(child.session_id, "run-2")
     assert again.message_id == delivery.message_id and "look at cache.py" in again.text
+
+
+async def wakes_of(host, session_id: str) -> int:
+    return sum(isinstance(e, ev.SessionWakeRequested) for _, e in await host.history(session_id))
+
+
+async def test_restored_mail_that_no_run_takes_parks_at_its_deadline_and_an_expired_one_expires(redis_url, calls):
+    async with timed_stack(redis_url) as env:
+        tm = env.tm
+        root = await tm.register_root("planner", "plans", rules={"*": "allow"}, status="running")
+        child = await tm.register_child(root.session_id, "explore", "x", rules={"*": "allow"}, status="idle")
+        await tm.start_run(root.session_id, "run-1")
+        mark = await tm.history.position(child.session_id)
+        plain = (await tm.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "task"}))
+        expiring = (await tm.send(root.session_id, child.handle, "soon stale", expires_in_s=60,
+                                  run_id="run-1"))["message_id"]
+        await tm.start_run(child.session_id, "run-c")
+        for delivery in await tm.claim(child.session_id, "run-c"):
+            await tm.consume(child.session_id, delivery.message_id)
+        await tm.finish_run(child.session_id, "run-c")
+        await env.advance(3600)
+        await tm.history.revert(child.session_id, mark)
+        # No run ever takes them: each ends by the rules every message has, the wakes for them stop.
+        for _ in range(3 * 24):
+            await env.advance(3600)
+        ended = {m: await tm.obligations.inspect(m) for m in (plain["message_id"], expiring)}
+        assert (ended[plain["message_id"]]["status"], ended[plain["message_id"]]["reason"]) == ("parked", "deadline")
+        assert (ended[expiring]["status"], ended[expiring]["settlement"]["reason"]) == ("processed", "expired")
+        wakes = await wakes_of(tm, child.session_id)
+        for _ in range(24):
+            await env.advance(3600)
+        assert await wakes_of(tm, child.session_id) == wakes
 
 
 async def test_restored_mail_fills_the_pair_window_and_the_inbox_again(redis_url, calls):

@@ -27,6 +27,8 @@ from treemail.domain.commands import (
     StartRun,
 )
 from treemail.domain.decide import guards
+from treemail.domain.decide.delivery import deadline_of
+from treemail.domain.decide.mailcontrol import is_expired
 from treemail.domain.decide.wake import has_mail_due_while_asleep
 from treemail.domain.decide.branches import decide_fork, decide_revert, reverted_at
 from treemail.domain.decide.lifecycle import (
@@ -185,6 +187,30 @@ def test_discards_after_the_cut_stand():
     s.do(decide_discard, DiscardMail("s", "m-1", "host dropped it"))
     assert of(s.revert(cut), ev.ProducerMessageRestored) == []
     assert set(s.mail) == {"m-2"}
+
+
+def test_restored_mail_has_a_deadline_from_the_restore_and_keeps_the_expiry_its_acceptance_gave_it():
+    expiring = accepted("m-1", T.root).model_copy(update={"at": 100.0, "expires_at": 160.0, "urgent": True})
+    s = child_stream(expiring, accepted("m-2", T.root).model_copy(update={"at": 100.0}))
+    cut = s.version
+    run(s, "run-1")
+    claim(s, "run-1")
+    consume(s, "m-1")
+    consume(s, "m-2")
+    finish(s, "run-1")
+
+    s.append(decide_revert(RevertSession("s", cut), Given(s.state, dict(s.mail), config(), 5000.0,
+                                                           tuple(s.history))))
+
+    restored, plain = s.mail["m-1"], s.mail["m-2"]
+    # Due again with a budget of attempts from the restore: its deadline parks it like any message, where
+    # an item with no start had none and was woken for ever.
+    assert (restored.since, plain.since) == (5000.0, 5000.0)
+    assert deadline_of(plain, config()) == 5000.0 + config().delivery_deadline_s
+    # Expired an hour ago: its expiry still ends it, and claims pass it over.
+    assert (restored.expires_at, restored.urgent, plain.expires_at) == (160.0, True, 0.0)
+    assert is_expired(restored, 5000.0) and not is_expired(plain, 5000.0)
+    assert s.replayed() == (s.state, s.mail)
 
 
 def test_restored_mail_is_claimed_again_in_acceptance_order():

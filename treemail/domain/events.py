@@ -302,11 +302,17 @@ class SessionReverted(Event):
 
 
 class ProducerMessageRestored(MessageEvent):
-    """Mail consumed on a reverted branch: pending again (released), due at the next boundary."""
+    """Mail consumed on a reverted branch: pending again (released), due at the next boundary. Its budget of
+    attempts starts again at the restore (``at``); what its acceptance said of it still holds."""
 
     mode: Mode
     # Position of the message's ProducerMessageAccepted event (the body lives there).
     accepted_seq: int
+    # From its acceptance: when it expires (an expired message is never claimed again), whether it was urgent,
+    # and whether it came over a peer route (its settlement goes back by the driver).
+    expires_at: float | None = None
+    urgent: bool = False
+    peer: bool = False
 
 
 class SessionForked(Event):

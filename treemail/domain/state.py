@@ -532,10 +532,12 @@ def evolve_mail(mail: dict[str, MailItem], event: ev.Event, seq: int) -> dict[st
             for message_id in held_for_next(mail):
                 mail[message_id] = replace(mail[message_id], reason="")
         case ev.ProducerMessageRestored():
-            # Consumed on a reverted branch: due again, in its original acceptance order.
+            # Consumed on a reverted branch: due again, in its original acceptance order, with a fresh budget of
+            # attempts from the restore (its deadline ends it like any other) and its acceptance's expiry.
             mail[event.message_id] = MailItem(
                 message_id=event.message_id, owner=event.owner, sender_session_id=event.sender_session_id,
                 agent_hop=event.agent_hop, mode=event.mode, state="released", run_id=None, seq=event.accepted_seq,
+                since=event.at, expires_at=event.expires_at or 0.0, urgent=event.urgent, peer=event.peer,
             )
         case _:
             pass

@@ -80,7 +80,8 @@ def _restored(history: History, after: list[ev.Event], mail: Mapping[str, MailIt
     return [
         ev.ProducerMessageRestored(
             at=now, message_id=event.message_id, owner=event.owner, sender_session_id=event.sender_session_id,
-            agent_hop=event.agent_hop, run_id=None, mode=event.mode, accepted_seq=seq,
+            agent_hop=event.agent_hop, run_id=None, mode=event.mode, accepted_seq=seq, expires_at=event.expires_at,
+            urgent=event.urgent, peer=event.principal is not None,
         )
         for seq, event in history
         if isinstance(event, ev.ProducerMessageAccepted) and event.message_id in undone
