@@ -36,6 +36,9 @@ from ..host.facade import Treemail
 from ..tools import receiving
 from .connection import RUN_PREFIX, ConnectionRefused, inbox_of, marked, take_turn, watch_inbox
 
+# Why a claim is handed back when its request was cancelled (what ``inspect`` shows as its latest reason).
+ANSWER_NOT_DELIVERED = "the client went away before the answer carrying it"
+
 # A wait holds the request open: past about 30 s, HTTP clients' and proxies' own read timeouts cut it, and
 # a response that never arrives leaves its claim to the lease. So a wait over HTTP ends by 25 s at most.
 MAX_HTTP_WAIT_S = 25.0
@@ -96,6 +99,23 @@ class LeasedSession:
                 pass  # its lease ended first (released, it comes back marked) or another request confirmed it
         return confirmed
 
+    async def _unless_gone(self, run_id: str, claiming):
+        """``claiming``, this request's claim. A request cancelled meanwhile (its client went away before the
+        answer) hands back what the run holds claimed before the cancellation goes on: no answer carried it, so
+        the agent's next call must not confirm it. It comes back marked ``shown_before``."""
+        try:
+            return await claiming
+        except asyncio.CancelledError:
+            await asyncio.shield(self._hand_back(run_id))
+            raise
+
+    async def _hand_back(self, run_id: str) -> None:
+        for message_id in await self.host.tools.mailbox.claimed_by(self.session_id, run_id):
+            try:
+                await self.host.release(self.session_id, message_id, ANSWER_NOT_DELIVERED)
+            except LifecycleError:
+                pass  # released or confirmed meanwhile
+
     async def _run(self) -> str | dict:
         """The session's leased run, or the refusal the model reads (an engine runs it, or it cannot run now:
         disposed or being disposed, say)."""
@@ -114,7 +134,7 @@ class LeasedSession:
         if result is None:
             return None, []
         try:
-            due = await self.host.claim(self.session_id, run_id)
+            due = await self._unless_gone(run_id, self.host.claim(self.session_id, run_id))
         except LifecycleError:
             due = []  # the run ended in between (taken over or finished): the mail stays for the next request
         return result, marked(due)
@@ -133,7 +153,8 @@ class LeasedSession:
         definition = await self.host.tool_definition(self.session_id)
         self.threads = definition is not None and "in_reply_to" in definition["input_schema"]["properties"]
         try:
-            taken = await take_turn(self.host.tools.mailbox, self.session_id, run_id, http_wait_s(wait_s))
+            taken = await self._unless_gone(
+                run_id, take_turn(self.host.tools.mailbox, self.session_id, run_id, http_wait_s(wait_s)))
         except LifecycleError as error:
             if error.code != "lifecycle:not_current_run":
                 raise

@@ -339,3 +339,52 @@ async def test_http_agents_answer_in_a_thread(redis_url):
             assert not replied.is_error, replied.content[0].text
         thread = await host.history.thread(planner.session_id, qid)
         assert [r["body"] for r in thread] == ["status?", "green"]
+
+
+async def _call_and_give_up(url: str, token: str, name: str, arguments: dict) -> None:
+    """A ``tools/call`` whose client stops waiting for the answer after a second and closes its connection."""
+    import httpx2
+
+    body = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": name, "arguments": arguments}}
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
+               "mcp-protocol-version": "2025-06-18", "Authorization": f"Bearer {token}"}
+    async with httpx2.AsyncClient(timeout=httpx2.Timeout(5.0, read=1.0)) as raw:
+        with pytest.raises(httpx2.ReadTimeout):
+            await raw.post(url, json=body, headers=headers)
+
+
+@pytest.mark.parametrize("tool", ["check_mail", "send_message"])
+async def test_mail_claimed_for_an_answer_its_client_never_got_is_handed_back_not_confirmed(redis_url, tool):
+    async with running_stack(redis_url) as host:
+        planner, explore = await tree(host)
+        await host.start_run(planner.session_id, "planner-run")
+        token = await host.tools.mint_token(explore.session_id)
+        async with http_server(host, receive=True) as url:
+            async with http_client(url, token) as opening:
+                await texts(opening, "check_mail")  # opens the session's leased run
+            sent = await host.send(planner.session_id, explore.handle, "only once",
+                                   mode="queue" if tool == "check_mail" else "steer")
+            # The claim commits, then the answer is slow (a loaded server): the client gives up and goes away.
+            owner, name = (host.tools.mailbox, "claim_turn") if tool == "check_mail" else (host, "claim")
+            claim, never = getattr(owner, name), asyncio.Event()
+
+            async def claim_then_stall(*args, **kwargs):
+                taken = await claim(*args, **kwargs)
+                await never.wait()
+                return taken
+
+            setattr(owner, name, claim_then_stall)
+            arguments = {} if tool == "check_mail" else {"to": planner.handle, "body": "status"}
+            await _call_and_give_up(url, token, tool, arguments)
+            for _ in range(200):  # the server sees the connection closed and cancels the request
+                if of(await host.history(explore.session_id), ev.ProducerMessageReleased):
+                    break
+                await asyncio.sleep(0.05)
+            setattr(owner, name, claim)
+            # The agent calls again: the mail no answer carried is shown, not confirmed unseen.
+            async with http_client(url, token) as again:
+                shown = ids_of(await texts(again, "check_mail"))
+                await texts(again, "acknowledge_mail")
+        assert shown == [sent["message_id"]]
+        history = await host.history(explore.session_id)
+        assert [e.message_id for e in of(history, ev.ProducerMessageConsumed)] == [sent["message_id"]]
