@@ -9,6 +9,7 @@ import pytest
 from consumers.pump import Pump
 from treemail.adapters import keys, metrics
 from treemail.domain import events as ev
+from treemail.domain.commands import DisposeSession
 from treemail.domain.commitplan import plan_commit
 from treemail.host import SendContext
 from treemail.services.population import SweepPosition
@@ -123,3 +124,43 @@ async def test_a_look_for_stranded_mail_reads_a_slice_a_pass_and_still_reports_e
         # The whole look at once (``budget`` None) reads every session in one slice, and finds it reported.
         whole, after = await pump.service.sweep_stranded()
         assert (whole.looked, whole.sessions, after, whole.events) == (population, 1, None, [])
+
+
+def completed_count() -> float:
+    return metrics.PUMP_REGISTRY.get_sample_value("treemail_obligations_total", {"action": "disposal_completed"}) or 0.0
+
+
+@pytest.mark.cluster
+async def test_the_pump_completes_a_disposal_its_host_left_after_the_cutoff_so_its_mail_ends(redis_url, caplog):
+    async with timed_stack(redis_url, stranded_sweep_s=600) as env:
+        tm = env.tm
+        root = await tm.register_root("planner", "plans", rules={"child": "allow"}, status="running")
+        child = await tm.register_child(root.session_id, "explore", "reads", rules={"parent": "allow"}, status="idle")
+        await tm.start_run(root.session_id, "run-1")
+        ctx = lambda n: SendContext(root.session_id, "run-1", f"call-{n}")  # noqa: E731
+        cut_off = (await tm.send_message(ctx(1), {"to": child.handle, "body": "before the cutoff"}))["message_id"]
+        # The host dies right after the disposal's cutoff: the one step it took.
+        record = await adapters(tm).sessions.record(child.session_id)
+        await adapters(tm).sessions.execute(DisposeSession(child.session_id, "aborted", None), record)
+        held = (await tm.send_message(ctx(2), {"to": child.handle, "body": "for the next incarnation"}))["message_id"]
+        before = completed_count()
+        # A disposal under way is its host's to finish: a look within the grace leaves it closing.
+        await env.advance(599)
+        assert (await adapters(tm).store.load(record)).state.disposal == "closing"
+        with caplog.at_level(logging.WARNING, logger="treemail.pump"):
+            await env.advance(601)
+        assert completed_count() == before + 1
+        assert any(child.session_id in r.getMessage() and "completing the disposal" in r.getMessage()
+                   for r in caplog.records)
+        history = [type(e).__name__ for _, e in await tm.history(child.session_id)]
+        assert history.count("SessionClosed") == 1 and history[-1] != "SessionClosing"
+        # What the disposal cut off went back to its sender with a notice; the held message resumed the session
+        # and waits for its next incarnation's run, as when the host completes a disposal itself.
+        returned = await tm.obligations.inspect(cut_off)
+        assert (returned["status"], returned["settlement"]["outcome"]) == ("processed", "discarded")
+        assert [e for _, e in await tm.history(root.session_id)
+                if isinstance(e, ev.ProducerMessageAccepted) and e.owner == "returned"]
+        assert "SessionResumed" in history and (await tm.obligations.inspect(held))["status"] == "accepted"
+        # Once: later looks find it closed.
+        await env.advance(1200)
+        assert completed_count() == before + 1

@@ -143,9 +143,10 @@ PUMP_LAG_SECONDS = Gauge(
 PUMP_PASSES = Counter("treemail_pump_passes", "Delivery pump passes over the due index", registry=PUMP_REGISTRY)
 OBLIGATIONS = Counter(
     "treemail_obligations", "What the delivery pump did: released (attempt timeout), parked, woken, stranded "
-    "(reported a message no rule can end any more)", ["action"], registry=PUMP_REGISTRY,
+    "(reported a message no rule can end any more), disposal_completed (a disposal its host left after the "
+    "cutoff)", ["action"], registry=PUMP_REGISTRY,
 )
-for _action in ("released", "parked", "woken", "stranded"):
+for _action in ("released", "parked", "woken", "stranded", "disposal_completed"):
     OBLIGATIONS.labels(_action)
 # A run that ended with mail due in it unconsumed (claimed and not acknowledged, or never claimed: a woken
 # run whose provider failed): counted in the host process that finishes the run, by what became of the mail.

@@ -114,7 +114,7 @@ def host(redis, listener, config: Config, clock: Clock = SYSTEM_CLOCK) -> HostSe
         subscriptions=Subscriptions(redis, config.service, lambda: commands.closing),
         tokens=TokenService(redis, reader),
         interrupts=InterruptService(store, clock),
-        obligations=ObligationService(sessions, clock),
+        obligations=ObligationService(sessions, clock, disposal),
         settlement=settlement,
         disposal=disposal,
         drains=DrainService(store, sessions),
@@ -148,7 +148,9 @@ class PumpServices:
 
 def pump(store: EventStore, config: Config, clock: Clock = SYSTEM_CLOCK) -> PumpServices:
     """Over ``store``: the pump's caller (``treemail.testing``, ``serve_pump``) holds the store it passes."""
-    return PumpServices(ObligationService(SessionService(store, config, clock), clock),
+    sessions = SessionService(store, config, clock)
+    disposal = DisposalService(store, sessions, SettlementService(sessions), clock)
+    return PumpServices(ObligationService(sessions, clock, disposal),
                         PeerDriver(store, SessionService(store, config, clock), load_keyring(config.proof), clock))
 
 

@@ -15,11 +15,13 @@ from dataclasses import dataclass, field
 from ..adapters import keys, metrics, outboundindex, tracing
 from ..domain import events as ev
 from ..domain.commands import KeepObligations
-from ..domain.decide.stranded import may_strand
+from ..domain.decide.stranded import disposal_cut_off, needs_a_look
 from ..domain.errors import LifecycleError, UnknownSessionError
+from ..domain.records import SessionRecord
 from ..domain.state import MailItem, SessionState
 from . import population
 from .clock import SYSTEM_CLOCK, Clock
+from .disposal import DisposalService
 from .population import SweepPosition
 from .sessions import SessionService
 
@@ -42,9 +44,12 @@ class Pass:
 
 
 class ObligationService:
-    def __init__(self, sessions: SessionService, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, sessions: SessionService, clock: Clock = SYSTEM_CLOCK,
+                 disposal: DisposalService | None = None) -> None:
+        """``disposal``: completes the disposals the look finds cut off (None: it leaves them)."""
         self.sessions = sessions
         self.clock = clock
+        self.disposal = disposal
         self.store = sessions.store
         self.redis = sessions.store.redis
         self.partitions = list(range(sessions.config.service.partitions))
@@ -109,26 +114,45 @@ class ObligationService:
                              budget: int | None = None) -> tuple[Pass, SweepPosition | None]:
         """Every closed session still holding mail, in every partition, kept (``KeepObligations`` reports each
         message no rule can end any more, once): what the due index alone would miss, a state an older version
-        left with no due entry.
+        left with no due entry. And every disposal its host left half done, completed (``disposal_cut_off``).
 
         A slice of it: from ``start``, until about ``budget`` sessions' states are read (None: all of them).
         Returns the slice's pass and where the next slice starts, None once every partition is read, so a
         population's whole sweep need not hold up one pump pass."""
-        return await self._keep_slice(may_strand, start, budget)
+        return await self._keep_slice(needs_a_look, start, budget, act=self._look)
 
     async def _keep_slice(self, wanted: Callable[[SessionState], bool], start: SweepPosition, budget: int | None,
-                          stale_before: float = 0.0) -> tuple[Pass, SweepPosition | None]:
-        """``keep`` for the stored sessions whose state is ``wanted``, from ``start`` until about ``budget`` states
-        are read (``population.slices``)."""
+                          stale_before: float = 0.0, act: Callable | None = None
+                          ) -> tuple[Pass, SweepPosition | None]:
+        """``act`` (by default ``keep``) for the stored sessions whose state is ``wanted``, from ``start`` until
+        about ``budget`` states are read (``population.slices``)."""
         done = Pass()
         position = start if start.partition < len(self.partitions) else None
         async for read in population.slices(self.store, self.partitions, wanted, start, budget):
             done.looked += read.looked
             for record in read.wanted:
                 done.sessions += 1
-                done.events.extend(await self.keep(record.session_id, stale_before))
+                done.events.extend(await act(record) if act else await self.keep(record.session_id, stale_before))
             position = read.next
         return done, position
+
+    async def _look(self, record: SessionRecord) -> list[ev.Event]:
+        """A session the look stopped at: a disposal cut off after its cutoff is completed, anything else kept."""
+        state = (await self.store.load(record)).state
+        if state.disposal != "closing":
+            return await self.keep(record.session_id)
+        if self.disposal is None:
+            return []
+        closing_at = max((e.at for _, e in await self.store.read(record) if isinstance(e, ev.SessionClosing)),
+                         default=self.clock.now())
+        if not disposal_cut_off(state, closing_at, self.clock.now(), self.sessions.config.messaging.stranded_sweep_s):
+            return []  # a disposal under way: its host completes it
+        log.warning("session %s has been closing since %.0f s ago: its host stopped after the cutoff; completing "
+                    "the disposal", record.session_id, self.clock.now() - closing_at)
+        metrics.OBLIGATIONS.labels("disposal_completed").inc()
+        position = (await self.store.load(record)).version
+        await self.disposal.complete_interrupted(record.session_id)
+        return [e for seq, e in await self.store.read(record) if seq > position]
 
     async def step(self, limit: int = 500, now: float | None = None) -> Pass:
         """Every session whose due time has come, at most ``limit`` per partition."""

@@ -10,6 +10,9 @@ or a bug, could. The delivery pump's sweep finds it (``may_strand`` over the sto
 (``ProducerMessageStranded``), where ``inspect`` shows it, the pump counts it and logs it.
 
 A message that expires is not stranded: its expiry ends it, whatever the session's state.
+
+The same look finds a disposal its host left half done (``disposal_cut_off``): the pump completes it as the host
+would have, so what it holds ends by the close's rules.
 """
 
 from .. import events as ev
@@ -25,6 +28,19 @@ CLOSED_UNRESUMED = "closed_unresumed"
 def may_strand(state: SessionState) -> bool:
     """Whether the session's state alone leaves room for a stranded message: closed, with mail pending."""
     return state.disposal == "closed" and state.pending_all > 0
+
+
+def needs_a_look(state: SessionState) -> bool:
+    """What the pump's look over every session stops at: mail that may be stranded, or a disposal that may have
+    been cut off after its cutoff (``disposal_cut_off`` decides, from when it began)."""
+    return may_strand(state) or state.disposal == "closing"
+
+
+def disposal_cut_off(state: SessionState, closing_at: float, now: float, grace_s: float) -> bool:
+    """A disposal whose cutoff is ``grace_s`` old and that has not closed: the host that began it died after the
+    cutoff (a disposal's own steps take seconds). Its mail waits for a close nobody will make: the mail it cut
+    off is never returned, and what was sent for the next incarnation never delivered. The pump completes it."""
+    return state.disposal == "closing" and now - closing_at >= grace_s
 
 
 def unendable(state: SessionState, item: MailItem) -> str | None:
