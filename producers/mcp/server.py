@@ -100,6 +100,14 @@ def tool_call_id(params: types.CallToolRequestParams) -> str:
     return limits.require_id("the tool call id", meta[TOOL_CALL_META])
 
 
+def images_of(row: dict) -> list[types.ImageContent | types.TextContent]:
+    """A message row's images as a client shows them to its model: an image with its data as image content; one
+    named by URL (MCP content carries no image by reference) as a line naming its place and its URL."""
+    return [types.ImageContent(data=image["data"], mime_type=image["media_type"]) if "data" in image
+            else types.TextContent(text=f"[image {image.get('index', '')}]: {image['url']}")
+            for image in row.get("images", ())]
+
+
 def refusal(code: str, message: str) -> types.CallToolResult:
     error = {"error": {"code": code, "message": message}}
     return types.CallToolResult(content=[types.TextContent(text=f"{code}: {message}")], structured_content=error,
@@ -169,8 +177,10 @@ def build_server(host: Treemail, resolve: Resolve, connection_of: ConnectionOf =
         connection = await connection_of(ctx)
         if connection is not None and params.name in receiving.NAMES:
             result = await connection.receive(params.name, params.arguments or {})
-            return types.CallToolResult(content=[types.TextContent(text=receiving.result_text(result, connection.threads))],
-                                        structured_content=result, is_error="error" in result)
+            return types.CallToolResult(
+                content=[types.TextContent(text=receiving.result_text(result, connection.threads)),
+                         *(block for row in result.get("messages", ()) for block in images_of(row))],
+                structured_content=result, is_error="error" in result)
         delivered = []
         call_id = tool_call_id(params)
         if connection is None:
@@ -189,7 +199,8 @@ def build_server(host: Treemail, resolve: Resolve, connection_of: ConnectionOf =
         # unchanged. The next call confirms it, so it must be in whichever form that client reads.
         return types.CallToolResult(
             content=[types.TextContent(text=host.tools.result_text(params.name, result)),
-                     *(types.TextContent(text=d.text) for d in delivered)],
+                     *(block for d in delivered
+                       for block in (types.TextContent(text=d.text), *images_of(receiving.message_row(d))))],
             structured_content=receiving.riding(result, delivered),
             is_error="error" in result,
             meta={DELIVERED_META: [d.message_id for d in delivered]} if delivered else None,

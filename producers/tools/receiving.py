@@ -76,11 +76,16 @@ AGENT_MESSAGES = "agent_messages"
 
 
 def message_row(delivery) -> dict:
-    """``shown_before`` only for a repeat (how many results carried it, unconfirmed): news reads as it always did."""
+    """``shown_before`` only for a repeat (how many results carried it, unconfirmed): news reads as it always did.
+    ``images``: a message with images has them here as its delivery's image parts (``[image N]`` in its text
+    says where each stood), so a client that reads the structured result shows them too."""
     row = {"message_id": delivery.message_id, "owner": delivery.owner, "mode": delivery.mode,
            "sender_session_id": delivery.sender_session_id, "text": delivery.text}
     if delivery.shown_before:
         row["shown_before"] = delivery.shown_before
+    images = [dict(part) for part in delivery.parts if part.get("type") == "image"]
+    if images:
+        row["images"] = images
     return row
 
 

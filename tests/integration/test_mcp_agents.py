@@ -6,6 +6,7 @@ reads their histories to check what the agents did.
 """
 
 import asyncio
+import base64
 import json
 import os
 import subprocess
@@ -17,6 +18,7 @@ from mcp import types
 from mcp.shared.exceptions import MCPError
 
 from treemail.domain import events as ev
+from treemail.host import SendContext
 from treemail.producers.mcp.connection import INBOX_URI, RUN_PREFIX, Connection
 
 from ..conftest import backend_env
@@ -166,6 +168,38 @@ async def test_steer_mail_rides_on_the_result_of_the_next_tool_call(redis_url):
             assert "agent_messages" not in quiet.structured_content and len(quiet.content) == 1
         consumed = of(await host.history(explore.session_id), ev.ProducerMessageConsumed)
         assert [e.message_id for e in consumed] == [sent["message_id"]]
+
+
+async def test_a_message_with_images_shows_them_to_the_agent_in_each_form_before_it_counts_as_read(redis_url):
+    png = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(32)).decode()
+    blocks = [{"type": "text", "text": "the chart:"}, {"type": "image", "media_type": "image/png", "data": png},
+              {"type": "image", "url": "https://example.com/trend.png"}]
+    async with running_stack(redis_url, content_blocks=True) as host:
+        planner = await host.register_root("planner", "plans", rules={"child": "allow"}, status="idle")
+        explore = await host.register_child(planner.session_id, "explore", "reads", rules={"parent": "allow"},
+                                            status="idle", accepts_images=True)
+        await host.start_run(planner.session_id, "planner-run")
+        async with Client(stdio(redis_url, explore.session_id, RECEIVE), cache=None) as b:
+            queued = await host.send_message(SendContext(planner.session_id, "planner-run", "c1"),
+                                             {"to": explore.handle, "body": blocks, "mode": "queue"})
+            got = await b.call_tool("check_mail", {})
+            # The image as image content after the text, the URL image named with its address; the same in the
+            # structured rows, for a client that reads only those.
+            assert [c.type for c in got.content] == ["text", "image", "text"]
+            assert (got.content[1].data, got.content[1].mime_type) == (png, "image/png")
+            assert got.content[2].text == "[image 2]: https://example.com/trend.png"
+            (row,) = got.structured_content["messages"]
+            assert [(i.get("data"), i.get("url")) for i in row["images"]] == [
+                (png, None), (None, "https://example.com/trend.png")]
+            # Steer mail riding on another tool's result carries its images the same way.
+            steered = await host.send_message(SendContext(planner.session_id, "planner-run", "c2"),
+                                              {"to": explore.handle, "body": blocks[:2]})
+            result = await call(b, {"to": planner.handle, "body": "looking"})
+            assert [c.type for c in result.content] == ["text", "text", "image"]
+            assert result.structured_content["agent_messages"][0]["images"][0]["data"] == png
+            await b.call_tool("acknowledge_mail", {})
+        consumed = of(await host.history(explore.session_id), ev.ProducerMessageConsumed)
+        assert [e.message_id for e in consumed] == [queued["message_id"], steered["message_id"]]
 
 
 async def test_mail_to_a_disconnected_agent_queues_and_asks_for_a_wake(redis_url):
