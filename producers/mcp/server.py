@@ -151,10 +151,10 @@ def build_server(host: Treemail, resolve: Resolve, connection_of: ConnectionOf =
         try:
             definitions = await host.tools.definitions(binding.session_id)
         except UnknownSessionError:
-            # A session that no longer exists has no tools. Not an error here: the SDK lists the tools itself
-            # before each call (to check its parameters) and logs a listing that fails with a traceback; the
-            # call is what answers, with one clear error.
-            definitions = []
+            # A session that no longer exists has no tools, its receiving ones neither. Not an error here: the
+            # SDK lists the tools itself before each call (to check its parameters) and logs a listing that fails
+            # with a traceback; the call is what answers, with one clear error.
+            return types.ListToolsResult(tools=[_tool(NOOP)] if noop else [])
         tools = [_tool(d) for d in definitions]
         if await connection_of(ctx) is not None:
             tools += [_tool(receiving.DEFINITIONS[name]) for name in receiving.NAMES]
@@ -225,8 +225,10 @@ def build_server(host: Treemail, resolve: Resolve, connection_of: ConnectionOf =
 
     async def read_resource(ctx, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
         connection = await inbox_connection(ctx, params.uri)
+        async with bound_session():
+            inbox = await connection.inbox()
         return types.ReadResourceResult(contents=[types.TextResourceContents(
-            uri=INBOX_URI, mime_type="application/json", text=json.dumps(await connection.inbox()))])
+            uri=INBOX_URI, mime_type="application/json", text=json.dumps(inbox))])
 
     # Handshake-era clients: resources/subscribe, then notifications/resources/updated on the connection.
     subscribed: dict[int, asyncio.Task] = {}
@@ -255,6 +257,8 @@ def build_server(host: Treemail, resolve: Resolve, connection_of: ConnectionOf =
         connection = await connection_of(ctx)
         handler, watcher = listen_handler, None
         if connection is not None and INBOX_URI in (params.notifications.resource_subscriptions or ()):
+            async with bound_session():  # a session gone is one clear error, not a stream never told anything
+                await connection.inbox()
             if isinstance(connection, LeasedSession):
                 # One HTTP server serves many sessions, all naming their inbox by the same URI: each stream
                 # gets a bus of its own, so one session's mail never wakes another's listener.

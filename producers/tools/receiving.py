@@ -61,7 +61,9 @@ def parse(name: str, arguments) -> float | dict:
         return error(f"{name}:invalid_arguments", f"{name} takes {_takes(name)}")
     if name != WAIT_FOR_MAIL:
         return 0.0
-    timeout = arguments.get("timeout_s", DEFAULT_WAIT_S)
+    # null is absent, as for every optional argument (OpenAI's strict mode sends null for one not given).
+    timeout = arguments.get("timeout_s")
+    timeout = DEFAULT_WAIT_S if timeout is None else timeout
     if isinstance(timeout, bool) or not isinstance(timeout, int) or not 0 <= timeout <= MAX_WAIT_S:
         return error(f"{name}:invalid_arguments", f"timeout_s must be a whole number of seconds from 0 to {MAX_WAIT_S}")
     return float(timeout)

@@ -388,3 +388,21 @@ async def test_mail_claimed_for_an_answer_its_client_never_got_is_handed_back_no
         assert shown == [sent["message_id"]]
         history = await host.history(explore.session_id)
         assert [e.message_id for e in of(history, ev.ProducerMessageConsumed)] == [sent["message_id"]]
+
+
+async def test_a_token_whose_session_is_gone_lists_no_tools_and_each_request_is_one_clear_error(redis_url, caplog):
+    import logging
+
+    from treemail.adapters import tokens
+
+    from .conftest import adapters
+
+    async with running_stack(redis_url) as host:
+        token = await tokens.mint(adapters(host).redis, "01a20000-0000-7000-8000-000000000000")
+        with caplog.at_level(logging.WARNING):
+            async with http_server(host, receive=True) as url, http_client(url, token) as agent:
+                assert (await agent.list_tools()).tools == []
+                for request in (agent.read_resource(INBOX_URI), agent.call_tool("check_mail", {})):
+                    with pytest.raises(MCPError, match="no longer exists"):
+                        await request
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []

@@ -13,3 +13,8 @@ def test_a_longer_wait_ends_at_the_bound_under_common_30_s_read_timeouts():
     assert MAX_HTTP_WAIT_S == 25.0
     assert http_wait_s(receiving.parse(receiving.WAIT_FOR_MAIL, {})) == 25.0  # the tool's default, 30 s
     assert http_wait_s(receiving.parse(receiving.WAIT_FOR_MAIL, {"timeout_s": 60})) == 25.0
+
+
+def test_a_null_timeout_is_the_default_as_every_absent_optional_argument_is():
+    assert receiving.parse(receiving.WAIT_FOR_MAIL, {"timeout_s": None}) == receiving.parse(receiving.WAIT_FOR_MAIL, {})
+    assert "error" in receiving.parse(receiving.WAIT_FOR_MAIL, {"timeout_s": "30"})
