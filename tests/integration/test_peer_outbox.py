@@ -223,6 +223,12 @@ async def test_a_definite_refusal_at_admission_releases_the_capacity_and_stays_i
     assert (status["status"], status["reason"]) == ("refused", "peer_message:not_granted")
     assert await outstanding(host, planner) == 0
     assert await of_type(host, advisor.session_id, ev.ProducerMessageAccepted) == []
+    # Its sender was told it was stored, and a model never polls: a notice tells it of the refusal, once.
+    [notice] = [e for e in await of_type(host, planner.session_id, ev.ProducerMessageAccepted) if e.owner == "returned"]
+    assert sent["message_id"] in notice.body and "advisor" in notice.body and "peer_message:not_granted" in notice.body
+    await driver.step()
+    assert len([e for e in await of_type(host, planner.session_id, ev.ProducerMessageAccepted)
+                if e.owner == "returned"]) == 1
 
 
 async def test_consuming_peer_mail_in_the_senders_own_slot_settles_it_exactly_once(redis_url, calls):

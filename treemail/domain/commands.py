@@ -453,6 +453,8 @@ class RecordPeerAdmission:
     recipient_state: str = ""
     # Order and priority: the number the destination gave the message in its pair.
     sequence: int | None = None
+    # A definite refusal: the id of the notice that tells the sender (none: it is not told).
+    notice_id: str = ""
 
 
 @dataclass(frozen=True)

@@ -115,6 +115,11 @@ def returned_text(recipient_handle: str, body: str, stop_reason: str | None) -> 
     )
 
 
+def peer_refused_text(peer: str, message_id: str, code: str) -> str:
+    return (f"Your message {message_id} to {peer} was not delivered: its destination refused it ({code}). It will "
+            "not be delivered; send a new message if it still matters.")
+
+
 def render_notice(owner: str, body: str) -> str:
     """The prompt text of a notice; a closing text or a returned body cannot close the notice or forge one."""
     return f'<treemail_notice kind="{NOTICE_KINDS[owner]}">\n{envelope.neutralize(body)}\n</treemail_notice>'

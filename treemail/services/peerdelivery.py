@@ -25,7 +25,7 @@ from redis.exceptions import RedisError
 from ..adapters import outboundindex, tracing
 from ..adapters.eventstore import EventStore
 from ..adapters.peerdue import PeerDue
-from ..domain import digests, outbox, proof
+from ..domain import digests, ids, outbox, proof
 from ..domain import events as ev
 from ..domain.commands import DiscardPeerDelivery, DrivePeerDelivery, RecordPeerAdmission, SettlePeerDelivery
 from ..domain.decide import idempotency
@@ -158,7 +158,8 @@ class PeerDriver:
                                        sequence=ok.get("sequence"))
         code = outcome["error"]["code"]
         kind = "failed" if code in outbox.TRANSIENT or code == "unanswered" else "refused"
-        return RecordPeerAdmission(source.session_id, message_id, attempt, kind, code=code)
+        return RecordPeerAdmission(source.session_id, message_id, attempt, kind, code=code,
+                                   notice_id=ids.uuid7() if kind == "refused" else "")
 
     async def intent(self, source: SessionRecord, message_id: str) -> ev.PeerIntentStored | None:
         """The stored intent: its position is the outbound index's entry until a receipt replaces it."""

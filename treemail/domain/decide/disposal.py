@@ -54,6 +54,13 @@ def decide_dispose(command: DisposeSession, given: Given) -> list[ev.Event]:
 
 def decide_return_mail(command: ReturnMail, given: Given) -> list[ev.Event]:
     """On the sender's stream; nothing when the sender is gone (its recipient records that instead)."""
+    return returned_notice(given, command.notice_id,
+                           notices.returned_text(command.recipient_handle, command.body, command.stop_reason))
+
+
+def returned_notice(given: Given, notice_id: str, text: str) -> list[ev.Event]:
+    """A ``message_returned`` notice on the sender's stream (given), saying ``text`` of a message of its that
+    will never be delivered; nothing when the sender can take no notice any more."""
     state = given.state
     delivery = notices.notice_delivery(state)
     if delivery == "unavailable":
@@ -63,8 +70,7 @@ def decide_return_mail(command: ReturnMail, given: Given) -> list[ev.Event]:
         events.append(ev.ProducerRegistered(at=given.now, producer_id=RETURNED_PRODUCER, owner="returned"))
     events.append(
         ev.ProducerMessageAccepted(
-            at=given.now, message_id=command.notice_id, producer_id=RETURNED_PRODUCER, owner="returned",
-            body=notices.returned_text(command.recipient_handle, command.body, command.stop_reason),
+            at=given.now, message_id=notice_id, producer_id=RETURNED_PRODUCER, owner="returned", body=text,
             mode="steer" if delivery in ("steered", "injected") else "queue",
         )
     )

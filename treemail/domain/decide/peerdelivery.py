@@ -12,7 +12,7 @@ after a lost reply is answered with the first receipt, never a second message.
 from dataclasses import dataclass
 
 from .. import events as ev
-from .. import grants, outbox, peerinput
+from .. import grants, notices, outbox, peerinput
 from ..commands import (DiscardPeerDelivery, DrivePeerDelivery, PeerSendArguments, RecordPeerAdmission, RetryPeerDelivery, SendContext,
                         SendToPeer, SettlePeerDelivery)
 from ..errors import Code, LifecycleError, Rejected
@@ -21,6 +21,7 @@ from ..records import SessionRecord
 from ..state import SessionState
 from . import endings, guards, send
 from . import loops as loop_guard
+from .disposal import returned_notice
 from .guards import Found
 from .lifecycle import Given, require_registered
 from .routes import require_peer
@@ -69,8 +70,12 @@ def decide_record_admission(command: RecordPeerAdmission, given: Given) -> list[
     if not outbox.in_flight(row) or row.attempts != command.attempt:
         return []
     if command.outcome == "refused":
-        return [ev.MessageRefused(at=given.now, message_id=row.message_id, recipient_session_id=row.destination,
-                                  code=bounded(command.code), peer=row.peer)]
+        refused = ev.MessageRefused(at=given.now, message_id=row.message_id, recipient_session_id=row.destination,
+                                    code=bounded(command.code), peer=row.peer)
+        # Its sender was told the message was stored, and a model never polls: it is told of the refusal.
+        told = returned_notice(given, command.notice_id, notices.peer_refused_text(
+            row.peer, row.message_id, bounded(command.code))) if command.notice_id else []
+        return [refused, *told]
     return _failed(row, command.attempt, command.code, given)
 
 
