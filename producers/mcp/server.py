@@ -264,7 +264,14 @@ def build_server(host: Treemail, resolve: Resolve, connection_of: ConnectionOf =
                 # gets a bus of its own, so one session's mail never wakes another's listener.
                 own_bus = InMemorySubscriptionBus()
                 handler = ListenHandler(own_bus)
-                watcher = connection.watch(lambda: own_bus.publish(ResourceUpdated(uri=INBOX_URI)))
+                token = _access_of(ctx).token
+
+                async def tell() -> None:
+                    # A stream makes no further request to refuse: a token revoked since it opened is told nothing.
+                    if (await host.tools.binding_with_view(token, None))[0] is not None:
+                        await own_bus.publish(ResourceUpdated(uri=INBOX_URI))
+
+                watcher = connection.watch(tell)
             else:
                 watcher = connection.watch(lambda: bus.publish(ResourceUpdated(uri=INBOX_URI)))
         try:
@@ -364,11 +371,16 @@ class RedisTokenVerifier:
         )
 
 
-def _binding_of(ctx) -> TokenBinding:
+def _access_of(ctx) -> AccessToken:
     user = ctx.request.scope.get("user") if ctx.request is not None else None
     access = getattr(user, "access_token", None)
     if access is None:  # the bearer middleware lets no such request through; never serve one unbound
         raise MCPError(INVALID_PARAMS, "this request carries no verified treemail token")
+    return access
+
+
+def _binding_of(ctx) -> TokenBinding:
+    access = _access_of(ctx)
     return TokenBinding(access.client_id, access.claims["run_id"], access.claims["binding_id"])
 
 

@@ -406,3 +406,24 @@ async def test_a_token_whose_session_is_gone_lists_no_tools_and_each_request_is_
                     with pytest.raises(MCPError, match="no longer exists"):
                         await request
         assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+async def test_a_listen_stream_whose_token_is_revoked_is_told_nothing_more(redis_url):
+    async with running_stack(redis_url) as host:
+        planner, explore = await tree(host)
+        await host.start_run(planner.session_id, "planner-run")
+        kept, revoked = [await host.tools.mint_token(explore.session_id) for _ in range(2)]
+        async with http_server(host, receive=True) as url, http_client(url, kept) as a, \
+                http_client(url, revoked) as b:
+            await texts(b, "check_mail")
+            async with a.listen(resource_subscriptions=[INBOX_URI]) as a_told, \
+                    b.listen(resource_subscriptions=[INBOX_URI]) as b_told:
+                b_events: list = []
+                b_listening = asyncio.create_task(collect(b_told, b_events))
+                await host.tools.revoke_token(revoked)
+                await host.send(planner.session_id, explore.handle, "after the revoke", mode="queue")
+                assert (await asyncio.wait_for(a_told.__anext__(), 15)).uri == INBOX_URI
+                await asyncio.sleep(0.3)  # both streams watch the same inbox: the revoked one stays quiet
+                assert b_events == []
+                b_listening.cancel()
+                await asyncio.gather(b_listening, return_exceptions=True)
