@@ -231,6 +231,29 @@ async def test_a_definite_refusal_at_admission_releases_the_capacity_and_stays_i
                 if e.owner == "returned"]) == 1
 
 
+async def test_a_disposed_sender_ends_what_it_stored_and_had_not_delivered(host, calls):
+    """Past the source's cutoff a pending intent is refused at its next attempt, and a parked one is given up
+    with the disposal: no retry will come for a disposed sender, and neither waits for ever."""
+    planner, advisor = await independent_trees(host)
+    await route(host, planner, advisor, send=True, read=True)
+    clock = Clock()
+    driver = driver_of(host, clock)
+    parked = (await host.peers.send(calls.ctx(planner.session_id), {"peer": "advisor", "body": "too slow"}))
+    clock.time += 86400 + 1
+    await driver.step()  # past its deadline before any attempt: parked
+    assert (await host.obligations.inspect(parked["message_id"]))["status"] == "parked"
+    pending = await host.peers.send(calls.ctx(planner.session_id), {"peer": "advisor", "body": "late"})
+    await host.disposal.dispose(planner.session_id, "aborted")
+    given_up = await host.obligations.inspect(parked["message_id"])
+    assert (given_up["status"], given_up["settlement"]["outcome"], given_up["reason"]) == (
+        "processed", "discarded", "its sender was disposed before it was delivered")
+    await driver_of(host, Clock()).step()  # a driver on the present clock: the pending intent's next attempt
+    refused = await host.obligations.inspect(pending["message_id"])
+    assert (refused["status"], refused["reason"]) == ("refused", "send_message:sender_closing")
+    assert await of_type(host, advisor.session_id, ev.ProducerMessageAccepted) == []
+    assert await outstanding(host, planner) == 0
+
+
 async def test_consuming_peer_mail_in_the_senders_own_slot_settles_it_exactly_once(redis_url, calls):
     async with running_stack(redis_url, peer_admit_inline=False, max_outstanding_per_source=2) as host:
         planner, advisor = await independent_trees(host, same_partition=True)

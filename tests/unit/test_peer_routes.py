@@ -190,6 +190,16 @@ def test_an_admission_after_the_route_or_the_grant_was_taken_back_is_refused_for
     assert code_of(admit(PLANNER, target(ADVISOR, route(), grant(send=False)), intent)) is Code.PEER_NOT_GRANTED
 
 
+def test_an_admission_past_its_sources_own_cutoff_is_refused_for_good():
+    found = target(ADVISOR, route(), grant(send=True))
+    [intent] = decide(PLANNER, found).events
+    closing = st.fold([registered(PLANNER), ev.SessionClosing(stop_reason="aborted")])
+    refused = peerdelivery.decide_admission(peerdelivery.AdmissionGiven(
+        intent=intent, sender=PLANNER, sender_state=closing, target=found, config=config(), now=6.0,
+        target_version=4))
+    assert code_of(refused) is Code.SENDER_CLOSING and Code.SENDER_CLOSING.value not in outbox.TRANSIENT
+
+
 # ---- grants, each on its own -------------------------------------------------------------------------------
 
 

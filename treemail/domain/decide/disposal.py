@@ -26,6 +26,8 @@ RETURNED_PRODUCER = "returned:treemail"
 # The bounded reason (never raw text) of a claim the disposal cutoff put back.
 CLOSING = "closing"
 NOT_AGENT_MAIL = "recipient disposed before processing it; not agent mail, so there was no sender to return it to"
+# Why a parked peer delivery of a disposed sender is given up.
+SENDER_DISPOSED = "its sender was disposed before it was delivered"
 
 
 def returned_reason(notice_id: str | None) -> str:
@@ -105,6 +107,11 @@ def decide_close(command: CloseSession, given: Given) -> list[ev.Event]:
         )
         for item in pending
     ]
+    # Peer mail it stored that waits parked for a retry: nobody will make one for a disposed sender, so it is
+    # given up with the disposal. (One still pending is refused at its next attempt, past this cutoff.)
+    events += [ev.MessageSettled(at=given.now, message_id=row.message_id, recipient_session_id=row.destination,
+                                 outcome="discarded", reason=SENDER_DISPOSED)
+               for row in state.outbox.values() if row.status == "parked"]
     events.append(ev.SessionClosed(at=given.now))
     if command.settle is not None and owed(state, None, True):
         settled, _ = settle_with(command.settle, given.session_id, state, given.senders, None, True, given.now)

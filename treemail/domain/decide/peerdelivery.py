@@ -146,6 +146,8 @@ def decide_admission(given: AdmissionGiven) -> Accepted | Refused:
             raise Rejected(Code.UNKNOWN_SESSION, "the destination is not registered")
         if given.service_draining:
             raise Rejected(Code.DRAINING, "the service is draining")
+        # Past the source's own cutoff: its disposal ends what it stored and had not delivered yet.
+        endings.require_sender_open(given.sender_state)
         found, route = require_peer(given.sender, given.target, intent.peer)
         endings.require_recipient_admitting(found)
         if not intent.reply:
