@@ -110,6 +110,22 @@ def test_a_transient_refusal_backs_off_exponentially_and_the_eighth_failure_park
     assert drive(state, now + 10_000) == [] and state.outstanding == 1  # parked keeps its capacity
 
 
+def test_a_drain_defers_the_attempts_it_refuses_without_spending_the_budget_and_the_deadline_still_holds():
+    state, now = source(intent()), T0
+    for attempt in range(1, 13):  # past max_attempts (8), all refused by a drain
+        [started] = drive(state, now)
+        assert (type(started), started.attempt) == (ev.PeerAttemptStarted, attempt)
+        state = st.fold([started], state)
+        answer = step(state, RecordPeerAdmission(PLANNER.session_id, "m-1", attempt, "failed",
+                                                 code="send_message:draining"), now)
+        assert [type(e) for e in answer] == [ev.PeerAttemptFailed]  # never parked by the count
+        state = st.fold(answer, state)
+        now = answer[0].retry_at
+    assert state.outbox["m-1"].status == "pending"
+    [parked] = drive(state, T0 + 86400)
+    assert (type(parked), parked.reason) == (ev.PeerDeliveryParked, "deadline: send_message:draining")
+
+
 def test_an_attempt_not_answered_within_its_timeout_fails_and_the_next_one_carries_the_same_identity():
     state = source(intent())
     state = st.fold(drive(state, T0), state)

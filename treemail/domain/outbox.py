@@ -31,6 +31,15 @@ TRANSIENT = frozenset({
     "send_message:engine_shutdown", "peer_message:engine_shutdown", "peer_message:inbox_full",
 })
 ATTEMPT_TIMEOUT = "attempt_timeout"
+# A drain is an operator's pause, not a failure of the delivery: an attempt it refused is tried again after its
+# backoff and does not spend the budget of attempts (the deadline still holds), so the delivery goes on after
+# the drain is lifted instead of waiting parked for a retry.
+DEFERRED = frozenset({"send_message:draining"})
+
+
+def spends_budget(reason: str) -> bool:
+    """Whether an attempt that failed for ``reason`` counts against ``max_attempts``."""
+    return reason not in DEFERRED
 
 
 @dataclass(frozen=True)
@@ -176,7 +185,7 @@ def next_step(row: Row, policy: MessagingConfig, now: float) -> Step | None:
         return Step("fail", row.attempts, ATTEMPT_TIMEOUT)
     if deadline_of(row, policy) <= now:
         return Step("park", reason=f"deadline: {row.reason}" if row.reason else "deadline")
-    if row.attempts >= policy.max_attempts:
+    if row.attempts >= policy.max_attempts and spends_budget(row.reason):
         return Step("park", reason=f"attempts: {row.reason}" if row.reason else "attempts")
     if row.retry_at > now:
         return None

@@ -51,7 +51,7 @@ def _failed(row: outbox.Row, attempt: int, reason: str, given: Given) -> list[ev
         at=given.now, message_id=row.message_id, attempt=attempt, reason=bounded(reason),
         retry_at=given.now + outbox.backoff_delay(given.config, attempt),
     )]
-    if attempt >= given.config.max_attempts:
+    if attempt >= given.config.max_attempts and outbox.spends_budget(reason):
         events.append(ev.PeerDeliveryParked(at=given.now, message_id=row.message_id,
                                             reason=bounded(f"attempts: {reason}")))
     return events
