@@ -17,7 +17,10 @@ def history_row(seq: int, event: ev.Event) -> str:
             run = f" run={event.run_id}" if event.run_id else ""
             # The engine's step and the tokens the message cost, when the host reported them.
             run += "".join(f" {k}={v}" for k in ("step", "tokens") if (v := getattr(event, k, None)) is not None)
-            return f"{seq:>6} {name:<26} {event.message_id}{run}"
+            # Then why (a discard's, a release's, a parking's reason and detail, what superseded it, when it is due
+            # again): what a person reading the history needs most.
+            why = _fields(event, exclude=_MESSAGE_ROW_SHOWN, defaults=False)
+            return f"{seq:>6} {name:<26} {event.message_id}{run}{' ' + why if why else ''}"
         case ev.SessionRegistered():
             return f"{seq:>6} {name:<26} {event.handle or event.session_id} status={event.status}"
         case ev.SessionStatusChanged():
@@ -26,10 +29,16 @@ def history_row(seq: int, event: ev.Event) -> str:
             return f"{seq:>6} {name:<26} {_fields(event)}".rstrip()
 
 
-def _fields(event: ev.Event) -> str:
-    """key=value for any other event, like the rows above; raw JSON rows read as a different tool's output."""
+# What a message event's row shows before its other fields, or leaves to the message's accepted row (who sent it).
+_MESSAGE_ROW_SHOWN = frozenset({"at", "message_id", "run_id", "step", "tokens", "owner", "sender_session_id",
+                                "agent_hop"})
+
+
+def _fields(event: ev.Event, exclude: frozenset[str] = frozenset({"at"}), defaults: bool = True) -> str:
+    """key=value for any other event, like the rows above; raw JSON rows read as a different tool's output.
+    ``defaults=False``: a field at its default is left out too (a release with no change to its attempts)."""
     parts = []
-    for key, value in event.model_dump(mode="json", exclude={"at"}).items():
+    for key, value in event.model_dump(mode="json", exclude=set(exclude), exclude_defaults=not defaults).items():
         if value is None or value == "" or value == [] or value == {}:
             continue
         text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))

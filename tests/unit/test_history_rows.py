@@ -20,6 +20,18 @@ def test_an_event_without_its_own_row_prints_as_key_value_fields(event, fields):
     assert "{" not in row
 
 
+def test_a_message_events_row_says_why_after_its_id_and_run():
+    expired = ev.ProducerMessageDiscarded(message_id="m-1", owner="agent", sender_session_id="s", reason="expired")
+    assert history_row(3, expired) == f"{3:>6} {'ProducerMessageDiscarded':<26} m-1 reason=expired"
+    released = ev.ProducerMessageReleased(message_id="m-2", owner="agent", run_id="r", reason="failed",
+                                          detail="model crashed: out of memory", retry_at=12.5)
+    assert history_row(4, released).endswith("m-2 run=r reason=failed retry_at=12.5 "
+                                             "detail='model crashed: out of memory'")
+    superseded = ev.ProducerMessageDiscarded(message_id="m-3", owner="agent", reason="superseded", superseded_by="m-4")
+    assert history_row(5, superseded).endswith("m-3 reason=superseded superseded_by=m-4")
+    assert history_row(6, ev.ProducerMessageClaimed(message_id="m-5", owner="agent", run_id="r")).endswith("m-5 run=r")
+
+
 def test_a_field_with_spaces_is_quoted_so_the_row_still_splits_into_fields():
     row = history_row(1, ev.SessionRunStarted(run_id="run one"))
     assert row.endswith("run_id='run one'")
