@@ -174,6 +174,7 @@ class _Fold:
         self.claim_step: dict[str, tuple[str, int]] = {}
         self.previous: tuple[int, ev.Event] | None = None
         self.outside: list[str] = []
+        self.sent_ids: set[str] = set()
         self.reverts: list[dict] = []
         self.fork: dict | None = None
         self.positions: list[Position] = []
@@ -225,7 +226,8 @@ class _Fold:
                     self.current = None
             case ev.SessionReverted():
                 self.revert(seq, event)
-            case ev.MessageSent():
+            case ev.MessageSent() | ev.PeerIntentStored():
+                # A peer message is sent when its intent is stored, in its run; its receipt comes later.
                 self.sent(seq, event.message_id)
             case ev.ProducerMessageAccepted():
                 self.messages[event.message_id] = Message(
@@ -283,6 +285,11 @@ class _Fold:
             message.run_id, message.step = None, None
 
     def sent(self, seq: int, message_id: str) -> None:
+        """Credited once, where it was first recorded: a peer message's receipt, and the record a revert of its
+        recipient writes again (restored), are not sends of their own."""
+        if message_id in self.sent_ids:
+            return
+        self.sent_ids.add(message_id)
         run_id = self.current
         if run_id is None:
             self.outside.append(message_id)
@@ -364,7 +371,7 @@ def threads(session_id: str, histories: Histories, at: int | None = None) -> lis
     alone is not a conversation); a reply whose original is not in the histories read sits at the top."""
     own = histories.get(session_id, ())
     limit = own[-1][0] if own and at is None else (at or 0)
-    sent = {e.message_id for seq, e in own if seq <= limit and isinstance(e, ev.MessageSent)}
+    sent = {e.message_id for seq, e in own if seq <= limit and isinstance(e, (ev.MessageSent, ev.PeerIntentStored))}
     handles = {sid: next((e.handle for _, e in h if isinstance(e, ev.SessionRegistered)), None)
                for sid, h in histories.items()}
     found: dict[str, Post] = {}
@@ -468,8 +475,9 @@ def _causes(message: Message, histories: Histories) -> tuple[str | None, int | N
     sender = message.sender_session_id
     run_id = message.lifecycle[0].run_id if message.lifecycle else None
     history = histories.get(sender or "", ())
-    sent_at = next((seq for seq, e in history if isinstance(e, ev.MessageSent) and e.message_id == message.message_id),
-                   None)
+    # Where it was first recorded: a peer message's intent, before its receipt at the admission.
+    sent_at = next((seq for seq, e in history if isinstance(e, (ev.MessageSent, ev.PeerIntentStored))
+                    and e.message_id == message.message_id), None)
     if not history or run_id is None:
         return run_id, sent_at, []
     limit = sent_at if sent_at is not None else history[-1][0]

@@ -113,6 +113,30 @@ def test_each_reported_step_lists_what_it_claimed_consumed_and_sent_in_order():
         "accepted", "admitted", "claimed", "consumed"]
 
 
+def test_a_send_is_credited_once_where_it_was_first_recorded_a_peer_message_at_its_intent():
+    s = child()
+    s.append([accepted("m-1", T.root)])
+    s.run("run-1")
+    s.claim("run-1", step=1)
+    s.consume("m-1", step=1)
+    s.sent("out-1", T.root.session_id)
+    s.append([ev.PeerIntentStored(message_id="peer-1", destination_session_id="advisor", peer="advisor",
+                                  principal="acme", body="q?", mode="steer", run_id="run-1")])
+    s.finish("run-1")
+    s.run("run-2")
+    # Later, in another run: the peer message's receipt at its admission, and the record a revert of the tree
+    # message's recipient writes again. Neither is a send of run-2.
+    s.append([ev.MessageSent(message_id="peer-1", recipient_session_id="advisor", position=4,
+                             recipient_state="queued", peer="advisor")])
+    s.sent("out-1", T.root.session_id)
+    s.finish("run-2")
+
+    tl = timeline(s.session_id, histories(s))
+
+    assert steps(tl) == [("run-1", 1, ["m-1"], ["m-1"], ["out-1", "peer-1"])]
+    assert tl.sent_outside_runs == []
+
+
 def test_a_reported_step_that_claimed_nothing_is_still_a_step_so_a_runs_steps_can_be_counted():
     s = child()
     s.run("run-1")
