@@ -96,6 +96,13 @@ async def test_timeline_command_prints_the_mailbox_then_and_now_and_json_for_mac
     assert f"at position {history[-1][0]} of {history[-1][0]}" in now.stdout
     assert "consumed" in now.stdout and ask in now.stdout and "where is the bug?" in now.stdout
     assert ask[-8:] in now.stdout and answer[-8:] in now.stdout  # the step's consumed and sent columns
+    # A pending message says why it is pending again, as a parked or returned one says why it is there.
+    again = (await stack.send_message(calls.ctx(root.session_id), {"to": child.handle, "body": "and this?"}))
+    [delivery] = await stack.claim(child.session_id, "run-1")
+    await stack.release(child.session_id, delivery.message_id, "model crashed")
+    row = next(line for line in cli(redis_url, "timeline", child.handle).stdout.splitlines()
+               if again["message_id"][-12:] in line)
+    assert "pending (" in row, row
 
     machine = json.loads(cli(redis_url, "timeline", child.session_id, "--json", "--at", str(accepted_at)).stdout)
     assert machine["at"] == accepted_at and machine["mailbox"]["pending"] == [ask]

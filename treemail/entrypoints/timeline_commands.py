@@ -109,7 +109,8 @@ def print_timeline(found) -> None:
         for m in messages:
             # A notice names the session it is about, never as its author: it shows as treemail's (its owner).
             sender = (m.sender_handle or m.sender_session_id) if m.owner == "agent" else m.owner
-            reason = f" ({m.reason})" if m.reason and state in ("parked", "returned", "discarded") else ""
+            # Why it is where it is, in every state (a pending one may be stranded, released or fell back from steer).
+            reason = f" ({m.reason})" if m.reason else ""
             mailbox.add_row(state + reason, m.message_id, sender, m.mode, m.run_id or "",
                             "" if m.step is None else str(m.step), str(m.position), _thread_mark(found, m),
                             _preview(m.body))
