@@ -106,6 +106,7 @@ class Treemail:
         treemail never wakes it, and mail to it, finished, is refused (``send_message:not_resumable``).
         ``announced=True``: the host hands the child its task directly (not as treemail mail), so its end
         is owed to its parent as a settlement notice (``tm.obligations.announce``)."""
+        limits.require_id("parent_session_id", parent_session_id)  # None would register a root
         return await self._register(
             agent_type, description, rules, send_message_tool, status, parent_session_id, with_handle=with_handle,
             resident=resident, continuable=continuable, accepts_images=accepts_images, announced=announced,

@@ -7,6 +7,7 @@ import pytest
 
 from treemail.domain import limits
 from treemail.domain.commands import SendContext
+from treemail.domain.errors import TreemailError
 from treemail.domain.limits import IdentifierError
 
 from .conftest import adapters, running_stack
@@ -142,3 +143,23 @@ async def test_a_tool_result_for_bad_host_input_is_coded_and_bounded_too(redis_u
                                            {"to": child.handle, "body": body})
             assert result["error"]["code"] in ("send_message:invalid_arguments", "send_message:invalid_body")
             assert len(result["error"]["message"]) < MAX_ECHO
+
+
+async def test_a_required_identifier_given_as_none_and_a_refused_registration_or_fork_store_nothing(redis_url):
+    async with running_stack(redis_url) as host:
+        root = await host.register_root("planner", "plans", rules={"child": "allow"}, status="running")
+        redis = adapters(host).redis
+        before = await everything(redis)
+        refusals = [
+            # None where text is required: a parent of None made a root, a run id of None opened no run.
+            (lambda: host.register_child(None, "explore", "reads"), limits.INVALID),
+            (lambda: host.register_root("planner", None), limits.INVALID),
+            (lambda: host.start_run(root.session_id, None), limits.INVALID),
+            # Decided against after the directory entry was written: the entry goes with it.
+            (lambda: host.history.fork(root.session_id, 10 ** 6), "lifecycle:invalid_position"),
+        ]
+        for call, code in refusals:
+            with pytest.raises(TreemailError) as refused:
+                await call()
+            assert getattr(refused.value.code, "value", refused.value.code) == code
+        assert sorted(set((await everything(redis)).items()) ^ set(before.items())) == []

@@ -137,6 +137,9 @@ def check_command(command) -> None:
     for name in _flags(type(command)):
         if not isinstance(getattr(command, name), bool):
             raise IdentifierError(INVALID, f"{name} must be true or false, got {type(getattr(command, name)).__name__}")
+    for name in _required_text(type(command)):
+        if getattr(command, name) is None:
+            raise IdentifierError(INVALID, f"{name} must be a string, got NoneType")
     for name, value in vars(command).items():
         if isinstance(value, str):
             size = text_size(name, value)
@@ -156,6 +159,13 @@ def check_command(command) -> None:
 def _flags(cls: type) -> tuple[str, ...]:
     """The fields of a command class declared ``bool``: a 0 or a "yes" there would be read as a flag."""
     return tuple(f.name for f in fields(cls) if f.type in (bool, "bool"))
+
+
+@cache
+def _required_text(cls: type) -> tuple[str, ...]:
+    """The text fields of a command class declared ``str`` alone: None there is no value, and the step would
+    read it as one (a run id of None opened no run, a parent of None made a root)."""
+    return tuple(f.name for f in fields(cls) if f.name in TEXT_FIELDS and f.type in (str, "str"))
 
 
 def check_rules(name: str, rules) -> None:

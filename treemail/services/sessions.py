@@ -20,7 +20,7 @@ from ..domain import actions, ids, limits, outbound
 from ..domain.commands import STATUSES, ForkSession, RegisterSession, SessionCommand
 from ..domain.commitplan import plan_commit
 from ..domain.decide.lifecycle import Given, require_parent_unsealed
-from ..domain.errors import LifecycleError, UnknownSessionError
+from ..domain.errors import LifecycleError, RedisUnavailable, TreemailError, UnknownSessionError
 from ..domain.handlers import HANDLERS, decide_command
 from ..domain.records import SessionRecord
 from .clock import SYSTEM_CLOCK, Clock
@@ -170,11 +170,13 @@ class SessionService:
                 await self.execute(command_for(registration), record)
             except HandleTaken:
                 continue
-            except LifecycleError as refused:
-                if refused.code == "lifecycle:parent_stopped":
-                    # A stop sealed the parent between the check above and the registration's own step: the
-                    # refused session was never registered, so its directory entry goes too.
-                    await self.store.directory.withdraw(record.session_id)
+            except RedisUnavailable:
+                raise  # the outcome is unknown: a registration that landed must keep its entry
+            except (TreemailError, ValueError, TypeError):
+                # Decided against before anything was appended (a parent a stop sealed since the check above, a
+                # fork position outside the source's history, a field its event refuses): the session was never
+                # registered, so its directory entry goes too. (An outcome the server left unknown keeps it.)
+                await self.store.directory.withdraw(record.session_id)
                 raise
             return record
         raise LifecycleError("lifecycle:contention", f"no free handle for agent type {origin.agent_type!r} after "
