@@ -20,6 +20,10 @@ from .mailbox import Mailbox
 from .shared import Part, Shared
 
 
+# A token's lifetime is at most ten years: past that the server's expiry (in milliseconds) would overflow.
+MAX_TOKEN_TTL_S = 10 * 365 * 86400
+
+
 class Tools(Part):
     def __init__(self, shared: Shared, tokens: TokenService, mailbox: Mailbox, parts: ToolParts) -> None:
         super().__init__(shared)
@@ -75,8 +79,12 @@ class Tools(Part):
     # ---- tokens: an MCP connection bound to a session ---------------------------------------------------
 
     async def mint_token(self, session_id: str, run_id: str | None = None, ttl_s: int | None = None) -> str:
-        """A bearer token binding an MCP connection to this session (and run, else its current one)."""
+        """A bearer token binding an MCP connection to this session (and run, else its current one). ``ttl_s``:
+        whole seconds until it expires, 1 to ten years (None: never)."""
         limits.require_id("run_id", run_id, optional=True)
+        if ttl_s is not None and (isinstance(ttl_s, bool) or not isinstance(ttl_s, int)
+                                  or not 1 <= ttl_s <= MAX_TOKEN_TTL_S):
+            raise limits.invalid(f"ttl_s must be whole seconds from 1 to {MAX_TOKEN_TTL_S}, got {limits.shown(ttl_s)}")
         await self._reader.record(session_id)
         return await self._tokens.mint(session_id, run_id, ttl_s)
 

@@ -163,3 +163,18 @@ async def test_a_required_identifier_given_as_none_and_a_refused_registration_or
                 await call()
             assert getattr(refused.value.code, "value", refused.value.code) == code
         assert sorted(set((await everything(redis)).items()) ^ set(before.items())) == []
+
+
+async def test_a_grant_to_no_session_and_a_token_lifetime_out_of_range_are_refused_and_store_nothing(redis_url):
+    async with running_stack(redis_url) as host:
+        advisor = await host.register_root("advisor", "reviews")
+        redis = adapters(host).redis
+        before = await everything(redis)
+        with pytest.raises(TreemailError) as no_such_source:
+            await host.peers.set_grant(advisor.session_id, source_session_id="01a20000-0000-7000-8000-000000000000",
+                                       send=True)
+        assert no_such_source.value.code == "lifecycle:unknown_session"
+        for ttl in (0, -5, 3600.0, "5", 10 ** 12, True):
+            with pytest.raises(IdentifierError, match="ttl_s must be whole seconds"):
+                await host.tools.mint_token(advisor.session_id, ttl_s=ttl)
+        assert sorted(set((await everything(redis)).items()) ^ set(before.items())) == []

@@ -12,6 +12,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from treemail.producers.host.tools import MAX_TOKEN_TTL_S
+
 from .clicommon import ConfigOpt, SessionArg, config_of, run_with_host, session_id, url_of, with_host
 from .httpserve import listen
 
@@ -20,10 +22,6 @@ class ToolFormat(str, enum.Enum):
     anthropic = "anthropic"
     openai = "openai"
     mcp = "mcp"
-
-
-# A token's lifetime is at most ten years: past that the server's expiry (in milliseconds) would overflow.
-MAX_TOKEN_TTL_S = 10 * 365 * 86400
 
 
 def mcp(

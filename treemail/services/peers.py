@@ -145,6 +145,8 @@ class PeerService:
             if not isinstance(allowed, bool):
                 raise limits.IdentifierError(limits.INVALID, f"{operation} must be true or false")
         await self.sessions.record(target_session_id)
+        if kind == "session":
+            await self.sessions.record(source)  # as a route's: a grant to no session is refused, not stored
         await self.sessions.execute(SetPeerGrant(target_session_id, kind, source, principal, context=context,
                                                  read=read, send=send, control=control))
         return principal
