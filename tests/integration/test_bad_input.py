@@ -5,6 +5,7 @@ stores nothing: no directory entry, no stream entry, no index key."""
 
 import pytest
 
+from treemail.adapters import keys
 from treemail.domain import limits
 from treemail.domain.commands import SendContext
 from treemail.domain.errors import TreemailError
@@ -178,3 +179,25 @@ async def test_a_grant_to_no_session_and_a_token_lifetime_out_of_range_are_refus
             with pytest.raises(IdentifierError, match="ttl_s must be whole seconds"):
                 await host.tools.mint_token(advisor.session_id, ttl_s=ttl)
         assert sorted(set((await everything(redis)).items()) ^ set(before.items())) == []
+
+
+async def test_a_runners_read_with_a_bad_count_wait_name_or_position_is_refused_before_the_streams(redis_url):
+    async with running_stack(redis_url) as host:
+        await host.register_root("planner", "plans")
+        redis = adapters(host).redis
+        before = await everything(redis)
+        stream = keys.wake_stream(0)
+        reads = [lambda **k: host.wakes(**k), lambda **k: host.interrupts.read(**k)]
+        for read in reads:
+            for bad in ({"count": 0}, {"count": 10 ** 30}, {"count": True}, {"block_ms": -1}, {"block_ms": 500.0},
+                        {"consumer": None}, {"consumer": "x" * 1_000_000}, {"consumer": "\ud800"}):
+                with pytest.raises(IdentifierError):
+                    await read(**{"consumer": "runner-1", "count": 10, "block_ms": 10, **bad})
+        for unacknowledged in (host.obligations.unacknowledged_wakes, host.interrupts.unacknowledged):
+            for after in ({stream: "garbage"}, {stream: "99999999999999999999999-0"}, ["x"]):
+                with pytest.raises(IdentifierError):
+                    await unacknowledged("runner-1", after)
+        # Nothing reached the streams: no consumer was kept in any group, no group made.
+        assert sorted(set((await everything(redis)).items()) ^ set(before.items())) == []
+        for group in await redis.xinfo_groups(stream):
+            assert await redis.xinfo_consumers(stream, group["name"]) == []

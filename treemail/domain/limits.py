@@ -62,6 +62,17 @@ def nesting_depth(text: str) -> int:
     return deepest
 
 
+# A stream entry id as the server writes it: "<ms>-<seq>", each an unsigned 64-bit number.
+_ENTRY_ID = re.compile(r"(\d{1,20})-(\d{1,20})", re.ASCII)
+
+
+def is_entry_id(text) -> bool:
+    """Whether ``text`` is a stream entry id the server could have written (one from a caller is checked
+    before the server reads it: its refusal of a malformed one would come after the work, or as its error)."""
+    found = _ENTRY_ID.fullmatch(text) if isinstance(text, str) else None
+    return found is not None and all(int(part) < 2 ** 64 for part in found.groups())
+
+
 def invalid(message: str) -> IdentifierError:
     return IdentifierError(INVALID, message)
 

@@ -81,7 +81,7 @@ def _handed_out(token, streams: frozenset[str]) -> None:
     if token.stream not in streams:
         raise ValueError(f"stream {limits.shown(token.stream)} is not a wake stream: give back the token the "
                          "gateway handed out")
-    if not w.is_entry_id(token.entry_id):
+    if not limits.is_entry_id(token.entry_id):
         raise ValueError(f"entry_id {limits.shown(token.entry_id)} is not a stream entry id: give back the token "
                          "the gateway handed out")
 

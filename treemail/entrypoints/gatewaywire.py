@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from treemail.domain import limits
 from treemail.domain.triggers import Interrupt, Wake
 
 # The gateway's own version: the paths' prefix (/v1) and a header on every answer. It moves only when a
@@ -414,17 +415,6 @@ def status_of(error: dict) -> int:
 # ---- event streams ---------------------------------------------------------------------------------------
 
 _POSITION = re.compile(r"^(\d{1,5}):(\d+-\d+)$", re.ASCII)
-# A stream entry id as the server writes it: "<ms>-<seq>", each an unsigned 64-bit number.
-_ENTRY_ID = re.compile(r"(\d{1,20})-(\d{1,20})", re.ASCII)
-
-
-def is_entry_id(text: str) -> bool:
-    """Whether ``text`` is a stream entry id the server could have written (a token or position from a client
-    is checked before the server reads it: its refusal of a malformed one would come after the work)."""
-    found = _ENTRY_ID.fullmatch(text)
-    return found is not None and all(int(part) < 2 ** 64 for part in found.groups())
-
-
 def position_text(position: dict[int, str]) -> str:
     """A stream's position, its events' ``id``: per partition, the last wake stream entry sent ("0:1712-0,3:1715-2")."""
     return ",".join(f"{partition}:{entry_id}" for partition, entry_id in sorted(position.items()))
@@ -435,7 +425,7 @@ def parse_position(text: str, partitions: int) -> dict[int, str]:
     position: dict[int, str] = {}
     for part in filter(None, text.strip().split(",")):
         found = _POSITION.match(part)
-        if found is None or int(found[1]) >= partitions or not is_entry_id(found[2]):
+        if found is None or int(found[1]) >= partitions or not limits.is_entry_id(found[2]):
             raise ValueError(f"Last-Event-ID is not a position this gateway wrote ({partitions} partitions): "
                              f"{text[:200]!r}")
         position[int(found[1])] = found[2]
