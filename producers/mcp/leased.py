@@ -102,7 +102,7 @@ class LeasedSession:
     async def _unless_gone(self, run_id: str, claiming):
         """``claiming``, this request's claim. A request cancelled meanwhile (its client went away before the
         answer) hands back what the run holds claimed before the cancellation goes on: no answer carried it, so
-        the agent's next call must not confirm it. It comes back marked ``shown_before``."""
+        the agent's next call must not confirm it. It is shown by a later call as news, never counted as seen."""
         try:
             return await claiming
         except asyncio.CancelledError:

@@ -138,21 +138,25 @@ class ObligationService:
 
     async def _look(self, record: SessionRecord) -> list[ev.Event]:
         """A session the look stopped at: a disposal cut off after its cutoff is completed, anything else kept."""
-        state = (await self.store.load(record)).state
-        if state.disposal != "closing":
+        loaded = await self.store.load(record)
+        if loaded.state.disposal != "closing":
             return await self.keep(record.session_id)
         if self.disposal is None:
             return []
+        now = self.clock.now()
         closing_at = max((e.at for _, e in await self.store.read(record) if isinstance(e, ev.SessionClosing)),
-                         default=self.clock.now())
-        if not disposal_cut_off(state, closing_at, self.clock.now(), self.sessions.config.messaging.stranded_sweep_s):
+                         default=now)
+        if not disposal_cut_off(loaded.state, closing_at, now, self.sessions.config.messaging.stranded_sweep_s):
             return []  # a disposal under way: its host completes it
-        log.warning("session %s has been closing since %.0f s ago: its host stopped after the cutoff; completing "
-                    "the disposal", record.session_id, self.clock.now() - closing_at)
+        log.warning("session %s has been closing for %.0f s: its host stopped after the cutoff; completing the "
+                    "disposal", record.session_id, now - closing_at)
+        try:
+            await self.disposal.complete_interrupted(record.session_id)
+        except (LifecycleError, UnknownSessionError) as error:  # tried again at the next look
+            log.warning("completing the disposal of session %s: %s", record.session_id, error)
+            return []
         metrics.OBLIGATIONS.labels("disposal_completed").inc()
-        position = (await self.store.load(record)).version
-        await self.disposal.complete_interrupted(record.session_id)
-        return [e for seq, e in await self.store.read(record) if seq > position]
+        return [e for seq, e in await self.store.read(record) if seq > loaded.version]
 
     async def step(self, limit: int = 500, now: float | None = None) -> Pass:
         """Every session whose due time has come, at most ``limit`` per partition."""
