@@ -135,6 +135,17 @@ async def test_a_live_subscription_the_trim_passes_raises_a_gap_rather_than_skip
         await close_host(host)
 
 
+async def test_a_subscription_asked_for_wrongly_is_refused_when_it_is_asked_for(stack):
+    from treemail.domain.limits import IdentifierError
+
+    for bad in ({"after": 5}, {"types": "ProducerMessageAccepted"}, {"types": ["Nope"]}, {"types": 5},
+                {"block_ms": None}, {"block_ms": -1}, {"block_ms": 1.5}, {"block_ms": True}):
+        with pytest.raises(IdentifierError):
+            stack.history.subscribe(**bad)  # never a read: None would poll the feeds without pause
+    with pytest.raises(IdentifierError, match="not a subscription position"):
+        await stack.history.subscribe("garbage").__anext__()
+
+
 # ---- gate ------------------------------------------------------------------------------------------
 
 
