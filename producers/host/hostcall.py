@@ -5,6 +5,15 @@ from treemail.domain.commands import SendContext
 from treemail.services.sessionreader import SessionReader
 
 
+def require_context(context) -> SendContext:
+    """The context of a model's call as the host hands it over: a ``SendContext``, refused (``identifier:invalid``)
+    as anything else before anything reads it (it was an AttributeError deep in the call)."""
+    if not isinstance(context, SendContext):
+        raise limits.invalid(f"context must be a SendContext(session_id, run_id, tool_call_id), got "
+                             f"{type(context).__name__}")
+    return context
+
+
 async def host_context(reader: SessionReader, session_id: str, idempotency_key: str | None,
                        run_id: str | None) -> SendContext:
     """The host's idempotency key as the tool call id (``key:<key>``, within its limit; no key: a new call each

@@ -25,6 +25,7 @@ from ..tools import peer as peer_tools
 from ..tools import table
 from ..tools.answering import answered
 
+from .hostcall import require_context
 from .shared import Part, Shared
 from .subtree import Subtree
 
@@ -115,6 +116,7 @@ class Peers(Part):
         return await self._peer_call(context, arguments, peer_tools.parse_reply)
 
     async def _peer_call(self, context: SendContext, arguments, parse) -> dict:
+        require_context(context)
         result = await answered(lambda: self._service.send(SendToPeer(context, parse(arguments))),
                                 Code.PEER_ENGINE_SHUTDOWN)
         if self._driver is not None and self._service.config.peer_admit_inline and result.get("status") == "pending":
@@ -142,6 +144,7 @@ class Peers(Part):
         reaches every entry older than the page it came with, none twice. A caller that
         holds no read grant at all (from none of its inbox's senders, and on none of its routes) is refused
         (``peer_message:not_granted``), never shown an empty page it could take for an empty inbox."""
+        require_context(context)
         try:
             limit, cursor = peer_tools.parse_inbox(arguments)
             record = await self._reader.record(context.session_id)

@@ -22,7 +22,7 @@ from treemail.services.sessionreader import SessionReader
 
 from ..tools import send_message as tool
 
-from .hostcall import host_context
+from .hostcall import host_context, require_context
 from .permissions import Permissions
 from .shared import Part, Shared
 from .types import ToolResult
@@ -54,6 +54,7 @@ class Sending(Part):
         sender (only then is the sender's state read for it). Expiry and supersede key: the host's, or the
         model's where ``[messaging] mail_control`` offers them. ``numbered``: the result carries the message's
         number in its pair (``sequence``) whatever the sender's tools."""
+        require_context(context)
         try:
             messaging = self._messaging
             may_urgent = isinstance(arguments, dict) and "urgent" in arguments and await self._urgent_send(context)

@@ -17,6 +17,7 @@ from ..tools import schemas, table
 from ..tools.table import SessionView, ToolParts
 
 from .mailbox import Mailbox
+from .hostcall import require_context
 from .shared import Part, Shared
 
 
@@ -55,6 +56,7 @@ class Tools(Part):
 
     async def call(self, context: SendContext, name: str, arguments) -> dict:
         """A model's call of any installed tool by name; like send_message, it never raises for model input."""
+        require_context(context)
         return await table.call(self._parts, await self._views.read(context.session_id), context, name, arguments)
 
     async def call_bound(self, binding: TokenBinding, tool_call_id: str, name: str, arguments,

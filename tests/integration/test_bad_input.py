@@ -201,3 +201,17 @@ async def test_a_runners_read_with_a_bad_count_wait_name_or_position_is_refused_
         assert sorted(set((await everything(redis)).items()) ^ set(before.items())) == []
         for group in await redis.xinfo_groups(stream):
             assert await redis.xinfo_consumers(stream, group["name"]) == []
+
+
+async def test_a_context_that_is_not_one_is_refused_before_anything_reads_it(redis_url):
+    async with running_stack(redis_url) as host:
+        redis = adapters(host).redis
+        before = await everything(redis)
+        calls = [lambda c: host.send_message(c, {"to": "x", "body": "y"}), lambda c: host.peers.send(c, {}),
+                 lambda c: host.peers.reply(c, {}), lambda c: host.peers.inbox(c, {}),
+                 lambda c: host.tools.call(c, "send_message", {})]
+        for call in calls:
+            for context in (None, {}, "session"):
+                with pytest.raises(IdentifierError, match="context must be a SendContext"):
+                    await call(context)
+        assert sorted(set((await everything(redis)).items()) ^ set(before.items())) == []
