@@ -37,6 +37,7 @@ from treemail.host import Treemail
 
 from . import gatewaywire as w
 from .gatewayops import OPERATIONS, Call, Operation, Query
+from .httpserve import query_names_problem
 
 log = logging.getLogger("treemail.gateway")
 
@@ -73,15 +74,8 @@ def _validation_message(error: ValidationError) -> str:
 def _queries(request: Request, specs: tuple[Query, ...]) -> dict:
     """The operation's query parameters, each given at most once; a name it does not take is refused (a
     misspelt ``blockms`` would otherwise leave the default in force without a word)."""
-    takes = {spec.name for spec in specs}
-    seen = set()
-    for name, _ in request.query_params.multi_items():
-        if name not in takes:
-            raise ValueError(f"unknown query parameter {limits.shown(name)}: this operation takes "
-                             f"{', '.join(sorted(takes)) or 'none'}")
-        if name in seen:
-            raise ValueError(f"the query parameter {name} is given more than once")
-        seen.add(name)
+    if (names := query_names_problem(request.query_params.multi_items(), {spec.name for spec in specs})):
+        raise ValueError(names)
     return {spec.name: _query(request, spec) for spec in specs}
 
 

@@ -8,7 +8,22 @@ from contextlib import AbstractAsyncContextManager
 
 import typer
 
+from treemail.domain import limits
 from treemail.domain.errors import ConfigError
+
+
+def query_names_problem(items: list[tuple[str, str]], takes) -> str | None:
+    """Why a query is refused by its names (a route's or an operation's): one it does not take (a misspelt name
+    would leave its default in force without a word), or one given twice; None: neither."""
+    seen = set()
+    for name, _ in items:
+        if name not in takes:
+            return (f"unknown query parameter {limits.shown(name)}: this route takes "
+                    f"{', '.join(sorted(takes)) or 'none'}")
+        if name in seen:
+            return f"query parameter {limits.shown(name)} is given more than once"
+        seen.add(name)
+    return None
 
 
 def listen(host: str, port: int) -> socket.socket:

@@ -33,6 +33,7 @@ from treemail.projections import mailboxes
 from treemail.projections import timeline as tl
 
 from .gatewaywire import status_of
+from .httpserve import query_names_problem
 
 STATIC = {
     "index.html": "text/html; charset=utf-8",
@@ -77,13 +78,9 @@ MAX_POSITION_DIGITS = 18
 def query_problem(items: list[tuple[str, str]], takes: tuple[str, ...] = ()) -> tuple[str, str] | None:
     """Why (a code and a message) a route that takes the query parameters ``takes`` refuses this query; None:
     it does not."""
-    seen = set()
+    if (names := query_names_problem(items, takes)) is not None:
+        return "ui:invalid_query", names
     for name, value in items:
-        if name not in takes:
-            return "ui:invalid_query", f"unknown query parameter {name!r}: this route takes {', '.join(takes) or 'none'}"
-        if name in seen:
-            return "ui:invalid_query", f"query parameter {name!r} is given more than once"
-        seen.add(name)
         if name == "at" and not (value.isascii() and value.isdigit() and len(value) <= MAX_POSITION_DIGITS):
             return "ui:invalid_position", (f"at must be one non-negative integer (a stream position) of at most "
                                            f"{MAX_POSITION_DIGITS} digits, got {value!r}")

@@ -9,7 +9,7 @@ state another one already changed fails its etag check and is decided again.
 """
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from ..adapters import keys, metrics, outboundindex, tracing
@@ -107,7 +107,10 @@ class ObligationService:
         It also rewrites each such session's due entry, so an index that
         lost entries (or mail stored before the index existed) is complete again.
         """
-        done, _ = await self._keep_slice(lambda state: state.pending_all > 0, SweepPosition(), None, stale_before)
+        async def keep(record: SessionRecord) -> list[ev.Event]:
+            return await self.keep(record.session_id, stale_before)
+
+        done, _ = await self._keep_slice(lambda state: state.pending_all > 0, SweepPosition(), None, keep)
         return done
 
     async def sweep_stranded(self, start: SweepPosition = SweepPosition(),
@@ -119,20 +122,20 @@ class ObligationService:
         A slice of it: from ``start``, until about ``budget`` sessions' states are read (None: all of them).
         Returns the slice's pass and where the next slice starts, None once every partition is read, so a
         population's whole sweep need not hold up one pump pass."""
-        return await self._keep_slice(needs_a_look, start, budget, act=self._look)
+        return await self._keep_slice(needs_a_look, start, budget, self._look)
 
     async def _keep_slice(self, wanted: Callable[[SessionState], bool], start: SweepPosition, budget: int | None,
-                          stale_before: float = 0.0, act: Callable | None = None
+                          act: Callable[[SessionRecord], Awaitable[list[ev.Event]]]
                           ) -> tuple[Pass, SweepPosition | None]:
-        """``act`` (by default ``keep``) for the stored sessions whose state is ``wanted``, from ``start`` until
-        about ``budget`` states are read (``population.slices``)."""
+        """``act`` for the stored sessions whose state is ``wanted``, from ``start`` until about ``budget`` states
+        are read (``population.slices``)."""
         done = Pass()
         position = start if start.partition < len(self.partitions) else None
         async for read in population.slices(self.store, self.partitions, wanted, start, budget):
             done.looked += read.looked
             for record in read.wanted:
                 done.sessions += 1
-                done.events.extend(await act(record) if act else await self.keep(record.session_id, stale_before))
+                done.events.extend(await act(record))
             position = read.next
         return done, position
 
@@ -156,7 +159,7 @@ class ObligationService:
             log.warning("completing the disposal of session %s: %s", record.session_id, error)
             return []
         metrics.OBLIGATIONS.labels("disposal_completed").inc()
-        return [e for seq, e in await self.store.read(record) if seq > loaded.version]
+        return [e for _, e in await self.store.read(record, after=loaded.version)]
 
     async def step(self, limit: int = 500, now: float | None = None) -> Pass:
         """Every session whose due time has come, at most ``limit`` per partition."""
